@@ -1,0 +1,7 @@
+--[[ lease-release: drop the caller's lease on a shard if it still holds it.
+  KEYS[1] lease
+  ARGV[1] owner token
+  returns: 1 released, 0 not held by the caller
+]]
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
