@@ -1,0 +1,368 @@
+"""The core queue operations (DESIGN §2, §3) on every backend."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+import dynoq
+from dynoq import Message
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_push_pop_ack_roundtrip(client: dynoq.Client) -> None:
+    q = client.queue("orders", shards=4)
+    payload = {"order": 7, "items": [1, 2.5, "x", None, True], "raw": b"\x00\xff"}
+    msg_id = q.push(payload, headers={"trace": "abc"}, key="cust-1")
+    assert q.size() == 1 and q.contains(msg_id)
+    [m] = q.pop()
+    assert (m.id, m.payload, m.headers, m.key, m.attempts) == (
+        msg_id, payload, {"trace": "abc"}, "cust-1", 1)
+    assert m.shard == q.shard_for(msg_id)
+    assert m.enqueued_at is not None and abs(m.enqueued_at - time.time()) < 60
+    assert q.size() == 0 and q.stats().unacked == 1
+    assert q.ack(m) is True
+    assert q.ack(m) is False
+    assert q.get(msg_id) is None and q.stats().unacked == 0
+
+
+def test_never_delivered_before_due(client: dynoq.Client) -> None:
+    q = client.queue("delays", shards=2)
+    q.push("later", delay=0.4)
+    now_id = q.push("now")
+    assert [m.id for m in q.pop(10)] == [now_id]
+    stats = q.stats()
+    assert (stats.delayed, stats.ready) == (1, 0)
+    start = time.monotonic()
+    got: list[Message] = []
+    while not got:
+        got = q.pop(10)
+        if not got:
+            assert time.monotonic() - start < 5
+    [late] = got
+    assert late.payload == "later"
+    assert late.deliver_at is not None and late.enqueued_at is not None
+    assert late.deliver_at - late.enqueued_at == pytest.approx(0.4, abs=0.002)
+    assert time.monotonic() - start >= 0.35  # server clock decides; allow clock granularity
+
+
+def test_priority_lower_first_then_ready_time(client: dynoq.Client) -> None:
+    q = client.queue("prio", shards=1)
+    q.push("p5-a", priority=5)
+    q.push("p1", priority=1)
+    q.push("p5-b", priority=5)
+    q.push("p0", priority=0)
+    q.push("p1-delayed", priority=1, delay=0.05)
+    time.sleep(0.1)
+    q.push("p1-late", priority=1)  # pushed after the delayed one became due
+    assert [m.payload for m in q.peek(10)] == ["p0", "p1", "p1-delayed", "p1-late",
+                                               "p5-a", "p5-b"]
+    assert [m.payload for m in q.pop(10)] == ["p0", "p1", "p1-delayed", "p1-late",
+                                              "p5-a", "p5-b"]
+
+
+def test_fifo_within_priority_for_a_large_batch(client: dynoq.Client) -> None:
+    q = client.queue("fifo", shards=1)
+    q.push_many(range(1200))
+    got = [m.payload for m in q.pop(1200)]
+    assert got == list(range(1200))
+
+
+def test_pop_spreads_over_shards_and_wait(client: dynoq.Client) -> None:
+    q = client.queue("spread", shards=4)
+    ids = set(q.push_many([Message(i, id=f"m{i}") for i in range(40)]))
+    shards = {q.shard_for(i) for i in ids}
+    assert len(shards) == 4  # crc32 of 40 ids covers 4 shards
+    got = q.pop(40)
+    assert {m.id for m in got} == ids
+    assert q.pop(1, wait=0.05) == []
+
+
+def test_pop_wait_wakes_on_push(make_client: Callable[..., dynoq.Client]) -> None:
+    import threading
+
+    consumer, producer = make_client(), make_client()
+    q = consumer.queue("wake", shards=2)
+    result: list[list[Message]] = []
+    t = threading.Thread(target=lambda: result.append(q.pop(wait=10)))
+    t.start()
+    time.sleep(0.3)
+    pushed_at = time.monotonic()
+    producer.queue("wake").push("hello")
+    t.join(10)
+    assert result and result[0][0].payload == "hello"
+    assert time.monotonic() - pushed_at < 2  # woken by the push, not the 10 s timeout
+
+
+def test_pop_wait_sleeps_until_due(client: dynoq.Client) -> None:
+    q = client.queue("wait-due", shards=1)
+    q.push("x", delay=0.3)
+    start = time.monotonic()
+    [m] = q.pop(wait=5)
+    assert m.payload == "x" and 0.25 <= time.monotonic() - start < 3
+
+
+def test_visibility_timeout_redelivers_with_attempts(client: dynoq.Client) -> None:
+    q = client.queue("vis", shards=1, unack_timeout=0.2)
+    msg_id = q.push("job")
+    [first] = q.pop()
+    assert q.pop() == []
+    time.sleep(0.3)
+    [second] = q.pop()  # pop itself gives back expired deliveries
+    assert (second.id, second.attempts) == (msg_id, 2)
+    assert q.ack(first) is False  # stale: does not remove the newer delivery
+    assert q.stats().unacked == 1
+    assert q.ack(second) is True and q.get(msg_id) is None
+
+
+def test_requeue_expired_over_all_shards(client: dynoq.Client) -> None:
+    q = client.queue("requeue", shards=4)
+    q.push_many(range(20))
+    got = q.pop(20, visibility=0.1)
+    assert len(got) == 20
+    time.sleep(0.2)
+    assert q.requeue_expired() == 20
+    assert q.stats().ready == 20
+    assert sorted(m.attempts for m in q.peek(20)) == [1] * 20
+
+
+def test_nack_now_and_later(client: dynoq.Client) -> None:
+    q = client.queue("nack", shards=1)
+    q.push("a")
+    q.push("b")
+    [a] = q.pop()
+    assert q.nack(a) is True
+    assert [m.payload for m in q.pop(2)] == ["b", "a"]  # a nacked message goes to the back
+    q.push("c")
+    [c] = q.pop()
+    assert q.nack(c, delay=0.3) is True and q.nack(c) is False
+    assert q.pop() == []
+    time.sleep(0.35)
+    [again] = q.pop()
+    assert (again.payload, again.attempts) == ("c", 2)
+
+
+def test_max_retries_then_dead_letter_and_replay(client: dynoq.Client) -> None:
+    q = client.queue("retries", shards=1, max_retries=2, unack_timeout=0.1)
+    msg_id = q.push("poison")
+    for attempt in (1, 2):
+        [m] = q.pop()
+        assert m.attempts == attempt
+        q.nack(m)
+    [m] = q.pop()
+    assert m.attempts == 3
+    time.sleep(0.15)  # the third delivery expires: retries are spent
+    assert q.requeue_expired() == 1
+    assert q.pop() == [] and q.size() == 0
+    [dead] = q.dead()
+    assert (dead.id, dead.payload, dead.attempts) == (msg_id, "poison", 3)
+    assert q.stats().dead == 1
+    assert q.replay_dead() == 1 and q.stats().dead == 0
+    [m] = q.pop()
+    assert (m.id, m.attempts) == (msg_id, 1)
+    assert q.dead_letter(m) is True
+    assert q.replay_dead(ids=[msg_id, "unknown"]) == 1
+    [m] = q.pop()
+    q.dead_letter(m)
+    assert q.purge_dead() == 1 and q.get(msg_id) is None and q.dead() == []
+
+
+def test_extend_moves_the_deadline(client: dynoq.Client) -> None:
+    q = client.queue("extend", shards=1, unack_timeout=0.2)
+    q.push("x")
+    [m] = q.pop()
+    assert q.extend(m, 5.0) is True
+    time.sleep(0.3)
+    assert q.requeue_expired() == 0 and q.pop() == []
+    assert q.ack(m) is True
+    assert q.extend(m, 5.0) is False
+
+
+def test_reschedule_remove_get_contains(client: dynoq.Client) -> None:
+    q = client.queue("by-id", shards=3)
+    msg_id = q.push("x", id="fixed-id", priority=3)
+    assert q.reschedule(msg_id, delay=60) is True
+    m = q.get(msg_id)
+    assert m is not None and m.priority == 3 and m.delay == pytest.approx(60, abs=1)
+    assert q.pop() == [] and q.stats().delayed == 1
+    assert q.reschedule(msg_id, delay=0) is True
+    [popped] = q.pop()
+    assert q.reschedule(msg_id, delay=1) is False  # in flight
+    assert q.remove(msg_id) is True and q.remove(msg_id) is False
+    assert q.ack(popped) is False and not q.contains(msg_id)
+    assert q.reschedule("nope", delay=1) is False and q.get("nope") is None
+
+
+def test_ops_by_id_alone(client: dynoq.Client) -> None:
+    q = client.queue("by-id-ops", shards=4)
+    q.push("x", id="id-1")
+    q.pop()
+    assert q.extend("id-1", 10) is True
+    assert q.nack("id-1") is True
+    q.pop()
+    assert q.ack("id-1") is True and q.size() == 0
+
+
+def test_push_with_same_id_replaces(client: dynoq.Client) -> None:
+    q = client.queue("upsert", shards=2)
+    q.push("v1", id="same")
+    [old] = q.pop()
+    q.push("v2", id="same", delay=0)
+    assert q.ack(old) is False  # the old delivery is stale after a replace
+    [new] = q.pop()
+    assert (new.payload, new.attempts) == ("v2", 1)
+
+
+def test_ensure_pushes_only_if_absent(client: dynoq.Client) -> None:
+    q = client.queue("ensure", shards=2)
+    assert q.ensure("a", id="e1") is True
+    assert q.ensure("b", id="e1") is False
+    [m] = q.pop()
+    assert m.payload == "a"
+    assert q.ensure("c", id="e1") is False  # in flight counts as present
+    q.ack(m)
+    assert q.ensure("d", id="e1") is True  # no dedupe window: acked ids may come back
+    assert q.ensure_many([Message(1, id="e1"), Message(2, id="e2")]) == 1
+
+
+def test_dedupe_window(client: dynoq.Client) -> None:
+    q = client.queue("dedupe", shards=1, dedupe_window=0.4)
+    assert q.ensure("a", id="d1") is True
+    q.ack(q.pop()[0])
+    assert q.ensure("a", id="d1") is False  # acked within the window
+    time.sleep(0.45)
+    assert q.ensure("a", id="d1") is True
+
+
+def test_peek_does_not_claim(client: dynoq.Client) -> None:
+    q = client.queue("peek", shards=4)
+    q.push_many([Message(i, priority=i % 3) for i in range(12)])
+    peeked = q.peek(5)
+    assert [m.priority for m in peeked] == [0, 0, 0, 0, 1]
+    assert q.stats().ready == 12
+    assert len(q.pop(12)) == 12 and q.peek() == []
+
+
+def test_stats_and_clear(client: dynoq.Client) -> None:
+    q = client.queue("stats", shards=2)
+    q.push_many(range(5))
+    q.push("later", delay=60)
+    q.pop(2)
+    s = q.stats()
+    assert (s.ready, s.delayed, s.unacked, s.dead, s.size) == (3, 1, 2, 0, 4)
+    assert len(s.shards) == 2 and sum(x.ready for x in s.shards) == 3
+    assert s.shards[0].oldest_ready_at is not None or s.shards[1].oldest_ready_at is not None
+    q.clear()
+    s = q.stats()
+    assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
+    assert client.queue("stats").settings.shards == 2  # settings survive clear
+
+
+def test_settings_stored_and_conflicts(make_client: Callable[..., dynoq.Client]) -> None:
+    a, b = make_client(), make_client()
+    q = a.queue("cfg", shards=3, unack_timeout=5, max_retries=2)
+    assert b.queue("cfg").settings == q.settings
+    assert b.queue("cfg", shards=3).settings.max_retries == 2
+    with pytest.raises(dynoq.QueueConfigError, match="shards=5"):
+        b.queue("cfg", shards=5)
+    with pytest.raises(ValueError):
+        a.queue("cfg", ordered=True)
+    assert "cfg" in a.queue_names()
+
+
+def test_ordered_fifo_per_key_and_one_batch_in_flight(client: dynoq.Client) -> None:
+    q = client.queue("ordered", shards=4, ordered=True, unack_timeout=30)
+    for i in range(40):
+        q.push({"k": i % 5, "i": i}, key=f"key-{i % 5}")
+    seen: dict[int, list[int]] = {}
+    while True:
+        got = q.pop(3)
+        if not got:
+            break
+        for m in got:
+            assert m.shard == q.shard_for(m.key or "")
+            seen.setdefault(m.payload["k"], []).append(m.payload["i"])
+        q.ack_many(got)
+    assert seen == {
+        k: [i for i in range(40) if i % 5 == k] for k in range(5)}
+
+
+def test_ordered_shard_blocks_while_in_flight_and_retries_in_place(
+        client: dynoq.Client) -> None:
+    q = client.queue("ordered-retry", shards=1, ordered=True, max_retries=1)
+    for i in range(3):
+        q.push(i, key="k")
+    [m0] = q.pop()
+    assert q.pop() == []  # blocked: an earlier message is in flight
+    q.nack(m0, delay=0.2)
+    assert q.pop() == []  # blocked: it waits to be retried
+    time.sleep(0.25)
+    [again] = q.pop()
+    assert (again.payload, again.attempts) == (0, 2)  # retried in place, at the head
+    q.nack(again)  # retries spent: dead-lettered, the shard moves on
+    assert [m.payload for m in q.pop(5)] == [1, 2]
+    assert [m.payload for m in q.dead()] == [0]
+
+
+def test_ordered_requeue_on_expiry_keeps_order(client: dynoq.Client) -> None:
+    q = client.queue("ordered-exp", shards=1, ordered=True)
+    for i in range(5):
+        q.push(i, key="k")
+    got = q.pop(2, visibility=0.1)
+    assert [m.payload for m in got] == [0, 1]
+    time.sleep(0.15)
+    assert [m.payload for m in q.pop(5)] == [0, 1, 2, 3, 4]
+
+
+def test_ordered_refuses_delay_priority_reschedule(client: dynoq.Client) -> None:
+    q = client.queue("ordered-refuse", shards=2, ordered=True)
+    with pytest.raises(dynoq.OrderedQueueError, match="ordered"):
+        q.push("x", delay=1)
+    with pytest.raises(ValueError):
+        q.push("x", priority=1)
+    msg_id = q.push("x", key="k")
+    with pytest.raises(dynoq.OrderedQueueError):
+        q.reschedule(msg_id, delay=1)
+    assert q.size() == 1
+
+
+def test_ordered_lease_fencing_at_storage_level(client: dynoq.Client) -> None:
+    q = client.queue("fenced", shards=1, ordered=True)
+    keys = q.shard_keys(0)
+    q.push_many([Message(i, key="k") for i in range(3)])
+    assert client.redis.set(keys.lease, "owner-a", nx=True, px=60_000)
+    assert q.pop() == []  # leased by someone else: a plain pop skips the shard
+    [m] = q.pop(lease="owner-a")
+    assert m.payload == 0 and m.lease == "owner-a"
+    client.redis.set(keys.lease, "owner-b", px=60_000)  # taken over
+    with pytest.raises(dynoq.LeaseLost):
+        q.ack(m)
+    with pytest.raises(dynoq.LeaseLost):
+        q.nack(m)
+    with pytest.raises(dynoq.LeaseLost):
+        q.extend(m, 10)
+    with pytest.raises(dynoq.LeaseLost):
+        q.pop(lease="owner-a")
+    # The new holder gets the old holder's in-flight message back at the head, at once.
+    assert q.requeue_shard(0, force=True, lease="owner-b") == 1
+    assert [x.payload for x in q.pop(5, lease="owner-b")] == [0, 1, 2]
+
+
+def test_memory_backend_shares_data_by_name() -> None:
+    a = dynoq.connect("memory://shared-test", prefix="x")
+    b = dynoq.connect("memory://shared-test", prefix="x")
+    try:
+        a.queue("q", shards=1).push("hi")
+        assert b.queue("q").pop()[0].payload == "hi"
+    finally:
+        a.close()
+        b.close()
