@@ -366,3 +366,11 @@ def test_memory_backend_shares_data_by_name() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_ack_many_counts_each_delivery_once(client: dynoq.Client) -> None:
+    q = client.queue("ack-dupes", shards=2)
+    q.push_many(range(10))
+    got = q.pop(10)
+    assert q.ack_many([*got, got[0], got[1].id or ""]) == 10
+    assert q.ack_many(got) == 0 and q.stats().unacked == 0

@@ -10,19 +10,29 @@ if ARGV[1] ~= '' and redis.call('GET', lease) ~= ARGV[1] then return -1 end
 local window = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local acked = 0
+local ids, toks = {}, {}
 for j = 3, #ARGV, 2 do
-  local id, tok = ARGV[j], ARGV[j + 1]
-  if redis.call('ZSCORE', unack, id) then
-    local d = redis.call('HGET', dlv, id)
-    if tok == '' or (d and string.match(d, '^%d*|%d*|(.*)$') == tok) then
-      redis.call('ZREM', unack, id)
-      redis.call('HDEL', msgs, id)
-      redis.call('HDEL', dlv, id)
-      if window > 0 then redis.call('ZADD', done, now, id) end
-      acked = acked + 1
-    end
+  ids[#ids + 1] = ARGV[j]
+  toks[#toks + 1] = ARGV[j + 1]
+end
+local deadlines = redis.call('ZMSCORE', unack, unpack(ids))
+local dlvs = redis.call('HMGET', dlv, unpack(ids))
+local done_ids, stamps, seen = {}, {}, {}
+for k, id in ipairs(ids) do
+  local d = dlvs[k]
+  if not seen[id] and deadlines[k] and (toks[k] == '' or (d and string.match(d, '^%d*|%d*|(.*)$') == toks[k])) then
+    seen[id] = true
+    done_ids[#done_ids + 1] = id
+    stamps[#stamps + 1] = now
+    stamps[#stamps + 1] = id
   end
+end
+local acked = #done_ids
+if acked > 0 then
+  redis.call('ZREM', unack, unpack(done_ids))
+  redis.call('HDEL', msgs, unpack(done_ids))
+  redis.call('HDEL', dlv, unpack(done_ids))
+  if window > 0 then redis.call('ZADD', done, unpack(stamps)) end
 end
 if window > 0 and acked > 0 then
   -- Trim a bounded number of ids older than the window (at most what was added, plus some).

@@ -74,15 +74,19 @@ if ordered and (redis.call('ZCARD', unack) > 0 or redis.call('ZCARD', delayed) >
 end
 local popped = redis.call('ZPOPMIN', ready, count)
 if #popped == 0 then return {0, hint()} end
-local out, unacks = {1, -1}, {}
-for i = 1, #popped, 2 do
-  local id, score = popped[i], popped[i + 1]
-  local rec = redis.call('HGET', msgs, id)
+local ids = {}
+for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+local recs = redis.call('HMGET', msgs, unpack(ids))
+local dlvs = redis.call('HMGET', dlv, unpack(ids))
+local out, unacks, states = {1, -1}, {}, {}
+for k, id in ipairs(ids) do
+  local rec = recs[k]
   if rec then
-    local d = redis.call('HGET', dlv, id)
+    local d = dlvs[k]
     local attempts = (d and tonumber(string.match(d, '^(%d+)')) or 0) + 1
     local tok = nonce .. '.' .. attempts
-    redis.call('HSET', dlv, id, string.format('%d|%d|', attempts, tonumber(score)) .. tok)
+    states[#states + 1] = id
+    states[#states + 1] = string.format('%d|%d|', attempts, tonumber(popped[2 * k])) .. tok
     unacks[#unacks + 1] = now + vis
     unacks[#unacks + 1] = id
     out[#out + 1] = id
@@ -91,5 +95,8 @@ for i = 1, #popped, 2 do
     out[#out + 1] = tok
   end
 end
-if #unacks > 0 then redis.call('ZADD', unack, unpack(unacks)) end
+if #unacks > 0 then
+  redis.call('ZADD', unack, unpack(unacks))
+  redis.call('HSET', dlv, unpack(states))
+end
 return out

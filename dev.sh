@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine (Python 3.10+): makes .venv, installs dynoq with
+# its extras, then runs what you asked for.
+#   ./dev.sh demo    the demo (a private embedded server unless DYNOQ_URL is set)
+#   ./dev.sh test    lint, type check and the test suite
+#   ./dev.sh bench   the core benchmark
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.dynoq-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  touch "$stamp"
+fi
+case "${1:-test}" in
+  demo)
+    shift || true
+    exec .venv/bin/dynoq demo "$@" ;;
+  test)
+    shift || true
+    .venv/bin/ruff check dynoq tests benchmarks spark
+    .venv/bin/mypy
+    exec .venv/bin/python -m pytest "$@" ;;
+  bench)
+    shift || true
+    exec .venv/bin/python benchmarks/bench_core.py "$@" ;;
+  *)
+    echo "usage: ./dev.sh demo|test|bench [args]" >&2
+    exit 2 ;;
+esac
