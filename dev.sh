@@ -27,7 +27,7 @@ case "${1:-test}" in
     exec .venv/bin/python -m pytest "$@" ;;
   bench)
     shift || true
-    exec .venv/bin/python benchmarks/bench_core.py "$@" ;;
+    exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
   *)
     echo "usage: ./dev.sh demo|test|bench [args]" >&2
     exit 2 ;;

@@ -1,6 +1,6 @@
 """Core queue throughput against a raw redis-py baseline doing the same work, in one run.
 
-    python benchmarks/bench_core.py [--url redis://...] [--n 50000] [--repeats 3]
+    python -m benchmarks.bench_core [--url redis://...] [--n 50000] [--repeats 3]
 
 Baselines (the same storage work without dynoq's semantics):
   bulk push   pipelined HSET + ZADD per message, 1,000 per round trip
@@ -13,15 +13,12 @@ Also reports Redis memory per queued message (used_memory delta / messages).
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import redis
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import drop_prefix, median, parser, rate, server_url, table  # noqa: E402
-
-import dynoq  # noqa: E402
+import dynoq
+from benchmarks.common import drop_prefix, median, parser, rate, server_url, table
 
 RAW_POP = """
 local items = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -105,13 +102,13 @@ def main() -> None:
                                                                               payload)))
             before = int(r.info("memory")["used_memory"])
             batch = [dynoq.Message(payload) for _ in range(args.n)]
-            results["push_many"].append(rate(args.n, lambda: q.push_many(batch)))
+            results["push_many"].append(rate(args.n, lambda q=q, b=batch: q.push_many(b)))
             memory.append((int(r.info("memory")["used_memory"]) - before) / args.n)
             results["raw drain"].append(rate(args.n, lambda: raw_drain(r)))
-            results["pop(100)+ack_many"].append(rate(args.n, lambda: dynoq_drain(q)))
+            results["pop(100)+ack_many"].append(rate(args.n, lambda q=q: dynoq_drain(q)))
             results["raw single push"].append(
                 rate(args.single_n, lambda: raw_single_push(r, args.single_n, payload)))
-            results["push"].append(rate(args.single_n, lambda: [
+            results["push"].append(rate(args.single_n, lambda q=q: [
                 q.push(payload) for _ in range(args.single_n)]))
             q.clear()
         version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]

@@ -42,7 +42,7 @@ def test_bad_push_arguments(client: dynoq.Client, kwargs: dict[str, Any],
 @pytest.mark.parametrize("payload", [{1, 2}, object(), 2**70, {"nested": [complex(1, 2)]}])
 def test_unserializable_payload(client: dynoq.Client, payload: Any) -> None:
     q = client.queue("bad-payload", shards=1)
-    with pytest.raises(dynoq.PayloadTypeError, match="msgpack|encoded") as info:
+    with pytest.raises(dynoq.PayloadTypeError, match=r"msgpack|encoded") as info:
         q.push(payload)
     assert isinstance(info.value, TypeError)
     _untouched(q)

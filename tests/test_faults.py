@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -40,10 +41,8 @@ def test_dropped_connections_lose_nothing(own_server: Any) -> None:
         while not stop.is_set():
             for c in killer.client_list(_type="normal"):
                 if c.get("name") != "killer":
-                    try:
+                    with contextlib.suppress(redis.ResponseError):  # already gone
                         killer.client_kill_filter(_id=c["id"])
-                    except redis.ResponseError:
-                        pass  # already gone
             time.sleep(0.05)
 
     killer.client_setname("killer")
