@@ -109,10 +109,7 @@ def averagely(
     mq, cids = prepared
     index, n_mq, n_cid = cids.index(me), len(mq), len(cids)
     mod = n_mq % n_cid
-    if n_mq <= n_cid:
-        size = 1
-    else:
-        size = n_mq // n_cid + (1 if index < mod else 0)
+    size = 1 if n_mq <= n_cid else n_mq // n_cid + (1 if index < mod else 0)
     start = index * size if index < mod else index * size + mod
     return mq[start : start + size]  # the slice clamps RocketMQ's min(size, n - start)
 

@@ -6,7 +6,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
+
 from . import codec
+from .cluster import as_dynoq_cluster, cluster_url
 from .connection import open_backend, translate
 from .errors import InvalidType
 from .keys import QueueKeys, check_name, registry_key
@@ -29,6 +32,10 @@ class Client:
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
             raise InvalidType("max_payload_bytes must be an int")
         self.max_payload_bytes = max_payload_bytes
+        if isinstance(redis, RedisCluster):
+            # Same pools, plus retries through resharding/failover and a batching pipeline.
+            redis = as_dynoq_cluster(redis)
+            url = url or cluster_url(redis)
         self.redis = redis
         self.url = url  # a URL other processes (Spark executors, subprocesses) can use
         self.scripts = Scripts.register(redis)
@@ -57,12 +64,17 @@ class Client:
     @translate
     def queue(self, name: str, *, shards: int | None = None, ordered: bool | None = None,
               unack_timeout: float | None = None, max_retries: int | None = None,
-              dedupe_window: float | None = None) -> Queue:
+              dedupe_window: float | None = None, min_replicas: int | None = None,
+              replica_timeout: float | None = None) -> Queue:
         """Open (creating on first use) a queue. Settings given on a later open must match
-        the stored ones, else QueueConfigError; omitted settings take the stored values."""
+        the stored ones, else QueueConfigError; omitted settings take the stored values.
+
+        ``min_replicas``/``replica_timeout``: pushes WAIT for that many replicas (see
+        docs/cluster.md), raising ReplicationError when fewer confirm in time."""
         check_name(name, "queue name")
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
-                 "max_retries": max_retries, "dedupe_window": dedupe_window}
+                 "max_retries": max_retries, "dedupe_window": dedupe_window,
+                 "min_replicas": min_replicas, "replica_timeout": replica_timeout}
         with self._lock:
             known = self._settings.get(name)
         if known is None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from . import codec
 from .codec import Outgoing
 from .connection import translate
-from .errors import InvalidArgument, InvalidType, LeaseLost, OrderedQueueError
+from .errors import InvalidArgument, InvalidType, LeaseLost, OrderedQueueError, ReplicationError
 from .keys import QueueKeys, ShardKeys, shard_of
 from .message import Message, QueueStats, ShardStats
 from .scripts import FENCED
@@ -106,9 +106,29 @@ class Queue:
 
     @translate
     def _push_shard(self, mode: str, shard: int, outs: Sequence[Outgoing]) -> list[int]:
+        if self.settings.min_replicas:
+            pipe = self._redis.pipeline(transaction=False)
+            self._scripts.run("push", self._shard_keys[shard], self._push_args(mode, outs),
+                              client=pipe)
+            return list(self._execute_replicated(pipe)[0])
         result: list[int] = self._scripts.run("push", self._shard_keys[shard],
                                               self._push_args(mode, outs))
         return result
+
+    def _execute_replicated(self, pipe: Any) -> list[Any]:
+        """Execute ``pipe`` with WAIT after its writes, on the same connection (on a
+        cluster: after each node's writes, on that node's connection)."""
+        wanted, timeout = self.settings.min_replicas, self.settings.replica_timeout
+        if not wanted:
+            return list(pipe.execute())
+        pipe.execute_command("WAIT", wanted, codec.to_ms(timeout))
+        *replies, acked = pipe.execute()
+        if int(acked) < wanted:
+            raise ReplicationError(
+                f"only {acked} of {wanted} replica(s) confirmed a push to {self.name!r} "
+                f"within {timeout:g}s: it is on the master but may be lost if the master "
+                "fails now; pushing again is safe (by id)")
+        return list(replies)
 
     @translate
     def _push_batches(self, mode: str, outs: Sequence[Outgoing]) -> int:
@@ -120,7 +140,9 @@ class Queue:
             for i in range(0, len(group), PUSH_CHUNK):
                 self._scripts.run("push", self._shard_keys[shard],
                                   self._push_args(mode, group[i:i + PUSH_CHUNK]), client=pipe)
-        return sum(sum(r) for r in pipe.execute())
+        if not by_shard:
+            return 0
+        return sum(sum(r) for r in self._execute_replicated(pipe))
 
     # -- consuming -----------------------------------------------------------------------
 

@@ -31,8 +31,14 @@ SHARD_SCRIPTS: dict[str, tuple[str, ...]] = {
     "stats": ("ready", "delayed", "unack", "dead", "msgs"),
     "lease-renew": ("lease",),
     "lease-release": ("lease",),
+    "promote": ("delayed", "ready", "msgs", "dlv", "seq"),
+    "trim": ("done",),
 }
-OTHER_SCRIPTS = {"open": 1}
+# Scripts whose KEYS are not one shard's: open (queue metadata), due (groups of
+# unack, delayed, done for a batch of shards; file named for one group).
+OTHER_SCRIPTS = {"open": 1, "due": 3,
+                 # consumer groups (dynoq.group): one group's keys share a hash tag
+                 "group-heartbeat": 3, "group-leave": 2, "group-reap": 3}
 
 # Small integer codes the scripts return for refusals.
 FENCED = -1

@@ -20,9 +20,13 @@ class QueueSettings:
     unack_timeout: float = 60.0
     max_retries: int = 16
     dedupe_window: float = 0.0
+    # Replica durability (Dynomite DC_QUORUM analog): pushes WAIT for this many replicas
+    # to confirm, up to replica_timeout seconds, else ReplicationError. 0 = no WAIT.
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
 
     def __post_init__(self) -> None:
-        for name, kind in (("shards", int), ("max_retries", int)):
+        for name, kind in (("shards", int), ("max_retries", int), ("min_replicas", int)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise InvalidType(f"{name} must be an int, got {type(value).__name__}")
@@ -30,16 +34,18 @@ class QueueSettings:
             raise QueueConfigError(f"shards must be in 1..16384, got {self.shards}")
         if self.max_retries < 0:
             raise QueueConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.min_replicas < 0:
+            raise QueueConfigError(f"min_replicas must be >= 0, got {self.min_replicas}")
         if not isinstance(self.ordered, bool):
             raise InvalidType(f"ordered must be a bool, got {type(self.ordered).__name__}")
-        for name in ("unack_timeout", "dedupe_window"):
+        for name in ("unack_timeout", "dedupe_window", "replica_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidType(f"{name} must be a number of seconds")
-            if not math.isfinite(value) or value < 0 or (name == "unack_timeout" and value == 0):
+            positive = name != "dedupe_window"
+            if not math.isfinite(value) or value < 0 or (positive and value == 0):
                 raise QueueConfigError(f"{name} must be a finite number of seconds "
-                                       f"({'> 0' if name == 'unack_timeout' else '>= 0'}), "
-                                       f"got {value!r}")
+                                       f"({'> 0' if positive else '>= 0'}), got {value!r}")
 
     def to_hash(self) -> dict[str, str]:
         out = {f.name: repr(getattr(self, f.name)) for f in fields(self)}
@@ -55,6 +61,9 @@ class QueueSettings:
             unack_timeout=float(raw["unack_timeout"]),
             max_retries=int(raw["max_retries"]),
             dedupe_window=float(raw["dedupe_window"]),
+            # Absent from queues stored before replica durability existed.
+            min_replicas=int(raw.get("min_replicas", 0)),
+            replica_timeout=float(raw.get("replica_timeout", 1.0)),
         )
 
 

@@ -11,6 +11,12 @@ import threading
 import time
 from typing import Any
 
+import redis
+
+# A wake-up is only a hint: if the subscription's node drops (a cluster failover), the
+# waiter forgets it, and the caller re-checks the shards and subscribes afresh.
+DROPPED = (redis.ConnectionError, redis.TimeoutError)
+
 
 class Waiter:
     def __init__(self, redis: Any) -> None:
@@ -29,7 +35,11 @@ class Waiter:
                 self._all.append(pubsub)
         if channel.encode() in pubsub.channels:
             return False
-        pubsub.subscribe(channel)
+        try:
+            pubsub.subscribe(channel)
+        except DROPPED:
+            self._drop(pubsub)
+            time.sleep(0.05)  # the caller re-checks at once: keep that from spinning
         return True
 
     def wait(self, timeout: float) -> bool:
@@ -39,12 +49,25 @@ class Waiter:
         woken = False
         while True:
             left = deadline - time.monotonic()
-            msg = pubsub.get_message(timeout=max(left, 0.0) if not woken else 0.0)
+            try:
+                msg = pubsub.get_message(timeout=max(left, 0.0) if not woken else 0.0)
+            except DROPPED:
+                self._drop(pubsub)
+                time.sleep(min(max(left, 0.0), 0.1))  # no tight loop while a node is down
+                return True
             if msg is None:
                 if woken or left <= 0:
                     return woken
                 continue
             woken = True  # keep draining what is already there, then return
+
+    def _drop(self, pubsub: Any) -> None:
+        self._local.pubsub = None
+        with self._lock:
+            if pubsub in self._all:
+                self._all.remove(pubsub)
+        with contextlib.suppress(Exception):  # its connection is already broken
+            pubsub.close()
 
     def close(self) -> None:
         with self._lock:

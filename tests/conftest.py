@@ -1,5 +1,7 @@
-"""Test backends: a private embedded Valkey per session, the server in $REDIS_URL when set,
-and the in-memory backend. Every test gets its own key prefix, and deletes its keys after."""
+"""Test backends: a private embedded Valkey per session, a local 3-master Valkey Cluster
+(started on first use; DYNOQ_TEST_CLUSTER=0 leaves it out), the server in $REDIS_URL when
+set, and the in-memory backend. Every test gets its own key prefix, and deletes its keys
+after."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 
 import dynoq
 
-REAL = ["embedded"] + (["redis"] if os.environ.get("REDIS_URL") else [])
+CLUSTER = ([pytest.param("cluster", marks=pytest.mark.cluster)]
+           if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0" else [])
+REAL: list[Any] = ["embedded", *CLUSTER] + (["redis"] if os.environ.get("REDIS_URL") else [])
 ALL = [*REAL, "memory"]
 
 
@@ -27,7 +32,18 @@ def embedded_server() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def session_cluster() -> Iterator[Any]:
+    """One 3-master cluster shared by every test that runs on the cluster backend."""
+    from clusterkit import LocalCluster
+
+    with LocalCluster(masters=3) as cluster:
+        yield cluster
+
+
 def _base_url(name: str, request: pytest.FixtureRequest) -> str:
+    if name == "cluster":
+        return str(request.getfixturevalue("session_cluster").url)
     if name == "embedded":
         server = request.getfixturevalue("embedded_server")
         return f"redis://{server.host}:{server.port}/0"
@@ -51,6 +67,9 @@ def real_url(request: pytest.FixtureRequest) -> str:
 def _cleanup(url: str, prefix: str) -> None:
     if url.startswith("memory://"):
         return
+    if url.startswith("redis+cluster://"):
+        _cleanup_cluster(url, prefix)
+        return
     r = redis.Redis.from_url(url)
     try:
         keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
@@ -58,6 +77,22 @@ def _cleanup(url: str, prefix: str) -> None:
             r.delete(*keys[i:i + 500])
     finally:
         r.close()
+
+
+def _cleanup_cluster(url: str, prefix: str) -> None:
+    from dynoq.cluster import parse_nodes
+
+    rc = redis.cluster.RedisCluster(startup_nodes=parse_nodes(url))
+    try:
+        for node in rc.get_primaries():
+            r = rc.get_redis_connection(node)
+            keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+            pipe = r.pipeline(transaction=False)
+            for key in keys:  # one DEL per key: a node's keys span many slots
+                pipe.delete(key)
+            pipe.execute()
+    finally:
+        rc.close()
 
 
 @pytest.fixture

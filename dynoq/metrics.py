@@ -1,0 +1,177 @@
+"""Prometheus metrics (needs the ``metrics`` extra: prometheus-client).
+
+:class:`QueueCollector` reads queue depths from Redis on each scrape, so the numbers are
+never stale and nothing polls Redis between scrapes. :class:`Metrics` holds the counters
+the sweeper and consumers update (requeued, dead-lettered, handled, failed, handler
+latency). :func:`start_metrics_server` serves a registry over HTTP.
+
+A consumer hooks in with::
+
+    m = dynoq.metrics.default_metrics()
+    with m.time_handler(queue.name, group):
+        handler(msg)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
+
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .errors import DynoqError
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .queue import Queue
+    from .sweeper import SweepReport
+
+log = logging.getLogger("dynoq.metrics")
+
+STATES = ("ready", "delayed", "unacked", "dead")
+# Handler latency buckets (seconds): from fast in-memory handlers to slow external calls.
+HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0, 60.0)
+
+
+class QueueCollector(Collector):
+    """Depth of every registered queue (or of ``queues``) by shard and state, and the age
+    of its oldest waiting message, read from Redis when scraped."""
+
+    def __init__(self, client: Client, queues: Sequence[str] | None = None) -> None:
+        self.client = client
+        self.queues = list(queues) if queues is not None else None
+        self._open: dict[str, Queue] = {}
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily("dynoq_queue_messages", "Messages by queue, shard and state "
+                              "(ready, delayed, unacked = in flight, dead)",
+                              labels=["queue", "shard", "state"]),
+            GaugeMetricFamily("dynoq_queue_oldest_waiting_seconds",
+                              "Age of the oldest message that is due but not yet delivered "
+                              "(0 when none)", labels=["queue"]),
+            GaugeMetricFamily("dynoq_redis_up", "1 if the last scrape could read Redis"),
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        # Names only: registering must not read Redis.
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        from .sweeper import existing_queue
+
+        depth, oldest, up = self._families()
+        try:
+            names = self.queues if self.queues is not None else self.client.queue_names()
+            sec, usec = self.client.redis.time()
+            now = sec + usec / 1e6  # the server clock, like the timestamps in the records
+            for name in names:
+                queue = self._open.get(name) or existing_queue(self.client, name)
+                if queue is None:
+                    continue
+                self._open[name] = queue
+                stats = queue.stats()
+                for s in stats.shards:
+                    for state in STATES:
+                        depth.add_metric([name, str(s.shard), state], getattr(s, state))
+                waiting = [now - s.oldest_ready_at for s in stats.shards
+                           if s.oldest_ready_at is not None]
+                oldest.add_metric([name], max(0.0, *waiting) if waiting else 0.0)
+        except (DynoqError, redis.RedisError) as exc:
+            log.warning("metrics scrape could not read Redis: %s", exc)
+            up.add_metric([], 0)
+            return [up]
+        up.add_metric([], 1)
+        return [depth, oldest, up]
+
+
+class Metrics:
+    """Counters and histograms of the sweeper and of consumers, in one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = REGISTRY if registry is None else registry
+        self.registry = reg
+        self.requeued = Counter("dynoq_requeued", "Expired deliveries given back by the "
+                                "sweeper", ["queue"], registry=reg)
+        self.dead_lettered = Counter("dynoq_dead_lettered", "Deliveries the sweeper moved "
+                                     "to the dead-letter set (retries spent)", ["queue"],
+                                     registry=reg)
+        self.promoted = Counter("dynoq_promoted", "Due delayed messages the sweeper made "
+                                "ready", ["queue"], registry=reg)
+        self.trimmed = Counter("dynoq_dedupe_trimmed", "Acked ids dropped from dedupe "
+                               "windows", ["queue"], registry=reg)
+        self.reaped = Counter("dynoq_reaped_members", "Consumer-group members reaped after "
+                              "they stopped heartbeating", ["queue"], registry=reg)
+        self.sweeps = Counter("dynoq_sweeps", "Sweeper passes by outcome", ["outcome"],
+                              registry=reg)
+        self.handled = Counter("dynoq_handled", "Messages whose handler returned (acked)",
+                               ["queue", "group"], registry=reg)
+        self.failed = Counter("dynoq_failed", "Messages whose handler raised",
+                              ["queue", "group"], registry=reg)
+        self.handler_seconds = Histogram("dynoq_handler_seconds", "Handler latency",
+                                         ["queue", "group"], buckets=HANDLER_BUCKETS,
+                                         registry=reg)
+
+    def record_sweep(self, report: SweepReport) -> None:
+        self.sweeps.labels("ok" if not report.errors else "partial").inc()
+        for name, s in report.queues.items():
+            for counter, value in ((self.requeued, s.requeued),
+                                   (self.dead_lettered, s.dead_lettered),
+                                   (self.promoted, s.promoted), (self.trimmed, s.trimmed),
+                                   (self.reaped, s.reaped)):
+                if value:
+                    counter.labels(name).inc(value)
+
+    def sweep_failed(self) -> None:
+        self.sweeps.labels("error").inc()
+
+    def observe_handler(self, queue: str, group: str, seconds: float, *, ok: bool) -> None:
+        """Record one handler call: its latency, and handled or failed."""
+        self.handler_seconds.labels(queue, group).observe(seconds)
+        (self.handled if ok else self.failed).labels(queue, group).inc()
+
+    @contextmanager
+    def time_handler(self, queue: str, group: str) -> Iterator[None]:
+        """Time the block as one handler call; an exception counts it failed (and
+        propagates)."""
+        started = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.observe_handler(queue, group, time.perf_counter() - started, ok=ok)
+
+
+_default: Metrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> Metrics:
+    """The process-wide :class:`Metrics` on prometheus-client's global registry."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Metrics()
+        return _default
+
+
+def start_metrics_server(port: int, *, addr: str = "0.0.0.0",
+                         registry: CollectorRegistry | None = None,
+                         client: Client | None = None) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``registry`` (default: the global one) on ``addr:port`` in a daemon thread.
+    With ``client``, queue depths are added (read from Redis on each scrape). Port 0 picks
+    a free port: read it from ``server.server_port``. Stop with ``server.shutdown()``."""
+    reg = REGISTRY if registry is None else registry
+    if client is not None:
+        reg.register(QueueCollector(client))
+    return start_http_server(port, addr=addr, registry=reg)

@@ -1,0 +1,222 @@
+"""The ``dynoq`` command line: click's CliRunner on every backend, and the real entry
+points (``python -m dynoq``, the ``dynoq`` console script) as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import dynoq
+from dynoq.cli import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE, cli
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture
+def run(url: str, prefix: str, client: dynoq.Client) -> Any:
+    """Run the CLI in-process against the test's backend and prefix."""
+    runner = CliRunner()
+
+    def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+        return runner.invoke(cli, ["--url", url, "--prefix", prefix, *args], env=env)
+
+    return invoke
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+def failed(result: Result, code: int, *needles: str) -> str:
+    assert result.exit_code == code, (result.output, result.exception)
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    for needle in needles:
+        assert needle in text, text
+    assert "Traceback" not in text
+    assert not isinstance(result.exception, Exception) or isinstance(
+        result.exception, SystemExit), result.exception
+    return text
+
+
+def test_stats_table_and_json(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("orders", shards=2)
+    q.push("a")
+    q.push("b")
+    q.push("later", delay=3600)
+    q.pop(visibility=60)
+    client.queue("empty", shards=1)
+    table = ok(run("stats"))
+    assert "orders" in table and "empty" in table and "in flight" in table
+    data = json.loads(ok(run("stats", "--json")))
+    rows = {r["queue"]: r for r in data["queues"]}
+    assert (rows["orders"]["ready"], rows["orders"]["delayed"], rows["orders"]["in_flight"],
+            rows["orders"]["dead"]) == (1, 1, 1, 0)
+    assert len(rows["orders"]["shards"]) == 2 and rows["empty"]["ready"] == 0
+    assert rows["orders"]["oldest_waiting_age"] >= 0
+    assert rows["empty"]["oldest_waiting_age"] is None
+    one = json.loads(ok(run("stats", "orders", "--json")))
+    assert [r["queue"] for r in one["queues"]] == ["orders"]
+    per_shard = ok(run("stats", "orders"))
+    assert "all" in per_shard  # the total row under the per-shard rows
+
+
+def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) -> None:
+    client.queue("known")
+    for args in (["stats", "nope"], ["peek", "nope"], ["dead", "nope"], ["replay", "nope"],
+                 ["purge-dead", "nope"], ["push", "nope", "1"]):
+        failed(run(*args), EXIT_FAILURE, "no queue 'nope'", "known")
+    assert client.queue_names() == ["known"]
+    assert not client.redis.exists(f"{client.prefix}:queue:nope")
+
+
+def test_push_parses_json_and_peek_shows_delivery_order(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("work", shards=3)
+    first = ok(run("push", "work", '{"order": 1}', "--priority", "5")).strip()
+    second = ok(run("push", "work", "plain text", "--id", "txt")).strip()
+    ok(run("push", "work", "42", "--delay", "3600"))
+    assert second == "txt"
+    assert q.get(first).payload == {"order": 1}  # type: ignore[union-attr]
+    assert q.get("txt").payload == "plain text"  # type: ignore[union-attr]
+    assert q.stats().delayed == 1
+    peeked = json.loads(ok(run("peek", "work", "--json")))
+    assert [m["id"] for m in peeked] == ["txt", first]  # priority 0 before 5; delayed unseen
+    assert json.loads(ok(run("peek", "work", "-n", "1", "--json")))[0]["id"] == "txt"
+    table = ok(run("peek", "work"))
+    assert "txt" in table and "plain text" in table
+
+
+def test_push_bad_values_exit_2(run: Any, client: dynoq.Client) -> None:
+    client.queue("work")
+    client.queue("seq", ordered=True)
+    failed(run("push", "work", "x", "--priority", "100"), EXIT_USAGE, "priority")
+    failed(run("push", "work", "x", "--delay", "-1"), EXIT_USAGE, "delay")
+    failed(run("push", "seq", "x", "--delay", "5"), EXIT_USAGE, "ordered")
+    failed(run("push", "work", "x", "--delay", "soon"), EXIT_USAGE)  # click's own check
+    assert client.queue("work").size() == 0
+
+
+def test_dead_replay_purge(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("jobs", shards=2, max_retries=0)
+    q.push_many([dynoq.Message(i, id=f"j{i}") for i in range(3)])
+    for m in q.pop(3):
+        assert q.nack(m)  # max_retries 0: straight to the dead-letter set
+    assert q.stats().dead == 3
+    dead = json.loads(ok(run("dead", "jobs", "--json")))
+    assert sorted(m["id"] for m in dead) == ["j0", "j1", "j2"]
+    assert "j1" in ok(run("dead", "jobs"))
+    assert "replayed 1 message(s)" in ok(run("replay", "jobs", "--id", "j1"))
+    assert q.stats().dead == 2 and q.stats().ready == 1
+    failed(run("replay", "jobs", "--id", "j1"), EXIT_FAILURE, "not dead letters")
+    assert "replayed 1 message(s)" in ok(run("replay", "jobs", "--id", "j2"))
+    assert "purged 1 message(s)" in ok(run("purge-dead", "jobs"))
+    assert "replayed 0 message(s)" in ok(run("replay", "jobs"))
+    assert (q.stats().dead, q.stats().ready) == (0, 2)
+    assert not q.contains("j0")
+
+
+def test_bytes_payload_shows_as_base64(run: Any, client: dynoq.Client) -> None:
+    client.queue("bin").push(b"\x00\xff", id="b")
+    assert json.loads(ok(run("peek", "bin", "--json")))[0]["payload"] == {"$base64": "AP8="}
+
+
+def test_bad_arguments_exit_2(run: Any, client: dynoq.Client) -> None:
+    client.queue("q")
+    failed(run("peek", "q", "-n", "0"), EXIT_USAGE)
+    failed(run("frobnicate"), EXIT_USAGE, "No such command")
+    failed(run("peek"), EXIT_USAGE, "Missing argument")
+    failed(run("sweeper", "--interval", "0"), EXIT_USAGE)
+    failed(run("sweeper", "--metrics-port", "70000"), EXIT_USAGE)
+    result = CliRunner().invoke(cli, ["--prefix", "a{b", "--url", "memory://x", "stats"])
+    failed(result, EXIT_USAGE, "prefix")
+    result = CliRunner().invoke(cli, ["--url", "ftp://x", "stats"])
+    failed(result, EXIT_USAGE, "unsupported URL scheme")
+
+
+def test_env_variables_choose_url_and_prefix(url: str, prefix: str,
+                                             client: dynoq.Client) -> None:
+    client.queue("from-env")
+    result = CliRunner().invoke(cli, ["stats", "--json"],
+                                env={"DYNOQ_URL": url, "DYNOQ_PREFIX": prefix})
+    assert [r["queue"] for r in json.loads(ok(result))["queues"]] == ["from-env"]
+
+
+def test_unreachable_server_in_process() -> None:
+    result = CliRunner().invoke(cli, ["--url", UNREACHABLE, "stats"])
+    failed(result, EXIT_UNREACHABLE, "cannot reach Redis")
+
+
+def test_demo_calls_dynoq_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The demo itself (Spark, consumers) is dynoq.demo's to test: here only the wiring.
+    import dynoq.demo
+
+    seen: list[str | None] = []
+
+    def fake_main(url: str | None = None) -> int:
+        seen.append(url)
+        return 0 if url else 1
+
+    monkeypatch.setattr(dynoq.demo, "main", fake_main)
+    ok(CliRunner().invoke(cli, ["--url", "redis://h:1/0", "demo"]))
+    result = CliRunner().invoke(cli, ["demo"], env={"DYNOQ_URL": ""})
+    assert result.exit_code == 1
+    assert seen == ["redis://h:1/0", None]
+
+
+# -- real entry points --------------------------------------------------------------------
+
+def dynoq_cmd(*args: str, env: dict[str, str] | None = None,
+              exe: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(exe or [sys.executable, "-m", "dynoq"]), *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_module_entry_point_end_to_end(real_client: dynoq.Client, real_url: str,
+                                       prefix: str) -> None:
+    real_client.queue("e2e", shards=4)
+    env = {"DYNOQ_URL": real_url, "DYNOQ_PREFIX": prefix}
+    pushed = dynoq_cmd("push", "e2e", '{"n": 1}', "--key", "k", env=env)
+    assert pushed.returncode == 0, pushed.stderr
+    msg = real_client.queue("e2e").get(pushed.stdout.strip())
+    assert msg is not None and msg.payload == {"n": 1} and msg.key == "k"
+    stats = dynoq_cmd("stats", "--json", env=env)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["queues"][0]["ready"] == 1
+    missing = dynoq_cmd("peek", "absent", env=env)
+    assert missing.returncode == EXIT_FAILURE and "no queue 'absent'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow
+def test_unreachable_server_subprocess() -> None:
+    done = dynoq_cmd("--url", UNREACHABLE, "stats")
+    assert done.returncode == EXIT_UNREACHABLE
+    assert "cannot reach Redis" in done.stderr and "Traceback" not in done.stderr
+    done = dynoq_cmd("peek", "x", env={"DYNOQ_URL": UNREACHABLE})
+    assert done.returncode == EXIT_UNREACHABLE
+
+
+@pytest.mark.slow
+def test_console_script_help() -> None:
+    script = Path(sys.executable).parent / "dynoq"
+    if not script.exists():
+        found = shutil.which("dynoq")
+        if found is None:
+            pytest.skip("the dynoq console script is not installed")
+        script = Path(found)
+    done = dynoq_cmd("--help", exe=[str(script)])
+    assert done.returncode == 0, done.stderr
+    for command in ("sweeper", "stats", "peek", "dead", "replay", "purge-dead", "push", "demo"):
+        assert command in done.stdout
+    bad = dynoq_cmd("nope", exe=[str(script)])
+    assert bad.returncode == EXIT_USAGE and "Traceback" not in bad.stderr

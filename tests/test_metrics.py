@@ -1,0 +1,138 @@
+"""Prometheus metrics: depths read on scrape, counters, and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+from test_sweeper import Proc, pop_all, wait_for
+
+import dynoq
+from dynoq.metrics import Metrics, QueueCollector, start_metrics_server
+from dynoq.sweeper import QueueSweep, SweepReport
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        body: bytes = r.read()
+    return body.decode()
+
+
+def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client))
+    q = client.queue("depth", shards=2)
+    q.push_many([dynoq.Message(i, id=f"r{i}") for i in range(5)])
+    q.push("later", id="d", delay=3600)
+    q.pop(visibility=60)
+    dead = q.pop(visibility=60)[0]
+    q.dead_letter(dead)
+
+    def total(state: str) -> float:
+        return sum(reg.get_sample_value("dynoq_queue_messages",
+                                        {"queue": "depth", "shard": str(s), "state": state})
+                   or 0.0 for s in range(2))
+
+    assert (total("ready"), total("delayed"), total("unacked"), total("dead")) == (3, 1, 1, 1)
+    assert reg.get_sample_value("dynoq_redis_up") == 1
+    age = reg.get_sample_value("dynoq_queue_oldest_waiting_seconds", {"queue": "depth"})
+    assert age is not None and age >= 0
+    q.push("more")  # read again on the next scrape, not cached
+    assert total("ready") == 4
+
+
+def test_collector_without_queues_and_unknown_names(client: dynoq.Client) -> None:
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client, queues=["ghost"]))
+    assert reg.get_sample_value("dynoq_redis_up") == 1
+    assert reg.get_sample_value("dynoq_queue_oldest_waiting_seconds", {"queue": "ghost"}) is None
+    assert client.queue_names() == []  # scraping never creates a queue
+
+
+def test_collector_reports_down_when_redis_is_unreachable() -> None:
+    r = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(dynoq.Client(r, prefix="dqt-down")))
+    assert reg.get_sample_value("dynoq_redis_up") == 0
+    r.close()
+
+
+def test_counters_and_handler_histogram() -> None:
+    reg = CollectorRegistry()
+    m = Metrics(reg)
+    m.record_sweep(SweepReport(queues={"a": QueueSweep(requeued=3, dead_lettered=1),
+                                       "b": QueueSweep(promoted=2, trimmed=4, reaped=1)},
+                               passes=1))
+    m.sweep_failed()
+    assert reg.get_sample_value("dynoq_requeued_total", {"queue": "a"}) == 3
+    assert reg.get_sample_value("dynoq_dead_lettered_total", {"queue": "a"}) == 1
+    assert reg.get_sample_value("dynoq_promoted_total", {"queue": "b"}) == 2
+    assert reg.get_sample_value("dynoq_dedupe_trimmed_total", {"queue": "b"}) == 4
+    assert reg.get_sample_value("dynoq_reaped_members_total", {"queue": "b"}) == 1
+    assert reg.get_sample_value("dynoq_sweeps_total", {"outcome": "ok"}) == 1
+    assert reg.get_sample_value("dynoq_sweeps_total", {"outcome": "error"}) == 1
+    with m.time_handler("a", "g"):
+        pass
+    with pytest.raises(RuntimeError), m.time_handler("a", "g"):
+        raise RuntimeError("handler failed")
+    m.observe_handler("a", "g", 0.2, ok=True)
+    labels = {"queue": "a", "group": "g"}
+    assert reg.get_sample_value("dynoq_handled_total", labels) == 2
+    assert reg.get_sample_value("dynoq_failed_total", labels) == 1
+    assert reg.get_sample_value("dynoq_handler_seconds_count", labels) == 3
+    assert reg.get_sample_value("dynoq_handler_seconds_bucket", {**labels, "le": "0.25"}) == 3
+
+
+def test_http_endpoint(client: dynoq.Client) -> None:
+    reg = CollectorRegistry()
+    m = Metrics(reg)
+    q = client.queue("http", shards=1)
+    q.push_many([1, 2, 3])
+    server, thread = start_metrics_server(0, addr="127.0.0.1", registry=reg, client=client)
+    try:
+        m.observe_handler("http", "g", 0.01, ok=True)
+        text = scrape(server.server_port)
+        assert 'dynoq_queue_messages{queue="http",shard="0",state="ready"} 3.0' in text
+        assert "dynoq_redis_up 1.0" in text
+        assert 'dynoq_handled_total{group="g",queue="http"} 1.0' in text
+        assert "dynoq_handler_seconds_bucket" in text
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_sweeper_process_serves_metrics(real_client: dynoq.Client, real_url: str,
+                                        prefix: str, tmp_path: Path) -> None:
+    q = real_client.queue("scraped", shards=2)
+    q.push_many(list(range(7)))
+    pop_all(q, 7, visibility=0.3)
+    p = Proc(real_url, prefix, tmp_path / "sweeper.log", "--interval", "0.05",
+             "--metrics-port", "0", "--metrics-addr", "127.0.0.1")
+    try:
+        _check_scrapes(p)
+    finally:
+        if p.p.poll() is None:
+            p.p.kill()
+            p.p.wait(10)
+
+
+def _check_scrapes(p: Proc) -> None:
+    wait_for(lambda: "/metrics" in p.text(), "the metrics endpoint to be logged")
+    port = int(re.search(r"127\.0\.0\.1:(\d+)/metrics", p.text()).group(1))  # type: ignore[union-attr]
+
+    def requeued() -> bool:
+        return 'dynoq_requeued_total{queue="scraped"} 7.0' in scrape(port)
+
+    wait_for(requeued, "the requeue counter on the endpoint")
+    text = scrape(port)
+    ready = sum(float(v) for v in re.findall(
+        r'dynoq_queue_messages\{queue="scraped",shard="\d",state="ready"\} ([\d.]+)', text))
+    assert ready == 7
+    assert 'dynoq_sweeps_total{outcome="ok"}' in text
+    assert p.stop() == 0
