@@ -11,7 +11,7 @@ from redis.cluster import RedisCluster
 from . import codec
 from .cluster import as_dynoq_cluster, cluster_url
 from .connection import open_backend, translate
-from .errors import InvalidType
+from .errors import InvalidType, QueueConfigError
 from .keys import QueueKeys, check_name, registry_key
 from .queue import Queue
 from .scripts import Scripts
@@ -79,6 +79,9 @@ class Client:
             known = self._settings.get(name)
         if known is None:
             wanted = merge(None, asked, name)  # validates before anything is written
+            if wanted.min_replicas and self.url.startswith("memory://"):
+                raise QueueConfigError("memory:// has no replicas: min_replicas needs a "
+                                       "real server with replicas (see docs/cluster.md)")
             flat = [x for kv in wanted.to_hash().items() for x in kv]
             raw = self.scripts.run_raw("open", [QueueKeys(self.prefix, name).meta], flat)
             stored = QueueSettings.from_hash(

@@ -126,3 +126,10 @@ def test_bad_urls() -> None:
     with pytest.raises(dynoq.ConnectionFailed, match="unreachable"):
         dynoq.connect("redis://127.0.0.1:1/0", socket_connect_timeout=0.5,
                       retry=None)
+
+
+def test_min_replicas_refused_in_memory() -> None:
+    with dynoq.connect("memory://no-replicas") as c:
+        with pytest.raises(dynoq.QueueConfigError, match="replicas"):
+            c.queue("durable", min_replicas=1)
+        assert "durable" not in c.queue_names()
