@@ -8,6 +8,7 @@ consumption and consumer groups.
 from __future__ import annotations
 
 from .client import Client, connect
+from .consumer import Consumer
 from .errors import (
     ConnectionFailed,
     DynoqError,
@@ -21,8 +22,10 @@ from .errors import (
     QueueConfigError,
     ReplicationError,
 )
+from .hooks import ConsumerStats, Middleware
 from .message import Message, QueueStats, ShardStats
 from .queue import Queue
+from .retry import DeadLetter, Retry
 from .settings import QueueSettings
 
 __version__ = "0.1.0"
@@ -30,11 +33,15 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "ConnectionFailed",
+    "Consumer",
+    "ConsumerStats",
+    "DeadLetter",
     "DynoqError",
     "InvalidArgument",
     "InvalidType",
     "LeaseLost",
     "Message",
+    "Middleware",
     "OrderedQueueError",
     "PayloadError",
     "PayloadTooLarge",
@@ -44,6 +51,7 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "ReplicationError",
+    "Retry",
     "ShardStats",
     "connect",
 ]

@@ -1,0 +1,150 @@
+"""Consumer throughput and failover, against the bare core loop in the same run.
+
+    python benchmarks/bench_consumer.py [--url redis://...] [--n 20000] [--repeats 3]
+
+  bare loop     q.pop(100) + q.ack_many(...) in one thread (the core, no consumer)
+  concurrent    a no-op-handler consumer, batch 100, concurrency 1 and 4 (ratio to bare)
+  ordered       8 shards, 64 keys, batch 10, concurrency 4: one consumer, then two
+  failover      a consumer process is SIGKILLed; seconds until the survivor holds all
+                shards (goal: lease_ttl + one heartbeat, well under lease_ttl +
+                rebalance_interval)
+Every figure is the median of --repeats runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import median, parser, server_url, table
+
+import dynoq
+
+LEASE_TTL = 2.0
+REBALANCE = 20.0
+
+
+def fresh(url: str) -> dynoq.Client:
+    return dynoq.connect(url, prefix=f"bc-{uuid.uuid4().hex[:8]}")
+
+
+def cleanup(client: dynoq.Client) -> None:
+    keys = list(client.redis.scan_iter(match=f"{client.prefix}:*", count=1000))
+    for i in range(0, len(keys), 1000):
+        client.redis.delete(*keys[i:i + 1000])
+    client.close()
+
+
+def fill(q: dynoq.Queue, n: int, *, keys: int = 0) -> None:
+    body = "x" * 100
+    items = [dynoq.Message(body, key=f"k{i % keys}") if keys else body for i in range(n)]
+    for i in range(0, n, 5000):
+        q.push_many(items[i:i + 5000])
+
+
+def bare(url: str, n: int) -> float:
+    client = fresh(url)
+    try:
+        q = client.queue("b", shards=4)
+        fill(q, n)
+        t0 = time.perf_counter()
+        done = 0
+        while done < n:
+            msgs = q.pop(100)
+            done += q.ack_many(msgs)
+        return n / (time.perf_counter() - t0)
+    finally:
+        cleanup(client)
+
+
+def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
+            **options: object) -> float:
+    client = fresh(url)
+    try:
+        q = client.queue("c", shards=8 if ordered else 4, ordered=ordered)
+        fill(q, n, keys=64 if ordered else 0)
+        cs = [client.consumer(q, lambda m: None, lease_ttl=LEASE_TTL,
+                              rebalance_interval=REBALANCE, **options)
+              for _ in range(consumers)]
+        t0 = time.perf_counter()
+        for c in cs:
+            c.start()
+        while sum(c.stats().handled for c in cs) < n:
+            time.sleep(0.002)
+        elapsed = time.perf_counter() - t0
+        for c in cs:
+            c.stop()
+        return n / elapsed
+    finally:
+        cleanup(client)
+
+
+def failover(url: str) -> float:
+    client = fresh(url)
+    q = client.queue("f", shards=8, ordered=True)
+    child = subprocess.Popen([sys.executable, __file__, "--child", url, client.prefix, "f"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
+        c = client.consumer(q, lambda m: None, lease_ttl=LEASE_TTL,
+                            rebalance_interval=REBALANCE, instance_id="zz-survivor").start()
+        while len(c.assignment) != 4:
+            time.sleep(0.005)
+        child.send_signal(signal.SIGKILL)
+        t0 = time.perf_counter()
+        while len(c.assignment) != 8:
+            time.sleep(0.005)
+        took = time.perf_counter() - t0
+        c.stop()
+        return took
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout:
+            child.stdout.close()
+        cleanup(client)
+
+
+def child(url: str, prefix: str, queue: str) -> None:
+    client = dynoq.connect(url, prefix=prefix)
+    c = client.consumer(client.queue(queue), lambda m: None, lease_ttl=LEASE_TTL,
+                        rebalance_interval=REBALANCE, instance_id="aa-victim").start()
+    print("started", flush=True)
+    c.run()
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        child(*sys.argv[2:5])
+        return
+    p = parser(__doc__ or "")
+    p.add_argument("--n", type=int, default=20000)
+    args = p.parse_args()
+    n, reps = args.n, args.repeats
+    with server_url(args.url) as url:
+        rows: list[tuple[str, ...]] = [("case", "msgs/s (median)", "vs bare loop")]
+        base = median([bare(url, n) for _ in range(reps)])
+        rows.append(("bare loop: pop(100) + ack_many", f"{base:,.0f}", "1.00x"))
+        for conc in (1, 4):
+            r = median([consume(url, n, batch_size=100, concurrency=conc)
+                        for _ in range(reps)])
+            rows.append((f"concurrent consumer, batch 100, concurrency {conc}",
+                         f"{r:,.0f}", f"{r / base:.2f}x"))
+        for k in (1, 2):
+            r = median([consume(url, n // 2, consumers=k, ordered=True, batch_size=10,
+                                concurrency=4) for _ in range(reps)])
+            rows.append((f"ordered, 8 shards, batch 10, {k} consumer(s)", f"{r:,.0f}",
+                         f"{r / base:.2f}x"))
+        took = median([failover(url) for _ in range(reps)])
+        rows.append((f"failover after SIGKILL (lease_ttl {LEASE_TTL:g} s, rebalance "
+                     f"{REBALANCE:g} s)", f"{took:.2f} s", "-"))
+        print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

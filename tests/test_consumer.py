@@ -1,0 +1,470 @@
+"""Consumers in one process, on every backend: concurrent and ordered consumption,
+retries, dead letters, hooks, stats, graceful stop, rebalance, fencing, bad input."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from consumer_helpers import wait_for
+
+import dynoq
+from dynoq.consumer import Consumer
+from dynoq.errors import InvalidArgument, InvalidType, LeaseLost
+from dynoq.group import Membership, members, reap_stale_members
+from dynoq.hooks import Middleware
+from dynoq.lease import Leases
+from dynoq.retry import DeadLetter, Retry
+
+FAST = {"lease_ttl": 2.0, "rebalance_interval": 5.0, "idle_wait": 0.5}
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[Consumer]]:
+    """Consumers made by a test; stopped after it even when it fails."""
+    made: list[Consumer] = []
+    yield made
+    for c in made:
+        c.stop(timeout=10)
+
+
+class Recorder:
+    """A thread-safe handler that records payloads and checks shard exclusivity."""
+
+    def __init__(self, fail: Callable[[dynoq.Message], Exception | None] | None = None,
+                 sleep: float = 0.0) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[Any] = []
+        self.attempts: dict[Any, list[int]] = collections.defaultdict(list)
+        self.on_shard: dict[int, int] = {}
+        self.overlaps = 0
+        self.fail = fail
+        self.sleep = sleep
+
+    def handler(self, tag: int = 0) -> Callable[[dynoq.Message], None]:
+        def handle(msg: dynoq.Message) -> None:
+            assert msg.shard is not None
+            with self.lock:
+                if self.on_shard.get(msg.shard, tag) != tag:
+                    self.overlaps += 1  # two consumers on one shard at once
+                self.on_shard[msg.shard] = tag
+                self.attempts[_ident(msg.payload)].append(msg.attempts)
+            if self.sleep:
+                time.sleep(self.sleep)
+            err = self.fail(msg) if self.fail else None
+            with self.lock:
+                self.on_shard.pop(msg.shard, None)
+                if err is None:
+                    self.seen.append(msg.payload)
+            if err is not None:
+                raise err
+        return handle
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.seen)
+
+
+def _ident(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        return tuple(sorted(payload.items()))
+    return tuple(payload) if isinstance(payload, list) else payload
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"strategy": "nope"}, InvalidArgument),
+    ({"strategy": 42}, InvalidType),
+    ({"concurrency": 0}, InvalidArgument),
+    ({"concurrency": 1.5}, InvalidType),
+    ({"batch_size": 0}, InvalidArgument),
+    ({"batch_size": True}, InvalidType),
+    ({"rebalance_interval": 0}, InvalidArgument),
+    ({"lease_ttl": -1}, InvalidArgument),
+    ({"lease_ttl": float("inf")}, InvalidArgument),
+    ({"idle_wait": "1"}, InvalidType),
+    ({"max_in_flight": 0}, InvalidArgument),
+    ({"retry_delays": [1, -2]}, InvalidArgument),
+    ({"retry_delays": []}, InvalidArgument),
+    ({"retry_delays": "10s"}, InvalidType),
+    ({"mode": "broadcasting"}, InvalidArgument),
+    ({"group": "a{b}"}, InvalidArgument),
+    ({"instance_id": ""}, InvalidArgument),
+    ({"strategy": "consistent_hash", "strategy_options": {"bogus": 1}}, InvalidArgument),
+    ({"before": "not callable"}, InvalidType),
+    ({"middleware": [object()]}, InvalidType),
+    ({"no_such_option": 1}, InvalidType),
+])
+def test_bad_options_raise_typed_errors(client: dynoq.Client, options: dict[str, Any],
+                                        error: type[Exception]) -> None:
+    q = client.queue("bad", shards=2)
+    with pytest.raises(error):
+        client.consumer(q, lambda m: None, **options)
+    assert members(client, "bad", "default") == []  # nothing was written
+
+
+def test_bad_handler_and_queue(client: dynoq.Client) -> None:
+    q = client.queue("bad", shards=2)
+    with pytest.raises(InvalidType):
+        client.consumer(q, "print")  # type: ignore[arg-type]
+    with pytest.raises(InvalidType):
+        Consumer("bad", print)  # type: ignore[arg-type]
+    c = client.consumer("bad", lambda m: None, **FAST)  # a queue name is fine
+    assert isinstance(c, Consumer) and not c.assignment
+    with pytest.raises(ValueError):  # errors in arguments are also ValueError
+        Retry(-1)
+
+
+# -- concurrent queues -----------------------------------------------------------------------
+
+def test_concurrent_group_handles_everything_once(client: dynoq.Client,
+                                                  consumers: list[Consumer]) -> None:
+    q = client.queue("conc", shards=4)
+    rec = Recorder()
+    for i in range(2):
+        consumers.append(client.consumer(q, rec.handler(i), concurrency=3, batch_size=10,
+                                         instance_id=f"m{i}", **FAST).start())
+    q.push_many(list(range(600)))
+    wait_for(lambda: rec.count() >= 600, what="600 handled")
+    wait_for(lambda: all(len(c.assignment) == 2 for c in consumers), what="split")
+    assert consumers[0].assignment | consumers[1].assignment == {0, 1, 2, 3}
+    assert consumers[0].assignment.isdisjoint(consumers[1].assignment)
+    for c in consumers:
+        assert c.stop(10)
+    assert sorted(rec.seen) == list(range(600))
+    st = [c.stats() for c in consumers]
+    assert sum(s.handled for s in st) == 600
+    assert all(s.failed == s.retried == s.dead_lettered == 0 for s in st)
+    assert q.stats().unacked == 0 and q.size() == 0
+    assert members(client, "conc", "default") == []  # both left
+
+
+def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
+                                              consumers: list[Consumer]) -> None:
+    """A member pops from shards allocated to others too: nothing starves while one runs."""
+    q = client.queue("starve", shards=4)
+    Membership(client, "starve", "default", "aaa-ghost", ttl=60).heartbeat()
+    rec = Recorder()
+    consumers.append(client.consumer(q, rec.handler(), instance_id="zzz", **FAST).start())
+    assert consumers[0].assignment == {2, 3}  # the ghost's shards are 0 and 1
+    q.push_many(list(range(100)))
+    wait_for(lambda: rec.count() >= 100, what="every shard drained")
+
+
+def test_batch_handler_gets_lists(client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("batch", shards=2)
+    sizes: list[int] = []
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def handle(batch: list[dynoq.Message]) -> None:
+        with lock:
+            sizes.append(len(batch))
+            got.extend(m.payload for m in batch)
+
+    q.push_many(list(range(200)))
+    consumers.append(client.consumer(q, handle, batch_size=50, batch_handler=True,
+                                     concurrency=2, **FAST).start())
+    wait_for(lambda: len(got) >= 200)
+    assert sorted(got) == list(range(200)) and max(sizes) > 1 and max(sizes) <= 50
+
+
+def test_flow_control_bounds_messages_in_memory(client: dynoq.Client,
+                                                consumers: list[Consumer]) -> None:
+    q = client.queue("flow", shards=2)
+    held, peak, lock = [0], [0], threading.Lock()
+
+    def handle(msg: dynoq.Message) -> None:
+        with lock:
+            held[0] += 1
+            peak[0] = max(peak[0], held[0])
+        time.sleep(0.002)
+        with lock:
+            held[0] -= 1
+
+    q.push_many(list(range(60)))
+    c = client.consumer(q, handle, concurrency=4, batch_size=3, max_in_flight=3, **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: c.stats().handled >= 60)
+    assert peak[0] == 1  # 3 permits: one batch at a time, handled one by one
+
+
+# -- retries, dead letters, hooks --------------------------------------------------------------
+
+def test_retries_then_success(client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("retry", shards=2)
+    rec = Recorder(fail=lambda m: RuntimeError("boom") if m.attempts < 3 else None)
+    q.push("x")
+    c = client.consumer(q, rec.handler(), retry_delays=[0.05, 0.1], **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: rec.count() == 1)
+    assert rec.attempts["x"] == [1, 2, 3]
+    wait_for(lambda: c.stats().handled == 1)
+    s = c.stats()
+    assert (s.handled, s.failed, s.retried, s.dead_lettered) == (1, 2, 2, 0)
+    assert s.handler_seconds >= 0
+
+
+def test_dead_letter_after_max_retries(client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("dlq", shards=2, max_retries=2)
+    rec = Recorder(fail=lambda m: ValueError("always"))
+    q.push("bad", id="m1")
+    q.push("good", id="m2")
+    c = client.consumer(q, lambda m: rec.handler()(m) if m.payload == "bad" else None,
+                        retry_delays=[0.02], **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: q.stats().dead == 1, what="dead-lettered")
+    assert rec.attempts["bad"] == [1, 2, 3]  # max_retries=2: three deliveries in all
+    assert [m.id for m in q.dead()] == ["m1"]
+    wait_for(lambda: c.stats().handled == 1)
+    s = c.stats()
+    assert (s.failed, s.retried, s.dead_lettered) == (3, 2, 1)
+
+
+def test_explicit_retry_and_dead_letter(client: dynoq.Client,
+                                        consumers: list[Consumer]) -> None:
+    q = client.queue("explicit", shards=1)
+    calls: list[tuple[str, int, float]] = []
+
+    def handle(msg: dynoq.Message) -> None:
+        calls.append((msg.payload, msg.attempts, time.monotonic()))
+        if msg.payload == "later" and msg.attempts == 1:
+            raise Retry(0.3)
+        if msg.payload == "now":
+            raise DeadLetter("poison")
+
+    # the default schedule would wait 10 s: only Retry(0.3) makes this test pass in time
+    c = client.consumer(q, handle, **FAST)
+    consumers.append(c.start())
+    q.push("later")
+    q.push("now", id="poison")
+    wait_for(lambda: len([x for x in calls if x[0] == "later"]) == 2 and q.stats().dead == 1)
+    later = [t for p, _, t in calls if p == "later"]
+    assert later[1] - later[0] >= 0.25
+    assert [m.id for m in q.dead()] == ["poison"]
+    wait_for(lambda: c.stats().handled == 1)
+    s = c.stats()
+    assert (s.retried, s.dead_lettered, s.failed) == (1, 1, 2)
+
+
+def test_hooks_and_middleware(client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("hooks", shards=1)
+    events: list[tuple[str, Any]] = []
+    lock = threading.Lock()
+
+    class Timing(Middleware):
+        def before(self, msg: dynoq.Message) -> None:
+            with lock:
+                events.append(("mw-before", msg.payload))
+            if msg.payload == "veto":
+                raise PermissionError("vetoed")
+
+        def after(self, msg: dynoq.Message, error: BaseException | None,
+                  seconds: float) -> None:
+            with lock:
+                events.append(("mw-after", (msg.payload, type(error).__name__, seconds >= 0)))
+            raise RuntimeError("after hooks' errors are ignored")
+
+    def before(msg: dynoq.Message) -> None:
+        with lock:
+            events.append(("before", msg.payload))
+
+    def after(msg: dynoq.Message, error: BaseException | None) -> None:
+        with lock:
+            events.append(("after", (msg.payload, error is None)))
+
+    handled: list[Any] = []
+    q.push("ok")
+    q.push("veto")
+    c = client.consumer(q, lambda m: handled.append(m.payload), before=before, after=after,
+                        middleware=[Timing()], retry_delays=[30], concurrency=1, **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: len([e for e in events if e[0] == "after"]) == 2)
+    assert handled == ["ok"]  # the vetoed message never reached the handler
+    assert events[:4] == [("before", "ok"), ("mw-before", "ok"),
+                          ("mw-after", ("ok", "NoneType", True)), ("after", ("ok", True))]
+    assert ("mw-after", ("veto", "PermissionError", True)) in events
+    wait_for(lambda: c.stats().retried == 1)
+    assert c.stats().failed == 1
+
+
+def test_graceful_stop_loses_nothing(client: dynoq.Client) -> None:
+    q = client.queue("graceful", shards=4)
+    rec = Recorder(sleep=0.003)
+    q.push_many(list(range(400)))
+    c = client.consumer(q, rec.handler(), concurrency=4, batch_size=5, **FAST).start()
+    wait_for(lambda: rec.count() >= 40)
+    assert c.stop(timeout=20)
+    st = q.stats()
+    assert st.unacked == 0  # everything popped was finished and acked
+    assert rec.count() + st.size == 400
+    assert len(set(rec.seen)) == rec.count() == c.stats().handled
+    rest = client.consumer(q, rec.handler(), **FAST).start()  # another one finishes the job
+    wait_for(lambda: rec.count() >= 400)
+    assert rest.stop(10)
+    assert sorted(rec.seen) == list(range(400))
+
+
+# -- ordered queues --------------------------------------------------------------------------
+
+def _push_keyed(q: dynoq.Queue, keys: int, per_key: int) -> None:
+    q.push_many([dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
+                 for i in range(per_key) for k in range(keys)])
+
+
+def _check_order(seen: list[Any], keys: int, per_key: int) -> None:
+    by_key: dict[int, list[int]] = collections.defaultdict(list)
+    for p in seen:
+        by_key[p["k"]].append(p["i"])
+    for k in range(keys):
+        assert by_key[k] == list(range(per_key)), f"key {k} out of order: {by_key[k]}"
+
+
+def test_ordered_threads_keep_key_order_and_exclusive_shards(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("ord", shards=8, ordered=True)
+    rec = Recorder()
+    _push_keyed(q, 24, 25)
+    for i in range(3):
+        consumers.append(client.consumer(q, rec.handler(i), concurrency=2, batch_size=4,
+                                         instance_id=f"t{i}", **FAST).start())
+    wait_for(lambda: rec.count() >= 600, timeout=30, what="600 ordered")
+    _check_order(rec.seen, 24, 25)
+    assert rec.overlaps == 0
+    held = [c.assignment for c in consumers]
+    assert sum(len(h) for h in held) == 8 and set().union(*held) == set(range(8))
+
+
+def test_ordered_failure_blocks_key_and_retries_in_place(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("ordretry", shards=1, ordered=True, max_retries=2)
+    fails = {("a", 1): 2, ("a", 3): 99}  # a1 fails twice then works; a3 always fails
+
+    def fail(msg: dynoq.Message) -> Exception | None:
+        key = (msg.payload["k"], msg.payload["i"])
+        return RuntimeError("no") if msg.attempts <= fails.get(key, 0) else None
+
+    rec = Recorder(fail=fail)
+    q.push_many([dynoq.Message({"k": "a", "i": i}, key="a") for i in range(5)])
+    c = client.consumer(q, rec.handler(), batch_size=3, retry_delays=[0.05], **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: rec.count() >= 4 and q.stats().dead == 1)
+    assert [p["i"] for p in rec.seen] == [0, 1, 2, 4]  # a3 dead-lettered, then moved on
+    assert rec.attempts[_ident({"k": "a", "i": 1})] == [1, 2, 3]
+    order = [(p["i"]) for p in rec.seen]
+    assert order == sorted(order)
+    assert q.dead()[0].payload == {"k": "a", "i": 3}
+    s = c.stats()
+    assert s.dead_lettered == 1 and s.retried == 4 and s.handled == 4
+
+
+def test_ordered_worker_leaves_a_busy_shard_for_waiting_ones(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("fair", shards=2, ordered=True)
+    order: list[int] = []
+    a_key, b_key = "k0", next(f"k{i}" for i in range(1, 99) if q.shard_for(f"k{i}") !=
+                              q.shard_for("k0"))
+    q.push_many([dynoq.Message(i, key=a_key) for i in range(300)])
+
+    def handle(msg: dynoq.Message) -> None:
+        order.append(msg.payload)
+        time.sleep(0.0005)
+
+    c = client.consumer(q, handle, concurrency=1, max_continuous_time=0.02, **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: len(order) >= 5)  # the worker is on shard A; B was found empty
+    q.push_many([dynoq.Message(1000 + i, key=b_key) for i in range(300)])
+    wait_for(lambda: len(order) >= 600, timeout=30)
+    assert order.index(1000) < order.index(299)  # B did not wait for A to drain
+    switches = sum(1 for x, y in itertools.pairwise(order) if (x < 1000) != (y < 1000))
+    assert switches >= 3  # it alternated between the shards while both had messages
+    assert [x for x in order if x < 1000] == list(range(300))
+
+
+# -- rebalance, leases, fencing ------------------------------------------------------------------
+
+def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consumer]) -> None:
+    q = client.queue("rebal", shards=8, ordered=True)
+    opts = {**FAST, "rebalance_interval": 60.0}  # only notifications can make this pass
+    a = client.consumer(q, lambda m: None, instance_id="a", **opts).start()
+    consumers.append(a)
+    assert a.assignment == set(range(8))
+    b = client.consumer(q, lambda m: None, instance_id="b", **opts).start()
+    consumers.append(b)
+    wait_for(lambda: a.assignment == set(range(4)) and b.assignment == set(range(4, 8)),
+             what="split between a and b")
+    c = client.consumer(q, lambda m: None, instance_id="c",
+                        strategy="averagely", **opts).start()
+    consumers.append(c)
+    wait_for(lambda: (a.assignment, b.assignment, c.assignment)
+             == ({0, 1, 2}, {3, 4, 5}, {6, 7}), what="split in three")
+    assert b.stop(10)
+    wait_for(lambda: (a.assignment, c.assignment) == ({0, 1, 2, 3}, {4, 5, 6, 7}),
+             what="b's shards taken over")
+    for s in range(8):  # every shard leased exactly by the member holding it
+        holder = client.redis.get(q.shard_keys(s).lease).decode()
+        assert holder.startswith("a:" if s < 4 else "c:")
+    assert members(client, "rebal", "default") == ["a", "c"]
+
+
+def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
+    q = client.queue("fence", shards=1, ordered=True)
+    q.push_many([dynoq.Message(i, key="k") for i in range(3)])
+    old = Leases(q, "old", ttl=0.3)
+    assert old.acquire(0) == 0.0
+    [msg] = q.pop(1, lease="old")
+    assert msg.payload == 0 and msg.lease == "old"
+    new = Leases(q, "new", ttl=5)
+    assert new.acquire(0) > 0  # still held by "old"
+    wait_for(lambda: client.redis.get(q.shard_keys(0).lease) is None, what="lease expiry")
+    assert new.acquire(0) == 0.0  # takes over; old's in-flight message back at the head
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.pop(1, lease="old")
+    assert old.renew([0]) == {0}
+    again = q.pop(3, lease="new")
+    assert [m.payload for m in again] == [0, 1, 2]
+    assert again[0].attempts == 2
+
+
+def test_consumer_survives_losing_a_lease(client: dynoq.Client,
+                                          consumers: list[Consumer]) -> None:
+    q = client.queue("lost", shards=1, ordered=True)
+    gate, entered = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def handle(msg: dynoq.Message) -> None:
+        seen.append(msg.payload)
+        entered.set()
+        gate.wait(10)
+
+    c = client.consumer(q, handle, **{**FAST, "lease_ttl": 30.0})
+    consumers.append(c.start())
+    q.push(1, key="k")
+    assert entered.wait(10)
+    # Simulate a pause: the lease expires and another holder takes the shard over.
+    client.redis.delete(q.shard_keys(0).lease)
+    assert Leases(q, "thief", ttl=30).acquire(0) == 0.0
+    gate.set()
+    wait_for(lambda: c.stats().lease_lost >= 1, what="LeaseLost seen")
+    assert c.assignment == set() and c.stats().handled == 0  # its ack was refused
+    assert [m.payload for m in q.pop(1, lease="thief")] == [1]  # redelivered to the thief
+
+
+def test_reap_stale_members(client: dynoq.Client) -> None:
+    q = client.queue("reap", shards=2)
+    Membership(client, "reap", "g1", "dead-1", ttl=0.05).heartbeat()
+    Membership(client, "reap", "g2", "dead-2", ttl=0.05).heartbeat()
+    Membership(client, "reap", "g2", "alive", ttl=60).heartbeat()
+    time.sleep(0.12)
+    assert reap_stale_members(client, q.name) == 2
+    assert members(client, "reap", "g1") == [] and members(client, "reap", "g2") == ["alive"]
+    assert reap_stale_members(client, q.name) == 0
+    assert client.redis.smembers(f"{client.prefix}:groups:{{reap}}") == {b"g2"}

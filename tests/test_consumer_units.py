@@ -1,0 +1,82 @@
+"""Pure parts of the consumer, without a server: retry schedule, shard order, shard board."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dynoq.errors import InvalidArgument, InvalidType
+from dynoq.retry import (
+    CONCURRENT_RETRY_DELAYS,
+    ORDERED_RETRY_DELAYS,
+    DeadLetter,
+    Retry,
+    RetryPolicy,
+)
+from dynoq.shard_board import InFlight, ShardBoard, pop_order
+
+
+def test_default_retry_schedules_follow_rocketmq() -> None:
+    p = RetryPolicy.make(None, ordered=False)
+    assert p.delays == CONCURRENT_RETRY_DELAYS
+    assert [p.delay(n) for n in (1, 2, 3, 16, 17, 99)] == [10, 30, 60, 7200, 7200, 7200]
+    assert len(CONCURRENT_RETRY_DELAYS) == 16  # one per retry of the default max_retries
+    assert RetryPolicy.make(None, ordered=True).delays == ORDERED_RETRY_DELAYS == (1.0,)
+    assert RetryPolicy.make([0.5, 2], ordered=True).delay(5) == 2.0
+
+
+def test_retry_requests() -> None:
+    assert Retry().delay is None and Retry(3).delay == 3.0
+    assert "poison" in str(DeadLetter("poison"))
+    with pytest.raises(InvalidArgument):
+        Retry(float("nan"))
+    with pytest.raises(InvalidType):
+        RetryPolicy.make([1, "2"], ordered=False)  # type: ignore[list-item]
+
+
+def test_pop_order_prefers_own_shards_and_rotates() -> None:
+    assert pop_order([2, 3], 6, 0) == [2, 3, 0, 1, 4, 5]
+    assert pop_order([2, 3], 6, 1) == [3, 2, 1, 4, 5, 0]
+    assert pop_order([], 3, 2) == [2, 0, 1]
+    firsts = {pop_order([1, 4], 6, t)[0] for t in range(4)}
+    assert firsts == {1, 4}
+
+
+def test_board_claims_one_shard_per_worker_and_waits_on_empty_ones() -> None:
+    b = ShardBoard()
+    for s in (0, 1, 2):
+        b.add(s)
+    got = [b.claim(0.01) for _ in range(3)]
+    assert sorted(s for shards, waiting in got for s in shards) == [0, 1, 2]
+    assert all(not waiting for _, waiting in got)
+    assert b.claim(0.01) == ([], False)  # all busy
+    for s in (0, 1, 2):
+        assert not b.done(s, found=False)
+    shards, waiting = b.claim(0.01)  # every free shard is empty: claim them all, wait
+    assert sorted(shards) == [0, 1, 2] and waiting
+    for s in shards:
+        b.done(s, found=None)
+    assert b.claim(0.01)[1] is False
+
+
+def test_board_releases_a_moved_shard_after_its_worker() -> None:
+    b = ShardBoard()
+    b.add(0)
+    b.add(1)
+    assert b.move_away(1) is True  # idle: release at once
+    [s], _ = b.claim(0.01)
+    assert s == 0
+    assert b.move_away(0) is False  # busy: later
+    assert b.held() == {0}  # still leased until its worker is done
+    assert b.done(0, found=True) is True
+    assert b.held() == set()
+
+
+def test_inflight_permits_block_and_resume() -> None:
+    f = InFlight(3)
+    assert f.take(2, 0.01) == 2 and f.take(5, 0.01) == 1 and f.take(1, 0.01) == 0
+    t = threading.Timer(0.05, f.give, args=(2,))
+    t.start()
+    assert f.take(4, 5.0) == 2
+    t.join()
