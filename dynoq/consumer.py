@@ -175,13 +175,16 @@ class Consumer:
     def _guard(self, loop: Callable[[], None], stop: threading.Event) -> None:
         # A thread must not die on a transient error (a dropped connection): log, back
         # off, go on.
-        while not stop.is_set():
-            try:
-                loop()
-                return
-            except Exception:
-                log.exception("dynoq: consumer thread error; retrying in 1 s")
-                stop.wait(1.0)
+        try:
+            while not stop.is_set():
+                try:
+                    loop()
+                    return
+                except Exception:
+                    log.exception("dynoq: consumer thread error; retrying in 1 s")
+                    stop.wait(1.0)
+        finally:
+            self.queue.client.waiter.release()  # this thread's wake-up subscription
 
     def _concurrent_loop(self) -> None:
         o = self.options

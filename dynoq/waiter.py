@@ -69,6 +69,12 @@ class Waiter:
         with contextlib.suppress(Exception):  # its connection is already broken
             pubsub.close()
 
+    def release(self) -> None:
+        """Close the calling thread's subscription (a thread that stops waiting for good)."""
+        pubsub = getattr(self._local, "pubsub", None)
+        if pubsub is not None:
+            self._drop(pubsub)
+
     def close(self) -> None:
         with self._lock:
             for pubsub in self._all:

@@ -309,6 +309,7 @@ def test_graceful_stop_loses_nothing(client: dynoq.Client) -> None:
     wait_for(lambda: rec.count() >= 400)
     assert rest.stop(10)
     assert sorted(rec.seen) == list(range(400))
+    assert client.waiter._all == []  # stopped workers closed their wake-up subscriptions
 
 
 # -- ordered queues --------------------------------------------------------------------------
