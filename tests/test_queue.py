@@ -374,3 +374,12 @@ def test_ack_many_counts_each_delivery_once(client: dynoq.Client) -> None:
     got = q.pop(10)
     assert q.ack_many([*got, got[0], got[1].id or ""]) == 10
     assert q.ack_many(got) == 0 and q.stats().unacked == 0
+
+
+def test_ensure_many_keeps_the_first_of_a_repeated_id(client: dynoq.Client) -> None:
+    q = client.queue("ensure-dupes", shards=2)
+    assert q.ensure_many([Message("first", id="x"), Message("second", id="x"),
+                          Message("other", id="y")]) == 2
+    got = q.get("x")
+    assert got is not None and got.payload == "first"
+    assert q.size() == 2

@@ -37,12 +37,14 @@ end
 
 local n = (#ARGV - 3) / 4
 local base = redis.call('INCRBY', seq, n) - n
-local out, hset, zready, zdelayed = {}, {}, {}, {}
+local out, hset, zready, zdelayed, seen = {}, {}, {}, {}, {}
 for i = 1, n do
   local j = 4 + (i - 1) * 4
   local id, delay, prio = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   local skip = false
-  if redis.call('HEXISTS', msgs, id) == 1 then
+  if seen[id] then
+    skip = true -- the same id twice in one call: the first one counts
+  elseif redis.call('HEXISTS', msgs, id) == 1 then
     if ensure then
       skip = true
     else -- replace: the old copy leaves every state, its deliveries become stale
@@ -57,6 +59,7 @@ for i = 1, n do
   if skip then
     out[i] = 0
   else
+    seen[id] = true
     out[i] = 1
     hset[#hset + 1] = id
     hset[#hset + 1] = string.format('%d,%d,%d,', now, delay, prio) .. ARGV[j + 3]

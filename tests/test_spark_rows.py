@@ -1,0 +1,127 @@
+"""Row -> message conversion of the Spark sinks (pure: no Spark, no server)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+import subprocess
+import sys
+from decimal import Decimal
+from typing import Any
+
+import msgpack
+import pytest
+
+import dynoq
+from dynoq.spark import batch_sink, partition_sink
+from dynoq.spark_export import to_json
+from dynoq.spark_rows import RowSpec, plain, to_messages
+
+UTC = dt.timezone.utc
+
+
+def never() -> float:
+    raise AssertionError("server time asked for without a timestamp delay")
+
+
+def test_plain_makes_values_msgpack_safe() -> None:
+    aware = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    naive = dt.datetime(2024, 5, 1, 12, 0, 0)
+    row = {"ts": aware, "naive": naive, "day": dt.date(2024, 5, 1), "price": Decimal("12.30"),
+           "dur": dt.timedelta(seconds=90), "blob": bytearray(b"\x00\x01"),
+           "nested": {"xs": (1, 2), "t": dt.time(8, 30)}, "n": None}
+    out = plain(row)
+    assert out == {"ts": "2024-05-01T10:00:00.123000+00:00",
+                   "naive": naive.astimezone(UTC).isoformat(), "day": "2024-05-01",
+                   "price": "12.30", "dur": 90.0, "blob": b"\x00\x01",
+                   "nested": {"xs": [1, 2], "t": "08:30:00"}, "n": None}
+    msgpack.packb(out, use_bin_type=True)
+
+
+def test_to_messages_maps_columns() -> None:
+    spec = RowSpec.of("id", key_col="k", priority_col="p", payload_cols=["a"])
+    [m] = to_messages(spec, [{"id": 7, "k": "cust", "p": 3, "a": Decimal("1.5"), "b": 1}],
+                      never)
+    assert (m.id, m.key, m.priority, m.delay, m.payload) == ("7", "cust", 3, 0.0, {"a": "1.5"})
+
+
+def test_delay_seconds_and_timestamps_use_the_server_clock() -> None:
+    spec = RowSpec.of("id", delay_col="d")
+    now = 1_700_000_000.0
+    calls: list[int] = []
+
+    def server_now() -> float:
+        calls.append(1)
+        return now
+
+    rows: list[dict[str, Any]] = [
+        {"id": "a", "d": 2.5}, {"id": "b", "d": None}, {"id": "c", "d": Decimal("1")},
+        {"id": "e", "d": dt.datetime.fromtimestamp(now + 30, UTC)},
+        {"id": "f", "d": dt.datetime.fromtimestamp(now - 30, UTC)},  # overdue: due now
+        {"id": "g", "d": dt.datetime.fromtimestamp(now + 10)},  # naive = local time
+    ]
+    delays = [m.delay for m in to_messages(spec, rows, server_now)]
+    assert delays == pytest.approx([2.5, 0.0, 1.0, 30.0, 0.0, 10.0])
+    assert len(calls) == 1  # once per batch, not per row
+
+
+@pytest.mark.parametrize(("value", "error", "text"), [
+    (None, dynoq.InvalidArgument, "is null"),
+    ("", dynoq.InvalidArgument, "is empty"),
+    ("  ", dynoq.InvalidArgument, "is empty"),
+    (1.5, dynoq.InvalidType, "holds a float"),
+    (True, dynoq.InvalidType, "holds a bool"),
+    ("x" * 513, dynoq.InvalidArgument, "at most 512"),
+])
+def test_bad_ids_fail_the_whole_batch(value: object, error: type[Exception],
+                                      text: str) -> None:
+    rows = [{"id": "ok-1"}, {"id": value}, {"id": "ok-2"}]
+    with pytest.raises(error, match=text) as info:
+        to_messages(RowSpec.of("id"), rows, never)
+    assert "row 1 of this batch" in str(info.value) and "'id'" in str(info.value)
+
+
+def test_missing_columns_are_named() -> None:
+    with pytest.raises(dynoq.InvalidArgument, match="id_col names column 'event_id'"):
+        to_messages(RowSpec.of("event_id"), [{"id": 1}], never)
+    with pytest.raises(dynoq.InvalidArgument, match="payload_cols names column 'x'"):
+        to_messages(RowSpec.of("id", payload_cols=["x"]), [{"id": 1}], never)
+
+
+def test_bad_delays_and_specs() -> None:
+    for bad in (-1, float("nan"), "soon"):
+        with pytest.raises(dynoq.DynoqError, match="delay column 'd'"):
+            to_messages(RowSpec.of("id", delay_col="d"), [{"id": 1, "d": bad}], never)
+    with pytest.raises(dynoq.InvalidType):
+        RowSpec.of("")
+    with pytest.raises(dynoq.InvalidType):
+        RowSpec.of("id", payload_cols="a,b")
+
+
+def test_repeated_id_keeps_its_first_row() -> None:
+    msgs = to_messages(RowSpec.of("id"), [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}], never)
+    assert [m.payload["v"] for m in msgs] == ["a"]
+
+
+def test_sinks_are_picklable_and_refuse_unreachable_urls() -> None:
+    sink = partition_sink("redis://h:6379/0", "q", id_col="id", prefix="p", batch_size=10)
+    again = pickle.loads(pickle.dumps(sink))
+    assert again == sink and again.connect_options == {"prefix": "p"}
+    pickle.dumps(batch_sink("redis://h:6379/0", "q", id_col="id"))
+    for url in ("embedded://", "memory://x"):
+        with pytest.raises(dynoq.InvalidArgument, match="executors need a server"):
+            partition_sink(url, "q", id_col="id")
+    with pytest.raises(dynoq.InvalidArgument, match="batch_size"):
+        partition_sink("redis://h", "q", id_col="id", batch_size=0)
+
+
+def test_spark_module_imports_without_pyspark() -> None:
+    code = ("import sys; sys.modules['pyspark'] = None; sys.modules['pyarrow'] = None\n"
+            "import dynoq.spark, dynoq.spark_export, dynoq.demo\n"
+            "assert 'pyspark' not in [m for m in sys.modules if sys.modules[m]]\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_export_json_of_payloads() -> None:
+    assert to_json({"b": b"\x00", "a": [1, None]}) == '{"a": [1, null], "b": {"$base64": "AA=="}}'
+    assert to_json(None) is None
