@@ -1,12 +1,14 @@
 """The Lua scripts, one file per transition under ``dynoq/lua/``, and how they are called.
 
-Each file's header is its contract (KEYS, ARGV, returns). Here we only name, per script,
+Each file's header is its contract (KEYS, ARGV, returns, and the shared pieces under
+``lua/lib/`` it uses, which are put in front of it at load). Here we only name, per script,
 which keys of a shard it takes, in KEYS order. redis-py's ``Script`` computes the SHA
 locally, sends EVALSHA and reloads the script on NOSCRIPT (also inside pipelines).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -44,8 +46,16 @@ OTHER_SCRIPTS = {"open": 1, "due": 3,
 FENCED = -1
 
 
+def _read(path: str) -> str:
+    return (resources.files("dynoq") / "lua" / path).read_text("utf-8")
+
+
 def source(name: str, numkeys: int) -> str:
-    return (resources.files("dynoq") / "lua" / f"{name}-{numkeys}.lua").read_text("utf-8")
+    """A script's text, after the shared pieces its header names ("uses: lib/x.lua")."""
+    text = _read(f"{name}-{numkeys}.lua")
+    header = text.split("]]", 1)[0]
+    libs = [_read(lib) for lib in re.findall(r"uses: (lib/[\w-]+\.lua)", header)]
+    return "\n".join([*libs, text])
 
 
 @dataclass

@@ -8,12 +8,12 @@
   returns: {1, hint, id, record, attempts, token, ...} with hint = -1
            {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
            {-1}       the caller's lease is gone (fenced), or another consumer leases it
+  uses: lib/promote.lua
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local count, vis, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local ordered, token, max_retries = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
-local PRIO = 70368744177664 -- 2^46: priority in the high bits, ready sequence below
 
 if token ~= '' or ordered then
   local holder = redis.call('GET', lease)
@@ -36,25 +36,7 @@ for i = 1, #expired, 2 do
 end
 
 -- Promote what is due (a requeued message keeps its saved place).
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 5000)
-if #due > 0 then
-  local base = redis.call('INCRBY', seq, #due) - #due
-  local args = {}
-  for i, id in ipairs(due) do
-    local d = redis.call('HGET', dlv, id)
-    local keep = d and string.match(d, '^%d*|(%d+)|')
-    local score = keep
-    if not score then
-      local rec = redis.call('HGET', msgs, id)
-      local prio = rec and tonumber(string.match(rec, '^%d+,%d+,(%d+),')) or 0
-      score = prio * PRIO + base + i
-    end
-    args[#args + 1] = score
-    args[#args + 1] = id
-  end
-  redis.call('ZADD', ready, unpack(args))
-  redis.call('ZREM', delayed, unpack(due))
-end
+promote(delayed, ready, msgs, dlv, seq, now, 5000)
 
 local function hint()
   local best = -1

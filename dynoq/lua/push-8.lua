@@ -6,34 +6,16 @@
   ARGV[3] wake channel (PUBLISHed when anything was added)
   ARGV[4..] groups of four: id, delay ms, priority, msgpack body
   returns: array of 1 (pushed) / 0 (skipped by ensure), one per message
+  uses: lib/promote.lua
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, done =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local ensure, window = ARGV[1] == 'ensure', tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local PRIO = 70368744177664 -- 2^46: priority in the high bits, ready sequence below
 
 -- Promote what is due first, so ready order is exactly "became ready first".
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 5000)
-if #due > 0 then
-  local base = redis.call('INCRBY', seq, #due) - #due
-  local args = {}
-  for i, id in ipairs(due) do
-    local d = redis.call('HGET', dlv, id)
-    local keep = d and string.match(d, '^%d*|(%d+)|')
-    local score = keep
-    if not score then
-      local rec = redis.call('HGET', msgs, id)
-      local prio = rec and tonumber(string.match(rec, '^%d+,%d+,(%d+),')) or 0
-      score = prio * PRIO + base + i
-    end
-    args[#args + 1] = score
-    args[#args + 1] = id
-  end
-  redis.call('ZADD', ready, unpack(args))
-  redis.call('ZREM', delayed, unpack(due))
-end
+promote(delayed, ready, msgs, dlv, seq, now, 5000)
 
 local n = (#ARGV - 3) / 4
 local base = redis.call('INCRBY', seq, n) - n
