@@ -31,14 +31,20 @@ def translated() -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise ConnectionFailed(f"Redis is unreachable or timed out: {exc}") from exc
+        raise _failed(exc) from exc
+
+
+def _failed(exc: Exception) -> ConnectionFailed:
+    return ConnectionFailed(f"Redis is unreachable or timed out: {exc}")
 
 
 def translate(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with translated():
+        try:  # not `with translated()`: this wraps every call, keep it cheap
             return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _failed(exc) from exc
 
     return wrapper  # type: ignore[return-value]
 

@@ -208,10 +208,11 @@ class Queue:
                 if h >= 0 and (hint < 0 or h < hint):
                     hint = h
                 continue
-            for i in range(2, len(reply), 4):
-                got.append(codec.decode(reply[i].decode(), reply[i + 1], shard=shard,
-                                        attempts=int(reply[i + 2]),
-                                        token=reply[i + 3].decode(), lease=lease or None))
+            held = lease or None
+            decode = codec.decode
+            got += [decode(reply[i].decode(), reply[i + 1], shard=shard,
+                           attempts=int(reply[i + 2]), token=reply[i + 3].decode(), lease=held)
+                    for i in range(2, len(reply), 4)]
             if len(got) >= count:
                 break
         return got, hint
@@ -235,6 +236,12 @@ class Queue:
         """Ack many deliveries (one script call per shard, pipelined); returns how many."""
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for m in msgs:
+            if type(m) is Message and m.shard is not None and m.id is not None:
+                # the common case, popped messages, without _delivery()'s checks
+                pairs = groups[(m.shard, m.lease or "")]
+                pairs.append(m.id)
+                pairs.append(m.token or "")
+                continue
             shard, msg_id, token, lease = self._delivery(m)
             groups[(shard, lease)] += [msg_id, token]
         if not groups:

@@ -19,32 +19,33 @@ promote(delayed, ready, msgs, dlv, seq, now, 5000)
 
 local n = (#ARGV - 3) / 4
 local base = redis.call('INCRBY', seq, n) - n
-local out, hset, zready, zdelayed, seen = {}, {}, {}, {}, {}
+local out, zready, zdelayed, seen = {}, {}, {}, {}
+local pushed = 0
 for i = 1, n do
   local j = 4 + (i - 1) * 4
   local id, delay, prio = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  local skip = false
+  local rec = string.format('%d,%d,%d,', now, delay, prio) .. ARGV[j + 3]
+  local added = false
   if seen[id] then
-    skip = true -- the same id twice in one call: the first one counts
-  elseif redis.call('HEXISTS', msgs, id) == 1 then
-    if ensure then
-      skip = true
-    else -- replace: the old copy leaves every state, its deliveries become stale
+    added = false -- the same id twice in one call: the first one counts
+  elseif ensure then
+    local acked = window > 0 and redis.call('ZSCORE', done, id)
+    if not (acked and tonumber(acked) + window > now) then -- not acked within the window
+      added = redis.call('HSETNX', msgs, id, rec) == 1
+    end
+  else
+    if redis.call('HSET', msgs, id, rec) == 0 then
+      -- replaced: the old copy leaves every state, its deliveries become stale
       redis.call('ZREM', ready, id); redis.call('ZREM', delayed, id)
       redis.call('ZREM', unack, id); redis.call('ZREM', dead, id)
       redis.call('HDEL', dlv, id)
     end
-  elseif ensure and window > 0 then
-    local acked = redis.call('ZSCORE', done, id)
-    skip = acked ~= false and tonumber(acked) + window > now
+    added = true
   end
-  if skip then
-    out[i] = 0
-  else
+  if added then
     seen[id] = true
+    pushed = pushed + 1
     out[i] = 1
-    hset[#hset + 1] = id
-    hset[#hset + 1] = string.format('%d,%d,%d,', now, delay, prio) .. ARGV[j + 3]
     if delay > 0 then
       zdelayed[#zdelayed + 1] = now + delay
       zdelayed[#zdelayed + 1] = id
@@ -52,10 +53,11 @@ for i = 1, n do
       zready[#zready + 1] = prio * PRIO + base + i
       zready[#zready + 1] = id
     end
+  else
+    out[i] = 0
   end
 end
-if #hset > 0 then
-  redis.call('HSET', msgs, unpack(hset))
+if pushed > 0 then
   if #zready > 0 then redis.call('ZADD', ready, unpack(zready)) end
   if #zdelayed > 0 then redis.call('ZADD', delayed, unpack(zdelayed)) end
   redis.call('PUBLISH', ARGV[3], '1')
