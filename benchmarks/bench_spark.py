@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 

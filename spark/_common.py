@@ -28,6 +28,8 @@ def session(app: str, master: str | None = None) -> tuple[Any, bool]:
 
     if master or not SparkConf().contains("spark.master"):  # spark-submit sets the master
         builder = builder.master(master or DEFAULT_MASTER)
+        if (master or DEFAULT_MASTER).startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True

@@ -43,6 +43,7 @@ def _cleanup(url: str, prefix: str) -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
     session = (SparkSession.builder.master("local[2,3]").appName("dynoq-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
