@@ -52,8 +52,9 @@ def test_embedded_url_starts_and_stops_a_private_server() -> None:
     other.close()
 
 
-def test_client_is_a_context_manager_and_repr(url: str) -> None:
-    with dynoq.connect(url, prefix="ctx-t") as c:
-        assert "ctx-t" in repr(c)
+def test_client_is_a_context_manager_and_repr(url: str, prefix: str,
+                                               make_client: Any) -> None:
+    # make_client is not called: it is asked for so that its teardown deletes the prefix
+    with dynoq.connect(url, prefix=prefix) as c:
+        assert prefix in repr(c)
         assert "orders" in repr(c.queue("orders", shards=1))
-        c.queue("orders").clear()
