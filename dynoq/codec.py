@@ -42,6 +42,14 @@ def check_id(value: object) -> str:
     return text
 
 
+def check_positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{what} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgument(f"{what} must be >= 1, got {value}")
+    return value
+
+
 def check_delay(value: object, what: str = "delay") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidType(f"{what} must be a number of seconds, got {type(value).__name__}")

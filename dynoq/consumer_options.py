@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import allocation
+from .codec import check_positive_int
 from .errors import InvalidArgument, InvalidType
 from .hooks import CallableHooks, Middleware
 from .keys import check_name
@@ -18,14 +19,6 @@ from .message import Message
 from .retry import RetryPolicy
 
 MODES = ("clustering",)  # "broadcasting" is planned: every member gets every message
-
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidType(f"{what} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgument(f"{what} must be >= 1, got {value}")
-    return value
 
 
 def _seconds(value: object, what: str, *, positive: bool = True) -> float:
@@ -82,9 +75,9 @@ def make_options(*, ordered: bool, shards: int, group: str = "default", concurre
         raise InvalidArgument(f"mode {mode!r} is not supported: only 'clustering' (each "
                               "message to one member of the group); broadcasting is planned")
     check_name(group, "group")
-    concurrency = _positive_int(concurrency, "concurrency")
-    batch_size = _positive_int(batch_size, "batch_size")
-    in_flight = concurrency * batch_size if max_in_flight is None else _positive_int(
+    concurrency = check_positive_int(concurrency, "concurrency")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    in_flight = concurrency * batch_size if max_in_flight is None else check_positive_int(
         max_in_flight, "max_in_flight")
     if in_flight < batch_size:
         raise InvalidArgument(f"max_in_flight ({in_flight}) must be >= batch_size "

@@ -25,14 +25,6 @@ PUSH_CHUNK = 500  # messages per push script call: bounded script time, few roun
 SWEEP_LIMIT = 1000  # deliveries one requeue / purge call handles
 
 
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidType(f"{what} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgument(f"{what} must be >= 1, got {value}")
-    return value
-
-
 class Queue:
     """A delay (or ordered) queue of ``settings.shards`` shards. Safe to share between threads.
 
@@ -153,7 +145,7 @@ class Queue:
 
         ``shards`` limits (and orders) the shards tried; ``lease`` is the caller's lease
         token on them (consumers of ordered queues)."""
-        count = _positive_int(count, "count")
+        count = codec.check_positive_int(count, "count")
         wait = codec.check_delay(wait, "wait")
         vis_ms = codec.to_ms(self.settings.unack_timeout if visibility is None
                              else codec.check_delay(visibility, "visibility"))
@@ -348,7 +340,7 @@ class Queue:
     def peek(self, count: int = 10) -> list[Message]:
         """The next deliverable messages in delivery order (lower priority value first,
         then earlier ready time), without claiming them."""
-        count = _positive_int(count, "count")
+        count = codec.check_positive_int(count, "count")
         pipe = self._redis.pipeline(transaction=False)
         for keys in self._shard_keys:
             self._scripts.run("peek", keys, [count], client=pipe)
@@ -411,7 +403,7 @@ class Queue:
     @translate
     def dead(self, count: int = 100) -> list[Message]:
         """Dead-lettered messages, oldest first."""
-        count = _positive_int(count, "count")
+        count = codec.check_positive_int(count, "count")
         pipe = self._redis.pipeline(transaction=False)
         for keys in self._shard_keys:
             pipe.zrange(keys.dead, 0, count - 1, withscores=True)
