@@ -387,16 +387,22 @@ class Queue:
 
     def requeue_shard(self, shard: int, *, force: bool = False, lease: str = "") -> int:
         """Requeue the expired (or with ``force``, all) deliveries of one shard."""
-        total = 0
+        return sum(self.requeue_counts(shard, force=force, lease=lease))
+
+    def requeue_counts(self, shard: int, *, force: bool = False,
+                       lease: str = "") -> tuple[int, int]:
+        """As :meth:`requeue_shard`, counted apart: (given back, dead-lettered)."""
+        back = buried = 0
         while True:
             reply = self._scripts.run("requeue", self._shard_keys[shard], [
                 lease, "1" if force else "0", self.settings.max_retries, SWEEP_LIMIT,
                 self.keys.wake_channel])
             if reply == FENCED:
                 raise LeaseLost(f"lease on shard {shard} of {self.name!r} is gone")
-            total += int(reply[0]) + int(reply[1])
+            back += int(reply[0])
+            buried += int(reply[1])
             if not int(reply[2]):
-                return total
+                return back, buried
 
     # -- dead letters --------------------------------------------------------------------
 

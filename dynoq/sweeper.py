@@ -236,13 +236,9 @@ class Sweeper:
                      out: QueueSweep) -> None:
         keys, scripts = queue.shard_keys(shard), self.client.scripts
         if mask & REQUEUE:
-            # Same call as Queue.requeue_shard, kept apart to count dead letters separately.
-            more = 1
-            while more:
-                back, buried, more = scripts.run("requeue", keys, [
-                    "", "0", queue.settings.max_retries, STEP_LIMIT, queue.keys.wake_channel])
-                out.requeued += int(back)
-                out.dead_lettered += int(buried)
+            back, buried = queue.requeue_counts(shard)
+            out.requeued += back
+            out.dead_lettered += buried
             mask |= PROMOTE  # requeued deliveries wait in `delayed`, due now
         if mask & PROMOTE:
             more = 1
