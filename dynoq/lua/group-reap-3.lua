@@ -3,20 +3,12 @@
   KEYS[1] members zset  KEYS[2] member TTL hash  KEYS[3] registry set of the queue's groups
   ARGV[1] group name  ARGV[2] group channel (PUBLISHed when a member was dropped)
   returns: members dropped
+  uses: lib/members.lua
 ]]
 local members, ttls, registry = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local all = redis.call('ZRANGE', members, 0, -1, 'WITHSCORES')
-local dropped = 0
-for i = 1, #all, 2 do
-  local ttl = tonumber(redis.call('HGET', ttls, all[i]) or '0')
-  if tonumber(all[i + 1]) + ttl < now then
-    redis.call('ZREM', members, all[i])
-    redis.call('HDEL', ttls, all[i])
-    dropped = dropped + 1
-  end
-end
+local dropped = drop_stale(members, ttls, now)
 if redis.call('ZCARD', members) == 0 then
   redis.call('SREM', registry, ARGV[1])
   redis.call('DEL', ttls)
