@@ -22,9 +22,10 @@ case "${1:-test}" in
     exec .venv/bin/dynoq demo "$@" ;;
   test)
     shift || true
-    .venv/bin/ruff check dynoq tests benchmarks spark
+    .venv/bin/ruff check dynoq tests benchmarks spark examples
     .venv/bin/mypy
-    exec .venv/bin/python -m pytest "$@" ;;
+    # Three workers: most tests wait on servers, subprocesses and timers, not the CPU.
+    exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup "$@" ;;
   bench)
     shift || true
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;

@@ -1,73 +1,94 @@
-"""Redis commands per second that idle blocked pops send (goal: <= 2/s per consumer).
+"""What an idle consumer costs the server, and how fast it wakes (goal: <= 1 command/s).
 
-    python -m benchmarks.bench_idle [--url redis://...] [--seconds 20] [--shards 4]
+    python -m benchmarks.bench_idle [--url redis://...] [--seconds 30] [--shards 16]
 
-Runs consumers looping ``pop(wait=...)`` on an empty queue and counts, from INFO
-commandstats, the commands clients send (EVALSHA, SUBSCRIBE, PING...): the commands that
-run inside a script are counted by the server too, but are not sent.
-Then pushes one message and reports how fast a waiting pop got it.
+Starts a consumer (default settings: 4 worker threads) on an empty queue of 16 shards,
+concurrent and then ordered, waits until it has settled (start-up is not counted), then
+counts for ``--seconds`` every command clients send, with MONITOR (a command a script runs
+inside the server is shown as ``lua`` there and not counted: it is not sent). Then pushes
+one message and reports how long the idle consumer took to handle it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import redis
 
 import dynoq
-from benchmarks.common import parser, server_url
+from benchmarks.common import parser, server_url, table
+from dynoq._core.lua import SCRIPTS
 
-SENT = ("evalsha", "eval", "subscribe", "unsubscribe", "ping", "script|load", "hello")
+NAMES = {s.sha: name for name, s in SCRIPTS.items()}
 
 
-def sent(admin: redis.Redis) -> int:
-    stats = admin.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in SENT)
+def command_name(command: str) -> str:
+    """``EVALSHA <sha> ...`` by the script's name, other commands by their own."""
+    words = command.split()
+    if words[0].upper() == "EVALSHA" and len(words) > 1:
+        return NAMES.get(words[1].strip("'\""), "EVALSHA ?")
+    return words[0].upper()
+
+
+def count_commands(url: str, seconds: float) -> Counter[str]:
+    """Commands sent by clients during ``seconds`` (a script's own commands are not sent)."""
+    seen: Counter[str] = Counter()
+    admin = redis.Redis.from_url(url)
+    start = float(admin.time()[0])
+    end = start + seconds
+
+    def listen() -> None:
+        with redis.Redis.from_url(url, socket_timeout=seconds + 10).monitor() as m:
+            for event in m.listen():  # ends when the connection is closed below
+                if event["time"] >= end:
+                    return
+                if event["client_type"] != "lua":
+                    seen[command_name(event["command"])] += 1
+
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    time.sleep(seconds + 0.5)
+    admin.ping()  # an event past the end, so the listener returns
+    t.join(5)
+    admin.close()
+    return seen
+
+
+def idle(url: str, shards: int, ordered: bool, seconds: float) -> tuple[float, str, float]:
+    client = dynoq.connect(url, prefix=f"idle{int(ordered)}")
+    q = client.queue("idle", shards=shards, ordered=ordered)
+    done = threading.Event()
+    consumer = client.consumer(q, lambda m: done.set()).start()
+    try:
+        time.sleep(3)  # start-up, first rebalance and leases are not idle cost
+        seen = count_commands(url, seconds)
+        t0 = time.perf_counter()
+        q.push("wake up", key="k")
+        done.wait(10)
+        latency = time.perf_counter() - t0
+    finally:
+        consumer.stop()
+        q.clear()
+        client.close()
+    return sum(seen.values()) / seconds, ", ".join(f"{k} {v}" for k, v in seen.most_common()), \
+        latency
 
 
 def main() -> None:
     p = parser(__doc__ or "")
-    p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--shards", type=int, default=4)
-    p.add_argument("--consumers", type=int, default=2)
-    p.add_argument("--wait", type=float, default=5.0)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--shards", type=int, default=16)
     args = p.parse_args()
+    rows = [("consumer", "commands/s", "commands seen", "push -> handled")]
     with server_url(args.url) as url:
-        admin = redis.Redis.from_url(url)
-        client = dynoq.connect(url, prefix="idle")
-        q = client.queue("idle", shards=args.shards)
-        q.clear()
-        stop = threading.Event()
-        got: list[float] = []
-
-        def consume() -> None:
-            while not stop.is_set():
-                for _ in q.pop(wait=args.wait):
-                    got.append(time.monotonic())
-
-        threads = [threading.Thread(target=consume) for _ in range(args.consumers)]
-        for t in threads:
-            t.start()
-        time.sleep(1.0)  # let them settle into waiting
-        before = sent(admin)
-        time.sleep(args.seconds)
-        after = sent(admin)
-        per_consumer = (after - before) / args.seconds / args.consumers
-        pushed = time.monotonic()
-        q.push("wake up")
-        deadline = time.monotonic() + 10
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.001)
-        latency = (got[0] - pushed) * 1000 if got else float("nan")
-        stop.set()
-        for t in threads:
-            t.join()
-        client.close()
-        admin.close()
-    print(f"{args.consumers} idle consumers, {args.shards} shards, pop(wait={args.wait}):")
-    print(f"  {per_consumer:.2f} Redis commands/s per waiting consumer (goal <= 2)")
-    print(f"  push -> waiting pop latency: {latency:.1f} ms")
+        for ordered in (False, True):
+            rate, seen, latency = idle(url, args.shards, ordered, args.seconds)
+            rows.append((f"{'ordered' if ordered else 'concurrent'}, {args.shards} shards",
+                         f"{rate:.2f}", seen, f"{latency * 1000:.1f} ms"))
+    print(f"idle consumers (default settings), {args.seconds:g} s each")
+    print(table(rows))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,26 @@
-"""Spark -> Redis throughput: dynoq's sinks against a raw pipelined HSET + ZADD.
+"""Spark -> Redis throughput: dynoq's writers against a raw pipelined HSET + ZADD.
 
-    python benchmarks/bench_spark.py                    # 1,000,000 rows, embedded server
-    python benchmarks/bench_spark.py --rows 100000 --url redis://127.0.0.1:6379/0
+    python -m benchmarks.bench_spark                      # 300,000 rows, embedded server
+    python -m benchmarks.bench_spark --rows 100000 --repeats 5 --url redis://127.0.0.1:6379/0
 
-Every row (~100 bytes of msgpack payload) goes in with, in the same Spark session:
+Every row (~100 bytes of msgpack payload) goes in, in one Spark job per method, in the
+same Spark session and on the same server:
   raw          foreachPartition, pipelined HSET id->msgpack(row) + ZADD id (no Lua, no
                push-if-absent, no validation): the floor any Redis queue writer pays
-  partition    dynoq.spark.partition_sink (foreachPartition, push-if-absent scripts)
-  arrow        dynoq.spark.write (mapInArrow, the same scripts)
-Reported: rows/s, the ratio to raw, and Redis memory per message (INFO used_memory delta
-/ rows). The DataFrame is cached first, so only the writing is timed.
+  datasource   df.write.format("dynoq") (Arrow writer, the default)
+  ds-rows      df.write.format("dynoq").option("arrow", "false") (Row writer)
+  partition    dynoq.spark.partition_sink (foreachPartition, Rows)
+  arrow        dynoq.spark.write (mapInArrow)
+The DataFrame is cached first and every method writes once, untimed, before the rounds
+(the first Python data source write of a session starts its planner: seconds, once).
+Each round runs every method once, in a rotating order, on an emptied server; reported:
+the median rows/s over the rounds, the median of each round's ratio to raw, and Redis
+memory per message (INFO used_memory delta / rows, last round).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import statistics
 import sys
 import time
 import uuid
@@ -26,7 +31,10 @@ import msgpack
 import redis
 
 import dynoq
-from dynoq.spark import partition_sink, write
+from benchmarks.common import parser, server_url, table
+from dynoq.spark import partition_sink, source_options, spark_session, write
+
+METHODS = ("raw", "datasource", "ds-rows", "partition", "arrow")
 
 
 def raw_sink(url: str, prefix: str, batch: int = 1000) -> Callable[[Iterable[Any]], None]:
@@ -48,83 +56,89 @@ def raw_sink(url: str, prefix: str, batch: int = 1000) -> Callable[[Iterable[Any
     return push
 
 
-def used_memory(client: dynoq.Client) -> int:
-    return int(client.redis.info("memory")["used_memory"])
-
-
-def clear(client: dynoq.Client) -> None:
-    keys = list(client.redis.scan_iter(match=f"{client.prefix}:*", count=1000))
+def clear(r: redis.Redis, prefix: str, keep: Iterable[str] = ()) -> None:
+    kept = set(keep)
+    keys = [k for k in r.scan_iter(match=f"{prefix}:*", count=1000) if k.decode() not in kept]
     for i in range(0, len(keys), 500):
-        client.redis.delete(*keys[i:i + 500])
+        r.delete(*keys[i:i + 500])
     # Big keys are freed in the background (lazyfree): wait, or the next delta is off.
-    while int(client.redis.info("memory").get("lazyfree_pending_objects", 0)):
+    while int(r.info("memory").get("lazyfree_pending_objects", 0)):
         time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--url", default="embedded://", help="server (default: embedded://)")
-    p.add_argument("--master", default="local[2]")
+    p = parser(__doc__ or "")
+    p.add_argument("--rows", type=int, default=300_000)
+    p.add_argument("--master", default="local[2]",
+                   help="Spark master (local[2]: the 2 cores of this machine)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--only", default="raw,partition,arrow", help="methods to run")
+    p.add_argument("--only", default=",".join(METHODS), help="methods to run")
     args = p.parse_args(argv)
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
-    from pyspark.sql import SparkSession
+    methods = args.only.split(",")
+    spark, _ = spark_session("bench-spark", args.master, quiet=True)
     from pyspark.sql import functions as F
 
-    spark = (SparkSession.builder.master(args.master).appName("bench-spark")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    client = dynoq.connect(args.url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
-    try:
-        df = (spark.range(0, args.rows, numPartitions=args.partitions)
-              .withColumn("customer", F.format_string("customer-%08d", F.col("id") % 99991))
-              .withColumn("amount", (F.col("id") % 10007) / 100.0)
-              .withColumn("status", F.lit("created"))
-              .withColumn("note", F.format_string("%-30s", F.concat(F.lit("order "),
-                                                                     F.col("id")))))
-        df = df.cache()
-        df.count()
-        df.foreachPartition(lambda rows: None)  # start the Python workers before timing
-        sample = msgpack.packb(df.first().asDict(), use_bin_type=True)  # type: ignore[union-attr]
-        print(f"{args.rows:,} rows, {len(sample)} bytes of payload each, {args.partitions} "
-              f"partitions, {spark.sparkContext.master}, server {client.url}")
-        q = client.queue("bench", shards=4)
-        methods: dict[str, Callable[[], None]] = {
-            "raw": lambda: df.foreachPartition(raw_sink(client.url, client.prefix,
-                                                        args.batch_size)),
-            "partition": lambda: df.foreachPartition(partition_sink(
-                client.url, "bench", id_col="id", prefix=client.prefix,
-                batch_size=args.batch_size)),
-            "arrow": lambda: print(
-                "    (pushed, skipped) =", write(df, client.url, "bench", id_col="id",
-                                                 prefix=client.prefix,
-                                                 batch_size=args.batch_size)),
-        }
-        results: dict[str, float] = {}
-        for name in args.only.split(","):
-            q.clear()
-            clear(client)
-            before = used_memory(client)
-            start = time.perf_counter()
-            methods[name]()
-            elapsed = time.perf_counter() - start
-            per_msg = (used_memory(client) - before) / args.rows
-            results[name] = args.rows / elapsed
-            ratio = (f"{results[name] / results['raw']:.2f}x raw" if "raw" in results
-                     else "")
-            print(f"{name:>10}: {results[name]:>10,.0f} rows/s  {elapsed:6.1f} s  "
-                  f"{per_msg:6.0f} B/message  {ratio}", flush=True)
-        clear(client)
-    finally:
-        client.close()
-        spark.stop()
+    with server_url(args.url) as url:
+        client = dynoq.connect(url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        r = redis.Redis.from_url(url)
+        try:
+            q = client.queue("bench", shards=4)
+            keep = [q.ops.keys.meta, f"{client.prefix}:queues"]
+            df = (spark.range(0, args.rows, numPartitions=args.partitions)
+                  .withColumn("customer", F.format_string("customer-%08d", F.col("id") % 99991))
+                  .withColumn("amount", (F.col("id") % 10007) / 100.0)
+                  .withColumn("status", F.lit("created"))
+                  .withColumn("note", F.format_string("%-30s", F.concat(F.lit("order "),
+                                                                         F.col("id")))))
+            df = df.cache()
+            df.count()
+            opts = {**source_options(client, "bench"), "idCol": "id",
+                    "batchSize": str(args.batch_size)}
+            run: dict[str, Callable[[Any], None]] = {
+                "raw": lambda d: d.foreachPartition(raw_sink(url, client.prefix,
+                                                             args.batch_size)),
+                "datasource": lambda d: d.write.format("dynoq").options(**opts)
+                .mode("append").save(),
+                "ds-rows": lambda d: d.write.format("dynoq").options(**opts)
+                .option("arrow", "false").mode("append").save(),
+                "partition": lambda d: d.foreachPartition(partition_sink(
+                    client, "bench", id_col="id", batch_size=args.batch_size)),
+                "arrow": lambda d: write(d, client, "bench", id_col="id",
+                                         batch_size=args.batch_size),
+            }
+            warm = df.limit(1000)
+            for name in methods:  # untimed: Python workers, the data source planner
+                run[name](warm)
+                clear(r, client.prefix, keep)
+            sample = msgpack.packb(df.first().asDict(), use_bin_type=True)  # type: ignore[union-attr]
+            print(f"{args.rows:,} rows, {len(sample)} bytes of payload each, "
+                  f"{args.partitions} partitions, {spark.sparkContext.master}, "
+                  f"{args.repeats} rounds, server {client!r}", flush=True)
+            rates: dict[str, list[float]] = {m: [] for m in methods}
+            per_msg: dict[str, float] = {}
+            for rnd in range(args.repeats):
+                order = methods[rnd % len(methods):] + methods[:rnd % len(methods)]
+                for name in order:
+                    clear(r, client.prefix, keep)
+                    before = int(r.info("memory")["used_memory"])
+                    start = time.perf_counter()
+                    run[name](df)
+                    rates[name].append(args.rows / (time.perf_counter() - start))
+                    per_msg[name] = (int(r.info("memory")["used_memory"]) - before) / args.rows
+                print(f"round {rnd + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f}"
+                                                       for m in methods), flush=True)
+            clear(r, client.prefix)
+        finally:
+            client.close()
+            r.close()
+            spark.stop()
+    rows = [("method", "rows/s (median)", "x raw (median of rounds)", "B/message")]
+    for m in methods:
+        ratios = [a / b for a, b in zip(rates[m], rates.get("raw", []), strict=False)]
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else ""
+        rows.append((m, f"{statistics.median(rates[m]):,.0f}", ratio, f"{per_msg[m]:.0f}"))
+    print(table(rows))
     return 0
 
 

@@ -26,7 +26,6 @@ from typing import Any
 import redis
 
 import dynoq
-from dynoq.sweeper import Sweeper
 
 SCRIPT_INTERNAL = {"zrange", "time", "scard"}  # what the idle `due` script runs in Redis
 MEASURING = {"info"}  # the benchmark's own reads
@@ -34,8 +33,8 @@ MEASURING = {"info"}  # the benchmark's own reads
 
 def expire_all(q: dynoq.Queue) -> None:
     for shard in range(q.settings.shards):
-        key = q.shard_keys(shard).unack
-        q.client.redis.zunionstore(key, {key: 0})  # every deadline -> 0: expired now
+        key = q.ops.shard_keys[shard].unack
+        q.backend.redis.zunionstore(key, {key: 0})  # every deadline -> 0: expired now
 
 
 def deliver_all(q: dynoq.Queue, n: int) -> None:
@@ -50,7 +49,7 @@ def deliver_all(q: dynoq.Queue, n: int) -> None:
 
 
 def run_sweeper(client: dynoq.Client, q: dynoq.Queue, n: int) -> float:
-    sweeper = Sweeper(client)
+    sweeper = client.sweeper()
     sweeper.run_once()  # registry and settings read outside the timing
     deliver_all(q, n)
     t0 = time.perf_counter()
@@ -67,7 +66,7 @@ def run_baseline(client: dynoq.Client, q: dynoq.Queue, n: int) -> float:
     moved, seq = 0, 0
     t0 = time.perf_counter()
     for shard in range(q.settings.shards):
-        k = q.shard_keys(shard)
+        k = q.ops.shard_keys[shard]
         for src, dst in ((k.unack, k.delayed), (k.delayed, k.ready)):
             while True:
                 sec, usec = r.time()
@@ -101,7 +100,7 @@ def idle_cost(client: dynoq.Client, queues: int, shards: int, interval: float,
     for i in range(queues):
         client.queue(f"idle-{i}", shards=shards)
     # refresh every 10 passes, as the defaults (1 s passes, 10 s refresh) do
-    sweeper = Sweeper(client, interval=interval, refresh_interval=10 * interval)
+    sweeper = client.sweeper(interval=interval, refresh_interval=10 * interval)
     passes = [0]
     run_once = sweeper.run_once
 

@@ -7,11 +7,13 @@ consumption and consumer groups.
 
 from __future__ import annotations
 
+from ._core.topics import Subscription
 from .client import Client, connect
-from .consumer import Consumer
+from .consumer import Consumer, Middleware
 from .errors import (
     ConnectionFailed,
     DynoqError,
+    GroupConflict,
     InvalidArgument,
     InvalidType,
     LeaseLost,
@@ -19,24 +21,29 @@ from .errors import (
     PayloadError,
     PayloadTooLarge,
     PayloadTypeError,
+    PermissionDenied,
     QueueConfigError,
     ReplicationError,
+    ServerError,
 )
-from .hooks import ConsumerStats, Middleware
-from .message import Message, QueueStats, ShardStats
+from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
-from .retry import DeadLetter, Retry
-from .settings import QueueSettings
+from .retry import DeadLetter, RateLimited, Retry
+from .settings import ConsumerSettings, QueueSettings, TopicSettings
+from .sweeper import Sweeper
+from .topic import Topic
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Client",
     "ConnectionFailed",
     "Consumer",
+    "ConsumerSettings",
     "ConsumerStats",
     "DeadLetter",
     "DynoqError",
+    "GroupConflict",
     "InvalidArgument",
     "InvalidType",
     "LeaseLost",
@@ -46,12 +53,19 @@ __all__ = [
     "PayloadError",
     "PayloadTooLarge",
     "PayloadTypeError",
+    "PermissionDenied",
     "Queue",
     "QueueConfigError",
     "QueueSettings",
     "QueueStats",
+    "RateLimited",
     "ReplicationError",
     "Retry",
+    "ServerError",
     "ShardStats",
+    "Subscription",
+    "Sweeper",
+    "Topic",
+    "TopicSettings",
     "connect",
 ]

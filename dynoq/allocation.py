@@ -71,10 +71,11 @@ def _prepare(
         raise InvalidType(f"me must be a str, not {type(me).__name__}")
     if not me:
         raise InvalidArgument("me (the current consumer id) is empty")
-    if isinstance(consumers, (str, bytes)):
-        raise InvalidType(
-            "consumers must be a sequence of consumer ids, not a single string"
-        )
+    for what, value in (("shards", shards), ("consumers", consumers)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise InvalidType(
+                f"{what} must be a sequence, not {type(value).__name__}"
+            )
     shard_set = set(shards)
     consumer_set = set(consumers)
     for shard in shard_set:

@@ -1,51 +1,55 @@
-"""The client: one connection pool, the registered scripts, and the queues on it."""
+"""The client: assembles a backend, queues on it and consumers of them."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from redis.cluster import RedisCluster
-
-from . import codec
-from .cluster import as_dynoq_cluster, cluster_url
-from .connection import open_backend, translate
-from .errors import InvalidType, QueueConfigError
-from .keys import QueueKeys, check_name, registry_key
+from ._core import codec, ops, topics, validate
+from ._core.calls import Cmd, server_time
+from ._core.catalog import Catalog
+from ._core.sweep import SweepObserver
+from .backend import Backend, open_backend, wrap
+from .consumer import Consumer
 from .queue import Queue
-from .scripts import Scripts
-from .settings import QueueSettings, merge
-from .waiter import Waiter
+from .settings import ConsumerSettings
+from .sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL, Sweeper
+from .topic import Topic
 
-if TYPE_CHECKING:
-    from .consumer import Consumer
+_D = ConsumerSettings  # the consumer options' defaults live on its fields
 
 
 class Client:
-    """A connection to one Redis (or Cluster) under one key prefix. Thread-safe."""
+    """A connection to one Redis (or Cluster) under one key prefix. Thread-safe; a context
+    manager that closes the connection (and stops an embedded server) on exit.
 
-    def __init__(self, redis: Any, *, prefix: str = "dq", url: str = "",
-                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
-                 closer: Callable[[], None] | None = None) -> None:
-        self.prefix = check_name(prefix, "prefix")
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
-            raise InvalidType("max_payload_bytes must be an int")
-        self.max_payload_bytes = max_payload_bytes
-        if isinstance(redis, RedisCluster):
-            # Same pools, plus retries through resharding/failover and a batching pipeline.
-            redis = as_dynoq_cluster(redis)
-            url = url or cluster_url(redis)
-        self.redis = redis
-        self.url = url  # a URL other processes (Spark executors, subprocesses) can use
-        self.scripts = Scripts.register(redis)
-        self.waiter = Waiter(redis)
-        self._closer = closer or redis.close
-        self._settings: dict[str, QueueSettings] = {}
-        self._lock = threading.Lock()
+    ``Client(redis_client, prefix=...)`` wraps a ``redis.Redis`` or ``RedisCluster`` you
+    made; :func:`connect` makes one from a URL."""
+
+    def __init__(self, redis: Any, *, prefix: str = "dq",
+                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES) -> None:
+        self.prefix = validate.check_name(prefix, "prefix")
+        self.max_payload_bytes = validate.check_int(max_payload_bytes, "max_payload_bytes",
+                                                    low=64, high=512 * 1024 * 1024)
+        self.backend: Backend = redis if isinstance(redis, Backend) else wrap(redis)
+        self._catalog = Catalog(self.prefix, self.max_payload_bytes,
+                                cross_slot=self.backend.cross_slot,
+                                replicas=self.backend.replicas,
+                                where=self.backend.display_url)
+
+    @property
+    def redis(self) -> Any:
+        """The underlying redis-py client, for your own commands."""
+        return self.backend.redis
+
+    @property
+    def url(self) -> str:
+        """A URL other processes (Spark executors, workers) can connect with. It holds the
+        password, if any: do not print it (``repr(client)`` shows a redacted one)."""
+        return self.backend.url
 
     def __repr__(self) -> str:
-        return f"<dynoq.Client {self.url!r} prefix={self.prefix!r}>"
+        return f"<dynoq.Client {self.backend.display_url!r} prefix={self.prefix!r}>"
 
     def __enter__(self) -> Client:
         return self
@@ -54,56 +58,109 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self.waiter.close()
-        self._closer()
+        """Close the connections (and stop an embedded server)."""
+        self.backend.close()
 
-    @translate
     def ping(self) -> bool:
-        return bool(self.redis.ping())
+        """True when the server answers; ConnectionFailed when it cannot be reached."""
+        return bool(self.backend.run(Cmd(("PING",))))
 
-    @translate
+    def server_time(self) -> float:
+        """The server's clock in seconds since the epoch (every stored time is on it)."""
+        return float(self.backend.run(server_time()))
+
+    # -- queues ----------------------------------------------------------------------------
+
     def queue(self, name: str, *, shards: int | None = None, ordered: bool | None = None,
               unack_timeout: float | None = None, max_retries: int | None = None,
               dedupe_window: float | None = None, min_replicas: int | None = None,
               replica_timeout: float | None = None) -> Queue:
-        """Open (creating on first use) a queue. Settings given on a later open must match
-        the stored ones, else QueueConfigError; omitted settings take the stored values.
-
-        ``min_replicas``/``replica_timeout``: pushes WAIT for that many replicas (see
-        docs/cluster.md), raising ReplicationError when fewer confirm in time."""
-        check_name(name, "queue name")
+        """Open a queue, creating it on first use with the given settings (the rest take
+        :class:`dynoq.QueueSettings`' defaults). On a later open, omitted settings take
+        the stored values and a setting that differs raises QueueConfigError."""
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
                  "max_retries": max_retries, "dedupe_window": dedupe_window,
                  "min_replicas": min_replicas, "replica_timeout": replica_timeout}
-        with self._lock:
-            known = self._settings.get(name)
-        if known is None:
-            wanted = merge(None, asked, name)  # validates before anything is written
-            if wanted.min_replicas and self.url.startswith("memory://"):
-                raise QueueConfigError("memory:// has no replicas: min_replicas needs a "
-                                       "real server with replicas (see docs/cluster.md)")
-            flat = [x for kv in wanted.to_hash().items() for x in kv]
-            raw = self.scripts.run_raw("open", [QueueKeys(self.prefix, name).meta], flat)
-            stored = QueueSettings.from_hash(
-                {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)})
-            self.redis.sadd(registry_key(self.prefix), name)
-            with self._lock:
-                self._settings[name] = stored
-            known = stored
-        return Queue(self, name, merge(known, asked, name))
+        return Queue(self.backend, self.backend.drive(self._catalog.queue(name, asked)))
 
-    @translate
+    def open_existing(self, name: str) -> Queue | None:
+        """The registered queue ``name``, or None; unlike :meth:`queue` it never creates
+        one (a typo cannot make a queue)."""
+        found = self.backend.drive(self._catalog.existing_queue(name))
+        return None if found is None else Queue(self.backend, found)
+
     def queue_names(self) -> list[str]:
-        """Every registered queue under this prefix."""
-        return sorted(n.decode() for n in self.redis.smembers(registry_key(self.prefix)))
+        """Every registered queue under this prefix, sorted."""
+        return list(self.backend.run(ops.queue_names(self.prefix)))
 
-    def consumer(self, queue: Queue | str, handler: Callable[..., Any],
-                 **options: Any) -> Consumer:
-        """A consumer of ``queue`` in a consumer group; see :class:`dynoq.Consumer`."""
-        from .consumer import Consumer
+    def sweeper(self, *, interval: float = DEFAULT_INTERVAL,
+                refresh_interval: float = REFRESH_INTERVAL,
+                observer: SweepObserver | None = None) -> Sweeper:
+        """A :class:`dynoq.Sweeper` of every queue under this client's prefix."""
+        return Sweeper(self.backend, prefix=self.prefix, interval=interval,
+                       refresh_interval=refresh_interval, observer=observer)
 
+    # -- topics ----------------------------------------------------------------------------
+
+    def topic(self, name: str, *, shards: int | None = None, ordered: bool | None = None,
+              unack_timeout: float | None = None, max_retries: int | None = None,
+              dedupe_window: float | None = None, member_grace: float | None = None) -> Topic:
+        """Open a topic, creating it on first use with the given settings (the rest take
+        :class:`dynoq.TopicSettings`' defaults); as :meth:`queue` for later opens."""
+        asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
+                 "max_retries": max_retries, "dedupe_window": dedupe_window,
+                 "member_grace": member_grace}
+        return Topic(self.backend, self.backend.drive(self._catalog.topic(name, asked)))
+
+    def open_existing_topic(self, name: str) -> Topic | None:
+        """The registered topic ``name``, or None; never creates one."""
+        found = self.backend.drive(self._catalog.existing_topic(name))
+        return None if found is None else Topic(self.backend, found)
+
+    def topic_names(self) -> list[str]:
+        """Every registered topic under this prefix, sorted."""
+        return list(self.backend.run(topics.topic_names(self.prefix)))
+
+    # -- consumers -------------------------------------------------------------------------
+
+    def consumer(self, queue: Queue | Topic | str, handler: Callable[..., Any], *,
+                 settings: ConsumerSettings | None = None,
+                 group: str = _D.group,
+                 concurrency: int = _D.concurrency,
+                 batch_size: int = _D.batch_size,
+                 batch_handler: bool = _D.batch_handler,
+                 max_in_flight: int | None = _D.max_in_flight,
+                 strategy: str | Callable[..., list[int]] = _D.strategy,
+                 strategy_options: Mapping[str, Any] | None = _D.strategy_options,
+                 retry_delays: Sequence[float] | None = _D.retry_delays,
+                 lease_ttl: float = _D.lease_ttl,
+                 rebalance_interval: float = _D.rebalance_interval,
+                 instance_id: str | None = _D.instance_id,
+                 mode: str = _D.mode,
+                 max_continuous_time: float = _D.max_continuous_time,
+                 idle_wait: float = _D.idle_wait,
+                 visibility: float | None = _D.visibility,
+                 consume_timeout: float = _D.consume_timeout,
+                 rate_limit: tuple[int, float] | None = _D.rate_limit,
+                 before: Callable[..., Any] | None = _D.before,
+                 after: Callable[..., Any] | None = _D.after,
+                 middleware: Sequence[Any] = _D.middleware) -> Consumer:
+        """A consumer of ``queue`` (a Queue, a queue name, or a Topic) with ``handler``, as
+        one member of consumer group ``group``; see :class:`dynoq.ConsumerSettings` for
+        every option. Give the options by name, or all at once as ``settings=`` (not
+        both). On a topic the group is subscribed (tags "*") if it is not yet, and
+        ``mode`` says how its members share its messages."""
         q = self.queue(queue) if isinstance(queue, str) else queue
-        return Consumer(q, handler, **options)
+        return Consumer(q, handler, settings=settings, group=group, concurrency=concurrency,
+                        batch_size=batch_size, batch_handler=batch_handler,
+                        max_in_flight=max_in_flight, strategy=strategy,
+                        strategy_options=strategy_options, retry_delays=retry_delays,
+                        lease_ttl=lease_ttl, rebalance_interval=rebalance_interval,
+                        instance_id=instance_id, mode=mode,
+                        max_continuous_time=max_continuous_time, idle_wait=idle_wait,
+                        visibility=visibility, consume_timeout=consume_timeout,
+                        rate_limit=rate_limit,
+                        before=before, after=after, middleware=middleware)
 
 
 def connect(url: str | None = None, *, prefix: str = "dq",
@@ -111,16 +168,17 @@ def connect(url: str | None = None, *, prefix: str = "dq",
             **redis_options: Any) -> Client:
     """Connect to ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0).
 
-    Schemes: redis://, rediss://, unix://, redis+cluster://h:p[,h:p], memory:// (in-process
-    fakeredis with Lua) and embedded:// (a private Valkey server, stopped on close).
-    """
-    check_name(prefix, "prefix")
-    redis, closer, resolved = open_backend(url, dict(redis_options))
+    Schemes: redis://, rediss:// (TLS), unix://, redis+cluster://h:p[,h:p] (Redis
+    Cluster), memory:// (in-process fakeredis with Lua, for your unit tests) and
+    embedded:// (a private Valkey server from the ``embedded`` extra, stopped on close).
+    ``redis_options`` go to the redis-py client. Raises ConnectionFailed when the server
+    cannot be reached, PermissionDenied when it refuses the user."""
+    validate.check_name(prefix, "prefix")
+    backend = open_backend(url, dict(redis_options))
     try:
-        client = Client(redis, prefix=prefix, url=resolved,
-                        max_payload_bytes=max_payload_bytes, closer=closer)
+        client = Client(backend, prefix=prefix, max_payload_bytes=max_payload_bytes)
         client.ping()
     except BaseException:
-        closer()
+        backend.close()
         raise
     return client

@@ -1,10 +1,13 @@
 """The one error hierarchy of dynoq.
 
-Every error is a :class:`DynoqError`. Errors in arguments are also ``ValueError``
-(or ``TypeError`` for a wrong type), so callers may catch either.
+Every error dynoq raises is a :class:`DynoqError`. Errors in arguments are also
+``ValueError`` (or ``TypeError`` for a wrong type), so callers may catch either. Nothing
+from the Redis client library escapes dynoq untranslated.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class DynoqError(Exception):
@@ -40,13 +43,60 @@ class OrderedQueueError(InvalidArgument):
     """An operation an ordered queue refuses (delay, priority, reschedule)."""
 
 
+class GroupConflict(DynoqError):
+    """A second consumer group tried to consume a plain queue whose first group is alive."""
+
+
 class ConnectionFailed(DynoqError, ConnectionError):
     """The server could not be reached, or a URL names an unusable backend."""
+
+
+class PermissionDenied(DynoqError):
+    """The server refused a command or key to this user (Redis ACL, or a bad password)."""
+
+
+class RecordError(DynoqError):
+    """A stored record cannot be read (corrupt, foreign, or over the decoding bounds).
+    A pop quarantines such a record to the dead letters and delivers the rest."""
+
+
+class ServerError(DynoqError):
+    """The server answered with an error dynoq did not expect (a key of the wrong type,
+    a script failure, out of memory...)."""
 
 
 class LeaseLost(DynoqError):
     """The caller's lease on an ordered shard expired or was taken over (fencing)."""
 
 
+class ConsumeTimeout(DynoqError):
+    """A handler ran longer than the consumer's ``consume_timeout``: its message is treated
+    as failed (retried or dead-lettered) and the shard moves on."""
+
+
 class ReplicationError(DynoqError):
     """Fewer replicas than asked for confirmed a write (``WAIT``)."""
+
+
+# Refusals: a script refuses with a bare negative integer (lua/lib/refusal.lua); no normal
+# reply is one. LEASED (another consumer leases the shard) is not an error for a pop that
+# holds no lease: it skips the shard. Every other code maps to a typed error here.
+FENCED, LEASED, STALE, CONFLICT = -1, -2, -3, -4
+_REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
+    FENCED: (LeaseLost, "the lease on this shard is gone (expired, or taken over by another "
+                        "consumer); stop using the shard"),
+    LEASED: (LeaseLost, "another consumer leases this shard"),
+    STALE: (ServerError, "what the call was built from changed meanwhile"),
+    CONFLICT: (GroupConflict, "another consumer group consumes this queue while its members "
+                              "are alive (two groups on one queue would split its messages); "
+                              "to give every group every message, publish to a topic "
+                              "(client.topic) and subscribe each group"),
+}
+
+
+def raise_for(reply: Any, context: str) -> None:
+    """Raise the typed error a script's refusal code stands for, with ``context`` (what
+    was refused) first; return quietly for any other reply."""
+    if type(reply) is int and reply < 0:
+        kind, why = _REFUSALS.get(reply, (ServerError, f"refused with unknown code {reply}"))
+        raise kind(f"{context}: {why}")

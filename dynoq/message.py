@@ -6,12 +6,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why a message failed: its last error and when it first and last failed (seconds,
+    server clock). ``consumer`` is the instance id of the consumer that saw the last
+    failure ("" when none said: its visibility ran out, or the record was unreadable)."""
+
+    error_type: str
+    error: str
+    traceback: str
+    consumer: str
+    first_failed_at: float
+    last_failed_at: float
+
+
 @dataclass
 class Message:
     """A message: what you send (first six fields) and, once popped, how it was delivered.
 
     ``token`` and ``lease`` are opaque: they tie an ack, nack or extend to this one
-    delivery, so a stale ack cannot remove a newer delivery.
+    delivery, so a stale ack cannot remove a newer delivery. ``fence`` (a consumer's
+    message of an ordered shard) grows at every lease takeover of the shard, so a handler
+    writing elsewhere can refuse a write from an older holder. ``failure`` says why a
+    dead-lettered (or retried) message failed.
     """
 
     payload: Any
@@ -20,12 +37,15 @@ class Message:
     priority: int = 0
     key: str | None = None
     headers: dict[str, Any] | None = None
+    tag: str | None = None
     shard: int | None = field(default=None, compare=False)
     attempts: int = field(default=0, compare=False)
     deliver_at: float | None = field(default=None, compare=False)
     enqueued_at: float | None = field(default=None, compare=False)
     token: str | None = field(default=None, repr=False, compare=False)
     lease: str | None = field(default=None, repr=False, compare=False)
+    fence: int | None = field(default=None, compare=False)
+    failure: Failure | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,12 @@ class ShardStats:
     unacked: int
     dead: int
     oldest_ready_at: float | None  # enqueue/due time of the oldest waiting message
+    # Cumulative counts since the shard was created (a dashboard's rates are their deltas)
+    pushed: int = 0
+    acked: int = 0
+    retried: int = 0  # given back by a failed handler (nack)
+    expired: int = 0  # given back because their visibility ran out
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,3 +91,26 @@ class QueueStats:
     def size(self) -> int:
         """Waiting messages (ready + delayed), as ``Queue.size()``."""
         return self.ready + self.delayed
+
+    def total(self, count: str) -> int:
+        """A cumulative count summed over the shards: pushed, acked, retried, expired or
+        dead_lettered."""
+        return sum(getattr(s, count) for s in self.shards)
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """A consumer's counts since it was created.
+
+    handled: handler returned (acked); failed: handler (or a before hook) raised;
+    retried: given back for a later retry; dead_lettered: sent to the dead-letter set;
+    handler_seconds: total time inside handlers; lease_lost: shards whose lease was gone;
+    rebalances: allocations computed."""
+
+    handled: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    handler_seconds: float = 0.0
+    lease_lost: int = 0
+    rebalances: int = 0

@@ -19,20 +19,16 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-import redis
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ._core.sweep import SweepReport
+from .client import Client
 from .errors import DynoqError
-
-if TYPE_CHECKING:
-    from .client import Client
-    from .queue import Queue
-    from .sweeper import SweepReport
+from .queue import Queue
 
 log = logging.getLogger("dynoq.metrics")
 
@@ -51,11 +47,14 @@ class QueueCollector(Collector):
         self.queues = list(queues) if queues is not None else None
         self._open: dict[str, Queue] = {}
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily("dynoq_queue_messages", "Messages by queue, shard and state "
                               "(ready, delayed, unacked = in flight, dead)",
                               labels=["queue", "shard", "state"]),
+            GaugeMetricFamily("dynoq_topic_group_messages", "Messages of each topic group's "
+                              "queue (one per broadcasting member) by state",
+                              labels=["topic", "group", "queue", "state"]),
             GaugeMetricFamily("dynoq_queue_oldest_waiting_seconds",
                               "Age of the oldest message that is due but not yet delivered "
                               "(0 when none)", labels=["queue"]),
@@ -67,15 +66,12 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        from .sweeper import existing_queue
-
-        depth, oldest, up = self._families()
+        depth, groups, oldest, up = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
-            sec, usec = self.client.redis.time()
-            now = sec + usec / 1e6  # the server clock, like the timestamps in the records
+            now = self.client.server_time()  # the clock the records' timestamps are on
             for name in names:
-                queue = self._open.get(name) or existing_queue(self.client, name)
+                queue = self._open.get(name) or self.client.open_existing(name)
                 if queue is None:
                     continue
                 self._open[name] = queue
@@ -86,12 +82,19 @@ class QueueCollector(Collector):
                 waiting = [now - s.oldest_ready_at for s in stats.shards
                            if s.oldest_ready_at is not None]
                 oldest.add_metric([name], max(0.0, *waiting) if waiting else 0.0)
-        except (DynoqError, redis.RedisError) as exc:
+            if self.queues is None:
+                topics = map(self.client.open_existing_topic, self.client.topic_names())
+                for topic in (t for t in topics if t is not None):
+                    for b in topic.backlog():
+                        for state in STATES:
+                            groups.add_metric([topic.name, b.group, b.queue, state],
+                                              getattr(b.stats, state))
+        except DynoqError as exc:
             log.warning("metrics scrape could not read Redis: %s", exc)
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, oldest, up]
+        return [depth, groups, oldest, up]
 
 
 class Metrics:

@@ -3,12 +3,12 @@
     python -m spark.demo_pipeline --orders 5000 --cancel-after 5
 
 Spark generates order events (created, paid, shipped, completed; every --unpaid-every-th
-order is never paid) and pushes them with dynoq.spark.partition_sink into an ORDERED
-queue keyed by order id, plus one delayed "cancel if unpaid" timer per order into a
-concurrent delay queue (dynoq.spark.write). Consumers apply the events in order and fire
-the timers when due: unpaid orders are cancelled, paid orders' timers are acked as
-no-ops. The report checks order, cancellations (never before their due time) and
-throughput. `dynoq demo` runs the same on the embedded server.
+order is never paid) and pushes them with dynoq.spark.write into an ORDERED queue keyed
+by order id, plus one delayed "cancel if unpaid" timer per order into a concurrent delay
+queue. Consumers apply the events in order and fire the timers when due: unpaid orders
+are cancelled, paid orders' timers are acked as no-ops. The report says what each stage
+took and did, and checks order, duplicates and cancellations (never before their due
+time). `dynoq demo` runs the same on the embedded server.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 if not __package__:  # run as a script (spark-submit spark/demo_pipeline.py)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dynoq import demo
+from dynoq.cli import demo
 from spark._common import DEFAULT_MASTER, session
 
 
@@ -39,6 +39,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"consumer threads per queue ({d.consumers})")
     p.add_argument("--timeout", type=float, default=d.timeout,
                    help=f"give up waiting for the consumers after this long ({d.timeout})")
+    p.add_argument("--prefix", default=os.environ.get("DYNOQ_PREFIX", demo.PREFIX),
+                   help=f"key prefix (default: $DYNOQ_PREFIX, else {demo.PREFIX})")
     p.add_argument("--master", default=None,
                    help=f"Spark master (default: spark-submit's, else {DEFAULT_MASTER})")
     return p
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                           cancel_after=args.cancel_after, consumers=args.consumers,
                           timeout=args.timeout)
     try:
-        return demo.main(args.url, cfg)  # reuses the running session
+        return demo.main(args.url, cfg, prefix=args.prefix)  # reuses the running session
     finally:
         if started:
             spark.stop()

@@ -4,7 +4,8 @@
         --key-col customer --rename ts=created_at --payload-cols order_id,amount,created_at
 
 Each row becomes one message: --id-col gives its id (rows with an id already in the queue
-are skipped, so a re-run pushes nothing twice), --key-col its ordering key, --delay-col
+are skipped, so a re-run pushes nothing twice; ids acked since come back unless the queue
+has a dedupe window), --key-col its ordering key (ordered queues), --delay-col
 its delay (seconds or a due timestamp), --priority-col its priority; the payload is the
 dict of --payload-cols (default: every column). --rename is applied first, so every other
 option names the renamed columns.
@@ -80,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             # Open the queue here, so its settings are the ones asked for, not defaults.
             client.queue(args.queue, shards=args.shards, ordered=args.ordered or None)
             df = rename(read(spark, args.input, args.format), args.rename)
-            pushed, skipped = write(
-                df, client.url, args.queue, id_col=args.id_col, key_col=args.key_col,
-                delay_col=args.delay_col, priority_col=args.priority_col,
-                payload_cols=columns(args.payload_cols), batch_size=args.batch_size,
-                prefix=args.prefix)
-        print(f"{args.queue}: pushed {pushed} messages, skipped {skipped} already present")
+            done = write(df, client, args.queue, id_col=args.id_col, key_col=args.key_col,
+                         delay_col=args.delay_col, priority_col=args.priority_col,
+                         payload_cols=columns(args.payload_cols), batch_size=args.batch_size)
+        print(f"{args.queue}: pushed {done.pushed} messages, skipped {done.skipped} already "
+              f"present, refused {done.refused} acked within the dedupe window "
+              f"({len(done.partitions)} partitions)")
         return 0
     finally:
         if started:

@@ -4,8 +4,9 @@
 
 Columns: id, state (ready, delayed, unacked, dead), shard, key, priority, attempts,
 enqueued_at, deliver_at, dead_at (UTC timestamps), payload and headers (JSON text; bytes
-as {"$base64": ...}). The scan is read-only (HSCAN + ZMSCORE per shard, on the
-executors): nothing is claimed, so it is safe on a live queue, but it is no snapshot.
+as {"$base64": ...}). It reads with spark.read.format("dynoq"), one partition per
+shard, read-only (HSCAN + ZMSCORE on the executors): nothing is claimed, so it is safe on
+a live queue, but it is no snapshot.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ if not __package__:  # run as a script (spark-submit spark/export.py): find the 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import dynoq
-from dynoq.spark_export import DEFAULT_STATES, STATES, queue_dataframe
+from dynoq.spark import queue_dataframe
+from dynoq.spark.export import DEFAULT_STATES, STATES
 from spark._common import add_connection_args, columns, session
 
 
@@ -36,11 +38,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def export(spark: Any, url: str, queue: str, output: str, *, fmt: str = "parquet",
-           states: list[str] | None = None, **connect_options: Any) -> dict[str, int]:
+def export(spark: Any, client: dynoq.Client, queue: str, output: str, *,
+           fmt: str = "parquet", states: list[str] | None = None) -> dict[str, int]:
     """Write the queue's messages to ``output``; returns the count per state."""
-    df = queue_dataframe(spark, url, queue, states=states or DEFAULT_STATES,
-                         **connect_options)
+    df = queue_dataframe(spark, client, queue, states=states or DEFAULT_STATES)
     writer = df.write.mode("overwrite")
     if fmt == "csv":
         writer = writer.option("header", "true")
@@ -55,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     spark, started = session("dynoq-export", args.master)
     try:
         with dynoq.connect(args.url, prefix=args.prefix) as client:
-            counts = export(spark, client.url, args.queue, args.output, fmt=args.format,
-                            states=columns(args.states), prefix=args.prefix)
+            counts = export(spark, client, args.queue, args.output, fmt=args.format,
+                            states=columns(args.states))
         total = sum(counts.values())
         detail = ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "empty"
         print(f"{args.queue}: exported {total} messages to {args.output} ({detail})")

@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
-import redis.cluster
+from helpers import delete_prefix
 
 import dynoq
 
@@ -64,35 +63,71 @@ def real_url(request: pytest.FixtureRequest) -> str:
     return _base_url(request.param, request)
 
 
-def _cleanup(url: str, prefix: str) -> None:
-    if url.startswith("memory://"):
-        return
-    if url.startswith("redis+cluster://"):
-        _cleanup_cluster(url, prefix)
-        return
-    r = redis.Redis.from_url(url)
-    try:
-        keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
-        for i in range(0, len(keys), 500):
-            r.delete(*keys[i:i + 500])
-    finally:
-        r.close()
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules that set ``FLAVORS = ("sync", "async")`` run their tests on both clients
+    (a test marked ``sync_only`` on the sync one alone)."""
+    if "flavor" in metafunc.fixturenames:
+        flavors = getattr(metafunc.module, "FLAVORS", ("sync",))
+        if metafunc.definition.get_closest_marker("sync_only"):
+            flavors = ("sync",)
+        metafunc.parametrize("flavor", flavors, indirect=True)
 
 
-def _cleanup_cluster(url: str, prefix: str) -> None:
-    from dynoq.cluster import parse_nodes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module may run its async flavor on fewer backends (``ASYNC_BACKENDS``) to keep
+    CI short: the other async items are deselected (reported as such), not skipped.
+    Under pytest-xdist, every Spark test runs in one worker: one JVM and one session."""
+    keep, drop = [], []
+    for item in items:
+        if item.get_closest_marker("spark") or "spark" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", None)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        backend = params.get("real_url", params.get("url"))
+        if only and params.get("flavor") == "async" and backend not in only:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
-    rc = redis.cluster.RedisCluster(startup_nodes=parse_nodes(url))
-    try:
-        for node in rc.get_primaries():
-            r = rc.get_redis_connection(node)
-            keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
-            pipe = r.pipeline(transaction=False)
-            for key in keys:  # one DEL per key: a node's keys span many slots
-                pipe.delete(key)
-            pipe.execute()
-    finally:
-        rc.close()
+
+@pytest.fixture
+def flavor(request: pytest.FixtureRequest) -> str:
+    """"sync": dynoq.Client; "async": dynoq.asyncio's client seen through a sync-looking
+    view (tests/async_view.py)."""
+    return str(getattr(request, "param", "sync"))
+
+
+@pytest.fixture(scope="session")
+def event_loop_thread() -> Iterator[Any]:
+    """One event loop in a helper thread, for the async flavor."""
+    from async_view import Loop
+
+    loop = Loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def connect_any(flavor: str, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``dynoq.connect`` of the test's flavor (same arguments)."""
+    if flavor == "sync":
+        return dynoq.connect
+    from async_view import async_client
+
+    loop = request.getfixturevalue("event_loop_thread")
+    return lambda url, **options: async_client(loop, url, **options)
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[dynoq.Consumer]]:
+    """Consumers a test made; stopped after it even when it fails."""
+    made: list[dynoq.Consumer] = []
+    yield made
+    for c in made:
+        c.stop(timeout=10)
 
 
 @pytest.fixture
@@ -101,20 +136,21 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def make_client(url: str, prefix: str) -> Iterator[Callable[..., dynoq.Client]]:
+def make_client(url: str, prefix: str,
+                connect_any: Callable[..., Any]) -> Iterator[Callable[..., dynoq.Client]]:
     """Factory of clients on the test's backend and prefix (all closed after the test)."""
     made: list[dynoq.Client] = []
 
     def make(**options: Any) -> dynoq.Client:
         options.setdefault("prefix", prefix)
-        c = dynoq.connect(url, **options)
+        c = connect_any(url, **options)
         made.append(c)
         return c
 
     yield make
     for c in made:
         c.close()
-    _cleanup(url, prefix)
+    delete_prefix(url, prefix)
 
 
 @pytest.fixture
@@ -123,8 +159,10 @@ def client(make_client: Callable[..., dynoq.Client]) -> dynoq.Client:
 
 
 @pytest.fixture
-def real_client(real_url: str, prefix: str) -> Iterator[dynoq.Client]:
-    c = dynoq.connect(real_url, prefix=prefix)
+def real_client(real_url: str, prefix: str,
+                connect_any: Callable[..., Any]) -> Iterator[dynoq.Client]:
+    c = connect_any(real_url, prefix=prefix)
     yield c
     c.close()
-    _cleanup(real_url, prefix)
+    delete_prefix(real_url, prefix)
+

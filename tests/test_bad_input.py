@@ -108,7 +108,7 @@ def test_bad_pop_and_ops_arguments(client: dynoq.Client) -> None:
     for call in (lambda: q.pop(0), lambda: q.pop(-1), lambda: q.pop(wait=-1),
                  lambda: q.pop(visibility=0), lambda: q.peek(0),
                  lambda: q.nack("x", delay=-1), lambda: q.extend("x", math.inf),
-                 lambda: q.reschedule("x", delay=-5), lambda: q.pop(shards=[7])):
+                 lambda: q.reschedule("x", delay=-5), lambda: q.ops.pop(shards=[7])):
         with pytest.raises(ValueError):
             call()
     with pytest.raises(TypeError):

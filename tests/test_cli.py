@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from helpers import dead_letter
 
 import dynoq
 from dynoq.cli import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE, cli
@@ -25,8 +26,10 @@ def run(url: str, prefix: str, client: dynoq.Client) -> Any:
     """Run the CLI in-process against the test's backend and prefix."""
     runner = CliRunner()
 
-    def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-        return runner.invoke(cli, ["--url", url, "--prefix", prefix, *args], env=env)
+    def invoke(*args: str, env: dict[str, str] | None = None,
+               input: str | None = None) -> Result:
+        return runner.invoke(cli, ["--url", url, "--prefix", prefix, *args], env=env,
+                             input=input)
 
     return invoke
 
@@ -117,7 +120,7 @@ def test_dead_replay_purge(run: Any, client: dynoq.Client) -> None:
     assert q.stats().dead == 2 and q.stats().ready == 1
     failed(run("replay", "jobs", "--id", "j1"), EXIT_FAILURE, "not dead letters")
     assert "replayed 1 message(s)" in ok(run("replay", "jobs", "--id", "j2"))
-    assert "purged 1 message(s)" in ok(run("purge-dead", "jobs"))
+    assert "purged 1 message(s)" in ok(run("purge-dead", "jobs", "--yes"))
     assert "replayed 0 message(s)" in ok(run("replay", "jobs"))
     assert (q.stats().dead, q.stats().ready) == (0, 2)
     assert not q.contains("j0")
@@ -155,8 +158,8 @@ def test_unreachable_server_in_process() -> None:
 
 
 def test_demo_calls_dynoq_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The demo itself (Spark, consumers) is dynoq.demo's to test: here only the wiring.
-    import dynoq.demo
+    # The demo itself (Spark, consumers) is tested in test_spark: here only the wiring.
+    import dynoq.cli.demo
 
     seen: list[str | None] = []
 
@@ -164,7 +167,7 @@ def test_demo_calls_dynoq_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(url)
         return 0 if url else 1
 
-    monkeypatch.setattr(dynoq.demo, "main", fake_main)
+    monkeypatch.setattr(dynoq.cli.demo, "main", fake_main)
     ok(CliRunner().invoke(cli, ["--url", "redis://h:1/0", "demo"]))
     result = CliRunner().invoke(cli, ["demo"], env={"DYNOQ_URL": ""})
     assert result.exit_code == 1
@@ -220,3 +223,38 @@ def test_console_script_help() -> None:
         assert command in done.stdout
     bad = dynoq_cmd("nope", exe=[str(script)])
     assert bad.returncode == EXIT_USAGE and "Traceback" not in bad.stderr
+
+
+def test_every_command_speaks_json(run: Any, client: dynoq.Client) -> None:
+    created = json.loads(ok(run("queue", "create", "jobs", "--shards", "2", "--json")))
+    assert (created["name"], created["shards"], created["kind"]) == ("jobs", 2, "queue")
+    assert json.loads(ok(run("queue", "create", "news", "--topic", "--json")))["kind"] == "topic"
+    failed(run("queue", "create", "jobs", "--shards", "3"), EXIT_USAGE, "already exists")
+    listed = json.loads(ok(run("queues", "--json")))
+    assert {(r["name"], r["kind"]) for r in listed["queues"]} == {("jobs", "queue"),
+                                                                 ("news", "topic")}
+    pushed = json.loads(ok(run("push", "jobs", '{"a": 1}', "--id", "p1", "--json")))
+    assert pushed == {"queue": "jobs", "id": "p1"}
+    assert json.loads(ok(run("peek", "jobs", "--json")))[0]["payload"] == {"a": 1}
+    client.queue("jobs").schedule("tick", "t", every=60)
+    [sched] = json.loads(ok(run("schedules", "jobs", "--json")))
+    assert (sched["id"], sched["every"]) == ("tick", 60)
+    [m] = [x for x in client.queue("jobs").pop(10) if x.id == "p1"]
+    dead_letter(client.queue("jobs"), m)
+    assert json.loads(ok(run("dead", "jobs", "--json")))[0]["id"] == "p1"
+    assert json.loads(ok(run("replay", "jobs", "--json")))["replayed"] == 1
+    assert json.loads(ok(run("acl", "consumer", "--json")))["role"] == "consumer"
+    assert json.loads(ok(run("clear", "jobs", "--yes", "--json")))["cleared"] is True
+    assert client.queue("jobs").size() == 0
+
+
+def test_destructive_commands_ask_first(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("precious", shards=1)
+    q.push("keep")
+    failed(run("clear", "precious", input="n\n"), EXIT_FAILURE, "nothing was changed")
+    failed(run("clear", "precious"), EXIT_FAILURE, "Aborted")  # no terminal: no
+    assert q.size() == 1
+    [m] = q.pop()
+    dead_letter(q, m)
+    failed(run("purge-dead", "precious", input="no\n"), EXIT_FAILURE, "nothing was changed")
+    assert q.stats().dead == 1

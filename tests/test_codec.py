@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynoq import codec
-from dynoq.keys import QueueKeys, shard_of
+from dynoq._core import codec
+from dynoq._core.keys import QueueKeys, shard_of
 from dynoq.message import Message
 from dynoq.settings import QueueSettings, merge
 
@@ -46,7 +46,7 @@ def test_shard_hash_is_stable() -> None:
 
 def test_all_shard_keys_share_one_hash_tag() -> None:
     keys = QueueKeys("dq", "orders").shard(3)
-    assert all("{orders:3}" in k for k in keys.all())
+    assert all("{orders:3}" in k for k in [*keys.data(), keys.lease])
     assert QueueKeys("dq", "orders").meta == "dq:queue:orders"
 
 

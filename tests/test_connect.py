@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import shard_keys
 
 import dynoq
 
@@ -27,7 +28,7 @@ def test_url_from_environment(embedded_server: Any, monkeypatch: pytest.MonkeyPa
 
 def test_default_url_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DYNOQ_URL", raising=False)
-    from dynoq.connection import DEFAULT_URL
+    from dynoq.backend import DEFAULT_URL
 
     try:
         c = dynoq.connect(socket_connect_timeout=0.5, retry=None)
@@ -45,7 +46,7 @@ def test_embedded_url_starts_and_stops_a_private_server() -> None:
     other = redis.Redis.from_url(url)  # other processes can use the URL
     q = c.queue("e", shards=2)
     q.push("x")
-    assert other.hlen(q.shard_keys(q.shard_for(q.peek()[0].id or "")).msgs) == 1
+    assert other.hlen(shard_keys(q, q.shard_for(q.peek()[0].id or "")).msgs) == 1
     c.close()
     with pytest.raises(redis.ConnectionError):
         other.ping()

@@ -4,33 +4,29 @@ retries, dead letters, hooks, stats, graceful stop, rebalance, fencing, bad inpu
 from __future__ import annotations
 
 import collections
+import inspect
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from consumer_helpers import wait_for
+from async_view import unwrap
+from helpers import FAST, pop_leased, requeue_shard, shard_keys, wait_for
+from redis.cluster import RedisCluster
 
 import dynoq
+import dynoq.asyncio
+from dynoq._core.calls import Call
 from dynoq.consumer import Consumer
+from dynoq.consumer.group import Membership, members, reap
+from dynoq.consumer.lease import Leases
+from dynoq.consumer.middleware import Middleware
 from dynoq.errors import InvalidArgument, InvalidType, LeaseLost
-from dynoq.group import Membership, members, reap_stale_members
-from dynoq.hooks import Middleware
-from dynoq.lease import Leases
 from dynoq.retry import DeadLetter, Retry
 
-FAST = {"lease_ttl": 2.0, "rebalance_interval": 5.0, "idle_wait": 0.5}
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[Consumer]]:
-    """Consumers made by a test; stopped after it even when it fails."""
-    made: list[Consumer] = []
-    yield made
-    for c in made:
-        c.stop(timeout=10)
+FLAVORS = ("sync", "async")
 
 
 class Recorder:
@@ -99,14 +95,14 @@ def _ident(payload: Any) -> Any:
     ({"strategy": "consistent_hash", "strategy_options": {"bogus": 1}}, InvalidArgument),
     ({"before": "not callable"}, InvalidType),
     ({"middleware": [object()]}, InvalidType),
-    ({"no_such_option": 1}, InvalidType),
+    ({"no_such_option": 1}, TypeError),  # Python's own error for an unknown keyword
 ])
 def test_bad_options_raise_typed_errors(client: dynoq.Client, options: dict[str, Any],
                                         error: type[Exception]) -> None:
     q = client.queue("bad", shards=2)
     with pytest.raises(error):
         client.consumer(q, lambda m: None, **options)
-    assert members(client, "bad", "default") == []  # nothing was written
+    assert members(q, "default") == []  # nothing was written
 
 
 def test_bad_handler_and_queue(client: dynoq.Client) -> None:
@@ -116,7 +112,7 @@ def test_bad_handler_and_queue(client: dynoq.Client) -> None:
     with pytest.raises(InvalidType):
         Consumer("bad", print)  # type: ignore[arg-type]
     c = client.consumer("bad", lambda m: None, **FAST)  # a queue name is fine
-    assert isinstance(c, Consumer) and not c.assignment
+    assert isinstance(unwrap(c), (Consumer, dynoq.asyncio.Consumer)) and not c.assignment
     with pytest.raises(ValueError):  # errors in arguments are also ValueError
         Retry(-1)
 
@@ -142,14 +138,14 @@ def test_concurrent_group_handles_everything_once(client: dynoq.Client,
     assert sum(s.handled for s in st) == 600
     assert all(s.failed == s.retried == s.dead_lettered == 0 for s in st)
     assert q.stats().unacked == 0 and q.size() == 0
-    assert members(client, "conc", "default") == []  # both left
+    assert members(q, "default") == []  # both left
 
 
 def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
                                               consumers: list[Consumer]) -> None:
     """A member pops from shards allocated to others too: nothing starves while one runs."""
     q = client.queue("starve", shards=4)
-    Membership(client, "starve", "default", "aaa-ghost", ttl=60).heartbeat()
+    Membership(q, "default", "aaa-ghost", ttl=60).heartbeat()
     rec = Recorder()
     consumers.append(client.consumer(q, rec.handler(), instance_id="zzz", **FAST).start())
     assert consumers[0].assignment == {2, 3}  # the ghost's shards are 0 and 1
@@ -309,7 +305,8 @@ def test_graceful_stop_loses_nothing(client: dynoq.Client) -> None:
     wait_for(lambda: rec.count() >= 400)
     assert rest.stop(10)
     assert sorted(rec.seen) == list(range(400))
-    assert client.waiter._all == []  # stopped workers closed their wake-up subscriptions
+    # stopped workers closed their wake-up subscriptions
+    assert client.backend.open_subscriptions == 0
 
 
 # -- ordered queues --------------------------------------------------------------------------
@@ -388,6 +385,43 @@ def test_ordered_worker_leaves_a_busy_shard_for_waiting_ones(
     assert [x for x in order if x < 1000] == list(range(300))
 
 
+@pytest.mark.parametrize("ordered", [False, True], ids=["concurrent", "ordered"])
+def test_an_idle_consumer_looks_once_per_idle_wait(client: dynoq.Client,
+                                                   consumers: list[Consumer],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   ordered: bool) -> None:
+    # One worker waits on the server for all four, and a wait that nothing interrupted
+    # ends without looking again: one look (pop, then one probe of the other shards) per
+    # idle_wait, however many workers.
+    q = client.queue("idle", shards=16, ordered=ordered)
+    consumers.append(client.consumer(q, lambda m: None, concurrency=4, idle_wait=0.5,
+                                     lease_ttl=30.0).start())
+    time.sleep(1.5)  # start-up: a first look at every shard, subscriptions
+    calls: list[str] = []
+    backend = unwrap(client).backend  # the seam every request goes through
+    real = backend.run
+
+    def note(request: Any) -> None:
+        if isinstance(request, Call) and request.script.name in ("pop", "probe"):
+            calls.append(request.script.name)
+
+    if inspect.iscoroutinefunction(real):
+        async def counting(request: Any) -> Any:
+            note(request)
+            return await real(request)
+    else:
+        def counting(request: Any) -> Any:
+            note(request)
+            return real(request)
+
+    monkeypatch.setattr(backend, "run", counting)
+    time.sleep(3.0)
+    monkeypatch.undo()
+    # On Redis Cluster a script's keys share a slot: a look is one pop per shard there.
+    per_look = 16 if isinstance(client.redis, RedisCluster) else 2
+    assert len(calls) <= (3.0 / 0.5 + 1) * per_look, len(calls)
+
+
 # -- rebalance, leases, fencing ------------------------------------------------------------------
 
 def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consumer]) -> None:
@@ -409,9 +443,9 @@ def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consu
     wait_for(lambda: (a.assignment, c.assignment) == ({0, 1, 2, 3}, {4, 5, 6, 7}),
              what="b's shards taken over")
     for s in range(8):  # every shard leased exactly by the member holding it
-        holder = client.redis.get(q.shard_keys(s).lease).decode()
+        holder = client.redis.get(shard_keys(q, s).lease).decode()
         assert holder.startswith("a:" if s < 4 else "c:")
-    assert members(client, "rebal", "default") == ["a", "c"]
+    assert members(q, "default") == ["a", "c"]
 
 
 def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
@@ -419,18 +453,18 @@ def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
     q.push_many([dynoq.Message(i, key="k") for i in range(3)])
     old = Leases(q, "old", ttl=0.3)
     assert old.acquire(0) == 0.0
-    [msg] = q.pop(1, lease="old")
+    [msg] = pop_leased(q, 1, lease="old")
     assert msg.payload == 0 and msg.lease == "old"
     new = Leases(q, "new", ttl=5)
     assert new.acquire(0) > 0  # still held by "old"
-    wait_for(lambda: client.redis.get(q.shard_keys(0).lease) is None, what="lease expiry")
+    wait_for(lambda: client.redis.get(shard_keys(q, 0).lease) is None, what="lease expiry")
     assert new.acquire(0) == 0.0  # takes over; old's in-flight message back at the head
     with pytest.raises(LeaseLost):
         q.ack(msg)
     with pytest.raises(LeaseLost):
-        q.pop(1, lease="old")
+        pop_leased(q, 1, lease="old")
     assert old.renew([0]) == {0}
-    again = q.pop(3, lease="new")
+    again = pop_leased(q, 3, lease="new")
     assert [m.payload for m in again] == [0, 1, 2]
     assert again[0].attempts == 2
 
@@ -450,22 +484,24 @@ def test_consumer_survives_losing_a_lease(client: dynoq.Client,
     consumers.append(c.start())
     q.push(1, key="k")
     assert entered.wait(10)
-    # Simulate a pause: the lease expires and another holder takes the shard over.
-    client.redis.delete(q.shard_keys(0).lease)
-    assert Leases(q, "thief", ttl=30).acquire(0) == 0.0
+    # Simulate a pause: the lease expired and another holder took the shard over (in one
+    # step: the consumer's own upkeep would otherwise take the free lease back first).
+    client.redis.set(shard_keys(q, 0).lease, "thief", px=30_000)
+    assert requeue_shard(q, 0, force=True, lease="thief") == 1
     gate.set()
     wait_for(lambda: c.stats().lease_lost >= 1, what="LeaseLost seen")
     assert c.assignment == set() and c.stats().handled == 0  # its ack was refused
-    assert [m.payload for m in q.pop(1, lease="thief")] == [1]  # redelivered to the thief
+    assert [m.payload for m in pop_leased(q, 1, lease="thief")] == [1]  # redelivered to the thief
 
 
 def test_reap_stale_members(client: dynoq.Client) -> None:
     q = client.queue("reap", shards=2)
-    Membership(client, "reap", "g1", "dead-1", ttl=0.05).heartbeat()
-    Membership(client, "reap", "g2", "dead-2", ttl=0.05).heartbeat()
-    Membership(client, "reap", "g2", "alive", ttl=60).heartbeat()
+    Membership(q, "g1", "dead-1", ttl=0.05).heartbeat()
+    time.sleep(0.1)  # g1's claim on the queue lapsed with its only member
+    Membership(q, "g2", "dead-2", ttl=0.05).heartbeat()
+    Membership(q, "g2", "alive", ttl=60).heartbeat()
     time.sleep(0.12)
-    assert reap_stale_members(client, q.name) == 2
-    assert members(client, "reap", "g1") == [] and members(client, "reap", "g2") == ["alive"]
-    assert reap_stale_members(client, q.name) == 0
+    assert reap(q) == 2
+    assert members(q, "g1") == [] and members(q, "g2") == ["alive"]
+    assert reap(q) == 0
     assert client.redis.smembers(f"{client.prefix}:groups:{{reap}}") == {b"g2"}

@@ -13,21 +13,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from consumer_helpers import wait_for
+from helpers import shard_keys, wait_for
 
 import dynoq
-from dynoq.group import members
+from dynoq.consumer.group import members
 
 HELPER = str(Path(__file__).with_name("consumer_helpers.py"))
+FLAVORS = ("sync", "async")  # the test's own client, and its child processes
+ASYNC_BACKENDS = ("embedded",)  # the slowest tests: async members on one server only
 
 
 class Procs:
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, flavor: str) -> None:
         self.url, self.prefix = url, prefix
+        self.flags = ["--async"] if flavor == "async" else []
         self.running: list[subprocess.Popen[str]] = []
 
     def start(self, queue: str, *args: str) -> subprocess.Popen[str]:
-        p = subprocess.Popen([sys.executable, HELPER, self.url, self.prefix, queue, *args],
+        p = subprocess.Popen([sys.executable, HELPER, self.url, self.prefix, queue, *args,
+                              *self.flags],
                              stdout=subprocess.PIPE, text=True)
         self.running.append(p)
         assert p.stdout is not None
@@ -36,8 +40,8 @@ class Procs:
 
 
 @pytest.fixture
-def procs(real_client: dynoq.Client, real_url: str) -> Iterator[Procs]:
-    ps = Procs(real_url, real_client.prefix)
+def procs(real_client: dynoq.Client, real_url: str, flavor: str) -> Iterator[Procs]:
+    ps = Procs(real_url, real_client.prefix, flavor)
     yield ps
     for p in ps.running:
         if p.poll() is None:
@@ -79,7 +83,7 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
         p = msg.payload
         with lock:
             client.redis.rpush(f"{client.prefix}:log", f"thread|{p['k']}|{p['i']}|{msg.shard}")
-        time.sleep(0.003)
+        time.sleep(0.01)  # alone it needs 8 s: the processes join (slow on a busy machine)
 
     c = client.consumer(q, handler, concurrency=2, lease_ttl=2.0, rebalance_interval=5.0,
                         idle_wait=0.5, instance_id="thread").start()
@@ -141,19 +145,19 @@ def test_failover_after_sigkill(real_client: dynoq.Client, procs: Procs) -> None
         assert seq == sorted(seq), f"key {k} out of order: {seq}"
         assert sorted(set(seq)) == list(range(per_key))
     assert len(log) - keys * per_key <= 2  # at most the victim's in-flight messages twice
-    assert members(client, "xfail", "default") == []
+    assert members(client.queue("xfail"), "default") == []
 
 
 def test_run_stops_cleanly_on_sigterm(real_client: dynoq.Client, procs: Procs) -> None:
     client = real_client
     q = client.queue("xterm", shards=2, ordered=True)
     p = procs.start("xterm", "--instance", "solo")
-    wait_for(lambda: members(client, "xterm", "default") == ["solo"])
-    wait_for(lambda: all(client.redis.exists(q.shard_keys(s).lease) for s in range(2)))
+    wait_for(lambda: members(client.queue("xterm"), "default") == ["solo"])
+    wait_for(lambda: all(client.redis.exists(shard_keys(q, s).lease) for s in range(2)))
     _push(q, 4, 5)
     wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= 20)
     p.send_signal(signal.SIGTERM)
     assert p.wait(15) == 0
-    assert members(client, "xterm", "default") == []  # left the group
-    assert not any(client.redis.exists(q.shard_keys(s).lease) for s in range(2))
+    assert members(client.queue("xterm"), "default") == []  # left the group
+    assert not any(client.redis.exists(shard_keys(q, s).lease) for s in range(2))
     assert q.stats().unacked == 0

@@ -6,6 +6,8 @@ import threading
 
 import pytest
 
+from dynoq._core.consuming import pop_order
+from dynoq.consumer.board import InFlight, ShardBoard
 from dynoq.errors import InvalidArgument, InvalidType
 from dynoq.retry import (
     CONCURRENT_RETRY_DELAYS,
@@ -14,7 +16,6 @@ from dynoq.retry import (
     Retry,
     RetryPolicy,
 )
-from dynoq.shard_board import InFlight, ShardBoard, pop_order
 
 
 def test_default_retry_schedules_follow_rocketmq() -> None:
@@ -60,17 +61,33 @@ def test_board_claims_one_shard_per_worker_and_waits_on_empty_ones() -> None:
     assert b.claim(0.01)[1] is False
 
 
+def test_board_lets_one_worker_wait_at_a_time() -> None:
+    b = ShardBoard()
+    for s in (0, 1, 2, 3):
+        b.add(s)
+    for _ in range(4):  # four workers look at one shard each; three are found empty
+        b.claim(0.01)
+    assert b.done_all([0, 1, 2], found=False) == []
+    shards, waiting = b.claim(0.01)  # no free shard is ready: one worker waits for them
+    assert sorted(shards) == [0, 1, 2] and waiting
+    b.done(3, found=False)
+    assert b.claim(0.01) == ([], False)  # shard 3 is not split off for a second waiter
+    b.done_all(shards, found=False)  # the waiter hands back (woken, or its time is up)
+    shards, waiting = b.claim(0.01)
+    assert sorted(shards) == [0, 1, 2, 3] and waiting  # now one worker waits for all
+
+
 def test_board_releases_a_moved_shard_after_its_worker() -> None:
     b = ShardBoard()
     b.add(0)
     b.add(1)
-    assert b.move_away(1) is True  # idle: release at once
+    assert b.rebalance({0}) == [1]  # 1 moved away while idle: release at once
     [s], _ = b.claim(0.01)
     assert s == 0
-    assert b.move_away(0) is False  # busy: later
-    assert b.held() == {0}  # still leased until its worker is done
+    assert b.rebalance(set()) == []  # 0 moved away while busy: later
+    assert b.leased() == {0}  # still leased until its worker is done
     assert b.done(0, found=True) is True
-    assert b.held() == set()
+    assert b.leased() == set()
 
 
 def test_inflight_permits_block_and_resume() -> None:

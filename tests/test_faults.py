@@ -6,13 +6,16 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 
 import dynoq
+from dynoq.consumer.lease import Leases
+
+FLAVORS = ("sync", "async")
 
 
 @pytest.fixture
@@ -32,7 +35,7 @@ def own_server(tmp_path: Any) -> Iterator[Any]:
     server.stop()
 
 
-def test_dropped_connections_lose_nothing(own_server: Any) -> None:
+def test_dropped_connections_lose_nothing(own_server: Any, connect_any: Any) -> None:
     url = f"redis://{own_server.host}:{own_server.port}/0"
     killer = redis.Redis.from_url(url)
     stop = threading.Event()
@@ -46,7 +49,7 @@ def test_dropped_connections_lose_nothing(own_server: Any) -> None:
             time.sleep(0.05)
 
     killer.client_setname("killer")
-    with dynoq.connect(url, prefix=f"f-{uuid.uuid4().hex[:6]}") as client:
+    with connect_any(url, prefix=f"f-{uuid.uuid4().hex[:6]}") as client:
         q = client.queue("drops", shards=4, unack_timeout=1.0)
         t = threading.Thread(target=kill_connections)
         t.start()
@@ -73,9 +76,9 @@ def test_dropped_connections_lose_nothing(own_server: Any) -> None:
     killer.close()
 
 
-def test_server_restart_loses_nothing(own_server: Any) -> None:
+def test_server_restart_loses_nothing(own_server: Any, connect_any: Any) -> None:
     url = f"redis://{own_server.host}:{own_server.port}/0"
-    with dynoq.connect(url, prefix="restart") as client:
+    with connect_any(url, prefix="restart") as client:
         q = client.queue("r", shards=2, unack_timeout=0.5)
         q.push_many(range(500))
         in_flight = q.pop(100)  # claimed, never acked: must come back after the restart
@@ -99,5 +102,79 @@ def test_unreachable_server_raises_connection_failed(own_server: Any) -> None:
     try:
         with pytest.raises(dynoq.ConnectionFailed, match="unreachable"):
             q.push("x")
+    finally:
+        client.close()
+
+
+def test_every_pipelined_path_reloads_scripts_after_a_flush(client: dynoq.Client) -> None:
+    # An empty script cache (a restart, a promoted replica) once broke every pipelined call.
+    q = client.queue("flushed", shards=3)
+    ordered = client.queue("flushed-ordered", shards=2, ordered=True)
+    leases = Leases(ordered, "me", ttl=30)
+    assert leases.acquire(0) == 0.0
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("push_many", lambda: q.push_many([dynoq.Message(i, id=f"m{i}") for i in range(30)])),
+        ("ensure_many", lambda: q.ensure_many([dynoq.Message(0, id="e0")])),
+        ("peek", lambda: q.peek(5)),
+        ("stats", q.stats),
+        ("pop", lambda: q.pop(10)),
+        ("ack_many", lambda: q.ack_many(q.pop(10))),
+        ("dead", q.dead),
+        ("renew", lambda: leases.renew([0])),
+        ("requeue", q.requeue_expired),
+    ]
+    for name, call in checks:
+        client.redis.script_flush()
+        try:
+            call()
+        except dynoq.DynoqError as exc:
+            pytest.fail(f"{name} after SCRIPT FLUSH: {exc}")
+    assert q.stats().unacked == 10 and leases.renew([0]) == set()
+
+
+def test_consumers_ride_out_a_server_restart(own_server: Any) -> None:
+    url = f"redis://{own_server.host}:{own_server.port}/0"
+    with dynoq.connect(url, prefix="ride") as client:
+        plain = client.queue("plain", shards=2, unack_timeout=1.0)
+        ordered = client.queue("ordered", shards=2, ordered=True, unack_timeout=1.0)
+        seen: dict[str, set[int]] = {"plain": set(), "ordered": set()}
+        lock = threading.Lock()
+
+        def handler(name: str) -> Callable[[dynoq.Message], None]:
+            def handle(msg: dynoq.Message) -> None:
+                with lock:
+                    seen[name].add(msg.payload)
+            return handle
+
+        consumers = [client.consumer(q, handler(q.name), lease_ttl=1.0, idle_wait=0.2,
+                                     rebalance_interval=2.0).start() for q in (plain, ordered)]
+        try:
+            plain.push_many(range(100))
+            ordered.push_many([dynoq.Message(i, key=f"k{i % 4}") for i in range(100)])
+            own_server.stop()
+            time.sleep(1.5)  # the consumers' loops fail meanwhile, and back off
+            own_server.start()
+            plain.push_many(range(100, 200))
+            ordered.push_many([dynoq.Message(i, key=f"k{i % 4}") for i in range(100, 200)])
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                with lock:
+                    if all(len(s) == 200 for s in seen.values()):
+                        break
+                time.sleep(0.1)
+        finally:
+            for c in consumers:
+                c.stop(10)
+        assert seen == {"plain": set(range(200)), "ordered": set(range(200))}
+
+
+def test_starting_a_consumer_without_a_server_is_a_typed_error(own_server: Any) -> None:
+    url = f"redis://{own_server.host}:{own_server.port}/0"
+    client = dynoq.connect(url, prefix="nostart", retry=None, socket_connect_timeout=0.5)
+    q = client.queue("q", shards=1)
+    own_server.stop()
+    try:
+        with pytest.raises(dynoq.ConnectionFailed):
+            client.consumer(q, lambda m: None).start()
     finally:
         client.close()

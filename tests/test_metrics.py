@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from helpers import dead_letter
 from prometheus_client import CollectorRegistry
 from test_sweeper import Proc, pop_all, wait_for
 
@@ -30,7 +31,7 @@ def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
     q.push("later", id="d", delay=3600)
     q.pop(visibility=60)
     dead = q.pop(visibility=60)[0]
-    q.dead_letter(dead)
+    dead_letter(q, dead)
 
     def total(state: str) -> float:
         return sum(reg.get_sample_value("dynoq_queue_messages",

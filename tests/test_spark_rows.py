@@ -1,4 +1,5 @@
-"""Row -> message conversion of the Spark sinks (pure: no Spark, no server)."""
+"""Row -> message conversion and the picklable settings of the Spark sinks (no Spark, no
+server)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import datetime as dt
 import pickle
 import subprocess
 import sys
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -13,9 +15,10 @@ import msgpack
 import pytest
 
 import dynoq
-from dynoq.spark import batch_sink, partition_sink
-from dynoq.spark_export import to_json
-from dynoq.spark_rows import RowSpec, plain, to_messages
+from dynoq.spark import QueueSink, Target
+from dynoq.spark.export import to_json
+from dynoq.spark.rows import RowSpec, plain, to_messages
+from dynoq.spark.writer import RowWriter
 
 UTC = dt.timezone.utc
 
@@ -103,21 +106,42 @@ def test_repeated_id_keeps_its_first_row() -> None:
     assert [m.payload["v"] for m in msgs] == ["a"]
 
 
-def test_sinks_are_picklable_and_refuse_unreachable_urls() -> None:
-    sink = partition_sink("redis://h:6379/0", "q", id_col="id", prefix="p", batch_size=10)
-    again = pickle.loads(pickle.dumps(sink))
-    assert again == sink and again.connect_options == {"prefix": "p"}
-    pickle.dumps(batch_sink("redis://h:6379/0", "q", id_col="id"))
+def test_sink_settings_are_picklable_and_hide_secrets() -> None:
+    target = Target.of("redis://u:pw-secret@h:6379/0", "q",
+                       {"prefix": "p", "ssl_ca_certs": "/ca.pem", "password": "pw-secret"})
+    writer = RowWriter(target, RowSpec.of("id"), batch_size=10)
+    again = pickle.loads(pickle.dumps(QueueSink(writer)))
+    assert again.writer == writer and again.writer.target.prefix == "p"
+    assert again.writer.target.options == {"ssl_ca_certs": "/ca.pem", "password": "pw-secret"}
+    shown = repr(again) + repr(target) + target.where
+    assert "pw-secret" not in shown and "'password'" in shown  # names, never values
+    opts = target.spark_options()
+    assert Target.from_spark_options({k.upper(): v for k, v in opts.items()}) == target
     for url in ("embedded://", "memory://x"):
         with pytest.raises(dynoq.InvalidArgument, match="executors need a server"):
-            partition_sink(url, "q", id_col="id")
+            Target.of(url, "q")
     with pytest.raises(dynoq.InvalidArgument, match="batch_size"):
-        partition_sink("redis://h", "q", id_col="id", batch_size=0)
+        RowWriter(target, RowSpec.of("id"), batch_size=0)
+    with pytest.raises(dynoq.InvalidArgument, match="cannot be sent to Spark executors"):
+        Target.of("redis://h", "q", {"socket_keepalive_options": threading.Lock()})
+    with pytest.raises(dynoq.InvalidArgument, match="not all plain JSON values"):
+        Target.of("redis://h", "q", {"retry": object}).spark_options()
+
+
+def test_a_wrapped_tls_client_keeps_its_auth_and_tls_options() -> None:
+    import redis
+
+    r = redis.Redis(host="h", port=6380, password="pw", ssl=True, ssl_ca_certs="/ca.pem")
+    client = dynoq.Client(r, prefix="tenant")
+    target = Target.of(client, "q")
+    assert target.url == "rediss://h:6380/0" and target.prefix == "tenant"
+    assert target.options["password"] == "pw" and target.options["ssl_ca_certs"] == "/ca.pem"
+    assert "pw" not in repr(target).replace("'password'", "")
 
 
 def test_spark_module_imports_without_pyspark() -> None:
     code = ("import sys; sys.modules['pyspark'] = None; sys.modules['pyarrow'] = None\n"
-            "import dynoq.spark, dynoq.spark_export, dynoq.demo\n"
+            "import dynoq.spark, dynoq.spark.export, dynoq.cli.demo\n"
             "assert 'pyspark' not in [m for m in sys.modules if sys.modules[m]]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -14,27 +14,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
 import dynoq
-from dynoq.sweeper import Sweeper, existing_queue
+from dynoq.consumer import group
+from dynoq.sweeper import SweepReport
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    helpers.wait_for(cond, timeout, what)
 
 
 def expire_all(q: dynoq.Queue) -> None:
     """Make every delivery of ``q`` expired now (scores 0), without waiting for a timeout."""
     for shard in range(q.settings.shards):
-        key = q.shard_keys(shard).unack
-        q.client.redis.zunionstore(key, {key: 0})
+        key = helpers.shard_keys(q, shard).unack
+        q.backend.redis.zunionstore(key, {key: 0})
 
 
 def pop_all(q: dynoq.Queue, n: int, visibility: float = 600.0) -> list[dynoq.Message]:
@@ -55,7 +53,7 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
     popped = q.pop(10, visibility=0.2)
     assert len(popped) == 10
     assert q.ack(popped[0])
-    sweeper = Sweeper(client, interval=0.05)
+    sweeper = client.sweeper(interval=0.05)
     totals = dynoq.sweeper.SweepReport()
 
     def swept_all() -> bool:
@@ -68,7 +66,7 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
     assert (stats.ready, stats.delayed, stats.unacked, stats.dead) == (20, 0, 0, 0)
     acked = popped[0].id
     assert acked is not None
-    assert client.redis.zcard(q.shard_keys(q.shard_for(acked)).done) == 0
+    assert client.redis.zcard(helpers.shard_keys(q, q.shard_for(acked)).done) == 0
     again = pop_all(q, 20, visibility=0.2)
     assert {m.id for m in again} == ({f"m{i}" for i in range(20)} - {acked}) | {"late"}
     # Second expiry: the 9 delivered twice (attempts 2 > max_retries 1) are dead-lettered,
@@ -89,7 +87,7 @@ def test_idle_pass_is_one_command_per_queue(client: dynoq.Client,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("a", "b", "c"):
         client.queue(name, shards=16, dedupe_window=60.0).push("x", delay=3600)
-    sweeper = Sweeper(client, interval=1.0, refresh_interval=3600.0)
+    sweeper = client.sweeper(interval=1.0, refresh_interval=3600.0)
     sweeper.run_once()  # reads the registry and the settings
     calls: list[Any] = []
     real = client.redis.execute_command
@@ -108,27 +106,26 @@ def test_idle_pass_is_one_command_per_queue(client: dynoq.Client,
 
 
 def test_reaps_members_that_stopped_heartbeating(client: dynoq.Client) -> None:
-    group = pytest.importorskip("dynoq.group")
-    client.queue("grouped", shards=4)
+    grouped = client.queue("grouped", shards=4)
     client.queue("lonely", shards=4)
-    alive = group.Membership(client, "grouped", "g", "alive", ttl=600.0)
-    gone = group.Membership(client, "grouped", "g", "gone", ttl=0.05)
+    alive = group.Membership(grouped, "g", "alive", ttl=600.0)
+    gone = group.Membership(grouped, "g", "gone", ttl=0.05)
     alive.heartbeat()
     gone.heartbeat()
-    sweeper = Sweeper(client, refresh_interval=0.01)
-    reaped = dynoq.sweeper.SweepReport()
+    sweeper = client.sweeper(refresh_interval=0.01)
+    reaped = SweepReport()
 
     def reaped_one() -> bool:
         reaped.add(sweeper.run_once())
         return reaped.queues["grouped"].reaped == 1
 
     wait_for(reaped_one, "the silent member to be reaped")
-    assert group.members(client, "grouped", "g") == ["alive"]
+    assert group.members(grouped, "g") == ["alive"]
     assert reaped.queues["lonely"].reaped == 0
 
 
 def test_new_and_removed_queues_are_picked_up(client: dynoq.Client) -> None:
-    sweeper = Sweeper(client, refresh_interval=0.01)
+    sweeper = client.sweeper(refresh_interval=0.01)
     assert sweeper.run_once().queues == {}
     q = client.queue("late-comer", shards=2)
     q.push("a")
@@ -142,14 +139,14 @@ def test_new_and_removed_queues_are_picked_up(client: dynoq.Client) -> None:
 def test_a_broken_queue_does_not_stop_the_others(client: dynoq.Client,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     broken = client.queue("broken", shards=1)
-    client.redis.set(broken.shard_keys(0).unack, "not a zset")  # WRONGTYPE in its script
+    client.redis.set(helpers.shard_keys(broken, 0).unack, "not a zset")  # WRONGTYPE in its script
     client.redis.sadd(f"{client.prefix}:queues", "no-settings")  # registered, meta missing
     client.redis.hset(f"{client.prefix}:queue:garbled", "shards", "x")
     client.redis.sadd(f"{client.prefix}:queues", "garbled")
     q = client.queue("fine", shards=2)
     q.push("a")
     q.pop(visibility=0.05)
-    sweeper = Sweeper(client, interval=0.05)
+    sweeper = client.sweeper(interval=0.05)
     totals = dynoq.sweeper.SweepReport()
 
     def fine_swept() -> bool:
@@ -159,25 +156,25 @@ def test_a_broken_queue_does_not_stop_the_others(client: dynoq.Client,
     with caplog.at_level("WARNING", logger="dynoq.sweeper"):
         wait_for(fine_swept, "the healthy queue to be swept")
     assert totals.errors >= 1 and set(totals.queues) == {"fine"}
-    assert "'broken' failed" in caplog.text and "'garbled' has unreadable settings" in caplog.text
+    assert "'broken' failed" in caplog.text and "'garbled' has no readable settings" in caplog.text
     assert caplog.text.count("'broken' failed") == 1  # not once per pass
 
 
-def test_existing_queue_never_creates(client: dynoq.Client) -> None:
-    assert existing_queue(client, "ghost") is None
+def test_open_existing_never_creates(client: dynoq.Client) -> None:
+    assert client.open_existing("ghost") is None
     assert client.queue_names() == []
     assert not client.redis.exists(f"{client.prefix}:queue:ghost")
     client.queue("real", shards=3)
-    found = existing_queue(client, "real")
+    found = client.open_existing("real")
     assert found is not None and found.settings.shards == 3
 
 
 def test_sweeper_rejects_bad_intervals(client: dynoq.Client) -> None:
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(dynoq.InvalidArgument):
-            Sweeper(client, interval=bad)
+            client.sweeper(interval=bad)
     with pytest.raises(dynoq.InvalidType):
-        Sweeper(client, interval="1")  # type: ignore[arg-type]
+        client.sweeper(interval="1")  # type: ignore[arg-type]
 
 
 def test_run_forever_stops_on_event(client: dynoq.Client) -> None:
@@ -185,8 +182,8 @@ def test_run_forever_stops_on_event(client: dynoq.Client) -> None:
     q.push("a")
     q.pop(visibility=0.05)
     stop = threading.Event()
-    sweeper = Sweeper(client, interval=0.02)
-    result: list[dynoq.sweeper.SweepReport] = []
+    sweeper = client.sweeper(interval=0.02)
+    result: list[SweepReport] = []
     t = threading.Thread(target=lambda: result.append(sweeper.run_forever(stop)))
     t.start()
     wait_for(lambda: q.stats().unacked == 0 and q.stats().ready == 1, "requeued by the loop")
@@ -198,7 +195,7 @@ def test_run_forever_stops_on_event(client: dynoq.Client) -> None:
 def test_run_forever_survives_an_unreachable_server(caplog: pytest.LogCaptureFixture) -> None:
     r = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
     client = dynoq.Client(r, prefix="dqt-unreachable")
-    sweeper = Sweeper(client, interval=0.01)
+    sweeper = client.sweeper(interval=0.01)
     t = threading.Thread(target=sweeper.run_forever)
     with caplog.at_level("WARNING", logger="dynoq.sweeper"):
         t.start()

@@ -1,14 +1,12 @@
 --[[ group-reap: drop members whose heartbeat is older than their TTL (the sweeper's step);
   forget the group in the registry once it has no member.
-  KEYS[1] members zset  KEYS[2] member TTL hash  KEYS[3] registry set of the queue's groups
+  KEYS[1] members  KEYS[2] ttls  KEYS[3] registry (set of the queue's groups)
   ARGV[1] group name  ARGV[2] group channel (PUBLISHed when a member was dropped)
   returns: members dropped
-  uses: lib/members.lua
+  uses: lib/clock.lua lib/members.lua
 ]]
 local members, ttls, registry = KEYS[1], KEYS[2], KEYS[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dropped = drop_stale(members, ttls, now)
+local dropped = drop_stale(members, ttls, now_ms())
 if redis.call('ZCARD', members) == 0 then
   redis.call('SREM', registry, ARGV[1])
   redis.call('DEL', ttls)

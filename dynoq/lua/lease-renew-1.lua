@@ -1,9 +1,14 @@
---[[ lease-renew: extend the caller's lease on a shard if it still holds it.
-  KEYS[1] lease
+--[[ lease-renew: extend the caller's leases on shards if it still holds them.
+  KEYS[1] lease  (repeated: one per shard; on Redis Cluster one shard a call)
   ARGV[1] owner token  ARGV[2] lifetime ms
-  returns: 1 renewed, 0 the lease is gone or held by another owner
+  returns: one flag per lease, in KEYS order: 1 renewed, 0 gone or held by another owner
 ]]
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local out = {}
+for i, lease in ipairs(KEYS) do
+  if redis.call('GET', lease) == ARGV[1] then
+    out[i] = redis.call('PEXPIRE', lease, ARGV[2])
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out

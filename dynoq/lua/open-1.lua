@@ -1,5 +1,5 @@
 --[[ open: store a queue's settings on first open; return the stored ones.
-  KEYS[1] queue metadata hash
+  KEYS[1] meta (the queue's settings hash)
   ARGV[1..] field, value pairs to store when the queue does not exist yet
   returns: the stored settings as a flat field, value array
 ]]

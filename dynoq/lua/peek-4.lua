@@ -2,11 +2,11 @@
   KEYS[1] ready  KEYS[2] delayed  KEYS[3] msgs  KEYS[4] dlv
   ARGV[1] count
   returns: {now ms, id, record, attempts, ...}: ready messages first, then due delayed ones
+  uses: lib/clock.lua lib/delivery.lua
 ]]
 local ready, delayed, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local count = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {now}
 local ids = redis.call('ZRANGE', ready, 0, count - 1)
 if #ids < count then
@@ -17,10 +17,9 @@ end
 for _, id in ipairs(ids) do
   local rec = redis.call('HGET', msgs, id)
   if rec then
-    local d = redis.call('HGET', dlv, id)
     out[#out + 1] = id
     out[#out + 1] = rec
-    out[#out + 1] = d and tonumber(string.match(d, '^(%d+)')) or 0
+    out[#out + 1] = attempts(redis.call('HGET', dlv, id))
   end
 end
 return out

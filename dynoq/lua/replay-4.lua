@@ -3,6 +3,7 @@
   ARGV[1] limit (used when no ids are given)  ARGV[2] wake channel
   ARGV[3..] ids to replay (none = the oldest `limit` dead messages)
   returns: number of messages replayed
+  uses: lib/clock.lua
 ]]
 local dead, delayed, dlv, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ids = {}
@@ -11,8 +12,7 @@ if #ARGV > 2 then
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[1]) - 1)
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local n = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', dead, id) == 1 and redis.call('HEXISTS', msgs, id) == 1 then

@@ -2,12 +2,12 @@
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv
   ARGV[1] id  ARGV[2] delay ms  ARGV[3] wake channel
   returns: 1 moved, 0 not waiting (unknown, in flight or dead)
+  uses: lib/clock.lua
 ]]
 local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, delay = ARGV[1], tonumber(ARGV[2])
 if redis.call('ZREM', ready, id) == 0 and not redis.call('ZSCORE', delayed, id) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZADD', delayed, now + delay, id)
 -- It takes a fresh place when due, and its record says when it is due now.
 local d = redis.call('HGET', dlv, id)

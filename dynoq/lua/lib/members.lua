@@ -1,5 +1,4 @@
---[[ lib/members: shared by the consumer-group scripts whose header says
-  "uses: lib/members.lua"; dynoq/scripts.py puts this file in front of them when it loads them.
+--[[ lib/members: consumer-group membership, shared by group-heartbeat and group-reap.
   drop_stale(members, ttls, now) -> members dropped, members still alive (a list)
     A member whose last heartbeat (score in `members`) plus its own TTL (in `ttls`) is
     before `now` leaves both keys. Groups are small (tens of members): check each one.

@@ -1,9 +1,10 @@
---[[ lib/promote: shared by the scripts whose header says "uses: lib/promote.lua";
-  dynoq/scripts.py puts this file in front of them when it loads them.
-  PRIO    2^46: a ready score is priority * PRIO + the shard's ready sequence
+--[[ lib/promote: move what is due from `delayed` to `ready`, in due-time order.
+  uses: lib/delivery.lua lib/bulk.lua
+  PRIO    2^46: a ready score is priority * PRIO + the shard's ready sequence (priority
+          0..99 and a sequence below 2^46 keep every score exact in a double, 2^53)
   promote(delayed, ready, msgs, dlv, seq, now, limit) -> number of messages promoted
-    Moves what is due from `delayed` to `ready`, in due-time order. A requeued message
-    keeps the ready score saved in `dlv` (its old place); any other takes a fresh one.
+    A message given back keeps the ready score saved in its delivery state (its old
+    place); any other takes a fresh one, after everything that became ready before it.
 ]]
 local PRIO = 70368744177664
 
@@ -11,11 +12,11 @@ local function promote(delayed, ready, msgs, dlv, seq, now, limit)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   if #due == 0 then return 0 end
   local base = redis.call('INCRBY', seq, #due) - #due
-  local states = redis.call('HMGET', dlv, unpack(due))
+  local states = bulk_read('HMGET', dlv, due)
   local args = {}
   for i, id in ipairs(due) do
-    local score = states[i] and string.match(states[i], '^%d*|(%d+)|')
-    if not score then
+    local _, score = delivery(states[i])
+    if score == '' then
       local rec = redis.call('HGET', msgs, id)
       local prio = rec and tonumber(string.match(rec, '^%d+,%d+,(%d+),')) or 0
       score = prio * PRIO + base + i
@@ -23,7 +24,7 @@ local function promote(delayed, ready, msgs, dlv, seq, now, limit)
     args[#args + 1] = score
     args[#args + 1] = id
   end
-  redis.call('ZADD', ready, unpack(args))
-  redis.call('ZREM', delayed, unpack(due))
+  bulk('ZADD', ready, args)
+  bulk('ZREM', delayed, due)
   return #due
 end

@@ -1,0 +1,262 @@
+"""The chaos soak's checker: a pure function over what the soak recorded (no I/O).
+
+What the producers confirmed (:class:`Pushed`), every handler call (:class:`Handling`,
+written by the handler itself, in Redis, before it does anything else), the ids left in
+the dead letters, and what the harness did (:class:`Event`: kills, restarts, failovers)
+go in; a :class:`Report` comes out, whose ``failures()`` are the figures that must be 0.
+
+Times are microseconds on the server's clock (``TIME``), so every process's handlings
+compare on one clock. Record formats (``|``-separated; ids, keys and names hold no ``|``)
+are parsed here too, so that the format is written once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# Causes of a duplicate handling, in the order they are tried (the first that fits).
+PLANNED = "retry after a planned handler failure"
+SIGKILL = "after a SIGKILL of the consumer that handled it"
+TAKEOVER = "after a lease takeover"
+RESTART = "after a server restart or failover"
+EXPIRY = "after a visibility expiry"
+OTHER = "other"
+CAUSES = (PLANNED, SIGKILL, TAKEOVER, RESTART, EXPIRY, OTHER)
+
+# Event kinds (what the harness did).
+KILL_CONSUMER, KILL_PRODUCER, KILL_SWEEPER = "sigkill consumer", "sigkill producer", \
+    "sigkill sweeper"
+KILL_CONNECTION, SERVER_RESTART, FAILOVER = "connection killed", "server restart", \
+    "master failover"
+EVENT_KINDS = (KILL_CONSUMER, KILL_PRODUCER, KILL_SWEEPER, KILL_CONNECTION, SERVER_RESTART,
+               FAILOVER)
+_EVENT_ROWS = {KILL_CONSUMER: "consumers SIGKILLed (and restarted)",
+               KILL_PRODUCER: "producers SIGKILLed (and restarted)",
+               KILL_SWEEPER: "sweepers SIGKILLed (and restarted)",
+               KILL_CONNECTION: "connections killed (CLIENT KILL)",
+               SERVER_RESTART: "server restarts (SIGKILL, AOF replay)",
+               FAILOVER: "master failovers (SIGKILL, replica promoted)"}
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """A push a producer saw confirmed. ``key``/``seq``: ordering key and its per-key
+    sequence number (None on the concurrent queue)."""
+
+    id: str
+    queue: str
+    key: str | None = None
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Handling:
+    """One handler call, as the handler recorded it on entry.
+
+    ``held``: whether the shard's lease key still held the delivery's lease token at that
+    moment (None when the message came without a lease: a concurrent queue). ``fence``:
+    ``msg.fence`` (None without a lease). ``planned``: the handler then failed on purpose.
+    """
+
+    at: int  # server time at handler start, microseconds
+    consumer: str  # the consumer process incarnation ("c1.0", "c1.1" after a restart, ...)
+    queue: str
+    id: str
+    shard: int
+    key: str | None = None
+    seq: int | None = None
+    fence: int | None = None
+    held: bool | None = None
+    attempts: int = 1
+    planned: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    at: int  # server time, microseconds
+    kind: str  # one of EVENT_KINDS
+    target: str = ""  # the process incarnation or node it hit
+    until: int | None = None  # an outage's end (a restart or failover), microseconds
+
+
+@dataclass
+class Report:
+    pushed: int = 0
+    handled: int = 0  # unique confirmed ids handled at least once
+    handled_unconfirmed: int = 0  # unique ids handled that no producer saw confirmed
+    lost: int = 0
+    lost_ids: list[str] = field(default_factory=list)
+    order_violations: int = 0
+    violation_examples: list[str] = field(default_factory=list)
+    without_lease: int = 0
+    stale_fence: int = 0
+    dead: int = 0
+    duplicates: Counter[str] = field(default_factory=Counter)
+    unexplained: list[str] = field(default_factory=list)  # a few duplicates of cause OTHER
+    left_in_flight: int = 0
+    left_waiting: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+
+    def failures(self) -> list[str]:
+        """The must-be-0 figures that are not 0, named."""
+        figures = {"lost": self.lost, "order violations": self.order_violations,
+                   "handled without the lease": self.without_lease,
+                   "handled with a stale fence": self.stale_fence,
+                   "left in flight": self.left_in_flight, "left waiting": self.left_waiting}
+        return [f"{name} = {n}" for name, n in figures.items() if n]
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        must = "must be 0"
+        dup_total = sum(n for c, n in self.duplicates.items() if c != PLANNED)
+        rows = [
+            ("pushed (confirmed)", str(self.pushed), ""),
+            ("handled (unique)", str(self.handled), ""),
+            ("handled, push never confirmed", str(self.handled_unconfirmed), ""),
+            ("lost", str(self.lost), must),
+            ("per-key order violations", str(self.order_violations), must),
+            ("handled without the lease", str(self.without_lease), must),
+            ("handled with a stale fence", str(self.stale_fence), must),
+            ("dead-lettered", str(self.dead), ""),
+            ("duplicates", str(dup_total), ""),
+        ]
+        rows += [(f"  {c}", str(self.duplicates[c]), "") for c in CAUSES if c != PLANNED]
+        rows += [(PLANNED, str(self.duplicates[PLANNED]), ""),
+                 ("left in flight", str(self.left_in_flight), must),
+                 ("left waiting", str(self.left_waiting), must)]
+        rows += [(_EVENT_ROWS[kind], str(self.events[kind]), "") for kind in EVENT_KINDS]
+        return rows
+
+
+def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterable[str],
+          events: Iterable[Event], *, visibility: float, left_in_flight: int = 0,
+          left_waiting: int = 0) -> Report:
+    """Judge a soak from its records.
+
+    lost: confirmed ids never handled and not dead-lettered. Order: for each key, a seq
+    whose first handling started before the first handling of the seq before it.
+    Without the lease: a handling whose lease token was no longer the shard's lease.
+    Stale fence: a handling whose fence is lower than one an earlier handling of that
+    shard already had. Each handling of an id after its first is a duplicate, with the
+    first cause that fits, judged against the handling before it: a planned failure of
+    that one; a SIGKILL of its consumer in between; a grown fence; a server restart or
+    failover whose outage overlaps the time in between; ``visibility`` seconds (90 %) or
+    more in between; else other.
+    """
+    pushed = list(pushed)
+    dead_ids = set(dead)
+    events = sorted(events, key=lambda e: e.at)
+    by_id: dict[str, list[Handling]] = defaultdict(list)
+    for h in sorted(handlings, key=lambda h: h.at):
+        by_id[h.id].append(h)
+    confirmed = {p.id for p in pushed}
+    report = Report(pushed=len(confirmed), left_in_flight=left_in_flight,
+                    left_waiting=left_waiting,
+                    events=Counter(e.kind for e in events))
+    report.handled = sum(1 for i in confirmed if i in by_id)
+    report.handled_unconfirmed = sum(1 for i in by_id if i not in confirmed)
+    report.lost_ids = sorted(i for i in confirmed if i not in by_id and i not in dead_ids)
+    report.lost = len(report.lost_ids)
+    report.dead = len(dead_ids)
+    _order(report, pushed, by_id)
+    all_handlings = [h for hs in by_id.values() for h in hs]
+    report.without_lease = sum(1 for h in all_handlings if h.held is False)
+    report.stale_fence = _stale_fences(all_handlings)
+    vis_us = int(visibility * 0.9 * 1_000_000)
+    for hs in by_id.values():
+        for before, again in itertools.pairwise(hs):
+            cause = _cause(before, again, events, vis_us)
+            report.duplicates[cause] += 1
+            if cause == OTHER and len(report.unexplained) < 5:
+                report.unexplained.append(f"{again.id}: {_show(before)}, then {_show(again)}")
+    return report
+
+
+def _order(report: Report, pushed: list[Pushed], by_id: Mapping[str, list[Handling]]) -> None:
+    first: dict[str, dict[int, tuple[int, str]]] = defaultdict(dict)  # key -> seq -> (at, id)
+    for p in pushed:
+        if p.key is not None and p.seq is not None and p.id in by_id:
+            first[p.key][p.seq] = (by_id[p.id][0].at, p.id)
+    for key, seqs in first.items():
+        for seq, (at, msg_id) in seqs.items():
+            prev = seqs.get(seq - 1)
+            if prev is not None and at < prev[0]:
+                report.order_violations += 1
+                if len(report.violation_examples) < 5:
+                    report.violation_examples.append(
+                        f"{key}: seq {seq} ({msg_id}) first handled {(prev[0] - at) / 1000:.1f}"
+                        f" ms before seq {seq - 1} ({prev[1]})")
+
+
+def _stale_fences(handlings: list[Handling]) -> int:
+    by_shard: dict[tuple[str, int], list[Handling]] = defaultdict(list)
+    for h in handlings:
+        if h.fence is not None:
+            by_shard[(h.queue, h.shard)].append(h)
+    stale = 0
+    for hs in by_shard.values():
+        highest = None
+        for h in sorted(hs, key=lambda h: h.at):
+            assert h.fence is not None
+            if highest is not None and h.fence < highest:
+                stale += 1
+            highest = h.fence if highest is None else max(highest, h.fence)
+    return stale
+
+
+def _show(h: Handling) -> str:
+    fence = "" if h.fence is None else f" fence {h.fence}"
+    return f"{h.consumer} at {h.at / 1e6:.3f} (shard {h.shard}{fence}, attempt {h.attempts})"
+
+
+def _between(events: list[Event], lo: int, hi: int, kinds: tuple[str, ...],
+             target: str | None = None) -> bool:
+    """Whether such an event (or a part of its outage) falls between ``lo`` and ``hi``."""
+    return any(e.at <= hi and (e.until or e.at) >= lo and e.kind in kinds
+               and (target is None or e.target == target) for e in events)
+
+
+def _cause(before: Handling, again: Handling, events: list[Event], vis_us: int) -> str:
+    if before.planned:
+        return PLANNED
+    if _between(events, before.at, again.at, (KILL_CONSUMER,), before.consumer):
+        return SIGKILL
+    if before.fence is not None and again.fence is not None and again.fence > before.fence:
+        return TAKEOVER
+    if _between(events, before.at, again.at, (SERVER_RESTART, FAILOVER)):
+        return RESTART
+    if again.at - before.at >= vis_us:
+        return EXPIRY
+    return OTHER
+
+
+# -- record formats (written by the soak's processes, read back here) ---------------------
+
+def handling_value(consumer: str, queue: str, msg_id: str, key: str | None, seq: int | None,
+                   shard: int, fence: int | None, attempts: int, planned: bool) -> str:
+    """The part of a handling record the handler knows; the recording script prepends
+    ``<server time us>|<held: 1, 0, or empty without a lease>|``."""
+    return "|".join([consumer, queue, msg_id, key or "", "" if seq is None else str(seq),
+                     str(shard), "" if fence is None else str(fence), str(attempts),
+                     "1" if planned else "0"])
+
+
+def parse_handling(raw: str) -> Handling:
+    at, held, consumer, queue, msg_id, key, seq, shard, fence, attempts, planned = \
+        raw.split("|")
+    return Handling(at=int(at), consumer=consumer, queue=queue, id=msg_id,
+                    shard=int(shard), key=key or None, seq=int(seq) if seq else None,
+                    fence=int(fence) if fence else None,
+                    held=None if held == "" else held == "1", attempts=int(attempts),
+                    planned=planned == "1")
+
+
+def pushed_value(queue: str, key: str | None, seq: int | None) -> str:
+    return f"{queue}|{key or ''}|{'' if seq is None else seq}"
+
+
+def parse_pushed(msg_id: str, raw: str) -> Pushed:
+    queue, key, seq = raw.split("|")
+    return Pushed(msg_id, queue, key or None, int(seq) if seq else None)

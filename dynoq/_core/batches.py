@@ -1,0 +1,185 @@
+"""Counted push-if-absent and exactly-once micro-batches, for Spark writes (pure: no I/O).
+
+A streaming query (Spark's query id, or a name the user gives) writes micro-batches
+numbered 0, 1, 2, ... and may replay the last one after a crash. Per queue shard, two
+keys under the shard's hash tag remember where the query is::
+
+    <prefix>:{<queue>:<shard>}:commit:<query>   hash: committed (highest committed batch
+                                                id), batch (the batch `wrote` belongs to)
+    <prefix>:{<queue>:<shard>}:wrote:<query>    set: ids the uncommitted batch handled
+
+Every push of a batch records its ids in ``wrote`` in the same script that pushes them
+(``push-batch-11.lua``), so a task retried, or a batch replayed after the driver died
+half-way, pushes none of them again, even when consumers have acked and deleted them
+since. When the whole batch is written the driver commits it on every shard
+(``batch-commit-2.lua``): ``committed`` moves to the batch id and ``wrote`` is deleted,
+so state stays bounded by one batch's ids per shard, and a replay of a committed batch is
+refused whole. Both keys expire after ``retention`` seconds without a batch.
+
+Without a batch (``batch=None``) the same script is a plain push-if-absent that counts
+what it did: pushed, skipped (the id is already in the queue) and refused (acked within
+the queue's dedupe window).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgument
+from . import codec, validate
+from .calls import Batch, Call, Cmd
+from .keys import ShardKeys
+from .lua import script
+from .ops import PUSH_CHUNK, QueueOps
+
+RETENTION = 7 * 24 * 3600.0  # seconds a query's batch keys outlive its last batch
+MAX_BATCH_ID = 2**53 - 1  # batch ids are compared as Lua numbers (doubles)
+
+_PUSH, _COMMIT = script("push-batch"), script("batch-commit")
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """One shard's message keys and one query's batch keys on that shard (the names the
+    Lua headers use)."""
+
+    delayed: str
+    ready: str
+    unack: str
+    msgs: str
+    dlv: str
+    dead: str
+    seq: str
+    done: str
+    counts: str
+    commit: str
+    wrote: str
+
+    @classmethod
+    def of(cls, shard: ShardKeys, query: str) -> BatchKeys:
+        tag = shard.msgs.rsplit(":", 1)[0]  # "<prefix>:{<queue>:<shard>}"
+        return cls(shard.delayed, shard.ready, shard.unack, shard.msgs, shard.dlv,
+                   shard.dead, shard.seq, shard.done, shard.counts,
+                   f"{tag}:commit:{query}", f"{tag}:wrote:{query}")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a write did with its rows."""
+
+    pushed: int = 0  # new messages
+    skipped: int = 0  # already in the queue, or already handled by this batch
+    refused: int = 0  # acked within the dedupe window, or their batch was committed
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(self.pushed + other.pushed, self.skipped + other.skipped,
+                      self.refused + other.refused)
+
+    @property
+    def rows(self) -> int:
+        return self.pushed + self.skipped + self.refused
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a streaming query stands on a queue (over its shards)."""
+
+    committed: int | None  # the highest batch id committed on any shard, None if none
+    batch: int | None  # the uncommitted batch being written, None if none
+    written: int  # ids that uncommitted batch handled so far
+
+
+def check_query(value: object) -> str:
+    """A query id or name: a name (no ':', '{', '}' or whitespace), as Spark's ids are."""
+    return validate.check_name(value, "query id")
+
+
+def check_batch(value: object) -> int:
+    return validate.check_int(value, "batch id", low=0, high=MAX_BATCH_ID)
+
+
+class BatchOps:
+    """Spark writes to one queue, optionally as one streaming ``query``'s micro-batches."""
+
+    def __init__(self, ops: QueueOps, query: str = "",
+                 retention: float = RETENTION) -> None:
+        self.ops = ops
+        self.query = check_query(query) if query else ""
+        self.retention_ms = validate.to_ms(
+            validate.check_seconds(retention, "retention", minimum=1.0))
+        self.keys = [_PUSH.key_list(BatchKeys.of(k, self.query or "-"))
+                     for k in ops.shard_keys]
+
+    def push(self, outs: Sequence[codec.Outgoing], batch: int | None = None) -> Call | Batch:
+        """Push-if-absent validated messages (at most validate.MAX_ITEMS), as part of
+        micro-batch ``batch`` of the query when given; the reply is :class:`Counts`."""
+        if len(outs) > validate.MAX_ITEMS:
+            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per call, got "
+                                  f"{len(outs)}: push them in several calls")
+        if batch is not None and not self.query:
+            raise InvalidArgument("a micro-batch needs the query it belongs to")
+        number = -1 if batch is None else check_batch(batch)
+        head = [validate.to_ms(self.ops.settings.dedupe_window), self.ops.wake, number,
+                self.retention_ms]
+        by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
+        for o in outs:
+            by_shard[self.ops.shard_for(o.routing)].append(o)
+        calls: list[Any] = []
+        for shard, group in by_shard.items():
+            for i in range(0, len(group), PUSH_CHUNK):
+                args = list(head)
+                for o in group[i:i + PUSH_CHUNK]:
+                    args += (o.id, o.delay_ms, o.priority, o.body)
+                calls.append(Call(_PUSH, self.keys[shard], args))
+        if len(calls) == 1 and not self.ops.settings.min_replicas:
+            calls[0].parse = _counts
+            return calls[0]  # type: ignore[no-any-return]
+        return self.ops._replicated(calls, _sum_counts)
+
+    def commit(self, batch: int) -> Batch:
+        """Record micro-batch ``batch`` as committed on every shard (idempotent); the
+        reply is True if it was not committed before."""
+        if not self.query:
+            raise InvalidArgument("only a query's micro-batch can be committed")
+        number = check_batch(batch)
+        calls: list[Any] = [Call(_COMMIT, [k[-2], k[-1]], [number, self.retention_ms])
+                            for k in self.keys]
+        return self.ops._replicated(calls, lambda replies: any(int(r) for r in replies))
+
+    def progress(self) -> Batch:
+        """Where the query stands (:class:`Progress`)."""
+        if not self.query:
+            raise InvalidArgument("progress is kept for a query only")
+        calls: list[Any] = []
+        for k in self.keys:
+            calls.append(Cmd(("HMGET", k[-2], "committed", "batch")))
+            calls.append(Cmd(("SCARD", k[-1])))
+        return Batch(calls, parse=_progress)
+
+
+def _counts(reply: Any) -> Counts:
+    return Counts(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+def _sum_counts(replies: list[Any]) -> Counts:
+    total = Counts()
+    for r in replies:
+        total += _counts(r)
+    return total
+
+
+def _progress(replies: list[Any]) -> Progress:
+    committed: list[int] = []
+    current: list[int] = []
+    written = 0
+    for state, size in zip(replies[::2], replies[1::2], strict=True):
+        if state[0] is not None:
+            committed.append(int(state[0]))
+        if state[1] is not None:
+            current.append(int(state[1]))
+        written += int(size)
+    return Progress(max(committed) if committed else None,
+                    max(current) if current else None, written)

@@ -1,0 +1,179 @@
+"""Which ordered shards a consumer's workers may take now (pure bookkeeping, no locks).
+
+A shard is processed by one worker at a time. A worker *claims* a held shard that may have
+messages; when every free shard was found empty, one worker claims them all and blocks
+in ``pop(wait=...)`` on their behalf, so idle workers do not poll. A shard that moved away
+to another member is released only once its worker is done. The thread consumer guards
+this state with a ``threading.Condition``, the asyncio one with an ``asyncio.Condition``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..message import Message
+
+
+class BoardState:
+    def __init__(self) -> None:
+        self.held: set[int] = set()  # leased and open to workers
+        self.busy: set[int] = set()  # claimed by a worker
+        self.empty: set[int] = set()  # the last pop found nothing deliverable
+        self.releasing: set[int] = set()  # moved away: release once its worker is done
+        self.retrying: set[int] = set()  # blocked by a message waiting to be retried
+        self.waiting: set[int] = set()  # claimed by the worker that waits for the rest
+        self._turn = 0
+
+    def leased(self) -> set[int]:
+        """Shards whose lease this consumer holds (including ones being handed over)."""
+        return self.held | self.releasing
+
+    def add(self, shard: int) -> None:
+        """A lease was taken: hand the shard out."""
+        self.releasing.discard(shard)
+        self.retrying.discard(shard)
+        self.held.add(shard)
+        self.empty.discard(shard)
+
+    def drop(self, shard: int) -> None:
+        """The lease is gone (expired or taken over): stop handing the shard out."""
+        self.held.discard(shard)
+        self.releasing.discard(shard)
+
+    def move_away(self, shard: int) -> bool:
+        """Stop handing ``shard`` out; True if it may be released now (no worker on it)."""
+        self.held.discard(shard)
+        if shard in self.busy:
+            self.releasing.add(shard)
+            return False
+        self.releasing.discard(shard)
+        return True
+
+    def reclaim(self, shard: int) -> bool:
+        """Keep a shard that was being handed over (it came back); True if it was."""
+        if shard in self.releasing:
+            self.releasing.discard(shard)
+            self.held.add(shard)
+            return True
+        return False
+
+    def rebalance(self, target: set[int]) -> list[int]:
+        """Keep the leased shards in ``target`` (taking back any being handed over) and
+        stop handing out the others; returns those whose lease may be released now (no
+        worker on them: the rest are released when their worker is done)."""
+        release = []
+        for shard in sorted(self.leased()):
+            if shard in target:
+                self.reclaim(shard)
+            elif self.move_away(shard):
+                release.append(shard)
+        return release
+
+    def claim(self) -> tuple[list[int], bool] | None:
+        """(shards, wait): one shard that may have messages, or every free shard when all
+        of them were found empty (wait=True: block on their behalf); None when no shard
+        is free."""
+        free = sorted(self.held - self.busy)
+        if not free:
+            return None
+        self._turn += 1
+        k = self._turn % len(free)
+        free = free[k:] + free[:k]
+        ready = [s for s in free if s not in self.empty]
+        if not ready and self.waiting:
+            # One worker waits at a time; it is woken by any push and then hands its
+            # shards back, so together with these they go to one worker again.
+            return None
+        picked = ready[:1] or free
+        self.busy.update(picked)
+        if not ready:
+            self.waiting = set(picked)
+        return picked, not ready
+
+    def done(self, shard: int, found: bool | None) -> bool:
+        """A worker is finished with ``shard``; ``found``: whether it had messages (None:
+        unknown). True if the shard was moved away and its lease should be released now."""
+        self.busy.discard(shard)
+        self.waiting.discard(shard)
+        if found is False:
+            self.empty.add(shard)
+        else:
+            self.empty.discard(shard)
+        if shard in self.releasing:
+            self.releasing.discard(shard)
+            return True
+        return False
+
+    def wake(self, shards: Iterable[int] | None = None) -> None:
+        """Something may have arrived: try these (default: all) shards again."""
+        if shards is None:
+            self.empty.clear()
+        else:
+            self.empty.difference_update(shards)
+
+
+class InFlightBatch:
+    """A batch a worker is handling. The worker writes ``call_started`` and ``results``
+    without a lock (single assignments and appends are atomic); the abandon / settle
+    decision is taken under the registry's lock (threads) or on the event loop (asyncio)."""
+
+    __slots__ = ("abandoned", "call_started", "msgs", "permits", "results", "settling",
+                 "shard", "started")
+
+    def __init__(self, msgs: list[Message], shard: int | None, now: float,
+                 permits: int) -> None:
+        self.msgs = msgs
+        self.shard = shard
+        self.permits = permits  # flow-control permits it holds (concurrent queues)
+        self.started = now  # for extending slow batches (restarts when extended)
+        self.call_started = now  # the handler call running now
+        self.results: list[tuple[Message, BaseException | None]] = []
+        self.abandoned = False  # the watchdog took it over (consume_timeout)
+        self.settling = False  # the worker is settling it (too late to abandon)
+
+
+class DeliveryState:
+    """The batch each worker is handling: the upkeep extends the visibility of slow ones
+    (so nobody else gets them, and ordered shards stay blocked) and abandons a batch whose
+    handler call ran over consume_timeout."""
+
+    def __init__(self) -> None:
+        self._by_worker: dict[int, InFlightBatch] = {}
+
+    def start(self, worker: int, batch: InFlightBatch) -> None:
+        self._by_worker[worker] = batch
+
+    def settle(self, worker: int) -> bool:
+        """The worker is about to settle its batch: True unless it was abandoned."""
+        batch = self._by_worker.get(worker)
+        if batch is None or batch.abandoned:
+            return False
+        batch.settling = True
+        return True
+
+    def finish(self, worker: int) -> None:
+        self._by_worker.pop(worker, None)
+
+    def slow(self, now: float, older_than: float) -> list[list[Message]]:
+        """The batches started more than ``older_than`` seconds ago (their clock restarts:
+        the caller extends them now)."""
+        out = []
+        for batch in self._by_worker.values():
+            if now - batch.started >= older_than and not batch.abandoned:
+                batch.started = now
+                out.append(batch.msgs)
+        return out
+
+    def overdue(self, now: float, timeout: float) -> list[tuple[int, InFlightBatch]]:
+        """The batches whose running handler call started more than ``timeout`` seconds
+        ago and that are not being settled: marked abandoned, for the caller to settle."""
+        out = []
+        for worker, batch in self._by_worker.items():
+            if not batch.abandoned and not batch.settling and now - batch.call_started > timeout:
+                batch.abandoned = True
+                out.append((worker, batch))
+        return out
+
+    def abandon_all(self) -> list[tuple[int, InFlightBatch]]:
+        """Every batch not being settled, marked abandoned (the consumer stops)."""
+        return self.overdue(float("inf"), -1.0)

@@ -1,0 +1,219 @@
+"""Stored records, delivery states and JSON for humans (pure: no I/O).
+
+A stored record is ``b"<enqueued ms>,<due offset ms>,<priority>," + msgpack body``: the Lua
+scripts write the numeric header (they own the server clock) and read the priority back,
+and the body is msgpack of ``[payload, key, headers]`` with trailing Nones dropped.
+Never pickle: a queue must not be a code-execution path.
+
+A delivery state (the shard's ``dlv`` hash) is ``b"<attempts>|<saved ready score>|<token>"``.
+
+Decoding is bounded: a record larger than the client's ``max_payload_bytes``, or holding
+more lists and dicts than :data:`MAX_CONTAINERS`, is refused (a crafted 1 MB record of
+empty lists would otherwise expand to tens of MB), and so is a payload that would not
+decode back as it was pushed (a dict with tuple keys, say): it is refused on push.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from ..errors import (
+    InvalidType,
+    OrderedQueueError,
+    PayloadTooLarge,
+    PayloadTypeError,
+    RecordError,
+)
+from ..message import Failure, Message
+from . import validate
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_CONTAINERS = 65_536  # lists and dicts in one decoded record
+MAX_ERROR_TEXT, MAX_TRACEBACK = 1000, 4000  # characters kept of a failure
+
+
+class _Budget:
+    """Counts the lists and dicts a decode makes; raises past MAX_CONTAINERS."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_CONTAINERS
+
+    def take(self, value: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError(f"more than {MAX_CONTAINERS} lists and dicts")
+        return value
+
+
+def unpack(body: bytes, limit: int) -> Any:
+    """msgpack ``body`` within the bounds above; RecordError when it cannot be read."""
+    if len(body) > limit:
+        raise RecordError(f"record body of {len(body)} bytes is over the limit of {limit}")
+    try:
+        if len(body) <= MAX_CONTAINERS:  # every list or dict takes a byte: no count needed
+            return msgpack.unpackb(body, raw=False, strict_map_key=False)
+        budget = _Budget()
+        return msgpack.unpackb(body, raw=False, strict_map_key=False,
+                               max_str_len=limit, max_bin_len=limit, max_array_len=limit,
+                               max_map_len=limit, max_ext_len=limit, list_hook=budget.take,
+                               object_hook=budget.take)
+    except Exception as exc:  # noqa: BLE001 - any failure to decode is a bad record
+        raise RecordError(f"record cannot be decoded: {type(exc).__name__}: {exc}") from None
+
+
+def new_id() -> str:
+    """A random 16-character URL-safe id (96 bits): short ids keep Redis memory low."""
+    return secrets.token_urlsafe(12)
+
+
+def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
+                limit: int, tag: str | None = None) -> bytes:
+    """The msgpack body of a record; typed errors for what cannot or may not be stored."""
+    if headers is not None and not isinstance(headers, dict):
+        raise InvalidType(
+            f"headers must be a dict or None, got {type(headers).__name__}")
+    fields: list[Any] = [payload, key, headers, tag]
+    while len(fields) > 1 and fields[-1] is None:
+        fields.pop()
+    try:
+        body: bytes = msgpack.packb(fields, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadTypeError(
+            f"payload cannot be encoded ({exc}); use bytes, str, numbers, bools, None, "
+            "and lists or dicts of those"
+        ) from None
+    if len(body) > limit:
+        raise PayloadTooLarge(
+            f"encoded message is {len(body)} bytes, over the limit of {limit}; store large "
+            "data elsewhere and send a reference, or raise max_payload_bytes in connect()"
+        )
+    try:  # what cannot be read back must not be stored: it would fail every consumer
+        unpack(body, limit)
+    except RecordError as exc:
+        raise PayloadTypeError(
+            f"payload would not decode as it was pushed ({exc}); use dict keys of str, int "
+            f"or bytes, and at most {MAX_CONTAINERS} lists and dicts") from None
+    return body
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A validated message ready for the push script."""
+
+    id: str
+    delay_ms: int
+    priority: int
+    body: bytes
+    routing: str  # what picks the shard: the key on ordered queues, else the id
+    generated: bool = False  # the id was made here, so it cannot exist in Redis yet
+    tag: str = ""  # a topic message's tag ("" = none)
+
+
+def prepare(msg: Message, *, ordered: bool, limit: int) -> Outgoing:
+    """Validate one message for a queue and encode it; raises typed errors."""
+    if not isinstance(msg, Message):
+        raise InvalidType(f"expected a dynoq.Message, got {type(msg).__name__}")
+    msg_id = new_id() if msg.id is None else validate.check_id(msg.id)
+    delay = validate.check_seconds(msg.delay, "delay")
+    priority = validate.check_priority(msg.priority)
+    key = validate.check_key(msg.key)
+    if ordered and (delay or priority):
+        raise OrderedQueueError(
+            "ordered queues deliver strictly in push order: push without delay or priority "
+            "(use a concurrent queue for delayed or prioritised messages)"
+        )
+    tag = None if msg.tag is None else validate.check_tag(msg.tag)
+    body = encode_body(msg.payload, key, msg.headers, limit, tag)
+    routing = key if ordered and key is not None else msg_id
+    return Outgoing(msg_id, validate.to_ms(delay), priority, body, routing, msg.id is None,
+                    tag or "")
+
+
+def decode(msg_id: str, record: bytes, *, shard: int | None = None, attempts: int = 0,
+           token: str | None = None, lease: str | None = None,
+           limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
+    """Turn a stored record back into a Message (a hot path: one call per delivery);
+    RecordError when it cannot be read."""
+    try:
+        enq, due_off, prio, body = record.split(b",", 3)
+        enq_ms, delay_ms, priority = int(enq), int(due_off), int(prio)
+    except ValueError:
+        raise RecordError("record has no dynoq header (it was not written by dynoq)") from None
+    fields = unpack(body, limit)
+    if type(fields) is not list or not fields:
+        raise RecordError("record body is not a dynoq message")
+    n = len(fields)
+    return Message(fields[0], msg_id, delay_ms / 1000, priority,
+                   fields[1] if n > 1 else None, fields[2] if n > 2 else None,
+                   fields[3] if n > 3 else None, shard, attempts,
+                   (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
+
+
+def attempts_of(state: bytes | None) -> int:
+    """The attempts recorded in a delivery state (0 when there is none)."""
+    return int(state.split(b"|", 1)[0] or 0) if state else 0
+
+
+# -- why a message failed (lua/lib/why.lua) -------------------------------------------------
+
+def why(error: BaseException, consumer: str) -> bytes:
+    """The reason a consumer records with a failed message: msgpack [error type, message,
+    traceback, consumer], each bounded."""
+    text = str(error)[:MAX_ERROR_TEXT]
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    packed: bytes = msgpack.packb([type(error).__name__, text, trace[-MAX_TRACEBACK:],
+                                   consumer], use_bin_type=True)
+    return packed
+
+
+def failure(raw: bytes | None) -> Failure | None:
+    """A stored reason (``"<first ms>,<last ms>,<kind>,<detail>"``) as a Failure."""
+    if not raw:
+        return None
+    try:
+        first, last, kind, detail = raw.split(b",", 3)
+        times = int(first) / 1000, int(last) / 1000
+        if kind == b"x":
+            return Failure("VisibilityTimeout", "its deliveries were not acked within the "
+                           "visibility timeout (a consumer crashed or hung) until its "
+                           "retries were spent", "", "", *times)
+        error_type, error, trace, consumer = unpack(detail, 64 * 1024)
+        return Failure(str(error_type), str(error), str(trace), str(consumer), *times)
+    except (ValueError, TypeError, RecordError):
+        return Failure("Unknown", "the stored reason is unreadable", "", "", 0.0, 0.0)
+
+
+# -- JSON for humans (CLI, exports) --------------------------------------------------------
+
+def json_default(value: object) -> Any:
+    """``json.dumps`` default: bytes become ``{"$base64": "..."}`` (JSON has no bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$base64": base64.b64encode(bytes(value)).decode()}
+    raise TypeError(f"cannot show {type(value).__name__} as JSON")
+
+
+def to_json(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
+    """JSON text of a payload (or anything made of what payloads hold)."""
+    return json.dumps(value, default=json_default, ensure_ascii=False, indent=indent,
+                      sort_keys=sort_keys)
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    """A message as a JSON-ready dict (payload and headers as they are)."""
+    f = m.failure
+    return {"id": m.id, "payload": m.payload, "priority": m.priority, "key": m.key,
+            "headers": m.headers, "tag": m.tag, "shard": m.shard, "attempts": m.attempts,
+            "deliver_at": m.deliver_at, "enqueued_at": m.enqueued_at,
+            "failure": None if f is None else {
+                "error_type": f.error_type, "error": f.error, "traceback": f.traceback,
+                "consumer": f.consumer, "first_failed_at": f.first_failed_at,
+                "last_failed_at": f.last_failed_at}}

@@ -1,0 +1,229 @@
+"""A consumer's decisions, shared by the thread and asyncio consumers (pure: no I/O).
+
+RocketMQ's ConsumeMessageConcurrentlyService and ConsumeMessageOrderlyService, minus the
+threads: which shards this member should hold, and what to do with a handled batch (ack
+what succeeded; retry, dead-letter or give back the rest), written once as flows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .. import allocation
+from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
+from ..message import ConsumerStats, Message
+from . import codec
+from .calls import Batch, Call, Flow
+from .ops import QueueOps
+from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
+from .settings import ConsumerSettings, QueueSettings
+from .topics import TopicOps
+
+log = logging.getLogger("dynoq.consumer")
+
+
+def default_instance_id() -> str:
+    return f"{platform.node()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A consumer's settings, resolved for one queue."""
+
+    settings: ConsumerSettings
+    ordered: bool
+    shards: int
+    strategy: allocation.Strategy
+    strategy_options: Mapping[str, Any]
+    retry: RetryPolicy
+    instance_id: str
+    in_flight: int
+    visibility: float  # seconds a popped message stays invisible
+    max_retries: int
+
+    @property
+    def lease_margin(self) -> float:
+        """Seconds a shard lease must have left for its holder to pop or call a handler:
+        a third of its lifetime (it is renewed every third, so a healthy lease has at
+        least two thirds left; less means renewals are failing)."""
+        return self.settings.lease_ttl / 3
+
+    def target(self, members: Sequence[str]) -> set[int]:
+        """The shards this member should hold, given the group's live members (every
+        member computes the same split from the same list)."""
+        if self.instance_id not in members:
+            return set()
+        return set(self.strategy(list(range(self.shards)), list(members), self.instance_id,
+                                 **self.strategy_options))
+
+
+def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
+    """Resolve ``settings`` for ``queue``; raises typed errors for options that do not fit
+    (an unknown strategy option fails now, not at the first rebalance)."""
+    fn = allocation.resolve(settings.strategy)
+    options = dict(settings.strategy_options or {})
+    me = settings.instance_id or default_instance_id()
+    fn(list(range(queue.shards)), [me], me, **options)
+    return Plan(settings=settings, ordered=queue.ordered, shards=queue.shards, strategy=fn,
+                strategy_options=options,
+                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered),
+                instance_id=me, in_flight=settings.in_flight_limit,
+                visibility=settings.visibility or queue.unack_timeout,
+                max_retries=queue.max_retries)
+
+
+def settings_of(settings: ConsumerSettings | None, named: dict[str, Any]) -> ConsumerSettings:
+    """The settings: ``settings=`` as given, or the options given by name (not both)."""
+    if settings is None:
+        return ConsumerSettings(**named)
+    if not isinstance(settings, ConsumerSettings):
+        raise InvalidType(f"settings must be a dynoq.ConsumerSettings, got "
+                          f"{type(settings).__name__}")
+    defaults = {f.name: f.default for f in dataclasses.fields(ConsumerSettings)}
+    changed = sorted(k for k, v in named.items() if k not in defaults or v != defaults[k])
+    if changed:
+        raise InvalidArgument(f"give the consumer's options either as settings= or by name, "
+                              f"not both (also given by name: {', '.join(changed)}); use "
+                              "dataclasses.replace(settings, ...) to change a few")
+    return settings
+
+
+def for_topic(settings: ConsumerSettings,
+              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[QueueOps]]:
+    """A topic consumer's settings (with its instance id fixed: a broadcasting member's
+    queue is named by it), the queue it consumes, and the flow that subscribes its group
+    (tags "*") if it is not yet, to run when it starts."""
+    if settings.instance_id is None:
+        settings = dataclasses.replace(settings, instance_id=default_instance_id())
+    me = settings.instance_id
+    assert me is not None
+    queue = topic.group_queue(settings.group, me if settings.mode == "broadcasting" else None)
+    return settings, queue, topic.consumer_queue(settings.group, settings.mode, me)
+
+
+def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:
+    if settings.mode == "broadcasting" and not queue.keys.tag:
+        raise InvalidArgument("broadcasting is for topics (client.topic): on a queue, "
+                              "each message goes to one member of one group")
+
+
+def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
+    """Shards to pop from: the consumer's own first, then every other (Dyno's local-shard
+    preference), each part rotated by ``turn`` so that no shard starves."""
+    mine = list(preferred)
+    mine_set = set(mine)
+    rest = [s for s in range(shards) if s not in mine_set]
+    if mine:
+        k = turn % len(mine)
+        mine = mine[k:] + mine[:k]
+    if rest:
+        k = turn % len(rest)
+        rest = rest[k:] + rest[:k]
+    return mine + rest
+
+
+# -- what to do with a handled batch -----------------------------------------------------
+
+@dataclass
+class Tally:
+    """What settling a batch did (the consumer's stats add it up)."""
+
+    handled: int = 0  # acked
+    failed: int = 0  # the handler raised
+    retried: int = 0  # given back for a later retry
+    dead_lettered: int = 0  # sent to the dead letters
+
+
+def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
+               queue: str) -> tuple[str, float]:
+    """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
+    picks the delay, anything else takes the policy's next delay."""
+    if isinstance(error, DeadLetter):
+        return "dead", 0.0
+    if isinstance(error, RateLimited):
+        return "back", error.delay
+    if isinstance(error, Retry):
+        return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
+    log.warning("dynoq: handler failed on message %s of %r (attempt %d): %r", msg.id, queue,
+                msg.attempts, error, exc_info=error)
+    return "retry", policy.delay(msg.attempts)
+
+
+def _failure_call(ops: QueueOps, msg: Message, error: BaseException, policy: RetryPolicy,
+                  consumer: str) -> Call:
+    mode, delay = on_failure(msg, error, policy, ops.name)
+    why = b"" if mode == "back" else codec.why(error, consumer)
+    return ops.nack_call(msg, delay=delay, mode=mode, why=why)
+
+
+def settle(ops: QueueOps, ok: Sequence[Message],
+           failed: Sequence[tuple[Message, BaseException]], policy: RetryPolicy,
+           consumer: str, back: Sequence[Message] = ()) -> Flow[Tally]:
+    """Concurrent queues: ack what succeeded, retry or dead-letter each failure on its own
+    (recording why), give back what was not handled (no attempt counted); one round trip
+    for all of it."""
+    calls: list[Call] = ops.ack_calls(ok)
+    acks = len(calls)
+    calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
+    calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
+    replies = yield Batch(calls)
+    tally = Tally(handled=sum(replies[:acks]),
+                  failed=sum(not isinstance(e, RateLimited) for _, e in failed))
+    for given, buried in replies[acks:acks + len(failed)]:
+        tally.retried += given
+        tally.dead_lettered += buried
+    return tally
+
+
+def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
+                    error: BaseException | None, policy: RetryPolicy,
+                    consumer: str) -> Flow[tuple[Tally, bool]]:
+    """Ordered queues: the first ``done`` messages succeeded; ``error`` (if any) is the
+    failure of the next one, which is then retried in place (blocking its shard) or
+    dead-lettered, while the messages after it go back to their places unhandled (no
+    attempt counted). Returns (tally, True when the shard now waits for a retry)."""
+    calls: list[Call] = ops.ack_calls(msgs[:done])
+    acks = len(calls)
+    if error is not None:
+        calls.append(_failure_call(ops, msgs[done], error, policy, consumer))
+        calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1:]]
+    replies = yield Batch(calls)
+    tally = Tally(handled=sum(replies[:acks]))
+    blocked = False
+    if error is not None:
+        given, buried = replies[acks]
+        tally.failed = 0 if isinstance(error, RateLimited) else 1
+        tally.retried, tally.dead_lettered = given, buried
+        blocked = given > 0
+    return tally, blocked
+
+
+def timed_out(timeout: float) -> ConsumeTimeout:
+    return ConsumeTimeout(f"the handler ran longer than consume_timeout ({timeout:g}s): the "
+                          "message is treated as failed and its shard moves on")
+
+
+class Counts:
+    """A consumer's counts (:class:`dynoq.ConsumerStats`) as they are added up."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, float] = asdict(ConsumerStats())
+
+    def add(self, **deltas: float) -> None:
+        for name, value in deltas.items():
+            self._values[name] += value
+
+    def add_tally(self, tally: Tally, seconds: float = 0.0) -> None:
+        self.add(handled=tally.handled, failed=tally.failed, retried=tally.retried,
+                 dead_lettered=tally.dead_lettered, handler_seconds=seconds)
+
+    def snapshot(self) -> ConsumerStats:
+        return ConsumerStats(**{k: (x if k == "handler_seconds" else int(x))  # type: ignore[arg-type]
+                                for k, x in self._values.items()})

@@ -1,0 +1,209 @@
+"""Consumer groups and shard leases as pure requests (no I/O).
+
+Group membership lives in Redis: a member heartbeats (a script that also drops members
+whose heartbeat is older than their TTL and returns who is alive), every member computes
+the same split of the shards from that list, and a join, leave or shard release is
+PUBLISHed on the group's channel so everyone rebalances at once.
+
+A shard lease is redis-py's Lock model: ``SET NX PX`` to take it, compare-the-token
+scripts to renew and release it. The token also fences every pop, ack, nack and extend
+on the shard, so a holder whose lease expired can do no harm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import LeaseLost, raise_for
+from . import validate
+from .calls import Batch, Call, Cmd, Flow
+from .keys import GroupKeys, QueueKeys
+from .lua import script
+from .ops import QueueOps
+
+_HEARTBEAT, _LEAVE, _REAP = script("group-heartbeat"), script("group-leave"), script("group-reap")
+_ACQUIRE, _RENEW = script("lease-acquire"), script("lease-renew")
+_RELEASE = script("lease-release")
+_RATE = script("rate-take")
+_HISTORY = script("group-history")
+
+HISTORY_CAP = 100  # rebalances kept per group
+HISTORY_TTL_MS = 7 * 24 * 3600 * 1000  # a group's history outlives its last rebalance so long
+HISTORY_MEMBERS = 50  # member names kept in one entry (the count is always kept)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class GroupOps:
+    """One member of one consumer group of one queue."""
+
+    def __init__(self, keys: QueueKeys, group: str, member: str, ttl: float) -> None:
+        self.group = validate.check_name(group, "group")
+        self.member = member
+        self.ttl_ms = max(validate.to_ms(ttl), 1)
+        self.keys: GroupKeys = keys.group(self.group)
+        self.queue = keys.queue
+
+    def heartbeat(self) -> Call:
+        """Refresh this member; reply: (membership changed, live members sorted)."""
+        k = self.keys
+
+        context = f"group {self.group!r} on {self.queue!r}"
+
+        def parse(reply: Any) -> tuple[bool, list[str]]:
+            raise_for(reply, context)
+            return bool(int(reply[0]) or int(reply[1])), sorted(_text(m) for m in reply[2:])
+
+        return _HEARTBEAT.call(k, [self.group, self.member, self.ttl_ms, k.channel], parse)
+
+    def leave(self) -> Call:
+        return _LEAVE.call(self.keys, [self.member, self.keys.channel, self.group])
+
+    def take(self, count: int, period: float, want: int) -> Call:
+        """Take up to ``want`` permits of the group's rate limit (``count`` per ``period``
+        seconds, for all members together); reply: (granted, seconds until the next
+        permit)."""
+        return _RATE.call(self.keys, [count, validate.to_ms(period), want],
+                          lambda r: (int(r[0]), int(r[1]) / 1000))
+
+    def notify(self) -> Cmd:
+        """Ask every member to rebalance now (a shard's lease was released)."""
+        return Cmd(("PUBLISH", self.keys.channel, "change"))
+
+    def record(self, members: Sequence[str], shards: Sequence[int]) -> Call:
+        """Add this member's new assignment, computed from ``members``, to the group's
+        history (capped at HISTORY_CAP entries, time from the server)."""
+        entry = json.dumps({"member": self.member, "shards": sorted(shards),
+                            "members": list(members[:HISTORY_MEMBERS]),
+                            "count": len(members)}, separators=(",", ":"))
+        return _HISTORY.call(self.keys, [entry, HISTORY_CAP, HISTORY_TTL_MS])
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """One recorded rebalance of one member: when (seconds, server clock), the shards it
+    was given, and the members it saw (at most HISTORY_MEMBERS names; ``count`` all)."""
+
+    at: float
+    member: str
+    shards: tuple[int, ...]
+    members: tuple[str, ...]
+    count: int
+
+
+def parse_history(raw: Sequence[bytes | str]) -> list[Rebalance]:
+    """The entries of a group's history list, newest first (unreadable ones skipped)."""
+    out = []
+    for item in raw:
+        try:
+            ms, _, body = _text(item).partition(" ")
+            e = json.loads(body)
+            out.append(Rebalance(int(ms) / 1000, str(e["member"]),
+                                 tuple(int(x) for x in e["shards"]),
+                                 tuple(str(m) for m in e["members"]), int(e["count"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def members(keys: QueueKeys, group: str) -> Cmd:
+    """The members of a group as last recorded (stale ones included until reaped)."""
+    return Cmd(("ZRANGE", keys.group(validate.check_name(group, "group")).members, 0, -1),
+               lambda raw: sorted(_text(m) for m in raw))
+
+
+def reap(keys: QueueKeys) -> Flow[int]:
+    """Drop members whose heartbeat is older than their TTL in every group of a queue
+    (each group that lost one is told); returns how many were dropped."""
+    groups = yield Cmd(("SMEMBERS", keys.groups))
+    total = 0
+    for raw in sorted(groups):
+        group = _text(raw)
+        k = keys.group(group)
+        total += int((yield _REAP.call(k, [group, k.channel])))
+    return total
+
+
+class LeaseOps:
+    """The shard leases of one consumer (one token for all its shards)."""
+
+    def __init__(self, queue: QueueOps, token: str, ttl: float) -> None:
+        self.queue = queue
+        self.token = token
+        self.ttl_ms = max(validate.to_ms(ttl), 1)
+
+    def acquire(self, shard: int) -> Flow[tuple[float, int]]:
+        """Try to take ``shard``: (0.0, its new fencing number) when taken, else (seconds
+        until its lease may be free, 0). On taking it, the previous holder's in-flight
+        messages go back to the head of the shard in order (its later acks are fenced off
+        by the new token)."""
+        taken, value = yield _ACQUIRE.call(self.queue.shard_keys[shard],
+                                           [self.token, self.ttl_ms])
+        if not int(taken):
+            return int(value) / 1000, 0
+        try:
+            yield from self.queue.requeue(shard, force=True, lease=self.token)
+        except LeaseLost:  # expired at once (a very short ttl and a stall): try later
+            return 0.001, 0
+        return 0.0, int(value)
+
+    def renew(self, shards: Sequence[int]) -> Batch:
+        """Extend the leases on ``shards``; reply: the set of those no longer held."""
+        shards = list(shards)
+        args = [self.token, self.ttl_ms]
+        if self.queue.cross_slot:  # one call renews them all (a consumer idles cheaply)
+            keys = [self.queue.shard_keys[s].lease for s in shards]
+            calls = [Call(_RENEW, keys, args)]
+        else:
+            calls = [_RENEW.call(self.queue.shard_keys[s], args) for s in shards]
+
+        def parse(replies: list[Any]) -> set[int]:
+            flags = [int(f) for r in replies for f in r]
+            return {s for s, ok in zip(shards, flags, strict=True) if not ok}
+
+        return Batch(calls, parse=parse)
+
+    def release(self, shard: int) -> Call:
+        """Drop this consumer's lease on ``shard`` if it still holds it; reply: whether it
+        did."""
+        return _RELEASE.call(self.queue.shard_keys[shard], [self.token],
+                             lambda r: bool(int(r)))
+
+
+class LeaseBook:
+    """What a lease holder knows locally of its leases: each shard's fencing number and
+    when its lease ends at the latest (the time a successful take or renewal was *sent*,
+    plus the lifetime: the server started the lifetime later than that). Not thread-safe:
+    the consumers guard it."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._ends: dict[int, float] = {}
+        self._fences: dict[int, int] = {}
+
+    def taken(self, shard: int, fence: int, sent_at: float) -> None:
+        self._fences[shard] = fence
+        self._ends[shard] = sent_at + self.ttl
+
+    def renewed(self, shards: Sequence[int], lost: set[int], sent_at: float) -> None:
+        for s in shards:
+            if s in lost:
+                self.forget(s)
+            elif s in self._ends:
+                self._ends[s] = sent_at + self.ttl
+
+    def forget(self, shard: int) -> None:
+        self._ends.pop(shard, None)
+        self._fences.pop(shard, None)
+
+    def left(self, shard: int, now: float) -> float:
+        """Seconds the lease on ``shard`` surely has left (0 when not held)."""
+        return max(self._ends.get(shard, now) - now, 0.0)
+
+    def fence(self, shard: int) -> int | None:
+        return self._fences.get(shard)

@@ -1,0 +1,151 @@
+"""Every Redis key and pub/sub channel name dynoq uses (pure: no I/O).
+
+The scheme is injective: a prefix, queue, group or topic name may not contain ':', '{',
+'}' or whitespace (``validate.check_name``), so a key splits on ':' into its parts in one
+way only, and no choice of names makes two queues, groups or tenants share a key. A
+tenant's keys all match ``<prefix>:*`` and no other tenant's do, which is what a Redis ACL
+(``~<prefix>:*``) needs.
+
+Every key of one shard carries the hash tag ``{<queue>:<shard>}`` so one Lua script can
+touch all of them on Redis Cluster; a queue's consumer-group keys share ``{<queue>}``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+def shard_of(routing: str, shards: int) -> int:
+    """The stable shard of an id or ordering key (CRC-32, the same on every host)."""
+    return zlib.crc32(routing.encode("utf-8")) % shards
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """The keys of one shard of one queue (field names are the names Lua headers use)."""
+
+    delayed: str
+    ready: str
+    unack: str
+    msgs: str
+    dlv: str  # id -> "attempts|saved ready score|delivery token"
+    dead: str
+    seq: str
+    done: str  # id -> ack time, for the dedupe window
+    lease: str  # the owner token of an ordered shard's consumer (SET NX PX)
+    fence: str  # the shard's fencing number: grows at every lease takeover
+    why: str  # id -> why it failed (lua/lib/why.lua), until acked, removed or purged
+    counts: str  # cumulative counts: pushed, acked, retried, expired, dead
+    sched: str  # recurring messages whose occurrences land here: id -> definition
+    marks: str  # recurring message id -> its latest tick pushed (ms)
+
+    @classmethod
+    def of(cls, prefix: str, tag: str, shard: int, sub: str = "") -> ShardKeys:
+        base = f"{prefix}:{{{tag}:{shard}}}:" + (f"{sub}:" if sub else "")
+        return cls(*(base + f for f in cls.__dataclass_fields__))
+
+    def data(self) -> list[str]:
+        """Every key holding messages or their state (``clear`` deletes them). The lease,
+        the fencing number (which must never go back), the counts and the recurring
+        messages' definitions stay."""
+        return [self.delayed, self.ready, self.unack, self.msgs, self.dlv, self.dead,
+                self.seq, self.done, self.why]
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue under one prefix.
+
+    A plain queue's shard keys are ``<prefix>:{<queue>:<shard>}:<field>``. A topic's group
+    queue lives under the topic shard's hash tag, so one script can publish to every
+    group of a topic shard: ``<prefix>:{<topic>:<shard>}:<group>[:<member>]:<field>``,
+    and its ``queue`` name (in its non-shard keys and channels) is
+    ``<topic>:<group>[:<member>]``, which no plain queue can have (names hold no ':')."""
+
+    prefix: str
+    queue: str
+    tag: str = ""  # the shard keys' hash-tag base (default: the queue's name)
+    sub: str = ""  # what comes between a shard's tag and each field (group queues)
+
+    def shard(self, shard: int) -> ShardKeys:
+        return ShardKeys.of(self.prefix, self.tag or self.queue, shard, self.sub)
+
+    @property
+    def meta(self) -> str:
+        """Hash of the queue's settings."""
+        return f"{self.prefix}:queue:{self.queue}"
+
+    @property
+    def wake_channel(self) -> str:
+        """Pub/sub channel on which every transition that makes a message deliverable
+        wakes blocked pops."""
+        return f"{self.prefix}:wake:{self.queue}"
+
+    @property
+    def groups(self) -> str:
+        """Set of the queue's consumer-group names (the sweeper's reaper walks it)."""
+        return f"{self.prefix}:groups:{{{self.queue}}}"
+
+    def group(self, group: str) -> GroupKeys:
+        base = f"{self.prefix}:group:{{{self.queue}}}:{group}"
+        return GroupKeys(members=base, ttls=base + ":ttl", registry=self.groups,
+                         claim=f"{self.prefix}:claim:{{{self.queue}}}",
+                         rate=f"{self.prefix}:rate:{{{self.queue}}}:{group}",
+                         rate_state=f"{self.prefix}:rate:{{{self.queue}}}:{group}:state",
+                         channel=f"{self.prefix}:groupwake:{{{self.queue}}}:{group}",
+                         history=base + ":history")
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """The keys of one consumer group of one queue (one hash tag: the queue's)."""
+
+    members: str  # zset member -> last heartbeat ms (Redis clock)
+    ttls: str  # hash member -> heartbeat lifetime ms
+    registry: str  # the queue's set of group names
+    claim: str  # the group consuming the queue now (one group at a time)
+    rate: str  # the group's rate limit: a log of the last period's grants
+    rate_state: str  # and its running total
+    channel: str  # pub/sub: a member joined, left or released a shard
+    history: str  # list, newest first: "<ms> <json>" per rebalance that changed something
+
+
+def registry_key(prefix: str) -> str:
+    """The set of queue names under a prefix (the sweeper walks it)."""
+    return f"{prefix}:queues"
+
+
+def member_token(member: str) -> str:
+    """A consumer's instance id as a key part: percent-encoded, so it holds no ':', brace
+    or whitespace, and two ids never give one token."""
+    return quote(member, safe="")
+
+
+@dataclass(frozen=True)
+class TopicKeys:
+    """The keys of one topic under one prefix (its shards carry ``{<topic>:<shard>}``)."""
+
+    prefix: str
+    topic: str
+
+    @property
+    def meta(self) -> str:
+        """Hash of the topic's settings."""
+        return f"{self.prefix}:topic:{self.topic}"
+
+    def subs(self, shard: int) -> str:
+        """Hash of the topic's subscriptions, one copy per shard (in its slot): target
+        queue name -> "<group>|<mode>|<tags>", and "~v" -> the subscriptions' version."""
+        return f"{self.prefix}:{{{self.topic}:{shard}}}:subs"
+
+    def group_queue(self, group: str, member: str | None = None) -> QueueKeys:
+        """The queue of a clustering group, or of one member of a broadcasting group."""
+        sub = group if member is None else f"{group}:{member_token(member)}"
+        return QueueKeys(self.prefix, f"{self.topic}:{sub}", tag=self.topic, sub=sub)
+
+
+def topic_registry_key(prefix: str) -> str:
+    """The set of topic names under a prefix (the sweeper walks it)."""
+    return f"{prefix}:topics"

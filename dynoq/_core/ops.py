@@ -1,0 +1,631 @@
+"""Every queue operation as pure requests: builders, reply parsers and flows (no I/O).
+
+:class:`QueueOps` knows one queue's keys and settings. Each method validates its
+arguments (raising typed errors before anything is sent), then returns either one request
+(a :class:`~.calls.Call`, :class:`~.calls.Cmd` or :class:`~.calls.Batch` whose ``parse``
+makes the result) for ``backend.run``, or a flow (a generator of requests) for
+``backend.drive``. The sync and asyncio queues are thin shells over this class.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..errors import (
+    LEASED,
+    InvalidArgument,
+    InvalidType,
+    OrderedQueueError,
+    QueueConfigError,
+    RecordError,
+    ReplicationError,
+    raise_for,
+)
+from ..message import Message, QueueStats, ShardStats
+from . import codec, validate
+from .calls import Batch, Call, Cmd, Flow, Wake, pairs
+from .keys import QueueKeys, ShardKeys, registry_key, shard_of
+from .lua import script
+from .schedules import ScheduleOps, occurrence_of
+from .settings import QueueSettings, merge
+
+PUSH_CHUNK = 500  # messages per push call: bounded script time, few round trips
+IDS_CHUNK = 1000  # ids per ack / replay call
+SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
+
+_PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
+_EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
+
+
+def _ints(reply: Any) -> list[int]:
+    return [int(x) for x in reply]
+
+
+def _decode_str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class QueueOps:
+    """One queue's operations. Thread-safe: it holds no state but a pop rotation."""
+
+    def __init__(self, prefix: str, name: str, settings: QueueSettings,
+                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+                 keys: QueueKeys | None = None, *, cross_slot: bool = False) -> None:
+        self.name = name
+        # One script may read every shard (one server, not Redis Cluster): see _pop.
+        self.cross_slot = cross_slot
+        self.settings = settings
+        self.limit = max_payload_bytes
+        self.keys = keys or QueueKeys(prefix, name)
+        self.wake = self.keys.wake_channel
+        self.shard_keys: tuple[ShardKeys, ...] = tuple(
+            self.keys.shard(i) for i in range(settings.shards))
+        # KEYS lists of the hot-path scripts, per shard, built once
+        self._push_keys = [_PUSH.key_list(k) for k in self.shard_keys]
+        self._pop_keys = [_POP.key_list(k) for k in self.shard_keys]
+        self._ack_keys = [_ACK.key_list(k) for k in self.shard_keys]
+        self._ordered = "1" if settings.ordered else "0"
+        self._window_ms = validate.to_ms(settings.dedupe_window)
+        self._rotation = itertools.count()
+
+    @classmethod
+    def of_keys(cls, keys: QueueKeys, settings: QueueSettings,
+                max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
+                cross_slot: bool = False) -> QueueOps:
+        """The operations of a queue with these keys (a topic's group queue)."""
+        return cls(keys.prefix, keys.queue, settings, max_payload_bytes, keys,
+                   cross_slot=cross_slot)
+
+    # -- producing ------------------------------------------------------------------------
+
+    def prepare(self, item: Any) -> codec.Outgoing:
+        """A payload or Message, validated and encoded for this queue."""
+        msg = item if isinstance(item, Message) else Message(item)
+        return codec.prepare(msg, ordered=self.settings.ordered, limit=self.limit)
+
+    def shard_for(self, routing: str) -> int:
+        """The shard of an id (concurrent queues) or ordering key (ordered queues)."""
+        return shard_of(routing, self.settings.shards)
+
+    def _push_call(self, mode: str, shard: int, outs: Sequence[codec.Outgoing]) -> Call:
+        args: list[Any] = [mode, self._window_ms, self.wake]
+        for o in outs:
+            args += (o.id, o.delay_ms, o.priority, o.body)
+        return Call(_PUSH, self._push_keys[shard], args, _ints)
+
+    def push(self, outs: Sequence[codec.Outgoing], *, mode: str | None = None) -> Call | Batch:
+        """Push validated messages; the reply is how many were added. Mode "push" replaces
+        a message with the same id, "ensure" skips it; None: "push" for ids the caller
+        gave, "ensure" for ids made here, so that a call resent after a dropped connection
+        cannot replace a copy that was already delivered (a made id cannot exist before)."""
+        if len(outs) > validate.MAX_ITEMS:
+            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per call, got "
+                                  f"{len(outs)}: push them in several calls")
+        if len(outs) == 1 and not self.settings.min_replicas:
+            o = outs[0]
+            call = self._push_call(mode or _mode(o), self.shard_for(o.routing), outs)
+            call.parse = _first
+            return call
+        groups: dict[tuple[int, str], list[codec.Outgoing]] = defaultdict(list)
+        for o in outs:
+            groups[(self.shard_for(o.routing), mode or _mode(o))].append(o)
+        calls: list[Call | Cmd] = [
+            self._push_call(how, shard, group[i:i + PUSH_CHUNK])
+            for (shard, how), group in groups.items() for i in range(0, len(group), PUSH_CHUNK)]
+        return self._replicated(calls, _sum_of_sums)
+
+    def _replicated(self, calls: list[Call | Cmd], parse: Any) -> Batch:
+        """A batch of writes, followed by WAIT when the queue asks for replicas."""
+        wanted, timeout = self.settings.min_replicas, self.settings.replica_timeout
+        if not wanted:
+            return Batch(calls, parse=parse)
+
+        def check(replies: list[Any]) -> Any:
+            *results, acked = replies
+            if int(acked) < wanted:
+                raise ReplicationError(
+                    f"only {acked} of {wanted} replica(s) confirmed a write to {self.name!r} "
+                    f"within {timeout:g}s: it is on the master but may be lost if the master "
+                    "fails now; pushing again is safe (by id)")
+            return parse(results)
+
+        return Batch(calls, wait=(wanted, validate.to_ms(timeout)), parse=check)
+
+    def prepare_ensure(self, items: Iterable[Any]) -> list[codec.Outgoing]:
+        """The messages of an ensure_many: each a Message with an id."""
+        outs = []
+        for item in items:
+            if not isinstance(item, Message) or item.id is None:
+                raise InvalidArgument("ensure_many() takes dynoq.Message objects, each "
+                                      "with an id")
+            outs.append(self.prepare(item))
+        return outs
+
+    def unique(self, outs: Sequence[codec.Outgoing]) -> list[str]:
+        ids = [o.id for o in outs]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgument("push_many() got the same id twice; ids must be unique")
+        return ids
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def pop(self, count: int = 1, *, wait: float = 0.0, visibility: float | None = None,
+            shards: Sequence[int] | None = None, lease: str = "", margin: float = 0.0,
+            consumer: str = "", until_woken: bool = False) -> Flow[list[Message]]:
+        """Claim up to ``count`` due messages for ``visibility`` seconds; wait up to
+        ``wait`` seconds for the first one (woken by pushes, never polling).
+        ``until_woken``: return, even with nothing, after the first wake-up (a consumer
+        waiting for some shards on behalf of others hands the rest to its workers).
+
+        A lease holder passes its ``lease`` token and a ``margin`` (seconds): a lease
+        with less time left counts as lost (LeaseLost). A record that cannot be read is
+        dead-lettered with the reason (``consumer`` names who saw it) and the rest is
+        delivered."""
+        count = validate.check_count(count, high=validate.MAX_BATCH)
+        wait = validate.check_seconds(wait, "wait")
+        vis = self.settings.unack_timeout if visibility is None else validate.check_seconds(
+            visibility, "visibility", minimum=0.001)
+        order = self.shard_order(shards)
+        margin_ms = validate.to_ms(validate.check_seconds(margin, "margin"))
+        return self._pop(count, wait, validate.to_ms(vis), order, lease, margin_ms, consumer,
+                         until_woken)
+
+    def shard_order(self, shards: Sequence[int] | None) -> list[int]:
+        """The shards to try, in order: the given ones, else all, starting from a rotating
+        shard so that none starves."""
+        n = self.settings.shards
+        if shards is None:
+            start = next(self._rotation) % n
+            return [(start + i) % n for i in range(n)]
+        if isinstance(shards, (str, bytes)) or not isinstance(shards, Sequence):
+            raise InvalidType("shards must be a sequence of shard numbers")
+        for s in shards:
+            validate.check_int(s, "shard", low=0, high=n - 1)
+        return list(shards)
+
+    def _pop(self, count: int, wait: float, vis_ms: int, order: list[int], lease: str,
+             margin_ms: int, consumer: str, until_woken: bool) -> Flow[list[Message]]:
+        deadline = time.monotonic() + wait
+        woken = False
+        args_tail = [self._ordered, lease, self.settings.max_retries, self.wake, margin_ms]
+        while True:
+            got: list[Message] = []
+            hint = -1.0
+            todo, i, probed = order, 0, not self.cross_slot
+            while i < len(todo):
+                shard = todo[i]
+                i += 1
+                reply = yield Call(_POP, self._pop_keys[shard],
+                                   [count - len(got), vis_ms, secrets.token_hex(4), *args_tail])
+                if type(reply) is int:
+                    if reply == LEASED and not lease:
+                        continue  # another consumer leases this ordered shard
+                    raise_for(reply, f"pop from shard {shard} of {self.name!r}")
+                if reply[0] == 0:
+                    hint = _sooner(hint, float(reply[1]))
+                    if not probed and len(todo) - i > 1:
+                        # One read of every other shard instead of a pop each: an idle or
+                        # sparse queue costs two calls a pass, not one per shard.
+                        probed = True
+                        *flags, h = yield self._probe(todo[i:])
+                        hint = _sooner(hint, float(h))
+                        todo = todo[:i] + [s for s, f in zip(todo[i:], flags, strict=True) if f]
+                    continue
+                try:
+                    batch = self._decoded(reply, shard, lease)
+                except RecordError:  # one or more unreadable: quarantine them, keep the rest
+                    batch = yield from self._quarantine(reply, shard, lease, consumer)
+                for m in batch:  # a recurring message's occurrence: push the next one now
+                    sched = occurrence_of(m)
+                    if sched is not None:
+                        yield from ScheduleOps(self).fire_next(sched, shard)
+                got += batch
+                if len(got) >= count:
+                    break
+            left = deadline - time.monotonic()
+            if got or left <= 0 or (woken and until_woken):
+                return got
+            nap = left if hint < 0 else min(left, hint / 1000 + 0.002)
+            quiet = yield Wake(self.wake, nap)
+            if quiet is True and nap >= left:
+                # Nothing was published and nothing fell due (the hint): looking again
+                # would find what we found. An idle pop costs one pass, not two.
+                return got
+            woken = quiet is not True
+
+    def _probe(self, shards: Sequence[int]) -> Call:
+        keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
+        return Call(_PROBE, keys, [])
+
+    def _decoded(self, reply: list[Any], shard: int, lease: str) -> list[Message]:
+        """The messages of a pop reply (id, record, attempts, token, ...)."""
+        decode, limit, held = codec.decode, self.limit, lease or None
+        return [decode(reply[i].decode(), reply[i + 1], shard=shard,
+                       attempts=int(reply[i + 2]), token=reply[i + 3].decode(), lease=held,
+                       limit=limit)
+                for i in range(2, len(reply), 4)]
+
+    def _quarantine(self, reply: list[Any], shard: int, lease: str,
+                    consumer: str) -> Flow[list[Message]]:
+        """Decode a pop reply one by one; dead-letter what cannot be read, with why."""
+        good: list[Message] = []
+        for i in range(2, len(reply), 4):
+            try:
+                good += self._decoded([None, None, *reply[i:i + 4]], shard, lease)
+            except RecordError as exc:
+                yield self._nack_call(shard, _decode_str(reply[i]), _decode_str(reply[i + 3]),
+                                      lease, 0.0, "dead", codec.why(exc, consumer))
+        return good
+
+    def _delivery(self, msg: Message | str) -> tuple[int | None, str, str, str]:
+        """(shard or None when it must be located, id, delivery token, lease token)."""
+        if isinstance(msg, Message):
+            if msg.id is None or msg.shard is None:
+                raise InvalidArgument("this message was not popped: ack, nack and extend "
+                                      "take a popped message or an id")
+            return msg.shard, msg.id, msg.token or "", msg.lease or ""
+        msg_id = validate.check_id(msg)
+        return self.home(msg_id), msg_id, "", ""
+
+    def home(self, msg_id: str) -> int | None:
+        """The shard of an id when it is known without asking the server: always on a
+        concurrent queue; on an ordered queue (routed by key) only with one shard."""
+        if not self.settings.ordered or self.settings.shards == 1:
+            return self.shard_for(msg_id)
+        return None
+
+    def locate(self, ids: Sequence[str]) -> Flow[list[int]]:
+        """The shard holding each id (an unknown id maps to its hash shard). Ordered queues
+        route by key, so this asks every shard (one round trip for all the ids)."""
+        homes = [self.home(i) for i in ids]
+        unknown = [i for i, h in zip(ids, homes, strict=True) if h is None]
+        where: dict[str, int] = {}
+        if unknown:
+            probes = [(shard, msg_id) for shard in range(self.settings.shards)
+                      for msg_id in unknown]
+            hits = yield Batch([Cmd(("HEXISTS", self.shard_keys[shard].msgs, msg_id))
+                                for shard, msg_id in probes])
+            for (shard, msg_id), hit in zip(probes, hits, strict=True):
+                if hit:
+                    where.setdefault(msg_id, shard)
+        return [h if h is not None else where.get(i, self.shard_for(i))
+                for i, h in zip(ids, homes, strict=True)]
+
+    def _located(self, msgs: Iterable[Message | str]) -> Flow[list[tuple[int, str, str, str]]]:
+        """(shard, id, delivery token, lease token) of popped messages or bare ids."""
+        items = [self._delivery(m) for m in msgs]
+        missing = [msg_id for shard, msg_id, _, _ in items if shard is None]
+        found = iter((yield from self.locate(missing)) if missing else ())
+        return [(next(found) if shard is None else shard, msg_id, token, lease)
+                for shard, msg_id, token, lease in items]
+
+    def ack_calls(self, msgs: Sequence[Message]) -> list[Call]:
+        """Ack calls for popped messages (the hot path: one call per shard and lease);
+        each reply is how many were acked."""
+        groups: dict[tuple[int, str], list[str]] = defaultdict(list)
+        for m in msgs:
+            if m.shard is None or m.id is None:
+                raise InvalidArgument("this message was not popped: ack, nack and extend "
+                                      "take a popped message or an id")
+            groups[(m.shard, m.lease or "")] += (m.id, m.token or "")
+        return self._ack_calls(groups)
+
+    def _ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
+        wake = self.wake if self.settings.ordered else ""
+        calls: list[Call] = []
+        for (shard, lease), ids in groups.items():
+            check = _refusal_checked(f"ack on shard {shard} of {self.name!r}")
+            for i in range(0, len(ids), 2 * IDS_CHUNK):
+                calls.append(Call(_ACK, self._ack_keys[shard],
+                                  [lease, self._window_ms, wake, *ids[i:i + 2 * IDS_CHUNK]],
+                                  check))
+        return calls
+
+    def ack_many(self, msgs: Iterable[Message | str]) -> Flow[int]:
+        """Ack deliveries (popped messages or ids; one round trip); returns how many."""
+        items = list(msgs)
+        if len(items) > validate.MAX_ITEMS:
+            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per ack_many, "
+                                  f"got {len(items)}")
+        groups: dict[tuple[int, str], list[str]] = defaultdict(list)
+        for shard, msg_id, token, lease in (yield from self._located(items)):
+            groups[(shard, lease)] += (msg_id, token)
+        if not groups:
+            return 0
+        return sum((yield Batch(self._ack_calls(groups))))
+
+    def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
+        """A nack of a popped message (mode "retry", "dead" or "back", see nack-7.lua)
+        with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
+        if msg.shard is None or msg.id is None:
+            raise InvalidArgument("this message was not popped: ack, nack and extend "
+                                  "take a popped message or an id")
+        return self._nack_call(msg.shard, msg.id, msg.token or "", msg.lease or "",
+                               delay, mode, why)
+
+    def _nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
+                   mode: str, why: bytes = b"") -> Call:
+        context = f"nack on shard {shard} of {self.name!r}"
+
+        def parse(reply: Any) -> tuple[int, int]:
+            raise_for(reply, context)
+            return int(reply[0]), int(reply[1])
+
+        return Call(_NACK, _NACK.key_list(self.shard_keys[shard]), [
+            lease, validate.to_ms(delay), self.settings.max_retries, mode, self._ordered,
+            self.wake, why, msg_id, token], parse)
+
+    def nack(self, msg: Message | str, *, delay: float = 0.0,
+             mode: str = "retry") -> Flow[bool]:
+        """Give a delivery back after ``delay`` seconds (mode "retry"), dead-letter it
+        (mode "dead"), or give it back unhandled without counting the attempt (mode
+        "back"); False if the delivery is no longer current."""
+        delay = validate.check_seconds(delay, "delay")
+        if mode not in ("retry", "dead", "back"):
+            raise InvalidArgument(f"nack mode must be 'retry', 'dead' or 'back', got {mode!r}")
+        [(shard, msg_id, token, lease)] = yield from self._located([msg])
+        back, buried = yield self._nack_call(shard, msg_id, token, lease, delay, mode)
+        return bool(back + buried > 0)
+
+    def extend(self, msg: Message | str, timeout: float) -> Flow[bool]:
+        """Set the delivery's visibility deadline to now + ``timeout`` seconds."""
+        timeout = validate.check_seconds(timeout, "timeout", minimum=0.001)
+        [(shard, msg_id, token, lease)] = yield from self._located([msg])
+        reply = yield Call(_EXTEND, _EXTEND.key_list(self.shard_keys[shard]),
+                           [lease, validate.to_ms(timeout), msg_id, token])
+        raise_for(reply, f"extend on shard {shard} of {self.name!r}")
+        return int(reply) == 1
+
+    def requeue(self, shard: int, *, force: bool = False,
+                lease: str = "") -> Flow[tuple[int, int]]:
+        """Give back the expired (with ``force``: all) deliveries of one shard; returns
+        (given back, dead-lettered)."""
+        back = buried = 0
+        keys = _REQUEUE.key_list(self.shard_keys[shard])
+        while True:
+            reply = yield Call(_REQUEUE, keys, [lease, "1" if force else "0",
+                                                self.settings.max_retries, SWEEP_LIMIT,
+                                                self.wake])
+            raise_for(reply, f"requeue on shard {shard} of {self.name!r}")
+            back += int(reply[0])
+            buried += int(reply[1])
+            if not int(reply[2]):
+                return back, buried
+
+    def requeue_expired(self) -> Flow[int]:
+        """Give back every expired delivery of every shard (Dyno processUnacks)."""
+        total = 0
+        for shard in range(self.settings.shards):
+            back, buried = yield from self.requeue(shard)
+            total += back + buried
+        return total
+
+    # -- by id ----------------------------------------------------------------------------
+
+    def reschedule(self, msg_id: str, *, delay: float) -> Flow[bool]:
+        if self.settings.ordered:
+            raise OrderedQueueError("ordered queues deliver in push order: reschedule "
+                                    "is refused (remove and push again instead)")
+        delay = validate.check_seconds(delay, "delay")
+        msg_id = validate.check_id(msg_id)
+        [shard] = yield from self.locate([msg_id])
+        s = script("reschedule")
+        return bool((yield s.call(self.shard_keys[shard],
+                                  [msg_id, validate.to_ms(delay), self.wake])))
+
+    def remove(self, msg_id: str) -> Flow[bool]:
+        msg_id = validate.check_id(msg_id)
+        [shard] = yield from self.locate([msg_id])
+        return bool((yield script("remove").call(self.shard_keys[shard], [msg_id, self.wake])))
+
+    def get(self, msg_id: str) -> Flow[Message | None]:
+        msg_id = validate.check_id(msg_id)
+        [shard] = yield from self.locate([msg_id])
+        [found] = yield from self.stored([(shard, msg_id)])
+        return found
+
+    def stored(self, where: Sequence[tuple[int, str]]) -> Flow[list[Message | None]]:
+        """The stored messages at (shard, id), with their attempts and failure (None for
+        an id that is gone)."""
+        fields = ("msgs", "dlv", "why")
+        raw = yield Batch([Cmd(("HGET", getattr(self.shard_keys[shard], f), msg_id))
+                           for shard, msg_id in where for f in fields])
+        out: list[Message | None] = []
+        for k, (shard, msg_id) in enumerate(where):
+            record, state, why = raw[3 * k:3 * k + 3]
+            if record is None:
+                out.append(None)
+                continue
+            attempts = codec.attempts_of(state)
+            try:
+                m = codec.decode(msg_id, record, shard=shard, attempts=attempts,
+                                 limit=self.limit)
+            except RecordError:
+                if why is None:
+                    raise
+                # A quarantined record: show its id and why, not its unreadable payload.
+                m = Message(None, id=msg_id, shard=shard, attempts=attempts)
+            m.failure = codec.failure(why)
+            out.append(m)
+        return out
+
+    def contains(self, msg_id: str) -> Flow[bool]:
+        msg_id = validate.check_id(msg_id)
+        [shard] = yield from self.locate([msg_id])
+        return bool((yield Cmd(("HEXISTS", self.shard_keys[shard].msgs, msg_id))))
+
+    # -- whole queue ----------------------------------------------------------------------
+
+    def peek(self, count: int = 10) -> Batch:
+        """The next deliverable messages in delivery order, without claiming them."""
+        count = validate.check_count(count, high=validate.MAX_BATCH)
+        peek = script("peek")
+
+        def parse(replies: list[Any]) -> list[Message]:
+            ranked: list[tuple[tuple[int, float, int, int], Message]] = []
+            for shard, reply in enumerate(replies):
+                for pos, i in enumerate(range(1, len(reply), 3)):
+                    try:
+                        m = codec.decode(reply[i].decode(), reply[i + 1], shard=shard,
+                                         attempts=int(reply[i + 2]), limit=self.limit)
+                    except RecordError:
+                        continue  # unreadable: the next pop quarantines it
+                    ranked.append(((m.priority, m.deliver_at or 0.0, shard, pos), m))
+            ranked.sort(key=lambda pair: pair[0])
+            return [m for _, m in ranked[:count]]
+
+        return Batch([peek.call(k, [count]) for k in self.shard_keys], parse=parse)
+
+    def stats(self) -> Batch:
+        stats = script("stats")
+
+        def parse(replies: list[Any]) -> QueueStats:
+            return QueueStats(self.name, tuple(
+                ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
+                           None if int(r[4]) < 0 else int(r[4]) / 1000,
+                           *(int(n) for n in r[5:10]))
+                for i, r in enumerate(replies)))
+
+        return Batch([stats.call(k, []) for k in self.shard_keys], parse=parse)
+
+    def clear(self) -> Batch:
+        """Delete every message of the queue (its settings stay)."""
+        return Batch([Cmd(("DEL", *k.data())) for k in self.shard_keys], parse=_none)
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dead(self, count: int = 100) -> Flow[list[Message]]:
+        """Dead-lettered messages, oldest first."""
+        count = validate.check_count(count, high=validate.MAX_BATCH)
+        heads = yield Batch([Cmd(("ZRANGE", k.dead, 0, count - 1, "WITHSCORES"))
+                             for k in self.shard_keys])
+        ranked = sorted((float(score), shard, _decode_str(member))
+                        for shard, head in enumerate(heads)
+                        for member, score in pairs(head))[:count]
+        if not ranked:
+            return []
+        found = yield from self.stored([(shard, msg_id) for _, shard, msg_id in ranked])
+        return [m for m in found if m is not None]
+
+    def replay_dead(self, ids: Iterable[str] | None = None) -> Flow[int]:
+        """Put dead-lettered messages (all, or these ids) back with attempts reset."""
+        replay = script("replay")
+        if ids is None:
+            total = 0
+            for shard in range(self.settings.shards):
+                total += yield from self.drain_dead(shard, replay=True)
+            return total
+        if isinstance(ids, (str, bytes)):
+            raise InvalidType("ids must be a list of message ids, not one string")
+        wanted = [validate.check_id(i) for i in ids]
+        if len(wanted) > validate.MAX_ITEMS:
+            raise InvalidArgument(f"at most {validate.MAX_ITEMS} ids per replay_dead")
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for shard, msg_id in zip((yield from self.locate(wanted)), wanted, strict=True):
+            by_shard[shard].append(msg_id)
+        calls: list[Call | Cmd] = [
+            replay.call(self.shard_keys[shard], [SWEEP_LIMIT, self.wake,
+                                                 *group[i:i + IDS_CHUNK]])
+            for shard, group in by_shard.items() for i in range(0, len(group), IDS_CHUNK)]
+        return sum(int(n) for n in (yield Batch(calls)))
+
+    def purge_dead(self) -> Flow[int]:
+        """Delete every dead-lettered message for good; returns how many."""
+        total = 0
+        for shard in range(self.settings.shards):
+            total += yield from self.drain_dead(shard, replay=False)
+        return total
+
+    def drain_dead(self, shard: int, *, replay: bool) -> Flow[int]:
+        """Replay (or purge) every dead letter of one shard, a bounded call at a time."""
+        call = script("replay" if replay else "purge-dead")
+        args = [SWEEP_LIMIT, self.wake] if replay else [SWEEP_LIMIT]
+        total = 0
+        while True:
+            n = int((yield call.call(self.shard_keys[shard], args)))
+            total += n
+            if n < SWEEP_LIMIT:
+                return total
+
+
+# -- queues under a prefix -----------------------------------------------------------------
+
+def open_queue(prefix: str, name: str, asked: dict[str, Any]) -> Flow[QueueSettings]:
+    """Store a new queue's settings (or read the stored ones), register it, and return
+    the settings to use; QueueConfigError when ``asked`` conflicts with what is stored."""
+    validate.check_name(name, "queue name")
+    settings: QueueSettings = yield from open_stored(
+        QueueKeys(prefix, name).meta, registry_key(prefix), name, asked, QueueSettings, "queue")
+    return settings
+
+
+def read_queue(prefix: str, name: str) -> Flow[QueueSettings | None]:
+    """The settings of a registered queue, or None; never creates one."""
+    validate.check_name(name, "queue name")
+    settings: QueueSettings | None = yield from read_stored(
+        QueueKeys(prefix, name).meta, registry_key(prefix), name, QueueSettings, "queue")
+    return settings
+
+
+def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind: Any,
+                what: str) -> Flow[Any]:
+    """A queue's or topic's settings: stored on first open (``kind`` validates what was
+    asked before anything is written), checked against ``asked`` after; registered."""
+    wanted = merge(None, asked, name, kind, what)
+    flat = [x for kv in wanted.to_hash().items() for x in kv]
+    raw = yield Call(script("open"), [meta], flat)
+    stored = kind.from_hash({_decode_str(k): _decode_str(v) for k, v in pairs(raw)})
+    yield Cmd(("SADD", registry, name))
+    return merge(stored, asked, name, kind, what)
+
+
+def read_stored(meta: str, registry: str, name: str, kind: Any, what: str) -> Flow[Any]:
+    """The settings of a registered queue or topic, or None; never creates one."""
+    member, raw = yield Batch([Cmd(("SISMEMBER", registry, name)), Cmd(("HGETALL", meta))])
+    if not member or not raw:
+        return None
+    try:
+        return kind.from_hash({_decode_str(k): _decode_str(v) for k, v in pairs(raw)})
+    except QueueConfigError as exc:
+        raise QueueConfigError(f"{what} {name!r}: {exc}") from None
+
+
+def queue_names(prefix: str) -> Cmd:
+    """Every registered queue under ``prefix``, sorted."""
+    return Cmd(("SMEMBERS", registry_key(prefix)),
+               lambda raw: sorted(_decode_str(n) for n in raw))
+
+
+# -- small parsers -------------------------------------------------------------------------
+
+def _sooner(hint: float, other: float) -> float:
+    """The nearer of two "ms until something may be deliverable" hints (-1: unknown)."""
+    return other if other >= 0 and (hint < 0 or other < hint) else hint
+
+
+def _mode(out: codec.Outgoing) -> str:
+    return "ensure" if out.generated else "push"
+
+
+def _first(reply: list[Any]) -> int:
+    return int(reply[0])
+
+
+def _sum_of_sums(replies: list[list[Any]]) -> int:
+    return sum(sum(int(x) for x in r) for r in replies)
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def _refusal_checked(context: str) -> Any:
+    def parse(reply: Any) -> int:
+        raise_for(reply, context)
+        return int(reply)
+    return parse

@@ -1,0 +1,91 @@
+"""Retry policy (pure: no I/O) and the two exceptions a handler raises to steer it.
+
+A handler that raises gets its message back after the next delay of the schedule; the
+queue's ``max_retries`` decides when it is dead-lettered instead (inside the nack script).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import DynoqError, InvalidArgument, InvalidType
+from . import validate
+
+# RocketMQ's delay levels: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
+ROCKETMQ_DELAY_LEVELS: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# RocketMQ's first retry uses level 3 (10 s); each further retry the next level.
+CONCURRENT_RETRY_DELAYS: tuple[float, ...] = ROCKETMQ_DELAY_LEVELS[2:]
+# RocketMQ's ordered consumers suspend the queue for 1 s and retry in place.
+ORDERED_RETRY_DELAYS: tuple[float, ...] = (1.0,)
+
+
+class Retry(DynoqError):
+    """Raise from a handler to retry the message after ``delay`` seconds (None: the
+    policy's next delay). It counts as an attempt: past max_retries it is dead-lettered."""
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        if delay is not None:
+            delay = validate.check_seconds(delay, "Retry delay")
+        super().__init__(reason or f"retry requested (delay={delay})")
+        self.delay = delay
+
+
+class RateLimited(DynoqError):
+    """Raise from a handler when what it calls is rate limited: the message goes back and
+    is delivered again after ``delay`` seconds, without using an attempt."""
+
+    def __init__(self, delay: float = 1.0, reason: str = "") -> None:
+        delay = validate.check_seconds(delay, "RateLimited delay")
+        super().__init__(reason or f"rate limited: back in {delay:g}s")
+        self.delay = delay
+
+
+class DeadLetter(DynoqError):
+    """Raise from a handler to dead-letter the message now, without further retries."""
+
+    def __init__(self, reason: str = "dead-lettered by the handler") -> None:
+        super().__init__(reason)
+
+
+def check_delays(delays: object, what: str = "retry_delays") -> tuple[float, ...]:
+    """Validate a non-empty sequence of delays in seconds."""
+    if isinstance(delays, (str, bytes)) or not isinstance(delays, Sequence):
+        raise InvalidType(f"{what} must be a sequence of seconds, got {type(delays).__name__}")
+    if not delays:
+        raise InvalidArgument(f"{what} must not be empty (give [0] to retry at once)")
+    if len(delays) > 1000:
+        raise InvalidArgument(f"{what} may hold at most 1000 delays, got {len(delays)}")
+    return tuple(validate.check_seconds(d, f"each of {what}") for d in delays)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The delay before each retry: ``delays[n - 1]`` after the n-th failed delivery,
+    the last delay repeated once the schedule is spent."""
+
+    delays: tuple[float, ...]
+
+    @classmethod
+    def make(cls, delays: Sequence[float] | None, *, ordered: bool) -> RetryPolicy:
+        if delays is None:
+            return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS)
+        return cls(check_delays(delays))
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait before redelivering a message that failed its ``attempts``-th
+        delivery (attempts counts from 1)."""
+        return self.delays[min(max(attempts, 1), len(self.delays)) - 1]
+
+
+BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0  # seconds
+
+
+def backoff(failures: int) -> float:
+    """Seconds a long-running loop waits after ``failures`` failures in a row (the server
+    is away): capped exponential, jittered so that many processes retrying after one
+    outage do not move in step."""
+    delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(max(failures, 1) - 1, 20))
+    return float(delay * random.uniform(0.5, 1.0))

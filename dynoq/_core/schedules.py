@@ -1,0 +1,234 @@
+"""Recurring messages: ``every`` N seconds or on a ``cron`` expression (pure: no I/O).
+
+A schedule lives in one shard of its queue (the shard of its id, or of its key on an
+ordered queue): its definition in the shard's ``sched`` hash, its latest tick pushed in the
+``marks`` zset. Each tick's occurrence has a deterministic id (``<schedule>@<tick ms>``,
+plus a suffix that makes it hash to the schedule's shard), and the ``schedule-fire`` script
+pushes it only if no later tick was pushed: so exactly one occurrence per tick, however
+many consumers and sweepers fire it.
+
+Who fires the next tick: the pop that delivers an occurrence (at once), and the sweeper
+for any schedule whose latest tick has come (a consumer killed in between, or nobody
+consuming). Ticks come from the definition, never from delivery times, so nothing
+drifts; ticks missed while nothing ran are skipped, not replayed. Times are the server's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import cronsim
+import msgpack
+
+from ..errors import InvalidArgument
+from ..message import Message
+from . import validate
+from .calls import Batch, Cmd, Flow, pairs, server_time
+from .codec import Outgoing
+from .keys import ShardKeys
+from .lua import script
+from .settings import QueueSettings
+
+SCHEDULE, TICK = "dynoq.schedule", "dynoq.tick"  # headers of an occurrence
+MAX_SCHEDULES = 10_000  # per shard
+_FIRE = script("schedule-fire")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A recurring message: its id, when it recurs (``every`` seconds or ``cron``), what
+    each occurrence carries, and the latest tick pushed (seconds, server clock)."""
+
+    id: str
+    every: float | None
+    cron: str | None
+    payload: Any
+    priority: int
+    key: str | None
+    headers: dict[str, Any] | None
+    last_tick: float | None
+    anchor: float  # when it was scheduled: `every` ticks are anchor + k * every
+
+    def next_tick(self, after_ms: int, now_ms: int) -> int:
+        """The first tick after ``after_ms`` that is not in the past (missed ticks are
+        skipped), in ms."""
+        start = max(after_ms, now_ms - 1)
+        if self.every is not None:
+            every_ms, anchor_ms = round(self.every * 1000), round(self.anchor * 1000)
+            return anchor_ms + (math.floor((start - anchor_ms) / every_ms) + 1) * every_ms
+        assert self.cron is not None
+        after = dt.datetime.fromtimestamp(start / 1000, dt.timezone.utc)
+        return round(next(cronsim.CronSim(self.cron, after)).timestamp() * 1000)
+
+
+def check_when(every: object, cron: object) -> tuple[float | None, str | None]:
+    """Exactly one of ``every`` (seconds, at least 1 ms) and ``cron`` (a 5-field cron
+    expression, evaluated in UTC)."""
+    if (every is None) == (cron is None):
+        raise InvalidArgument("give exactly one of every= (seconds) and cron= (an expression)")
+    if every is not None:
+        return validate.check_seconds(every, "every", minimum=0.001), None
+    text = validate.check_text(cron, "cron")
+    try:
+        next(cronsim.CronSim(text, dt.datetime.now(dt.timezone.utc)))
+    except (cronsim.CronSimError, StopIteration, ValueError) as exc:
+        raise InvalidArgument(f"cron {text!r} is invalid: {exc}") from None
+    return None, text
+
+
+class QueueLike(Protocol):
+    """What schedules need of a queue's operations (``ops.QueueOps``, which fires the next
+    occurrence when it delivers one, so it cannot be imported here)."""
+
+    @property
+    def settings(self) -> QueueSettings: ...
+
+    @property
+    def shard_keys(self) -> Sequence[ShardKeys]: ...
+
+    @property
+    def wake(self) -> str: ...
+
+    def shard_for(self, routing: str) -> int: ...
+
+    def prepare(self, item: Any) -> Outgoing: ...
+
+
+class ScheduleOps:
+    """The recurring messages of one queue."""
+
+    def __init__(self, queue: QueueLike) -> None:
+        self.q = queue
+
+    def home(self, sched_id: str, key: str | None) -> int:
+        return self.q.shard_for(key if self.q.settings.ordered and key else sched_id)
+
+    def occurrence_id(self, sched_id: str, tick_ms: int, shard: int) -> str:
+        """``<schedule>@<tick>``, suffixed so that it hashes to ``shard`` (by-id operations
+        find a concurrent queue's message in the shard of its id)."""
+        base = f"{sched_id}@{tick_ms}"
+        if self.q.settings.ordered or self.q.shard_for(base) == shard:
+            return base
+        n = 1
+        while self.q.shard_for(f"{base}.{n}") != shard:
+            n += 1
+        return f"{base}.{n}"
+
+    def schedule(self, sched_id: str, payload: Any, *, every: float | None = None,
+                 cron: str | None = None, priority: int = 0, key: str | None = None,
+                 headers: dict[str, Any] | None = None) -> Flow[float]:
+        """Store (or replace) a schedule and push its first occurrence; returns its first
+        tick (seconds)."""
+        sched_id = validate.check_id(sched_id, "schedule id")
+        if "@" in sched_id:
+            raise InvalidArgument("a schedule id may not contain '@' (its occurrences' ids "
+                                  "are <schedule id>@<tick>)")
+        every, cron = check_when(every, cron)
+        # What each occurrence will be, checked now (delay and priority rules included).
+        self.q.prepare(Message(payload, id=f"{sched_id}@0", priority=priority, key=key,
+                               headers=headers))
+        shard = self.home(sched_id, validate.check_key(key))
+        keys = self.q.shard_keys[shard]
+        if int((yield Cmd(("HLEN", keys.sched)))) >= MAX_SCHEDULES:
+            raise InvalidArgument(f"at most {MAX_SCHEDULES} schedules per shard")
+        yield from self._forget(sched_id)  # a replaced schedule starts afresh
+        now = yield server_time()
+        spec = [every, cron, now, priority, key, headers, payload]
+        yield Batch([Cmd(("HSET", keys.sched, sched_id,
+                          msgpack.packb(spec, use_bin_type=True)))])
+        s = _decode(sched_id, spec, None)
+        tick = s.next_tick(round(now * 1000), round(now * 1000))
+        yield self._fire(s, shard, tick)
+        return tick / 1000
+
+    def _fire(self, s: Schedule, shard: int, tick_ms: int) -> Any:
+        msg = Message(s.payload, id=self.occurrence_id(s.id, tick_ms, shard),
+                      priority=s.priority, key=s.key,
+                      headers={**(s.headers or {}), SCHEDULE: s.id, TICK: tick_ms})
+        out = self.q.prepare(msg)
+        return _FIRE.call(self.q.shard_keys[shard], [
+            s.id, tick_ms, out.id, out.priority, out.body, self.q.wake,
+            validate.to_ms(self.q.settings.dedupe_window)], int)
+
+    def fire_next(self, sched_id: str, shard: int) -> Flow[int]:
+        """Push the next occurrence once the latest one pushed has come due (never further
+        ahead); returns 1 when this call pushed it."""
+        keys = self.q.shard_keys[shard]
+        raw, mark = yield Batch([Cmd(("HGET", keys.sched, sched_id)),
+                                 Cmd(("ZSCORE", keys.marks, sched_id))])
+        if raw is None:
+            return 0
+        s = _decode(sched_id, msgpack.unpackb(raw, raw=False), mark)
+        now_ms = round((yield server_time()) * 1000)
+        after = round(float(mark)) if mark is not None else now_ms
+        if after > now_ms:
+            return 0  # the latest occurrence is still waiting for its tick
+        return int((yield self._fire(s, shard, s.next_tick(after, now_ms))))
+
+    def fire_due(self, shard: int) -> Flow[int]:
+        """The sweeper's step: fire the next tick of every schedule of ``shard`` whose
+        latest tick has come."""
+        now_ms = round((yield server_time()) * 1000)
+        due = yield Cmd(("ZRANGEBYSCORE", self.q.shard_keys[shard].marks, "-inf", now_ms,
+                         "LIMIT", 0, 1000))
+        fired = 0
+        for raw in due:
+            fired += yield from self.fire_next(raw.decode() if isinstance(raw, bytes) else raw,
+                                               shard)
+        return fired
+
+    def unschedule(self, sched_id: str) -> Flow[bool]:
+        """Stop a schedule; its occurrence waiting for its tick is removed too."""
+        sched_id = validate.check_id(sched_id, "schedule id")
+        return (yield from self._forget(sched_id))
+
+    def _forget(self, sched_id: str) -> Flow[bool]:
+        found = False
+        for shard, keys in enumerate(self.q.shard_keys):
+            raw, mark = yield Batch([Cmd(("HGET", keys.sched, sched_id)),
+                                     Cmd(("ZSCORE", keys.marks, sched_id))])
+            if raw is None:
+                continue
+            found = True
+            yield Batch([Cmd(("HDEL", keys.sched, sched_id)),
+                         Cmd(("ZREM", keys.marks, sched_id))])
+            if mark is not None:  # the pending occurrence, if it is still waiting
+                occurrence = self.occurrence_id(sched_id, round(float(mark)), shard)
+                yield script("remove").call(keys, [occurrence, self.q.wake])
+        return found
+
+    def schedules(self) -> Flow[list[Schedule]]:
+        """Every schedule of the queue, sorted by id."""
+        replies = yield Batch([c for k in self.q.shard_keys
+                               for c in (Cmd(("HGETALL", k.sched)),
+                                         Cmd(("ZRANGE", k.marks, 0, -1, "WITHSCORES")))])
+        out = []
+        for defs, marks in zip(replies[::2], replies[1::2], strict=True):
+            ticks = {_text(m): s for m, s in pairs(marks)}
+            for sid, raw in pairs(defs):
+                name = _text(sid)
+                out.append(_decode(name, msgpack.unpackb(raw, raw=False), ticks.get(name)))
+        return sorted(out, key=lambda s: s.id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
+    every, cron, anchor, priority, key, headers, payload = spec
+    return Schedule(sched_id, every, cron, payload, priority, key, headers,
+                    None if mark is None else float(mark) / 1000, float(anchor))
+
+
+def occurrence_of(msg: Message) -> str | None:
+    """The schedule a delivered message is an occurrence of, if it is one."""
+    h = msg.headers
+    return h.get(SCHEDULE) if h and isinstance(h.get(SCHEDULE), str) else None
+
+
+__all__ = ["Schedule", "ScheduleOps", "check_when", "occurrence_of"]

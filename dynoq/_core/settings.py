@@ -1,0 +1,237 @@
+"""Settings as frozen dataclasses whose fields carry the defaults (pure: no I/O).
+
+:class:`QueueSettings` are fixed when a queue is first opened and stored in Redis; later
+opens are checked against them. :class:`ConsumerSettings` carry every consumer option;
+``client.consumer(q, handler, settings=ConsumerSettings(...))`` is the same as naming the
+options one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import InvalidArgument, InvalidType, QueueConfigError
+from . import validate
+
+SCHEMA_VERSION = 1
+
+
+def _stored(settings: Any) -> dict[str, str]:
+    """Queue or topic settings as their metadata hash stores them."""
+    out = {f.name: repr(getattr(settings, f.name)) for f in fields(settings)}
+    out["ordered"] = "1" if settings.ordered else "0"
+    out["schema"] = str(SCHEMA_VERSION)
+    return out
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Settings fixed when a queue is first opened (stored in its metadata hash).
+
+    shards: shards of the queue (1..16384); ordered: strict per-shard order (RocketMQ
+    partition order); unack_timeout: seconds a popped message stays invisible before it is
+    delivered again; max_retries: deliveries beyond the first before it is dead-lettered;
+    dedupe_window: seconds an acked id is remembered, so ``ensure`` skips it (0 = off);
+    min_replicas / replica_timeout: pushes WAIT for that many replicas, up to that many
+    seconds, else ReplicationError (0 = no WAIT; Dynomite's DC_QUORUM)."""
+
+    shards: int = 4
+    ordered: bool = False
+    unack_timeout: float = 60.0
+    max_retries: int = 16
+    dedupe_window: float = 0.0
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        try:
+            validate.check_int(self.shards, "shards", low=1, high=validate.MAX_SHARDS)
+            validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
+            validate.check_int(self.min_replicas, "min_replicas", low=0, high=100)
+            validate.check_bool(self.ordered, "ordered")
+            # At least a millisecond: scores and timeouts are whole milliseconds.
+            validate.check_seconds(self.unack_timeout, "unack_timeout", minimum=0.001)
+            validate.check_seconds(self.dedupe_window, "dedupe_window")
+            validate.check_seconds(self.replica_timeout, "replica_timeout", minimum=0.001)
+        except InvalidArgument as exc:
+            raise QueueConfigError(str(exc)) from None
+
+    def to_hash(self) -> dict[str, str]:
+        return _stored(self)
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str, str]) -> QueueSettings:
+        """Settings from a stored hash; raises QueueConfigError when it is unreadable."""
+        try:
+            return cls(
+                shards=int(raw["shards"]),
+                ordered=raw["ordered"] == "1",
+                unack_timeout=float(raw["unack_timeout"]),
+                max_retries=int(raw["max_retries"]),
+                dedupe_window=float(raw["dedupe_window"]),
+                # Absent from queues stored before replica durability existed.
+                min_replicas=int(raw.get("min_replicas", 0)),
+                replica_timeout=float(raw.get("replica_timeout", 1.0)),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Settings fixed when a topic is first opened. Each subscribed group's queue takes
+    the queue settings (shards, ordered, unack_timeout, max_retries, dedupe_window);
+    member_grace: seconds a broadcasting member that stopped heartbeating keeps its queue
+    before the sweeper removes it, with its messages."""
+
+    shards: int = 4
+    ordered: bool = False
+    unack_timeout: float = 60.0
+    max_retries: int = 16
+    dedupe_window: float = 0.0
+    member_grace: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.queue_settings()  # validates the queue part
+        try:
+            validate.check_seconds(self.member_grace, "member_grace", minimum=0.001)
+        except InvalidArgument as exc:
+            raise QueueConfigError(str(exc)) from None
+
+    def queue_settings(self) -> QueueSettings:
+        """The settings of each group's queue."""
+        return QueueSettings(shards=self.shards, ordered=self.ordered,
+                             unack_timeout=self.unack_timeout, max_retries=self.max_retries,
+                             dedupe_window=self.dedupe_window)
+
+    def to_hash(self) -> dict[str, str]:
+        return _stored(self)
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str, str]) -> TopicSettings:
+        try:
+            q = QueueSettings.from_hash(raw)
+            return cls(shards=q.shards, ordered=q.ordered, unack_timeout=q.unack_timeout,
+                       max_retries=q.max_retries, dedupe_window=q.dedupe_window,
+                       member_grace=float(raw.get("member_grace", 30.0)))
+        except (ValueError, TypeError) as exc:
+            raise QueueConfigError(f"stored topic settings are unreadable: {exc!r}") from None
+
+
+def merge(stored: Any, asked: Mapping[str, Any], queue: str, kind: type[Any] | None = None,
+          what: str = "queue") -> Any:
+    """The settings to use (a QueueSettings, or ``kind``): the stored ones, checked against
+    what the caller asked for.
+
+    Raises QueueConfigError when an asked-for value differs from the stored one.
+    """
+    given = {k: v for k, v in asked.items() if v is not None}
+    wanted = (kind or QueueSettings)(**given)  # validates what was asked even if unused
+    if stored is None:
+        return wanted
+    conflicts = [f"{k}={v!r} (stored: {getattr(stored, k)!r})"
+                 for k, v in given.items() if getattr(stored, k) != v]
+    if conflicts:
+        raise QueueConfigError(
+            f"{what} {queue!r} already exists with other settings: {', '.join(conflicts)}; "
+            f"open it without those arguments, or use another {what} name"
+        )
+    return stored
+
+
+MODES = ("clustering", "broadcasting")
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    """Every consumer option and its default.
+
+    group: the consumer group (members share the queue's shards); concurrency: worker
+    threads (asyncio: tasks); batch_size: messages per pop (1..1000); batch_handler: the
+    handler gets the popped list instead of one message; max_in_flight: popped and not yet
+    finished messages per consumer (default concurrency * batch_size); strategy: a name in
+    ``dynoq.allocation.STRATEGIES`` or a function, with strategy_options; retry_delays:
+    seconds before each retry (default RocketMQ's levels from 10 s on concurrent queues,
+    1 s on ordered ones); lease_ttl: seconds a shard lease (and a heartbeat) lives, renewed
+    every third of it; rebalance_interval: seconds between periodic rebalances (members
+    joining or leaving trigger one at once); instance_id: this member's id (default
+    host:pid:random); mode: "clustering"; max_continuous_time: seconds a worker stays on
+    one ordered shard while others wait; idle_wait: longest blocking pop, seconds (pushes
+    wake a waiting consumer at once; stop() too);
+    visibility: seconds a popped message stays invisible (default: the queue's
+    unack_timeout); consume_timeout: seconds one handler call may take before its message
+    is treated as failed and its shard moves on (RocketMQ's consumeTimeout, 15 minutes);
+    rate_limit: (count, period seconds): the whole group handles at most count messages
+    per period, enforced in Redis across all members (None: no limit);
+    before / after / middleware: hooks around each handler call.
+    """
+
+    group: str = "default"
+    concurrency: int = 4
+    batch_size: int = 1
+    batch_handler: bool = False
+    max_in_flight: int | None = None
+    strategy: str | Callable[..., list[int]] = "averagely"
+    strategy_options: Mapping[str, Any] | None = None
+    retry_delays: Sequence[float] | None = None
+    lease_ttl: float = 30.0
+    rebalance_interval: float = 20.0
+    instance_id: str | None = None
+    mode: str = "clustering"
+    max_continuous_time: float = 60.0
+    idle_wait: float = 5.0
+    visibility: float | None = None
+    consume_timeout: float = 900.0
+    rate_limit: tuple[int, float] | None = None
+    before: Callable[..., Any] | None = None
+    after: Callable[..., Any] | None = None
+    middleware: Sequence[Any] = ()
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES}")
+        validate.check_name(self.group, "group")
+        validate.check_count(self.concurrency, "concurrency", high=1024)
+        validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
+        validate.check_bool(self.batch_handler, "batch_handler")
+        if self.max_in_flight is not None:
+            validate.check_count(self.max_in_flight, "max_in_flight", high=1_000_000)
+            if self.max_in_flight < self.batch_size:
+                raise InvalidArgument(f"max_in_flight ({self.max_in_flight}) must be >= "
+                                      f"batch_size ({self.batch_size})")
+        if not (isinstance(self.strategy, str) or callable(self.strategy)):
+            raise InvalidType("strategy must be a strategy name or a function")
+        if self.strategy_options is not None and not isinstance(self.strategy_options,
+                                                                Mapping):
+            raise InvalidType("strategy_options must be a mapping of option names")
+        if self.instance_id is not None:
+            validate.check_text(self.instance_id, "instance_id")
+        for name in ("lease_ttl", "rebalance_interval", "max_continuous_time", "idle_wait"):
+            validate.check_seconds(getattr(self, name), name, minimum=0.001)
+        if self.visibility is not None:
+            validate.check_seconds(self.visibility, "visibility", minimum=0.001)
+        validate.check_seconds(self.consume_timeout, "consume_timeout", minimum=0.001)
+        if self.rate_limit is not None:
+            if not isinstance(self.rate_limit, (tuple, list)) or len(self.rate_limit) != 2:
+                raise InvalidType("rate_limit must be (count, period_seconds) or None")
+            validate.check_count(self.rate_limit[0], "rate_limit count", high=10**9)
+            validate.check_seconds(self.rate_limit[1], "rate_limit period", minimum=0.001)
+        for name in ("before", "after"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise InvalidType(f"{name} must be callable, got {type(value).__name__}")
+        if isinstance(self.middleware, (str, bytes)) or not isinstance(self.middleware,
+                                                                       Sequence):
+            raise InvalidType("middleware must be a sequence of middleware objects")
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats and lease renewals: a third of the lease, so two
+        renewals may fail before it is lost."""
+        return self.lease_ttl / 3
+
+    @property
+    def in_flight_limit(self) -> int:
+        return self.max_in_flight or self.concurrency * self.batch_size

@@ -1,0 +1,314 @@
+"""Topics (RocketMQ publish/subscribe) as pure requests and flows (no I/O).
+
+A topic has shards like a queue. Every subscribed consumer group has its own queue whose
+shards live under the topic shards' hash tags (``keys.TopicKeys.group_queue``), so one
+script per topic shard adds each message to every matching group atomically: the
+``publish`` script filters by tag (RocketMQ's ``"*"`` or ``"a || b"``) and pushes if
+absent per group. A clustering group shares its queue among its members; in a
+broadcasting group every member has a queue of its own.
+
+Each topic shard keeps a copy of the subscriptions (in its slot) with a version; a
+publish names the version its KEYS were built from, and the script refuses it (STALE)
+if they changed, so a group subscribed before a publish began always gets its messages.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import STALE, InvalidArgument, raise_for
+from ..message import Message, QueueStats
+from . import codec, validate
+from .calls import Batch, Call, Cmd, Flow, pairs
+from .keys import QueueKeys, TopicKeys, member_token, topic_registry_key
+from .lua import script
+from .ops import PUSH_CHUNK, QueueOps, open_stored, read_stored
+from .settings import TopicSettings
+
+MODES = ("clustering", "broadcasting")
+MAX_TARGETS = 1000  # group and member queues of one topic
+STALE_RETRIES = 10
+_PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
+_QUEUE_KEYS = _PUBLISH.keys[1:]  # the nine keys of each target queue shard
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A consumer group's subscription to a topic. ``tags`` is the tag expression as
+    given ("*" or "a || b")."""
+
+    group: str
+    mode: str
+    tags: str
+
+
+@dataclass(frozen=True)
+class GroupBacklog:
+    """One queue of a subscribed group (a broadcasting group has one per member) and its
+    counts."""
+
+    group: str
+    mode: str
+    tags: str
+    queue: str  # the queue's name: <topic>:<group>[:<member>]
+    stats: QueueStats
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """One topic shard's subscriptions as a publish needs them."""
+
+    version: bytes
+    targets: tuple[tuple[str, str], ...]  # (target queue name, tag filter)
+
+
+def _target_spec(spec: str) -> tuple[str, str, str, str]:
+    """(group, mode, tags, subscribed ms) of a target's "group|mode|tags|ms" (the tag
+    expression may hold "||")."""
+    group, mode, rest = spec.split("|", 2)
+    tags, since = rest.rsplit("|", 1)
+    return group, mode, tags, since
+
+
+def tag_filter(tags: Sequence[str]) -> str:
+    """The publish script's filter of a tag list: "" for every message, else "|a|b|"."""
+    return "" if not tags else "|" + "|".join(tags) + "|"
+
+
+class TopicOps:
+    """One topic's operations. Safe to share between threads (the subscription cache is
+    replaced whole, never changed in place)."""
+
+    def __init__(self, prefix: str, name: str, settings: TopicSettings,
+                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
+                 cross_slot: bool = False) -> None:
+        self.cross_slot = cross_slot
+        self.prefix = prefix
+        self.name = name
+        self.settings = settings
+        self.limit = max_payload_bytes
+        self.keys = TopicKeys(prefix, name)
+        self._queue_settings = settings.queue_settings()
+        # publishes route like the group queues: by id, or by key on ordered topics
+        self._router = QueueOps(prefix, name, self._queue_settings, max_payload_bytes)
+        self._cache: dict[int, _Shard] = {}
+        self._window_ms = validate.to_ms(settings.dedupe_window)
+
+    # -- group queues ----------------------------------------------------------------------
+
+    def target(self, group: str, member: str | None = None) -> QueueKeys:
+        return self.keys.group_queue(validate.check_name(group, "group"), member)
+
+    def group_queue(self, group: str, member: str | None = None) -> QueueOps:
+        """The queue a clustering group (or one broadcasting member) consumes."""
+        return QueueOps.of_keys(self.target(group, member), self._queue_settings, self.limit,
+                                cross_slot=self.cross_slot)
+
+    # -- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, group: str, *, mode: str = "clustering", tags: str = "*",
+                  member: str | None = None) -> Flow[None]:
+        """Subscribe ``group`` (a broadcasting group: also its ``member``'s queue). A
+        group keeps its mode; its tags may change."""
+        if mode not in MODES:
+            raise InvalidArgument(f"mode must be one of {MODES}, got {mode!r}")
+        parsed = validate.check_tags(tags)
+        group = validate.check_name(group, "group")
+        if mode == "broadcasting" and member is not None:
+            validate.check_text(member, "member")
+        current = yield from self.subscriptions()
+        known = next((s for s in current if s.group == group), None)
+        if known is not None and known.mode != mode:
+            raise InvalidArgument(f"group {group!r} is subscribed to topic {self.name!r} in "
+                                  f"{known.mode} mode, not {mode}; unsubscribe it first")
+        spec = f"{mode}|{' || '.join(parsed) or '*'}"
+        pairs = [f"~g:{group}", spec]
+        if mode == "clustering" or member is not None:
+            target = self.target(group, member if mode == "broadcasting" else None).queue
+            pairs += [target, f"{group}|{spec}"]
+        yield Batch([Call(_SUBSCRIPTION, [self.keys.subs(s)], ["add", *pairs])
+                     for s in range(self.settings.shards)])
+        self._cache.clear()
+
+    def consumer_queue(self, group: str, mode: str, member: str) -> Flow[QueueOps]:
+        """The queue a consumer of ``group`` consumes: the group is subscribed (tags "*")
+        if it is not yet, and a broadcasting member gets its own queue."""
+        subs = yield from self.subscriptions()
+        known = {s.group: s for s in subs}.get(group)
+        tags = known.tags if known is not None else "*"
+        if known is None or mode == "broadcasting":
+            yield from self.subscribe(group, mode=mode, tags=tags, member=member)
+        return self.group_queue(group, member if mode == "broadcasting" else None)
+
+    def unsubscribe(self, group: str, member: str | None = None) -> Flow[bool]:
+        """Drop a group's subscription (with ``member``: only that broadcasting member's
+        queue) and delete the queues it had, with their messages."""
+        group = validate.check_name(group, "group")
+        entries = yield from self._entries(0)
+        prefix = f"{self.name}:{group}"
+        if member is None:
+            fields = [t for t in entries if t in (f"~g:{group}", prefix)
+                      or t.startswith(prefix + ":")]
+        else:
+            fields = [t for t in entries if t == f"{prefix}:{member_token(member)}"]
+        if not fields:
+            return False
+        yield from self.drop(fields)
+        return True
+
+    def drop(self, fields: Sequence[str]) -> Flow[None]:
+        """Drop subscription entries (and delete the queues of the targets among them)."""
+        yield Batch([Call(_SUBSCRIPTION, [self.keys.subs(s)], ["drop", *fields])
+                     for s in range(self.settings.shards)])
+        self._cache.clear()
+        yield self.delete_queues([f for f in fields if not f.startswith("~")])
+
+    def delete_queues(self, targets: Sequence[str]) -> Batch:
+        """Delete the data of target queues (every shard; the fences and counts too)."""
+        cmds = []
+        for target in targets:
+            keys = self._target_keys(target)
+            for s in range(self.settings.shards):
+                k = keys.shard(s)
+                cmds.append(Cmd(("DEL", *k.data(), k.lease, k.fence, k.counts)))
+        return Batch(cmds, parse=lambda _: None)
+
+    def target_queue(self, target: str) -> QueueOps:
+        """The operations of a target queue, by its name (from :meth:`targets`)."""
+        return QueueOps.of_keys(self._target_keys(target), self._queue_settings, self.limit,
+                                cross_slot=self.cross_slot)
+
+    def _target_keys(self, target: str) -> QueueKeys:
+        if not target.startswith(self.name + ":"):
+            raise InvalidArgument(f"{target!r} is not a queue of topic {self.name!r}")
+        return QueueKeys(self.prefix, target, tag=self.name, sub=target[len(self.name) + 1:])
+
+    def _entries(self, shard: int) -> Flow[dict[str, str]]:
+        raw = yield Cmd(("HGETALL", self.keys.subs(shard)))
+        return {_text(k): _text(v) for k, v in pairs(raw)}
+
+    def subscriptions(self) -> Flow[list[Subscription]]:
+        """Every group subscribed to the topic, sorted by group."""
+        entries = yield from self._entries(0)
+        out = []
+        for field, spec in entries.items():
+            if field.startswith("~g:"):
+                mode, tags = spec.split("|", 1)
+                out.append(Subscription(field[3:], mode, tags))
+        return sorted(out, key=lambda s: s.group)
+
+    def targets(self) -> Flow[dict[str, tuple[str, str, float]]]:
+        """Every target queue: name -> (group, mode, subscribed at (seconds))."""
+        entries = yield from self._entries(0)
+        out = {}
+        for field, spec in entries.items():
+            if not field.startswith("~"):
+                group, mode, _tags, since = _target_spec(spec)
+                out[field] = (group, mode, int(since) / 1000)
+        return out
+
+    def backlog(self) -> Flow[list[GroupBacklog]]:
+        """Every group queue of the topic with its counts, sorted by queue."""
+        entries = yield from self._entries(0)
+        targets = sorted((f, _target_spec(v)) for f, v in entries.items()
+                         if not f.startswith("~"))
+        out = []
+        for target, (group, mode, tags, _) in targets:
+            stats = yield self.target_queue(target).stats()
+            out.append(GroupBacklog(group, mode, tags, target, stats))
+        return out
+
+    def _shard_subs(self, shard: int) -> Flow[_Shard]:
+        entries = yield from self._entries(shard)
+        targets = []
+        for field, spec in sorted(entries.items()):
+            if not field.startswith("~"):
+                _group, _mode, tags, _since = _target_spec(spec)
+                targets.append((field, tag_filter(validate.check_tags(tags))))
+        if len(targets) > MAX_TARGETS:
+            raise InvalidArgument(f"topic {self.name!r} has over {MAX_TARGETS} group queues")
+        return _Shard(entries.get("~v", "0").encode(), tuple(targets))
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def prepare(self, item: Any) -> codec.Outgoing:
+        msg = item if isinstance(item, Message) else Message(item)
+        return codec.prepare(msg, ordered=self.settings.ordered, limit=self.limit)
+
+    def shard_for(self, routing: str) -> int:
+        return self._router.shard_for(routing)
+
+    def _publish_call(self, shard: int, subs: _Shard,
+                      outs: Sequence[codec.Outgoing]) -> Call:
+        keys: list[str] = [self.keys.subs(shard)]
+        args: list[Any] = [subs.version, self._window_ms, len(subs.targets)]
+        for target, filter_ in subs.targets:
+            shard_keys = self._target_keys(target).shard(shard)
+            keys += (getattr(shard_keys, k) for k in _QUEUE_KEYS)
+            args += (filter_, f"{self.prefix}:wake:{target}")
+        for o in outs:
+            args += (o.id, o.delay_ms, o.priority, o.tag, o.body)
+        return Call(_PUBLISH, keys, args)
+
+    def publish(self, outs: Sequence[codec.Outgoing]) -> Flow[int]:
+        """Add each message to every subscribed group whose tags match it (if absent in
+        that group); returns the copies added."""
+        if len(outs) > validate.MAX_ITEMS:
+            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per call")
+        by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
+        for o in outs:
+            by_shard[self.shard_for(o.routing)].append(o)
+        added = 0
+        for _ in range(STALE_RETRIES):
+            for shard in by_shard:
+                if shard not in self._cache:
+                    self._cache[shard] = yield from self._shard_subs(shard)
+            jobs = [(shard, group[i:i + PUSH_CHUNK]) for shard, group in by_shard.items()
+                    for i in range(0, len(group), PUSH_CHUNK)]
+            replies = yield Batch([self._publish_call(s, self._cache[s], chunk)
+                                   for s, chunk in jobs])
+            stale: dict[int, list[codec.Outgoing]] = defaultdict(list)
+            for (shard, chunk), reply in zip(jobs, replies, strict=True):
+                if reply == STALE:
+                    self._cache.pop(shard, None)
+                    stale[shard] += chunk
+                else:
+                    raise_for(reply, f"publish to {self.name!r}")
+                    added += int(reply)
+            if not stale:
+                return added
+            by_shard = stale
+        raise_for(STALE, f"publish to {self.name!r}: subscriptions kept changing")
+        return added
+
+
+# -- topics under a prefix ------------------------------------------------------------------
+
+def open_topic(prefix: str, name: str, asked: dict[str, Any]) -> Flow[TopicSettings]:
+    """Store a new topic's settings (or read the stored ones) and register it."""
+    validate.check_name(name, "topic name")
+    settings: TopicSettings = yield from open_stored(
+        TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, asked, TopicSettings,
+        "topic")
+    return settings
+
+
+def read_topic(prefix: str, name: str) -> Flow[TopicSettings | None]:
+    """The settings of a registered topic, or None; never creates one."""
+    validate.check_name(name, "topic name")
+    settings: TopicSettings | None = yield from read_stored(
+        TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, TopicSettings,
+        "topic")
+    return settings
+
+
+def topic_names(prefix: str) -> Cmd:
+    return Cmd(("SMEMBERS", topic_registry_key(prefix)),
+               lambda raw: sorted(_text(n) for n in raw))

@@ -1,0 +1,27 @@
+"""dynoq for asyncio (as ``redis.asyncio`` sits beside ``redis``): the same queues,
+consumers and sweeper, every operation awaited::
+
+    import dynoq.asyncio
+
+    client = dynoq.asyncio.connect("redis://localhost:6379/0")  # lazy: no I/O yet
+    async with client:
+        q = await client.queue("orders", shards=4)
+        await q.push({"order": 1}, delay=30)
+        for msg in await q.pop(count=10, wait=5.0):
+            await q.ack(msg)
+
+Topics too: ``await client.topic("events")``, ``await topic.publish(..., tag=...)`` and
+``client.consumer(topic, handler, group=...)``.
+
+The keys, records, scripts and decisions are the sync package's (``dynoq._core``), so sync
+and asyncio clients work on the same queues. See docs/asyncio.md.
+"""
+
+from .._core.middleware import Middleware
+from .client import Client, connect
+from .consumer import Consumer
+from .queue import Queue
+from .sweeper import Sweeper
+from .topic import Topic
+
+__all__ = ["Client", "Consumer", "Middleware", "Queue", "Sweeper", "Topic", "connect"]

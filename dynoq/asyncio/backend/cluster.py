@@ -1,0 +1,143 @@
+"""Redis Cluster for asyncio: redis.asyncio's RedisCluster with dynoq's retry window and
+per-node batches.
+
+The decisions are :mod:`dynoq.backend.cluster`'s (what is transient, how long to back
+off, when to give up, MOVED/ASK/NOSCRIPT handling of a batch, WAIT per node): the pure
+:class:`~dynoq.backend.cluster.Backoff` and :func:`~dynoq.backend.cluster.batch_rounds`
+are driven here with awaits, each node's batch sent in one round trip, nodes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import redis
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.exceptions import RedisClusterException
+
+from ...backend.cluster import (
+    DEFAULT_RETRY_WINDOW,
+    TRANSIENT,
+    Backoff,
+    Load,
+    Pause,
+    _Call,
+    _Sent,
+    batch_results,
+    batch_rounds,
+    is_transient,
+    take_replies,
+)
+from ...backend.errors import DROPPED
+from ...backend.hosts import credentials, host_list
+
+
+def open_cluster(url: str, options: dict[str, Any]) -> AsyncDynoqCluster:
+    """``options``: redis.asyncio RedisCluster keyword arguments, plus
+    ``cluster_retry_window`` (seconds). No I/O: the cluster is asked for its slots on
+    first use."""
+    window = float(options.pop("cluster_retry_window", DEFAULT_RETRY_WINDOW))
+    credentials(url, options)
+    nodes = [ClusterNode(host, port) for host, port in host_list(url, "cluster node")]
+    client = AsyncDynoqCluster(startup_nodes=nodes, **options)
+    client.retry_window = window
+    return client
+
+
+class AsyncDynoqCluster(RedisCluster):
+    """RedisCluster (asyncio) retrying transient failures for ``retry_window`` seconds."""
+
+    retry_window = DEFAULT_RETRY_WINDOW
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        backoff = Backoff(self.retry_window)
+        while True:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except (*TRANSIENT, RedisClusterException) as exc:
+                if not is_transient(exc):
+                    raise
+                await pause(self, backoff.next(exc))
+
+
+async def pause(cluster: RedisCluster, step: Pause) -> None:
+    """Sleep, then (unless the error was TRYAGAIN) refresh the slot map."""
+    await asyncio.sleep(step.seconds)
+    if step.refresh:
+        # Fails while no node answers; the next attempt tries again.
+        with contextlib.suppress(redis.RedisError, RedisClusterException):
+            await cluster.nodes_manager.initialize()
+
+
+async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
+                     wait: tuple[int, int] | None) -> list[Any]:
+    """Send ``commands`` to the nodes owning their slots, one round trip per node (all
+    nodes at once), through resharding and failover; the replies in order (errors as
+    replies), then the WAIT reply (the fewest replicas any node confirmed)."""
+    if cluster.nodes_manager.default_node is None:
+        await cluster.initialize()
+    calls = [_Call(args, {}) for args in commands]
+
+    def route(args: tuple[Any, ...]) -> Any:
+        key = _first_key(args)
+        if key is None:  # PING, TIME: any node answers
+            return cluster.get_default_node()
+        node = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
+        if node is None:
+            raise RedisClusterException(f"no node serves the slot of {args[0]}")
+        return node
+
+    def ask(host: str, port: int) -> Any:
+        return cluster.get_node(host=host, port=port)
+
+    window = getattr(cluster, "retry_window", DEFAULT_RETRY_WINDOW)  # also a plain client
+    rounds = batch_rounds(calls, wait, route, ask, window)
+    try:
+        step = next(rounds)
+        while True:
+            if isinstance(step, Pause):
+                await pause(cluster, step)
+            elif isinstance(step, Load):
+                with contextlib.suppress(redis.RedisError):
+                    await step.node.execute_command("SCRIPT", "LOAD", step.source)
+            else:
+                await asyncio.gather(*(_send(b, wait) for b in step))
+            step = next(rounds)
+    except StopIteration as stop:
+        acked = stop.value
+    return batch_results(calls, wait, len(calls) if wait is not None else None, acked)
+
+
+def _first_key(args: tuple[Any, ...]) -> Any:
+    """The key a dynoq command is routed by (its scripts and commands name their keys
+    first), or None for a command without one."""
+    if str(args[0]).upper() in ("EVALSHA", "EVAL"):
+        if int(args[2]) < 1:
+            raise RedisClusterException(f"{args[0]} names no key to route it by")
+        return args[3]
+    return args[1] if len(args) > 1 else None
+
+
+async def _send(batch: _Sent, wait: tuple[int, int] | None) -> None:
+    commands: list[PipelineCommand] = []
+    for c in batch.calls:
+        if c.ask is not None:
+            commands.append(PipelineCommand(len(commands), "ASKING"))
+        commands.append(PipelineCommand(len(commands), *c.args))
+    if wait is not None:
+        commands.append(PipelineCommand(len(commands), "WAIT", *wait))
+    try:
+        await batch.node.execute_pipeline(commands)
+    except Exception as exc:  # noqa: BLE001 - decided on by batch_rounds
+        batch.error = exc
+        return
+    replies = [cmd.result for cmd in commands]
+    # redis.asyncio hands a connection lost mid-read to each command still unread, where
+    # the sync pipeline raises once: the whole batch failed (and is sent again).
+    for r in replies:
+        if isinstance(r, Exception) and isinstance(r, DROPPED):
+            batch.error = r
+            return
+    take_replies(batch, replies, wait)

@@ -1,0 +1,189 @@
+"""The asyncio backend: runs the core's requests on a redis.asyncio client.
+
+The twin of :mod:`dynoq.backend.runner`, with the same rules: every script call sends
+``EVALSHA`` and loads the script on ``NOSCRIPT``; a batch's replies are put together by
+the same pure functions (:func:`dynoq.backend.runner.finish`); every redis-py exception
+is translated to a DynoqError on the way out. The client is made lazily, in the running
+event loop, on first use: :func:`dynoq.asyncio.connect` does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import NoScriptError
+
+from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
+from ...backend.errors import translate
+from ...backend.runner import eval_args, finish, noscript, resent
+from ...errors import DynoqError
+from .wakeup import Hub, Subscription
+
+T = TypeVar("T")
+
+# What opens a client: () -> (client, closer). Called once, in the running loop.
+Opener = Callable[[], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]]
+# Sends a batch's commands (and an optional WAIT) in one round trip per node.
+Sender = Callable[[Any, list[tuple[Any, ...]], "tuple[int, int] | None"], Awaitable[list[Any]]]
+
+
+class AsyncBackend:
+    """One redis.asyncio client (or cluster client) and what runs on it. Use it from one
+    event loop. ``url``, ``display_url``, ``cross_slot`` and ``replicas`` mean what they
+    mean on :class:`dynoq.backend.Backend`."""
+
+    def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
+                 cross_slot: bool = True, replicas: bool = True,
+                 connect_options: dict[str, Any] | None = None) -> None:
+        self._opener = opener
+        self._routed = not cross_slot  # a cluster: every command routed by its slot
+        self._send = send
+        self.url = url
+        self.display_url = display_url
+        self.cross_slot = cross_slot
+        self.replicas = replicas
+        self.connect_options = dict(connect_options or {})
+        self._client: Any = None
+        self._closer: Callable[[], Awaitable[None]] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._hub: Hub | None = None
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<dynoq asyncio backend {self.display_url}>"
+
+    async def client(self) -> Any:
+        """The redis.asyncio client, made on first use (for the user's own commands)."""
+        return self._client or await self._open()
+
+    async def _open(self) -> Any:
+        if self.closed:
+            raise DynoqError("this client is closed; connect again")
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._client is None:
+                try:
+                    client, self._closer = await self._opener()
+                except redis.RedisError as exc:
+                    raise translate(exc) from exc
+                self._hub = Hub(client)
+                self._client = client
+                if self.url == "embedded://":  # a private server: now it has an address
+                    kw = client.connection_pool.connection_kwargs
+                    self.url = self.display_url = f"redis://{kw['host']}:{kw['port']}/0"
+        return self._client
+
+    # -- running requests ------------------------------------------------------------------
+
+    async def run(self, request: Call | Cmd | Batch) -> Any:
+        """Run one request; its parsed reply."""
+        r = self._client or await self._open()
+        try:
+            if self._routed and type(request) is not Batch:
+                # Redis Cluster: one call is a batch of one, so that it follows MOVED,
+                # ASK (ASKING on the same connection), NOSCRIPT and TRYAGAIN exactly
+                # as batches do (redis.asyncio sends ASKING on another connection).
+                [raw] = await self._send(r, _commands([request]), None)
+                if isinstance(raw, Exception):
+                    raise translate(raw) from raw
+            elif type(request) is Call:
+                raw = await self._eval(r, request)
+            elif type(request) is Cmd:
+                raw = await r.execute_command(*request.args)
+            else:
+                return await self._batch(r, request)  # type: ignore[arg-type]
+        except redis.RedisError as exc:
+            raise translate(exc) from exc
+        parse = request.parse
+        return raw if parse is None else parse(raw)
+
+    async def _eval(self, r: Any, call: Call) -> Any:
+        try:
+            return await r.execute_command(*eval_args(call))
+        except NoScriptError:
+            await self._load(r, call.script)
+            return await r.execute_command(*eval_args(call))
+
+    @staticmethod
+    async def _load(r: Any, script: Script) -> None:
+        await r.script_load(script.source)
+
+    async def _batch(self, r: Any, batch: Batch) -> Any:
+        calls = batch.calls
+        replies = await self._send(r, _commands(calls), batch.wait)
+        redo, scripts = noscript(calls, replies)
+        if redo:  # those calls did not run: load their scripts and send them again
+            for s in scripts:
+                await self._load(r, s)
+            resent(replies, redo, await self._send(r, _commands([calls[i] for i in redo]),
+                                                   batch.wait), batch.wait)
+        return finish(batch, replies)
+
+    async def drive(self, flow: Generator[Request, Any, T]) -> T:
+        """Run a flow to its end: each request it yields is run and its reply sent back
+        (a DynoqError is thrown back into the flow, which may handle it)."""
+        reply: Any = None
+        error: DynoqError | None = None
+        while True:
+            try:
+                request = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            try:
+                if isinstance(request, Wake):
+                    reply = await self.wait(request.channel, request.timeout)
+                else:
+                    reply = await self.run(request)
+            except DynoqError as exc:
+                error, reply = exc, None
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    async def wait(self, channel: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up on ``channel``; True when none
+        came (see Hub.wait)."""
+        await self._open()
+        assert self._hub is not None
+        return await self._hub.wait(channel, timeout)
+
+    async def subscribe(self, channel: str) -> Subscription:
+        """A subscription to ``channel`` that survives dropped connections."""
+        await self._open()
+        assert self._hub is not None
+        sub = Subscription(self._hub, channel)
+        await sub.open()
+        return sub
+
+    @property
+    def open_subscriptions(self) -> int:
+        """Subscriptions still open (the consumers' group channels)."""
+        return 0 if self._hub is None else self._hub.listeners
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._hub is not None:
+            await self._hub.close()
+            self._hub = None
+        if self._closer is not None:
+            closer, self._closer, self._client = self._closer, None, None
+            await closer()
+
+
+def _commands(calls: Any) -> list[tuple[Any, ...]]:
+    return [eval_args(c) if type(c) is Call else tuple(c.args) for c in calls]
+
+
+async def send_pipeline(r: Any, commands: list[tuple[Any, ...]],
+                        wait: tuple[int, int] | None) -> list[Any]:
+    """Send ``commands`` (then WAIT) in one pipeline; errors come back as replies."""
+    pipe = r.pipeline(transaction=False)
+    for args in commands:
+        pipe.execute_command(*args)
+    if wait is not None:
+        pipe.execute_command("WAIT", *wait)
+    return list(await pipe.execute(raise_on_error=False))

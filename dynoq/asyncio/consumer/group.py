@@ -1,0 +1,53 @@
+"""Consumer-group membership for asyncio (see _core.group for how a group lives in Redis)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..._core import group as ops
+from ...errors import DynoqError
+from ..queue import Queue
+
+log = logging.getLogger("dynoq.consumer")
+
+
+class Membership:
+    """One member's presence in one group of one queue."""
+
+    def __init__(self, queue: Queue, group: str, member: str, ttl: float) -> None:
+        self.queue = queue
+        self._ops = ops.GroupOps(queue.ops.keys, group, member, ttl)
+        self.group = self._ops.group
+        self.member = member
+        self.channel = self._ops.keys.channel
+
+    async def heartbeat(self) -> tuple[bool, list[str]]:
+        """Refresh this member; return (membership changed, live members)."""
+        return await self.queue.backend.run(self._ops.heartbeat())  # type: ignore[no-any-return]
+
+    async def leave(self) -> None:
+        await self.queue.backend.run(self._ops.leave())
+
+    async def take(self, count: int, period: float, want: int) -> tuple[int, float]:
+        """Up to ``want`` permits of the group's rate limit: (granted, seconds until more
+        may be free)."""
+        return await self.queue.backend.run(  # type: ignore[no-any-return]
+            self._ops.take(count, period, want))
+
+    async def notify(self) -> None:
+        """Ask every member to rebalance now (e.g. a shard's lease was released)."""
+        await self.queue.backend.run(self._ops.notify())
+
+    async def record(self, members: Sequence[str], shards: Sequence[int]) -> None:
+        """Add this member's new assignment to the group's rebalance history (best
+        effort, as the thread consumer's)."""
+        try:
+            await self.queue.backend.run(self._ops.record(members, shards))
+        except DynoqError as exc:
+            log.debug("dynoq: rebalance history of %r not recorded: %s", self.group, exc)
+
+
+async def members(queue: Queue, group: str) -> list[str]:
+    """The members of a group as last recorded (stale ones included until reaped)."""
+    return await queue.backend.run(ops.members(queue.ops.keys, group))  # type: ignore[no-any-return]

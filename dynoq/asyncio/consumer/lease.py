@@ -1,0 +1,50 @@
+"""Shard leases of an ordered-queue consumer, for asyncio (see _core.group)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ..._core.group import LeaseBook, LeaseOps
+from ..queue import Queue
+
+
+class Leases:
+    """One consumer's leases: one token for all its shards, and what it knows of each
+    (its fencing number, the latest moment it surely still holds it)."""
+
+    def __init__(self, queue: Queue, token: str, ttl: float) -> None:
+        self.queue = queue
+        self.token = token
+        self._ops = LeaseOps(queue.ops, token, ttl)
+        self._book = LeaseBook(ttl)
+
+    async def acquire(self, shard: int) -> float:
+        """Try to take ``shard``: 0.0 when taken (the previous holder's in-flight messages
+        are back at its head), else seconds until its lease may be free."""
+        sent = time.monotonic()
+        wait, fence = await self.queue.backend.drive(self._ops.acquire(shard))
+        if wait == 0.0:
+            self._book.taken(shard, fence, sent)
+        return float(wait)
+
+    async def renew(self, shards: Iterable[int]) -> set[int]:
+        """Extend the leases on ``shards``; return the ones no longer held."""
+        shards = list(shards)
+        if not shards:
+            return set()
+        sent = time.monotonic()
+        lost: set[int] = await self.queue.backend.run(self._ops.renew(shards))
+        self._book.renewed(shards, lost, sent)
+        return lost
+
+    async def release(self, shard: int) -> bool:
+        self._book.forget(shard)
+        return bool(await self.queue.backend.run(self._ops.release(shard)))
+
+    def left(self, shard: int) -> float:
+        """Seconds the lease on ``shard`` surely has left (0 when not held)."""
+        return self._book.left(shard, time.monotonic())
+
+    def fence(self, shard: int) -> int | None:
+        return self._book.fence(shard)

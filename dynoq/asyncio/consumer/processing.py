@@ -1,0 +1,130 @@
+"""Handling one popped batch: await the handler, then settle it (ack, retry, dead-letter)
+with the core's flows; a batch cut short by cancellation goes back unhandled."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ... import tracing
+from ..._core import consuming
+from ...errors import DynoqError, LeaseLost
+from ...message import Message
+from ..queue import Queue
+from .lease import Leases
+from .middleware import Invoker
+
+
+class Processor:
+    def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
+                 plan: consuming.Plan, stats: consuming.Counts, leases: Leases) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.invoker = invoker
+        self.plan = plan
+        self.stats = stats
+        self.leases = leases
+        self.batch_handler = plan.settings.batch_handler
+        self.me = plan.instance_id
+
+    async def _call(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
+        if tracing.active():
+            with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
+                              parent=msgs[0].headers if len(msgs) == 1 else None,
+                              consumer=True):
+                return await self.invoker.call(arg, msgs)
+        return await self.invoker.call(arg, msgs)
+
+    async def concurrently(self, msgs: list[Message]) -> None:
+        """Each message on its own: a failure retries only that message, later."""
+        ok: list[Message] = []
+        failed: list[tuple[Message, BaseException]] = []
+        seconds = 0.0
+        try:
+            if self.batch_handler:
+                error, seconds = await self._call(msgs, msgs)
+                ok, failed = (msgs, []) if error is None else ([], [(m, error) for m in msgs])
+            elif (not self.invoker.middleware and not self.invoker.in_thread
+                  and not tracing.active()):
+                seconds = await self._bare(msgs, ok, failed)
+            else:
+                for msg in msgs:
+                    err, s = await self._call(msg, (msg,))
+                    seconds += s
+                    if err is None:
+                        ok.append(msg)
+                    else:
+                        failed.append((msg, err))
+        except asyncio.CancelledError:
+            await self._cut_short(msgs, ok, failed)
+            raise
+        with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
+            tally = await self.queue.backend.drive(
+                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me))
+        self.stats.add_tally(tally, seconds)
+
+    async def _bare(self, msgs: list[Message], ok: list[Message],
+                    failed: list[tuple[Message, BaseException]]) -> float:
+        # The no-middleware fast path: one clock read per batch.
+        handle = self.invoker.handle
+        t0 = time.perf_counter()
+        for msg in msgs:
+            try:
+                await handle(msg)
+            except Exception as exc:  # noqa: BLE001 - the handler's failure is data for retries
+                failed.append((msg, exc))
+            else:
+                ok.append(msg)
+        return time.perf_counter() - t0
+
+    async def orderly(self, msgs: list[Message]) -> bool:
+        """In order; a failing message blocks the shard and is retried in place (the
+        messages after it go back untouched). True if the shard waits for a retry.
+        Raises LeaseLost when the shard's lease is gone or too close to its end to start
+        another handler call (what was handled is acked first, if the lease allows)."""
+        shard = msgs[0].shard
+        assert shard is not None
+        done, error, seconds, short = 0, None, 0.0, False
+        try:
+            if self.batch_handler:
+                short = self.leases.left(shard) < self.plan.lease_margin
+                if not short:
+                    error, seconds = await self._call(msgs, msgs)
+                    done = len(msgs) if error is None else 0
+            else:
+                for msg in msgs:
+                    if self.leases.left(shard) < self.plan.lease_margin:
+                        short = True
+                        break
+                    error, s = await self._call(msg, (msg,))
+                    seconds += s
+                    if error is not None:
+                        break
+                    done += 1
+        except asyncio.CancelledError:
+            await self._cut_short(msgs, msgs[:done], [])
+            raise
+        with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
+            tally, blocked = await self.queue.backend.drive(consuming.settle_in_order(
+                self.queue.ops, msgs[:done] if short else msgs, done,
+                None if short else error, self.plan.retry, self.me))
+        self.stats.add_tally(tally, seconds)
+        if short:
+            raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
+                            f"{self.plan.lease_margin:g}s left: not starting another handler")
+        return bool(blocked)
+
+    async def _cut_short(self, msgs: list[Message], ok: list[Message],
+                         failed: list[tuple[Message, BaseException]]) -> None:
+        """Cancelled mid-batch (a stop that ran out of time): ack what was handled, settle
+        what failed, and give the rest back at once, unhandled (no attempt counted),
+        rather than leave it in flight until its visibility timeout. Shielded, so that
+        the settling itself is not cut short."""
+        seen = {id(m) for m in ok} | {id(m) for m, _ in failed}
+        flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
+                                back=[m for m in msgs if id(m) not in seen])
+        with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
+            self.stats.add_tally(await asyncio.shield(self.queue.backend.drive(flow)))

@@ -1,0 +1,138 @@
+"""The upkeep task: heartbeat, lease renewal, rebalance, lease takeover, and keeping
+slow deliveries invisible (``dynoq.consumer.upkeep`` as a task).
+
+It rebalances every ``rebalance_interval`` seconds, and at once when the group's channel
+says a member joined, left or released a shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+
+from ...errors import DynoqError, LeaseLost
+from ...retry import backoff
+from ..backend.wakeup import Subscription
+from ..events import wait_event
+from .context import Shared
+
+log = logging.getLogger("dynoq.consumer")
+
+CHANNEL_TICK = 0.25  # longest wait on the group channel between checks
+
+
+class Upkeep:
+    def __init__(self, shared: Shared, subscription: Subscription) -> None:
+        self.shared = shared
+        self._subscription = subscription
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._next_acquire = math.inf
+        self._wanted: set[int] = set()  # ordered queues: shards to lease
+        self._recorded: tuple[list[str], set[int]] | None = None  # last history entry
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(),
+                                         name=f"dynoq-{self.shared.queue.name}-upkeep")
+
+    async def stop(self, timeout: float) -> None:
+        self._stop.set()
+        if self._task is not None:
+            _, busy = await asyncio.wait([self._task], timeout=max(timeout, CHANNEL_TICK * 4))
+            for t in busy:
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
+
+    async def _loop(self) -> None:
+        settings = self.shared.plan.settings
+        beat_every, rebalance_every = settings.heartbeat_interval, settings.rebalance_interval
+        failures = 0
+        try:
+            next_beat = time.monotonic() + beat_every
+            next_rebalance = time.monotonic() + rebalance_every
+            notified = False
+            while not self._stop.is_set():
+                now = time.monotonic()
+                try:
+                    beat, rebalance = now >= next_beat, notified or now >= next_rebalance
+                    if beat or rebalance:
+                        changed = await self.tick(rebalance=rebalance)
+                        next_beat = now + beat_every
+                        if rebalance or changed:
+                            next_rebalance = now + rebalance_every
+                    if now >= self._next_acquire:
+                        await self._acquire()
+                    failures = 0
+                except DynoqError as exc:  # the server is away: try again, backing off
+                    failures += 1
+                    pause = backoff(failures)
+                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
+                                pause, exc)
+                    await wait_event(self._stop, pause)
+                    next_beat = min(next_beat, time.monotonic())
+                    continue
+                wait = min(next_beat, next_rebalance, self._next_acquire) - time.monotonic()
+                notified = await self._subscription.get(min(max(wait, 0.0), CHANNEL_TICK))
+        finally:
+            await self._subscription.close()
+
+    async def tick(self, *, rebalance: bool) -> bool:
+        """Heartbeat, renew leases, extend slow deliveries; rebalance when asked or when
+        the group changed. Returns whether it rebalanced."""
+        s = self.shared
+        changed, members = await s.membership.heartbeat()
+        if s.plan.ordered:
+            await s.check_leases(sorted(s.board.leased()))
+        await self._extend_slow()
+        if rebalance or changed:
+            await self._rebalance(members)
+        return rebalance or changed
+
+    async def _rebalance(self, members: list[str]) -> None:
+        s = self.shared
+        target = s.plan.target(members)
+        s.stats.add(rebalances=1)
+        if (members, target) != self._recorded:  # history: the rebalances that changed
+            await s.membership.record(members, sorted(target))
+            self._recorded = (members, target)
+        if not s.plan.ordered:
+            s.preferred = sorted(target)
+            return
+        self._wanted = target
+        released = s.board.rebalance(target)
+        for shard in released:
+            await s.leases.release(shard)
+        if released:
+            await s.membership.notify()
+        await self._acquire()
+
+    async def _acquire(self) -> None:
+        """Try to lease wanted shards; retry when the other holder's lease may end."""
+        s = self.shared
+        held = s.board.leased()
+        retry_in = math.inf
+        for shard in sorted(self._wanted - held):
+            if s.stopping.is_set():
+                break
+            wait = await s.leases.acquire(shard)
+            if wait == 0.0:
+                s.board.add(shard)
+            else:
+                retry_in = min(retry_in, wait + 0.005)
+        self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
+                              if retry_in < math.inf else math.inf)
+
+    async def _extend_slow(self) -> None:
+        # Keep slow handlers' messages invisible to others (and ordered shards blocked).
+        s = self.shared
+        vis = s.plan.visibility
+        for msgs in s.deliveries.slow(time.monotonic(), vis):
+            for m in msgs:
+                try:
+                    await s.queue.extend(m, vis)
+                except LeaseLost:
+                    break

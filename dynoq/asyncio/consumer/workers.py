@@ -1,0 +1,172 @@
+"""The worker tasks: pop, handle, settle (the loops of ``dynoq.consumer.workers``, as
+tasks: ``concurrency`` tasks share the event loop, so a handler that awaits lets the
+others run).
+
+Concurrent queues: every worker pops from every shard, the consumer's allocated shards
+first; when the queue is empty one worker waits on the server for all (IdleGate).
+Ordered queues: a worker claims one leased shard at a time from the board and handles it
+strictly in order; when every free shard was empty, one worker waits in a pop on behalf
+of all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from ..._core.board import InFlightBatch
+from ..._core.consuming import pop_order
+from ...errors import LeaseLost
+from ...message import Message
+from ..events import wait_event
+from .context import Shared
+from .processing import Processor
+
+log = logging.getLogger("dynoq.consumer")
+
+ERROR_PAUSE = 1.0  # seconds a worker waits after an unexpected error
+
+
+class Workers:
+    def __init__(self, shared: Shared, processor: Processor) -> None:
+        self.shared = shared
+        self.processor = processor
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        s = self.shared
+        loop = self._ordered_loop if s.plan.ordered else self._concurrent_loop
+        self._tasks = [asyncio.create_task(self._guard(loop, i),
+                                           name=f"dynoq-{s.queue.name}-w{i}")
+                       for i in range(s.plan.settings.concurrency)]
+
+    async def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the workers; True if all ended. Workers
+        still busy then are cancelled (their batches go back at once, unhandled)."""
+        if not self._tasks:
+            return True
+        _, busy = await asyncio.wait(self._tasks, timeout=max(timeout, 0.0))
+        for t in busy:
+            t.cancel()
+        if busy:
+            await asyncio.wait(busy)
+        return not busy
+
+    async def _guard(self, loop: Callable[[int], Awaitable[None]], me: int) -> None:
+        # A task must not die on a transient error (a dropped connection): log, back
+        # off, go on.
+        stopping = self.shared.stopping
+        try:
+            while not stopping.is_set():
+                try:
+                    await loop(me)
+                    return
+                except Exception:
+                    log.exception("dynoq: consumer worker error; retrying in %gs",
+                                  ERROR_PAUSE)
+                    await wait_event(stopping, ERROR_PAUSE)
+        finally:
+            self.shared.idle.wake()  # if it was the watcher, another worker takes over
+
+    async def _concurrent_loop(self, me: int) -> None:
+        s = self.shared
+        batch, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
+        turn = random.randrange(1 << 16)
+        while not s.stopping.is_set():
+            n = await s.flow.take(batch, idle)
+            if n == 0:
+                continue
+            try:
+                turn += 1
+                order = pop_order(s.preferred, s.plan.shards, turn)
+                msgs: list[Message] = []
+                if s.idle.watch():  # nobody waits on the server: this worker does, for all
+                    try:
+                        msgs = await s.pop(n, wait=idle, shards=order)
+                    finally:
+                        s.idle.done_watching(found=bool(msgs))
+                else:
+                    msgs = await s.pop(n, shards=order)
+                    if not msgs:  # the watcher's finding wakes us; the bound is a safety
+                        s.flow.give(n)
+                        n = 0
+                        await s.idle.sleep(idle * 12)
+                        continue
+                if msgs:
+                    s.deliveries.start(me, InFlightBatch(msgs, None, time.monotonic(), n))
+                    await self.processor.concurrently(msgs)
+            finally:
+                s.deliveries.finish(me)
+                s.flow.give(n)
+
+    async def _ordered_loop(self, me: int) -> None:
+        s = self.shared
+        idle = s.plan.settings.idle_wait
+        while not s.stopping.is_set():
+            shards, waiting = await s.board.claim(idle)
+            if s.stopping.is_set() or not shards or not waiting:
+                for shard in shards:
+                    await self._run_shard(me, shard, None)
+                continue
+            # Every free shard was empty: wait on their behalf for one message.
+            try:
+                msgs = await s.pop(1, wait=idle, shards=shards, until_woken=True)
+            except LeaseLost:
+                msgs = []
+                await s.check_leases(shards)
+            except BaseException:
+                await self._finish_all(shards, None)
+                raise
+            got = {m.shard for m in msgs}
+            await self._finish_all([x for x in shards if x not in got],
+                                   None if msgs else False)
+            for m in msgs:
+                assert m.shard is not None
+                await self._run_shard(me, m.shard, [m])
+
+    async def _run_shard(self, me: int, shard: int, first: list[Message] | None) -> None:
+        """Handle ``shard`` in order until it is empty, blocked, lost, or others wait
+        longer than max_continuous_time; then hand it back to the board."""
+        s = self.shared
+        settings = s.plan.settings
+        started = time.monotonic()
+        msgs, found = first, True
+        try:
+            while True:
+                if msgs is None:
+                    if s.stopping.is_set() or not s.board.still_mine(shard):
+                        break
+                    if time.monotonic() - started > settings.max_continuous_time:
+                        s.board.wake()  # look at the other shards again, then come back
+                        break
+                    n = 1 if s.board.is_retrying(shard) else settings.batch_size
+                    msgs = await s.pop(n, shards=[shard])
+                    if not msgs:
+                        found = False  # empty, or blocked by an earlier retry
+                        break
+                s.deliveries.start(me, InFlightBatch(msgs, shard, time.monotonic(), 0))
+                blocked = await self.processor.orderly(msgs)
+                s.board.set_retrying(shard, blocked)
+                if blocked:
+                    found = False  # nothing deliverable until the suspend ends
+                    break
+                msgs = None
+                await asyncio.sleep(0)  # let the other tasks in between batches
+        except LeaseLost:
+            s.stats.add(lease_lost=1)
+            s.board.drop(shard)
+            log.warning("dynoq: lease on shard %d of %r lost; dropped it", shard,
+                        s.queue.name)
+        finally:
+            s.deliveries.finish(me)
+            await self._finish(shard, found)
+
+    async def _finish(self, shard: int, found: bool | None) -> None:
+        await self._finish_all([shard], found)
+
+    async def _finish_all(self, shards: list[int], found: bool | None) -> None:
+        for shard in self.shared.board.done_all(shards, found):  # moved away meanwhile
+            await asyncio.shield(self.shared.release(shard))

@@ -1,0 +1,31 @@
+"""Error translation: every exception of the Redis client library becomes a DynoqError
+here, and nothing above this package catches a redis-py exception."""
+
+from __future__ import annotations
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from ..errors import ConnectionFailed, DynoqError, PermissionDenied, ServerError
+
+# What "the server is not reachable right now" looks like (transient: retry later).
+DROPPED: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+
+def translate(exc: BaseException) -> DynoqError:
+    """The DynoqError for ``exc``, with a one-line message that holds no secret."""
+    if isinstance(exc, DynoqError):
+        return exc
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)) or (
+            isinstance(exc, redis.ResponseError)
+            and (text.startswith(("NOPERM", "WRONGPASS", "NOAUTH"))
+                 or "ACL failure" in text or "no permissions" in text)):
+        return PermissionDenied(f"the server refused this user: {text} (check the "
+                                "password and the user's ACL: see docs/security.md)")
+    if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
+                                    and "cannot be connected" in text):
+        return ConnectionFailed(f"Redis is unreachable or timed out: {text}")
+    if isinstance(exc, redis.ResponseError):
+        return ServerError(f"the server answered with an error: {text}")
+    return ServerError(f"Redis client error: {text}")

@@ -1,0 +1,178 @@
+"""The sync backend: runs the core's requests on a redis-py client.
+
+One runner for every call: single scripts and pipelined batches alike send ``EVALSHA``
+and load the script on ``NOSCRIPT`` (a restarted server, a promoted replica), and every
+redis-py exception is translated to a DynoqError on the way out. Redis Cluster's routing,
+batching per node and retries live in :mod:`.cluster`; nothing above this package asks
+whether it talks to a cluster, only what the backend can do (:attr:`Backend.cross_slot`,
+:attr:`Backend.replicas`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import NoScriptError
+
+from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
+from ..errors import DynoqError
+from .errors import translate
+from .wakeup import Subscription, Waiter
+
+T = TypeVar("T")
+
+
+class Backend:
+    """One connection pool (or cluster client) and what runs on it. Thread-safe.
+
+    ``url`` is a URL other processes can connect with (secrets included: never print it;
+    ``display_url`` is the redacted form). ``cross_slot``: one script may touch keys of
+    several hash tags (not on Redis Cluster). ``replicas``: ``WAIT`` means something (not
+    in memory).
+    """
+
+    def __init__(self, client: Any, *, url: str, display_url: str,
+                 closer: Callable[[], None] | None = None, cross_slot: bool = True,
+                 replicas: bool = True, connect_options: dict[str, Any] | None = None) -> None:
+        self.redis = client  # the redis-py client: for the user's own commands
+        self.url = url
+        self.display_url = display_url
+        self.cross_slot = cross_slot
+        self.replicas = replicas
+        self.connect_options = dict(connect_options or {})
+        self._closer = closer or client.close
+        self._waiter = Waiter(client)
+
+    def __repr__(self) -> str:
+        return f"<dynoq backend {self.display_url}>"
+
+    # -- running requests ------------------------------------------------------------------
+
+    def run(self, request: Call | Cmd | Batch) -> Any:
+        """Run one request; its parsed reply."""
+        try:
+            if type(request) is Call:
+                raw = self._eval(request)
+            elif type(request) is Cmd:
+                raw = self.redis.execute_command(*request.args)
+            else:
+                return self._batch(request)  # type: ignore[arg-type]
+        except redis.RedisError as exc:
+            raise translate(exc) from exc
+        parse = request.parse
+        return raw if parse is None else parse(raw)
+
+    def _eval(self, call: Call) -> Any:
+        try:
+            return self.redis.execute_command(*eval_args(call))
+        except NoScriptError:
+            self._load(call.script)
+            return self.redis.execute_command(*eval_args(call))
+
+    def _load(self, script: Script) -> None:
+        self.redis.script_load(script.source)
+
+    def _batch(self, batch: Batch) -> Any:
+        calls = batch.calls
+        replies = self._pipeline(calls, batch.wait)
+        redo, scripts = noscript(calls, replies)
+        if redo:  # those calls did not run: load their scripts and send them again
+            for s in scripts:
+                self._load(s)
+            resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait),
+                   batch.wait)
+        return finish(batch, replies)
+
+    def _pipeline(self, calls: Any, wait: tuple[int, int] | None) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for c in calls:
+            if type(c) is Call:
+                pipe.execute_command(*eval_args(c))
+            else:
+                pipe.execute_command(*c.args)
+        if wait is not None:
+            pipe.execute_command("WAIT", *wait)
+        return list(pipe.execute(raise_on_error=False))
+
+    def drive(self, flow: Generator[Request, Any, T]) -> T:
+        """Run a flow to its end: each request it yields is run and its reply sent back
+        (a DynoqError is thrown back into the flow, which may handle it)."""
+        reply: Any = None
+        error: DynoqError | None = None
+        while True:
+            try:
+                request = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            try:
+                if isinstance(request, Wake):
+                    reply = self.wait(request.channel, request.timeout)
+                else:
+                    reply = self.run(request)
+            except DynoqError as exc:
+                error, reply = exc, None
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for a wake-up on ``channel``; True when none
+        came (see Waiter)."""
+        try:
+            return self._waiter.wait(channel, timeout)
+        except redis.RedisError as exc:
+            raise translate(exc) from exc
+
+    def release_thread(self) -> None:
+        """Close the calling thread's wake-up subscription (it stops waiting for good)."""
+        self._waiter.release()
+
+    @property
+    def open_subscriptions(self) -> int:
+        return self._waiter.open_count
+
+    def subscribe(self, channel: str) -> Subscription:
+        """A subscription to ``channel`` that survives dropped connections."""
+        return Subscription(self.redis, channel)
+
+    def close(self) -> None:
+        self._waiter.close()
+        self._closer()
+
+
+# -- a batch's replies: pure, shared with dynoq.asyncio --------------------------------
+
+def eval_args(call: Call) -> tuple[Any, ...]:
+    """The EVALSHA command of a script call."""
+    s = call.script
+    return ("EVALSHA", s.sha, len(call.keys), *call.keys, *call.args)
+
+
+def noscript(calls: Sequence[Call | Cmd], replies: list[Any]) -> tuple[list[int], list[Script]]:
+    """The calls of a batch refused with NOSCRIPT (they did not run), and their scripts."""
+    redo = [i for i, r in enumerate(replies[:len(calls)]) if isinstance(r, NoScriptError)]
+    scripts = {calls[i].script.sha: calls[i].script for i in redo}  # type: ignore[union-attr]
+    return redo, list(scripts.values())
+
+
+def resent(replies: list[Any], redo: list[int], again: list[Any],
+           wait: tuple[int, int] | None) -> None:
+    """Put the replies of the calls sent again in their places."""
+    for i, r in zip(redo, again, strict=False):
+        replies[i] = r
+    if wait is not None:  # the fewest replicas any write was confirmed by
+        replies[-1] = min(int(replies[-1]), int(again[-1]))
+
+
+def finish(batch: Batch, replies: list[Any]) -> Any:
+    """A batch's result from its raw replies: each parsed, errors translated."""
+    out: list[Any] = []
+    for call, reply in zip(batch.calls, replies, strict=False):
+        if isinstance(reply, Exception):
+            raise translate(reply) from reply
+        out.append(reply if call.parse is None else call.parse(reply))
+    if batch.wait is not None:
+        out.append(replies[-1])
+    return out if batch.parse is None else batch.parse(out)

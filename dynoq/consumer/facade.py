@@ -1,0 +1,204 @@
+"""The push consumer (RocketMQ's model): the object users start, stop and run."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._core.calls import Cmd, Flow
+from .._core.consuming import check_mode, for_topic, resolve, settings_of
+from .._core.ops import QueueOps
+from ..errors import DynoqError, InvalidType
+from ..message import ConsumerStats
+from ..queue import Queue
+from ..settings import ConsumerSettings
+from ..topic import Topic
+from .context import Shared
+from .group import Membership
+from .lease import Leases
+from .middleware import Invoker, chain
+from .processing import Processor
+from .stats import StatsCounter
+from .upkeep import Upkeep
+from .workers import Workers
+
+log = logging.getLogger("dynoq.consumer")
+
+_D = ConsumerSettings  # the options' defaults live on its fields
+
+
+class Consumer:
+    """Consume ``queue`` with ``handler`` as one member of a consumer group.
+
+    ``handler(msg)`` returning acks the message; raising retries it after the next of
+    ``retry_delays`` (``dynoq.Retry(delay)`` picks the delay, ``dynoq.DeadLetter()``
+    dead-letters now) until the queue's ``max_retries`` is spent, then dead-letters it.
+    Every option is described on :class:`dynoq.ConsumerSettings`; give them by name or as
+    ``settings=`` (not both). ``queue`` may be a :class:`dynoq.Topic`: the group is
+    subscribed (tags "*") at start if it is not yet, and ``mode`` says how its members
+    share its messages.
+    """
+
+    def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
+                 settings: ConsumerSettings | None = None,
+                 group: str = _D.group,
+                 concurrency: int = _D.concurrency,
+                 batch_size: int = _D.batch_size,
+                 batch_handler: bool = _D.batch_handler,
+                 max_in_flight: int | None = _D.max_in_flight,
+                 strategy: str | Callable[..., list[int]] = _D.strategy,
+                 strategy_options: Mapping[str, Any] | None = _D.strategy_options,
+                 retry_delays: Sequence[float] | None = _D.retry_delays,
+                 lease_ttl: float = _D.lease_ttl,
+                 rebalance_interval: float = _D.rebalance_interval,
+                 instance_id: str | None = _D.instance_id,
+                 mode: str = _D.mode,
+                 max_continuous_time: float = _D.max_continuous_time,
+                 idle_wait: float = _D.idle_wait,
+                 visibility: float | None = _D.visibility,
+                 consume_timeout: float = _D.consume_timeout,
+                 rate_limit: tuple[int, float] | None = _D.rate_limit,
+                 before: Callable[..., Any] | None = _D.before,
+                 after: Callable[..., Any] | None = _D.after,
+                 middleware: Sequence[Any] = _D.middleware) -> None:
+        if not isinstance(queue, (Queue, Topic)):
+            raise InvalidType(f"queue must be a dynoq Queue or Topic, got "
+                              f"{type(queue).__name__}")
+        if not callable(handler):
+            raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
+        named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
+                     batch_handler=batch_handler, max_in_flight=max_in_flight,
+                     strategy=strategy, strategy_options=strategy_options,
+                     retry_delays=retry_delays, lease_ttl=lease_ttl,
+                     rebalance_interval=rebalance_interval, instance_id=instance_id,
+                     mode=mode, max_continuous_time=max_continuous_time,
+                     idle_wait=idle_wait, visibility=visibility,
+                     consume_timeout=consume_timeout, rate_limit=rate_limit,
+                     before=before, after=after,
+                     middleware=middleware)
+        self.settings = settings_of(settings, named)
+        self._joining: Flow[QueueOps] | None = None  # a topic's subscription, made at start
+        if isinstance(queue, Topic):
+            self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
+            queue = Queue(queue.backend, ops)
+        check_mode(self.settings, queue.ops)
+        plan = resolve(self.settings, queue.settings)
+        self.queue = queue
+        self.handler = handler
+        self.instance_id = plan.instance_id
+        self.ordered = plan.ordered
+        self._stats = StatsCounter()
+        token = f"{plan.instance_id}:{secrets.token_hex(6)}"
+        self._shared = Shared(queue, plan, self._stats,
+                              Leases(queue, token, self.settings.lease_ttl),
+                              Membership(queue, self.settings.group, plan.instance_id,
+                                         self.settings.lease_ttl))
+        invoker = Invoker(handler, chain(self.settings.middleware, self.settings.before,
+                                         self.settings.after))
+        self._processor = Processor(queue, handler, invoker, plan, self._stats,
+                                    self._shared.leases)
+        self._workers = Workers(self._shared, self._processor)
+        self._upkeep: Upkeep | None = None
+        self._started = False
+
+    def __repr__(self) -> str:
+        return (f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
+                f"id={self.instance_id!r}>")
+
+    @property
+    def assignment(self) -> set[int]:
+        """Shards held now: allocated shards, or (ordered) shards whose lease it holds."""
+        s = self._shared
+        return s.board.leased() if self.ordered else set(s.preferred)
+
+    def stats(self) -> ConsumerStats:
+        """Counts since the consumer was created (handled, failed, retried, ...)."""
+        return self._stats.snapshot()
+
+    def start(self) -> Consumer:
+        """Join the group, take the first assignment, start the workers. Returns self.
+        Raises ConnectionFailed when Redis cannot be reached."""
+        if self._started:
+            raise DynoqError("this consumer was already started; create a new one")
+        self._started = True
+        s = self._shared
+        if self._joining is not None:
+            s.queue.backend.drive(self._joining)
+        # Subscribe before joining, so no join/leave of another member is missed.
+        subscription = s.queue.backend.subscribe(s.membership.channel)
+        self._upkeep = Upkeep(s, subscription, self._workers, self._processor)
+        try:
+            self._upkeep.tick(rebalance=True)
+        except BaseException:
+            subscription.close()
+            raise
+        self._workers.start()
+        self._upkeep.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Finish (and ack) in-flight work, release leases, leave the group. False if a
+        worker was still busy after ``timeout`` seconds (its shards' leases then expire
+        on their own, so nobody else handles them meanwhile)."""
+        s = self._shared
+        if not self._started or s.stopping.is_set():
+            return True
+        s.stopping.set()
+        s.board.wake()
+        s.idle.wake()
+        with contextlib.suppress(DynoqError):  # else they return within idle_wait
+            # the worker blocked on the wake-up channel returns at once
+            s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
+        deadline = time.monotonic() + timeout
+        clean = self._workers.join(deadline)
+        if self._upkeep is not None:
+            self._upkeep.stop(deadline)
+        for _, batch in ([] if clean else s.deliveries.abandon_all()):
+            try:  # finish or give back: nothing stays in flight until its timeout
+                self._processor.give_back(batch)
+                if batch.shard is not None and s.board.done(batch.shard, found=True):
+                    s.leases.release(batch.shard)
+            except DynoqError:
+                log.warning("dynoq: could not give back a batch on stop; it returns when its "
+                            "visibility times out", exc_info=True)
+        try:
+            if self.ordered:
+                for shard in s.board.leased() - s.board.busy():
+                    s.board.drop(shard)  # first: assignment never shows a released shard
+                    s.leases.release(shard)
+            s.membership.leave()  # tells the others to rebalance now
+        except DynoqError:
+            log.warning("dynoq: could not leave the group cleanly; leases and membership "
+                        "expire on their own", exc_info=True)
+        return clean
+
+    def run(self, stop_timeout: float = 30.0) -> None:
+        """Start (unless started), block until SIGINT/SIGTERM or stop() from another
+        thread, then stop (``stop_timeout``: see :meth:`stop`)."""
+        done = threading.Event()
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: done.set())
+        try:
+            if not self._started:
+                self.start()
+            while not done.wait(0.2) and not self._shared.stopping.is_set():
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop(stop_timeout)
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+

@@ -1,0 +1,150 @@
+"""Handling one popped batch: call the handler, then settle it (ack, retry, dead-letter)
+with the core's flows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import tracing
+from .._core import consuming
+from .._core.board import InFlightBatch
+from ..errors import LeaseLost
+from ..queue import Queue
+from .lease import Leases
+from .middleware import Invoker
+from .stats import StatsCounter
+
+# What handling a batch came to.
+DONE, BLOCKED, ABANDONED = "done", "blocked", "abandoned"
+
+
+class Processor:
+    def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
+                 plan: consuming.Plan, stats: StatsCounter, leases: Leases) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.invoker = invoker
+        self.plan = plan
+        self.stats = stats
+        self.leases = leases
+        self.batch_handler = plan.settings.batch_handler
+        self.me = plan.instance_id
+
+    def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
+        batch.call_started = time.monotonic()
+        if tracing.active():
+            with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
+                              parent=msgs[0].headers if len(msgs) == 1 else None,
+                              consumer=True):
+                return self._invoke(arg, msgs)
+        return self._invoke(arg, msgs)
+
+    def _invoke(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
+        if not self.invoker.middleware:
+            t0 = time.perf_counter()
+            try:
+                self.handler(arg)
+            except Exception as exc:  # noqa: BLE001 - the handler's failure is data for retries
+                return exc, time.perf_counter() - t0
+            return None, time.perf_counter() - t0
+        return self.invoker.call(arg, msgs)
+
+    def concurrently(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
+        """Each message on its own: a failure retries only that message, later.
+        ``settle()`` says whether this worker may settle the batch (not abandoned)."""
+        msgs, seconds = batch.msgs, 0.0
+        if self.batch_handler:
+            error, seconds = self._call(batch, msgs, msgs)
+            batch.results.extend((m, error) for m in msgs)
+        else:
+            for msg in msgs:
+                if batch.abandoned:
+                    break
+                error, s = self._call(batch, msg, (msg,))
+                seconds += s
+                batch.results.append((msg, error))
+        if not settle():
+            return ABANDONED
+        ok = [m for m, e in batch.results if e is None]
+        failed = [(m, e) for m, e in batch.results if e is not None]
+        with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
+            tally = self.queue.backend.drive(
+                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me))
+        self.stats.add_tally(tally, seconds)
+        return DONE
+
+    def orderly(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
+        """In order; a failing message blocks the shard and is retried in place (the
+        messages after it go back untouched). BLOCKED when the shard waits for a retry.
+        Raises LeaseLost when the shard's lease is gone or too close to its end to start
+        another handler call (what was handled is acked first, if the lease allows)."""
+        msgs, shard = batch.msgs, batch.shard
+        assert shard is not None
+        done, error, seconds, short = 0, None, 0.0, False
+        if self.batch_handler:
+            short = self.leases.left(shard) < self.plan.lease_margin
+            if not short:
+                error, seconds = self._call(batch, msgs, msgs)
+                done = len(msgs) if error is None else 0
+        else:
+            for msg in msgs:
+                if batch.abandoned:
+                    break
+                if self.leases.left(shard) < self.plan.lease_margin:
+                    short = True
+                    break
+                error, s = self._call(batch, msg, (msg,))
+                seconds += s
+                batch.results.append((msg, error))
+                if error is not None:
+                    break
+                done += 1
+        if not settle():
+            return ABANDONED
+        with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
+            tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
+                self.queue.ops, msgs[:done] if short else msgs, done,
+                None if short else error, self.plan.retry, self.me))
+        self.stats.add_tally(tally, seconds)
+        if short:
+            raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
+                            f"{self.plan.lease_margin:g}s left: not starting another handler")
+        return BLOCKED if blocked else DONE
+
+    def give_up(self, batch: InFlightBatch) -> bool:
+        """Settle a batch whose handler call ran over consume_timeout (the watchdog's
+        part): what succeeded is acked, the running message failed (retried or
+        dead-lettered, with why), the rest go back unhandled. True when an ordered shard
+        now waits for a retry."""
+        results = list(batch.results)
+        done = len(results)
+        error = consuming.timed_out(self.plan.settings.consume_timeout)
+        ops, policy = self.queue.ops, self.plan.retry
+        if batch.shard is not None and self.plan.ordered:
+            tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
+                ops, batch.msgs, sum(1 for _, e in results if e is None), error, policy,
+                self.me))
+            self.stats.add_tally(tally)
+            return bool(blocked)
+        rest = batch.msgs[done:]
+        running = rest if self.batch_handler else rest[:1]
+        failed = [(m, e) for m, e in results if e is not None] + [(m, error) for m in running]
+        tally = self.queue.backend.drive(consuming.settle(
+            ops, [m for m, e in results if e is None], failed, policy, self.me,
+            back=[] if self.batch_handler else rest[1:]))
+        self.stats.add_tally(tally)
+        return False
+
+    def give_back(self, batch: InFlightBatch) -> None:
+        """Settle a batch still running when the consumer stops (its worker overran the
+        stop timeout): what succeeded is acked and the rest goes back unhandled, without
+        an attempt counted, so another consumer takes it at once."""
+        results = list(batch.results)
+        ok = [m for m, e in results if e is None]
+        failed = [(m, e) for m, e in results if e is not None]
+        tally = self.queue.backend.drive(consuming.settle(
+            self.queue.ops, ok, failed, self.plan.retry, self.me,
+            back=batch.msgs[len(results):]))
+        self.stats.add_tally(tally)

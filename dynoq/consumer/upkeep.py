@@ -1,0 +1,160 @@
+"""The upkeep thread: heartbeat, lease renewal, rebalance, lease takeover, and keeping
+slow deliveries invisible.
+
+It rebalances every ``rebalance_interval`` seconds, and at once when the group's channel
+says a member joined, left or released a shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+
+from ..backend.wakeup import Subscription
+from ..errors import DynoqError, LeaseLost
+from ..retry import backoff
+from .context import Shared
+from .processing import Processor
+from .workers import Workers
+
+log = logging.getLogger("dynoq.consumer")
+
+CHANNEL_TICK = 0.25  # longest local wait on the group channel (no server command)
+
+
+class Upkeep:
+    def __init__(self, shared: Shared, subscription: Subscription, workers: Workers,
+                 processor: Processor) -> None:
+        self.shared = shared
+        self._subscription = subscription
+        self._workers = workers
+        self._processor = processor
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_acquire = math.inf
+        self._wanted: set[int] = set()  # ordered queues: shards to lease
+        self._recorded: tuple[list[str], set[int]] | None = None  # last history entry
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"dynoq-{self.shared.queue.name}-upkeep")
+        self._thread.start()
+
+    def stop(self, deadline: float) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(deadline - time.monotonic(), CHANNEL_TICK * 4))
+
+    def _loop(self) -> None:
+        settings = self.shared.plan.settings
+        beat_every, rebalance_every = settings.heartbeat_interval, settings.rebalance_interval
+        failures = 0
+        try:
+            next_beat = time.monotonic() + beat_every
+            next_rebalance = time.monotonic() + rebalance_every
+            notified = False
+            while not self._stop.is_set():
+                now = time.monotonic()
+                try:
+                    beat, rebalance = now >= next_beat, notified or now >= next_rebalance
+                    if beat or rebalance:
+                        changed = self.tick(rebalance=rebalance)
+                        next_beat = now + beat_every
+                        if rebalance or changed:
+                            next_rebalance = now + rebalance_every
+                    if now >= self._next_acquire:
+                        self._acquire()
+                    self._enforce_timeouts()
+                    failures = 0
+                except DynoqError as exc:  # the server is away: try again, backing off
+                    failures += 1
+                    pause = backoff(failures)
+                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
+                                pause, exc)
+                    self._stop.wait(pause)
+                    next_beat = min(next_beat, time.monotonic())
+                    continue
+                wait = min(next_beat, next_rebalance, self._next_acquire) - time.monotonic()
+                notified = self._subscription.get(min(max(wait, 0.0), CHANNEL_TICK))
+        finally:
+            self._subscription.close()
+
+    def tick(self, *, rebalance: bool) -> bool:
+        """Heartbeat, renew leases, extend slow deliveries; rebalance when asked or when
+        the group changed. Returns whether it rebalanced."""
+        s = self.shared
+        changed, members = s.membership.heartbeat()
+        if s.plan.ordered:
+            s.check_leases(sorted(s.board.leased()))
+        self._extend_slow()
+        if rebalance or changed:
+            self._rebalance(members)
+        return rebalance or changed
+
+    def _rebalance(self, members: list[str]) -> None:
+        s = self.shared
+        target = s.plan.target(members)
+        s.stats.add(rebalances=1)
+        if (members, target) != self._recorded:  # history: the rebalances that changed
+            s.membership.record(members, sorted(target))
+            self._recorded = (members, target)
+        if not s.plan.ordered:
+            s.preferred = sorted(target)
+            return
+        self._wanted = target
+        released = s.board.rebalance(target)
+        for shard in released:
+            s.leases.release(shard)
+        if released:
+            s.membership.notify()
+        self._acquire()
+
+    def _acquire(self) -> None:
+        """Try to lease wanted shards; retry when the other holder's lease may end."""
+        s = self.shared
+        held = s.board.leased()
+        retry_in = math.inf
+        for shard in sorted(self._wanted - held):
+            if s.stopping.is_set():
+                break
+            wait = s.leases.acquire(shard)
+            if wait == 0.0:
+                s.board.add(shard)
+            else:
+                retry_in = min(retry_in, wait + 0.005)
+        self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
+                              if retry_in < math.inf else math.inf)
+
+    def _enforce_timeouts(self) -> None:
+        """Take over every batch whose running handler call went past consume_timeout:
+        settle it as failed, free its ordered shard, replace its stuck worker."""
+        s = self.shared
+        timeout = s.plan.settings.consume_timeout
+        for worker, batch in s.deliveries.overdue(time.monotonic(), timeout):
+            log.error("dynoq: a handler of %r ran longer than consume_timeout (%gs); its "
+                      "message is failed and its worker replaced", s.queue.name, timeout)
+            self._workers.retire(worker)
+            s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
+            blocked = False
+            try:
+                blocked = self._processor.give_up(batch)
+            except LeaseLost:
+                if batch.shard is not None:
+                    s.board.drop(batch.shard)
+            if batch.shard is not None and s.plan.ordered:
+                s.board.set_retrying(batch.shard, blocked)
+                if s.board.done(batch.shard, found=not blocked):
+                    s.release(batch.shard)
+
+    def _extend_slow(self) -> None:
+        # Keep slow handlers' messages invisible to others (and ordered shards blocked).
+        s = self.shared
+        vis = s.plan.visibility
+        for msgs in s.deliveries.slow(time.monotonic(), vis):
+            for m in msgs:
+                try:
+                    s.queue.extend(m, vis)
+                except LeaseLost:
+                    break

@@ -1,0 +1,196 @@
+"""The worker threads: pop, handle, settle.
+
+Concurrent queues: every worker pops from every shard, the consumer's allocated shards
+first, and handles messages independently. Ordered queues: a worker claims one leased
+shard at a time from the board and handles it strictly in order; when every free shard
+was empty, one worker blocks in a pop on behalf of all of them. A worker whose handler
+ran over consume_timeout is retired (it ends when the handler returns) and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from .._core.consuming import pop_order
+from ..errors import LeaseLost
+from ..message import Message
+from ..retry import backoff
+from .context import Shared
+from .processing import ABANDONED, BLOCKED, Processor
+
+log = logging.getLogger("dynoq.consumer")
+
+
+class Workers:
+    def __init__(self, shared: Shared, processor: Processor) -> None:
+        self.shared = shared
+        self.processor = processor
+        self._threads: dict[int, threading.Thread] = {}  # by ident
+        self._retired: set[int] = set()
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def start(self) -> None:
+        for _ in range(self.shared.plan.settings.concurrency):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        s = self.shared
+        loop = self._ordered_loop if s.plan.ordered else self._concurrent_loop
+        with self._lock:
+            self._count += 1
+            t = threading.Thread(target=self._guard, args=(loop,), daemon=True,
+                                 name=f"dynoq-{s.queue.name}-w{self._count}")
+            t.start()
+            assert t.ident is not None
+            self._threads[t.ident] = t
+
+    def retire(self, worker: int) -> None:
+        """A worker is stuck in a handler: let it end when the handler returns, and start
+        another in its place."""
+        with self._lock:
+            self._retired.add(worker)
+            self._threads.pop(worker, None)
+        if not self.shared.stopping.is_set():
+            self._spawn()
+
+    def _active(self) -> bool:
+        return (not self.shared.stopping.is_set()
+                and threading.get_ident() not in self._retired)
+
+    def join(self, deadline: float) -> bool:
+        """Wait until ``deadline`` (monotonic) for the workers; True if all ended."""
+        with self._lock:
+            threads = list(self._threads.values())
+        for t in threads:
+            t.join(max(deadline - time.monotonic(), 0.0))
+        return not any(t.is_alive() for t in threads)
+
+    def _guard(self, loop: Callable[[], None]) -> None:
+        # A thread must not die on a transient error (a dropped connection): log, back
+        # off, go on.
+        failures = 0
+        try:
+            while self._active():
+                try:
+                    loop()
+                    return
+                except Exception:
+                    failures += 1
+                    pause = backoff(failures)
+                    log.exception("dynoq: consumer worker error; retrying in %.1fs", pause)
+                    self.shared.stopping.wait(pause)
+        finally:
+            self.shared.idle.wake()  # if it was the watcher, another worker takes over
+            self.shared.queue.backend.release_thread()  # its wake-up subscription
+            with self._lock:  # a new thread may get this ident: it is not retired
+                self._retired.discard(threading.get_ident())
+
+    def _concurrent_loop(self) -> None:
+        s = self.shared
+        batch_size, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
+        turn = random.randrange(1 << 16)
+        me = threading.get_ident()
+        while self._active():
+            n = s.flow.take(batch_size, idle)
+            if n == 0:
+                continue
+            batch = None
+            try:
+                turn += 1
+                order = pop_order(s.preferred, s.plan.shards, turn)
+                msgs: list[Message] = []
+                if s.idle.watch():  # nobody waits on the server: this worker does, for all
+                    try:
+                        msgs = s.pop(n, wait=idle, shards=order)
+                    finally:
+                        s.idle.done_watching(found=bool(msgs))
+                else:
+                    msgs = s.pop(n, shards=order)
+                    if not msgs:  # the watcher's finding wakes us; the bound is a safety
+                        s.flow.give(n)
+                        n = 0
+                        s.idle.sleep(idle * 12)
+                        continue
+                if msgs:
+                    batch = s.deliveries.start(me, msgs, permits=n)
+                    self.processor.concurrently(batch, lambda: s.deliveries.settle(me))
+            finally:
+                s.deliveries.finish(me)
+                if n and (batch is None or not batch.abandoned):  # else the watchdog did
+                    s.flow.give(n)
+
+    def _ordered_loop(self) -> None:
+        s = self.shared
+        idle = s.plan.settings.idle_wait
+        while self._active():
+            shards, waiting = s.board.claim(idle)
+            if not self._active() or not shards or not waiting:
+                for shard in shards:
+                    self._run_shard(shard, None)
+                continue
+            # Every free shard was empty: block on their behalf for one message.
+            try:
+                msgs = s.pop(1, wait=idle, shards=shards, until_woken=True)
+            except LeaseLost:
+                msgs = []
+                s.check_leases(shards)
+            except BaseException:
+                self._finish_all(shards, None)
+                raise
+            got = {m.shard for m in msgs}
+            self._finish_all([s for s in shards if s not in got], None if msgs else False)
+            for m in msgs:
+                assert m.shard is not None
+                self._run_shard(m.shard, [m])
+
+    def _run_shard(self, shard: int, first: list[Message] | None) -> None:
+        """Handle ``shard`` in order until it is empty, blocked, lost, or others wait
+        longer than max_continuous_time; then hand it back to the board."""
+        s = self.shared
+        settings = s.plan.settings
+        started = time.monotonic()
+        me = threading.get_ident()
+        msgs, found, abandoned = first, True, False
+        try:
+            while True:
+                if msgs is None:
+                    if not self._active() or not s.board.still_mine(shard):
+                        break
+                    if time.monotonic() - started > settings.max_continuous_time:
+                        s.board.wake()  # look at the other shards again, then come back
+                        break
+                    n = 1 if s.board.is_retrying(shard) else settings.batch_size
+                    msgs = s.pop(n, shards=[shard])
+                    if not msgs:
+                        found = False  # empty, or blocked by an earlier retry
+                        break
+                batch = s.deliveries.start(me, msgs, shard)
+                outcome = self.processor.orderly(batch, lambda: s.deliveries.settle(me))
+                if outcome == ABANDONED:
+                    abandoned = True  # the watchdog settled it and freed the shard
+                    return
+                s.board.set_retrying(shard, outcome == BLOCKED)
+                if outcome == BLOCKED:
+                    found = False  # nothing deliverable until the suspend ends
+                    break
+                msgs = None
+        except LeaseLost as exc:
+            s.stats.add(lease_lost=1)
+            s.board.drop(shard)
+            log.warning("dynoq: %s; dropped the shard", exc)
+        finally:
+            s.deliveries.finish(me)
+            if not abandoned:
+                self._finish(shard, found)
+
+    def _finish(self, shard: int, found: bool | None) -> None:
+        self._finish_all([shard], found)
+
+    def _finish_all(self, shards: list[int], found: bool | None) -> None:
+        for shard in self.shared.board.done_all(shards, found):  # moved away meanwhile
+            self.shared.release(shard)

@@ -1,0 +1,96 @@
+"""The dashboard as an ASGI app: routes, templates, static files, the guard, the sampler."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..backend import redact
+from ..client import Client
+from ..errors import ConnectionFailed, DynoqError, InvalidArgument, InvalidType
+from . import actions, views
+from .auth import Csrf, Guard
+from .config import DashboardConfig
+from .data import Reader
+from .format import FILTERS, link
+from .sampler import Sampler
+
+
+def create_app(client: Client, config: DashboardConfig | None = None) -> Starlette:
+    """The dashboard of every queue and topic under ``client``'s prefix, as an ASGI app
+    (serve it with :func:`dynoq.dashboard.serve`, or any ASGI server). The client stays
+    the caller's to close. Raises InvalidArgument for a config that would listen beyond
+    loopback without a token."""
+    config = config or DashboardConfig()
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dynoq.dashboard", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    env.globals["link"] = link
+    reader = Reader(client)
+    sampler = Sampler(reader, interval=config.interval, window=config.window,
+                      limit=config.max_sampled)
+    dash = views.Dash(config, reader, sampler, Jinja2Templates(env=env), Csrf())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+
+    routes = [
+        Route("/", views.overview),
+        Route("/api/overview", views.api_overview),
+        Route("/api/queue", views.api_queue),
+        Route("/queue", views.queue_page),
+        Route("/queue/list", views.list_page),
+        Route("/queue/dead", views.dead_page),
+        Route("/queue/message", views.message_page),
+        Route("/queue/groups", views.groups_page),
+        Route("/queue/dead/confirm", views.confirm_page),
+        Route("/queue/dead/replay", actions.replay, methods=["POST"]),
+        Route("/queue/dead/purge", actions.purge, methods=["POST"]),
+        Route("/topic", views.topic_page),
+        Mount("/static", StaticFiles(packages=[("dynoq.dashboard", "static")]),
+              name="static"),
+    ]
+
+    def failed(request: Request, status: int, text: str) -> Response:
+        if request.url.path.startswith(("/api/", "/static/")):
+            return PlainTextResponse(text, status_code=status)
+        try:
+            return views.render(request, "error.html", status=status, status_code=status,
+                                message=text, now=0.0)
+        except DynoqError:  # the server is away: the page frame needs it too
+            return PlainTextResponse(text, status_code=status)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return failed(request, exc.status_code, str(exc.detail))
+
+    async def bad_input(request: Request, exc: Exception) -> Response:
+        return failed(request, 400, str(exc))
+
+    async def unreachable(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse(f"cannot reach Redis at {redact(client.url)}: {exc}",
+                                 status_code=503)
+
+    async def dynoq_error(request: Request, exc: Exception) -> Response:
+        return failed(request, 500, f"{type(exc).__name__}: {exc}")
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        HTTPException: http_error, InvalidArgument: bad_input, InvalidType: bad_input,
+        ConnectionFailed: unreachable, DynoqError: dynoq_error})
+    app.state.dash = dash
+    app.add_middleware(Guard, config=config, csrf=dash.csrf)
+    return app

@@ -1,0 +1,53 @@
+--[[ ack: finish deliveries of one shard; a stale delivery token changes nothing.
+  KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] lease
+  KEYS[6] why    KEYS[7] counts
+  ARGV[1] lease token of the caller ("" = none: the shard is not leased by it)
+  ARGV[2] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
+  ARGV[3] wake channel, PUBLISHed when something was acked ("" = never: only on an ordered
+          shard does an ack make the next message deliverable)
+  ARGV[4..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
+  returns: number of messages acked, or FENCED (lib/refusal.lua)
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua
+]]
+local unack, msgs, dlv, done, lease, why, counts =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local refused = fenced(lease, ARGV[1])
+if refused then return refused end
+local window = tonumber(ARGV[2])
+local ids, toks = {}, {}
+for j = 4, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[j]
+  toks[#toks + 1] = ARGV[j + 1]
+end
+if #ids == 0 then return 0 end
+local deadlines = bulk_read('ZMSCORE', unack, ids)
+local dlvs = bulk_read('HMGET', dlv, ids)
+local done_ids, seen = {}, {}
+for k, id in ipairs(ids) do
+  if not seen[id] and deadlines[k] and matches(dlvs[k], toks[k]) then
+    seen[id] = true
+    done_ids[#done_ids + 1] = id
+  end
+end
+local acked = #done_ids
+if acked == 0 then return 0 end
+bulk('ZREM', unack, done_ids)
+bulk('HDEL', msgs, done_ids)
+bulk('HDEL', dlv, done_ids)
+-- A message that failed before and now succeeded no longer needs its reason.
+if redis.call('EXISTS', why) == 1 then bulk('HDEL', why, done_ids) end
+redis.call('HINCRBY', counts, 'acked', acked)
+if window > 0 then
+  local now = now_ms()
+  local stamps = {}
+  for _, id in ipairs(done_ids) do
+    stamps[#stamps + 1] = now
+    stamps[#stamps + 1] = id
+  end
+  bulk('ZADD', done, stamps)
+  -- Trim a bounded number of ids older than the window (at most what was added, plus some).
+  local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
+  bulk('ZREM', done, old)
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], '1') end
+return acked

@@ -1,0 +1,20 @@
+--[[ batch-commit: record that a streaming query committed a micro-batch on one shard, and
+  forget the ids the batch handled (a replay of it is now refused whole by push-batch).
+  KEYS[1] commit   hash: committed = highest committed batch id, batch = batch of `wrote`
+  KEYS[2] wrote    set of the ids the uncommitted batch handled
+  ARGV[1] batch id (>= 0)
+  ARGV[2] retention of the query's keys in ms
+  returns: 1 if recorded now, 0 if that batch (or a later one) was already committed
+]]
+local commit, wrote = KEYS[1], KEYS[2]
+local batch, keep = tonumber(ARGV[1]), tonumber(ARGV[2])
+local state = redis.call('HMGET', commit, 'committed', 'batch')
+local fresh = batch > (tonumber(state[1]) or -1)
+if fresh then redis.call('HSET', commit, 'committed', batch) end
+local current = tonumber(state[2])
+if current == nil or current <= batch then
+  redis.call('DEL', wrote)
+  redis.call('HDEL', commit, 'batch')
+end
+redis.call('PEXPIRE', commit, keep)
+return fresh and 1 or 0

@@ -1,0 +1,12 @@
+--[[ group-history: record a member's rebalance in its group's history, newest first,
+  capped, and forgotten a while after the group's last rebalance (for dashboards).
+  KEYS[1] history (list of "<ms> <entry>")
+  ARGV[1] entry (JSON: member, shards, members, count)  ARGV[2] most entries kept
+  ARGV[3] lifetime ms of the list after this entry
+  returns: 1
+  uses: lib/clock.lua
+]]
+redis.call('LPUSH', KEYS[1], now_ms() .. ' ' .. ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1

@@ -1,0 +1,14 @@
+--[[ group-leave: remove a member from its group at once (a clean stop); the last member
+  out gives the queue's claim back, so another group may consume it.
+  KEYS[1] members  KEYS[2] ttls  KEYS[3] claim
+  ARGV[1] member  ARGV[2] group channel (PUBLISHed so the others rebalance now)
+  ARGV[3] group name
+  returns: 1 removed, 0 it was not a member
+]]
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('GET', KEYS[3]) == ARGV[3] then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('PUBLISH', ARGV[2], 'change')
+return removed

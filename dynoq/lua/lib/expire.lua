@@ -1,0 +1,28 @@
+--[[ lib/expire: the one routine that gives deliveries back (Dyno processUnacks), used by
+  pop (for what expired) and requeue (expired, or with force all, on a lease takeover).
+  uses: lib/delivery.lua lib/why.lua
+  give_back(unack, delayed, dlv, dead, why, counts, now, upto, limit, max_retries)
+    -> given back, dead-lettered, how many were looked at
+    Every delivery whose deadline is <= `upto` (at most `limit` of them) leaves `unack`:
+    past `max_retries` attempts it is dead-lettered (its `why` says its visibility ran
+    out), else it waits in `delayed`, due now; promotion then puts it back at the place
+    saved in its delivery state.
+]]
+local function give_back(unack, delayed, dlv, dead, why, counts, now, upto, limit, max_retries)
+  local items = redis.call('ZRANGEBYSCORE', unack, '-inf', upto, 'LIMIT', 0, limit)
+  local back, buried = 0, 0
+  for _, id in ipairs(items) do
+    redis.call('ZREM', unack, id)
+    if attempts(redis.call('HGET', dlv, id)) > max_retries then
+      redis.call('ZADD', dead, now, id)
+      record_why(why, id, now, 'x', '')
+      buried = buried + 1
+    else
+      redis.call('ZADD', delayed, now, id)
+      back = back + 1
+    end
+  end
+  if back > 0 then redis.call('HINCRBY', counts, 'expired', back) end
+  if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
+  return back, buried, #items
+end

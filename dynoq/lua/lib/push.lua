@@ -1,0 +1,63 @@
+--[[ lib/push: add messages to one queue shard; shared by push and publish.
+  uses: lib/promote.lua lib/bulk.lua
+  push_into(k, ensure, window, now, items, skip) -> outcome per item, added
+    k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
+    ensure: skip an id that exists (or was acked within `window` ms); else replace it
+    items: {id, delay ms, priority, body} each; the same id twice: the first counts
+    skip: ids to skip as handled already (a set, or nil)
+    outcome: 1 added, 0 skipped (it exists, or was handled), 2 refused (acked within
+    the dedupe window and not pushed again since)
+    Promotes what is due first, so ready order is exactly "became ready first".
+]]
+local function push_into(k, ensure, window, now, items, skip)
+  local delayed, ready, unack, msgs, dlv, dead, seq, done, counts =
+    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]
+  promote(delayed, ready, msgs, dlv, seq, now, 5000)
+  local n = #items
+  local base = redis.call('INCRBY', seq, n) - n
+  local out, zready, zdelayed, seen = {}, {}, {}, {}
+  local pushed = 0
+  for i, item in ipairs(items) do
+    local id, delay, prio = item[1], tonumber(item[2]), tonumber(item[3])
+    local rec = string.format('%d,%d,%d,', now, delay, prio) .. item[4]
+    local added, outcome = false, 0
+    if seen[id] or (skip and skip[id]) then
+      added = false
+    elseif ensure then
+      local acked = window > 0 and redis.call('ZSCORE', done, id)
+      if not (acked and tonumber(acked) + window > now) then -- not acked within the window
+        added = redis.call('HSETNX', msgs, id, rec) == 1
+      elseif redis.call('HEXISTS', msgs, id) == 0 then
+        outcome = 2
+      end
+    else
+      if redis.call('HSET', msgs, id, rec) == 0 then
+        -- replaced: the old copy leaves every state, its deliveries become stale
+        redis.call('ZREM', ready, id); redis.call('ZREM', delayed, id)
+        redis.call('ZREM', unack, id); redis.call('ZREM', dead, id)
+        redis.call('HDEL', dlv, id)
+      end
+      added = true
+    end
+    seen[id] = true
+    if added then
+      pushed = pushed + 1
+      out[i] = 1
+      if delay > 0 then
+        zdelayed[#zdelayed + 1] = now + delay
+        zdelayed[#zdelayed + 1] = id
+      else
+        zready[#zready + 1] = prio * PRIO + base + i
+        zready[#zready + 1] = id
+      end
+    else
+      out[i] = outcome
+    end
+  end
+  if pushed > 0 then
+    bulk('ZADD', ready, zready)
+    bulk('ZADD', delayed, zdelayed)
+    redis.call('HINCRBY', counts, 'pushed', pushed)
+  end
+  return out, pushed
+end

@@ -1,0 +1,15 @@
+--[[ lib/refusal: the one reply shape for a refusal, a bare negative integer (no normal
+  reply of any script is one); dynoq.errors.raise_for maps each code to a typed error.
+  FENCED  -1  the caller's lease on the shard is gone (expired, taken over, too close to
+              its end): it may not pop, ack, nack or extend there any more
+  LEASED  -2  another consumer leases this ordered shard (the caller holds no lease)
+  STALE   -3  what the caller read to build the call changed meanwhile (read it again)
+  CONFLICT -4 another consumer group consumes this queue
+  fenced(lease, token) -> FENCED when `token` is given and no longer holds `lease`, else nil
+]]
+local FENCED, LEASED, STALE, CONFLICT = -1, -2, -3, -4
+
+local function fenced(lease, token)
+  if token ~= '' and redis.call('GET', lease) ~= token then return FENCED end
+  return nil
+end

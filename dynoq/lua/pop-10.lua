@@ -1,0 +1,75 @@
+--[[ pop: claim up to `count` messages of one shard for a visibility timeout.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs
+  KEYS[5] dlv      KEYS[6] dead   KEYS[7] seq    KEYS[8] lease
+  KEYS[9] why      KEYS[10] counts
+  ARGV[1] count    ARGV[2] visibility timeout ms
+  ARGV[3] nonce (random per call; with the attempt number it makes the delivery token)
+  ARGV[4] "1" for an ordered queue (one batch in flight per shard, retries block it)
+  ARGV[5] lease token of the caller ("" = none)   ARGV[6] max retries
+  ARGV[7] wake channel (PUBLISHed when expired deliveries were given back)
+  ARGV[8] lease margin ms: with a lease token, a lease with less time left than this is
+          treated as gone (the caller could not finish the batch before it ends)
+  returns: {1, -1, id, record, attempts, token, ...}  claimed messages
+           {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
+           FENCED or LEASED (lib/refusal.lua)
+  uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua
+]]
+local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local count, vis, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local ordered, token, max_retries = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
+
+local refused = fenced(lease, token)
+if refused then return refused end
+if token ~= '' and redis.call('PTTL', lease) < tonumber(ARGV[8]) then return FENCED end
+if ordered and token == '' and redis.call('EXISTS', lease) == 1 then return LEASED end
+local now = now_ms()
+
+-- Deliveries whose visibility ran out go back (or to the dead set): bounded work.
+local back = give_back(unack, delayed, dlv, dead, why, counts, now, now, 100, max_retries)
+if back > 0 then redis.call('PUBLISH', ARGV[7], '1') end
+
+-- Promote what is due (a message given back keeps its saved place).
+promote(delayed, ready, msgs, dlv, seq, now, 5000)
+
+local function hint()
+  local best = -1
+  for _, key in ipairs({delayed, unack}) do
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if head[2] then
+      local ms = math.max(tonumber(head[2]) - now, 0)
+      if best < 0 or ms < best then best = ms end
+    end
+  end
+  return best
+end
+
+-- An ordered shard delivers nothing while a message is in flight or waits for a retry.
+if ordered and (redis.call('ZCARD', unack) > 0 or redis.call('ZCARD', delayed) > 0) then
+  return {0, hint()}
+end
+local popped = redis.call('ZPOPMIN', ready, count)
+if #popped == 0 then return {0, hint()} end
+local ids = {}
+for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+local recs = bulk_read('HMGET', msgs, ids)
+local dlvs = bulk_read('HMGET', dlv, ids)
+local out, unacks, states = {1, -1}, {}, {}
+for k, id in ipairs(ids) do
+  local rec = recs[k]
+  if rec then
+    local n = attempts(dlvs[k]) + 1
+    local tok = nonce .. '.' .. n
+    states[#states + 1] = id
+    states[#states + 1] = string.format('%d|%d|', n, tonumber(popped[2 * k])) .. tok
+    unacks[#unacks + 1] = now + vis
+    unacks[#unacks + 1] = id
+    out[#out + 1] = id
+    out[#out + 1] = rec
+    out[#out + 1] = n
+    out[#out + 1] = tok
+  end
+end
+bulk('ZADD', unack, unacks)
+bulk('HSET', dlv, states)
+return out

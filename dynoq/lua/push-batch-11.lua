@@ -1,0 +1,52 @@
+--[[ push-batch: push-if-absent for a Spark write to one shard, counted; as part of a
+  streaming micro-batch (query, batch id) it also remembers every id the batch handled,
+  and skips a batch the query already committed, so a replayed or half-written batch
+  pushes nothing twice even after consumers acked what it wrote the first time.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
+  KEYS[7] seq  KEYS[8] done  KEYS[9] counts
+  KEYS[10] commit  hash of the query on this shard: committed = highest committed batch
+                   id, batch = the uncommitted batch `wrote` belongs to
+  KEYS[11] wrote   set of the ids the uncommitted batch handled (pushed, found, refused)
+  ARGV[1] dedupe window in ms (ids acked within it are refused; 0 = off)
+  ARGV[2] wake channel (PUBLISHed when anything was added)
+  ARGV[3] batch id (>= 0), or -1: no batch (plain push-if-absent; KEYS 10-11 untouched)
+  ARGV[4] retention of the query's keys in ms (renewed by every batch)
+  ARGV[5..] groups of four: id, delay ms, priority, msgpack body
+  returns: {pushed, skipped (the id is in the queue, or this batch already handled it),
+            refused (acked within the dedupe window, or the whole batch is committed)}
+  uses: lib/clock.lua lib/push.lua
+]]
+local commit, wrote = KEYS[10], KEYS[11]
+local window, batch, keep = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local items, ids = {}, {}
+for j = 5, #ARGV, 4 do
+  items[#items + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]}
+  ids[#ids + 1] = ARGV[j]
+end
+local n = #items
+
+local handled = {}  -- id -> true when this batch handled it before this call
+if batch >= 0 then
+  local state = redis.call('HMGET', commit, 'committed', 'batch')
+  if batch <= (tonumber(state[1]) or -1) then return {0, 0, n} end  -- a replay
+  if tonumber(state[2]) ~= batch then  -- the first call of a new batch on this shard
+    redis.call('DEL', wrote)
+    redis.call('HSET', commit, 'batch', batch)
+  elseif n > 0 then
+    local member = bulk_read('SMISMEMBER', wrote, ids)
+    for i = 1, n do
+      if member[i] == 1 then handled[ids[i]] = true end
+    end
+  end
+  redis.call('PEXPIRE', commit, keep)
+end
+
+local out, pushed = push_into(KEYS, true, window, now_ms(), items, handled)
+local refused = 0
+for _, o in ipairs(out) do if o == 2 then refused = refused + 1 end end
+if batch >= 0 and n > 0 then
+  bulk('SADD', wrote, ids)
+  redis.call('PEXPIRE', wrote, keep)
+end
+if pushed > 0 then redis.call('PUBLISH', ARGV[2], '1') end
+return {pushed, n - pushed - refused, refused}

@@ -1,0 +1,34 @@
+--[[ rate-take: take up to `want` permits of a consumer group's rate limit, across every
+  member: at most `count` permits in any `period` (a sliding window, exact: a log of the
+  grants of the last period, at most `count` entries).
+  KEYS[1] rate (zset "<seq>:<permits>" -> grant time ms)
+  KEYS[2] rate_state (hash: total = permits in the log, seq = grant counter)
+  ARGV[1] count  ARGV[2] period ms  ARGV[3] want
+  returns: {permits granted (0..want), ms until more may be free (0 when want was met)}
+  uses: lib/clock.lua
+]]
+local log, state = KEYS[1], KEYS[2]
+local count, period, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local old = redis.call('ZRANGEBYSCORE', log, '-inf', now - period)
+if #old > 0 then
+  local freed = 0
+  for _, m in ipairs(old) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
+  redis.call('HINCRBY', state, 'total', -freed)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - period)
+end
+local total = tonumber(redis.call('HGET', state, 'total') or '0')
+local granted = math.max(math.min(want, count - total), 0)
+if granted > 0 then
+  local seq = redis.call('HINCRBY', state, 'seq', 1)
+  redis.call('ZADD', log, now, seq .. ':' .. granted)
+  redis.call('HINCRBY', state, 'total', granted)
+  redis.call('PEXPIRE', log, period * 2)
+  redis.call('PEXPIRE', state, period * 2)
+end
+local wait = 0
+if granted < want then
+  local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
+  wait = oldest[2] and math.max(tonumber(oldest[2]) + period - now, 1) or 1
+end
+return {granted, wait}

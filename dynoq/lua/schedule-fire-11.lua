@@ -1,0 +1,22 @@
+--[[ schedule-fire: push a recurring message's occurrence for one tick, unless that tick
+  (or a later one) was already pushed: exactly one occurrence per tick, however many
+  consumers and sweepers fire it.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
+  KEYS[7] seq  KEYS[8] done  KEYS[9] counts
+  KEYS[10] sched (hash schedule id -> its definition: it must still be scheduled)
+  KEYS[11] marks (zset schedule id -> the latest tick pushed, ms)
+  ARGV[1] schedule id  ARGV[2] tick ms (server clock)  ARGV[3] the occurrence's id
+  ARGV[4] priority  ARGV[5] msgpack body  ARGV[6] wake channel  ARGV[7] dedupe window ms
+  returns: 1 pushed, 0 not (unscheduled, or this tick was pushed already)
+  uses: lib/clock.lua lib/push.lua
+]]
+local id, tick = ARGV[1], tonumber(ARGV[2])
+if redis.call('HEXISTS', KEYS[10], id) == 0 then return 0 end
+local mark = redis.call('ZSCORE', KEYS[11], id)
+if mark and tonumber(mark) >= tick then return 0 end
+redis.call('ZADD', KEYS[11], tick, id)
+local now = now_ms()
+local _, pushed = push_into(KEYS, true, tonumber(ARGV[7]), now,
+                            {{ARGV[3], math.max(tick - now, 0), ARGV[4], ARGV[5]}})
+if pushed > 0 then redis.call('PUBLISH', ARGV[6], '1') end
+return pushed

@@ -1,0 +1,42 @@
+"""Spark in and out of dynoq (the ``spark`` extra; importable without pyspark).
+
+- ``format("dynoq")`` (Spark 4): :class:`DynoqDataSource`, registered with
+  ``spark.dataSource.register(DynoqDataSource)`` (or by :func:`spark_session`); batch and
+  exactly-once streaming writes, and reads. :func:`source_options` points it at a
+  client's server, prefix and connection options.
+- Sinks for ``foreachPartition`` / ``foreachBatch``: :func:`partition_sink`,
+  :func:`batch_sink` (exactly-once per micro-batch), and :func:`write` (one job, counts).
+- :func:`queue_dataframe`: a queue's messages as a DataFrame (read-only).
+- :func:`spark_session`: the SparkSession dynoq's jobs, demo and tests use.
+
+Modules: ``target`` (where to write, secrets hidden), ``rows`` (rows to messages),
+``writer`` (the one write path), ``sink``, ``datasource``, ``export`` (the read-only scan),
+``session``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core.batches import Counts, Progress
+from .sink import BatchSink, QueueSink, batch_sink, partition_sink, write
+from .target import Target, source_options
+from .writer import WriteResult
+
+_NEED_PYSPARK = {"DynoqDataSource": "datasource", "queue_dataframe": "datasource",
+                 "register": "datasource", "spark_session": "session"}
+
+
+def __getattr__(name: str) -> Any:
+    """Names that need pyspark, imported on first use."""
+    module = _NEED_PYSPARK.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynoq.spark' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+__all__ = ["BatchSink", "Counts", "DynoqDataSource", "Progress", "QueueSink", "Target",
+           "WriteResult", "batch_sink", "partition_sink", "queue_dataframe", "register",
+           "source_options", "spark_session", "write"]

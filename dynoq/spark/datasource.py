@@ -1,0 +1,291 @@
+"""``format("dynoq")``: a Spark 4 Python data source for dynoq queues.
+
+Register it once per session (``dynoq.spark.spark_session()`` does it for you)::
+
+    from dynoq.spark import DynoqDataSource, source_options
+    spark.dataSource.register(DynoqDataSource)
+
+    opts = source_options(client, "orders")          # url, prefix, connection options
+    df.write.format("dynoq").options(**opts).option("idCol", "event_id")
+        .option("keyCol", "customer").mode("append").save()          # batch write
+    stream.writeStream.format("dynoq").options(**opts).option("idCol", "event_id")
+        .option("checkpointLocation", path).start()                   # exactly-once
+    spark.read.format("dynoq").options(**opts).load()                 # read, claims nothing
+
+Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
+(default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
+``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``,
+``priorityCol``, ``payloadCols`` (comma-separated; default all), ``batchSize`` (rows per
+push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
+batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
+restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
+``states`` (comma-separated, default "ready,delayed,dead"). Options are checked on the
+driver, and so is the queue (it must exist; ``keyCol`` needs an ordered queue), before
+any task starts.
+
+Each write task returns its partition's counts (pushed, skipped as duplicates, refused)
+as its commit message; the driver logs them per partition and in total (logger
+``dynoq.spark``). A streaming micro-batch is exactly-once: its pushes record their ids
+with the (query, batch id), and ``commit`` records the batch as done
+(:mod:`dynoq._core.batches`). A read has one partition per shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from .._core.batches import RETENTION, Counts, check_query
+from .._core.scan import DEFAULT_STATES, check_states
+from .._core.validate import check_seconds
+from ..client import Client
+from ..errors import InvalidArgument
+from .export import COLUMNS, SCHEMA, scan_shard
+from .rows import RowSpec
+from .target import Target, int_option
+from .writer import RowWriter, WriteResult, report
+
+BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
+QUERY_ID = "sql.streaming.queryId"
+_TARGET = {"url", "prefix", "queue", "connectoptions", "maxpayloadbytes"}
+_WRITE = {"idcol", "keycol", "delaycol", "prioritycol", "payloadcols", "batchsize", "arrow",
+          "queryname", "retention"}
+_READ = {"states"}
+_SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    """A write task's commit message: its partition's counts (and the query it wrote
+    for, on a stream)."""
+
+    partition: int
+    pushed: int
+    skipped: int
+    refused: int
+    query: str = ""
+
+    @property
+    def counts(self) -> Counts:
+        return Counts(self.pushed, self.skipped, self.refused)
+
+
+def _options(options: Mapping[str, str], allowed: set[str]) -> dict[str, str]:
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in allowed | _SPARK)
+    if unknown:
+        raise InvalidArgument(f'format("dynoq") does not know the option(s) {unknown}; '
+                              "see help(dynoq.spark.datasource) for the options")
+    return opts
+
+
+def _flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise InvalidArgument(f'option "{name}" must be "true" or "false", got {text!r}')
+    return text.lower() == "true"
+
+
+def write_settings(options: Mapping[str, str], columns: Iterable[str], *,
+                   streaming: bool = False) -> tuple[RowWriter, bool]:
+    """(the RowWriter, whether to use Arrow) from write options, checked on the driver
+    against the data's columns and the queue."""
+    opts = _options(options, _TARGET | _WRITE)
+    if "idcol" not in opts:
+        raise InvalidArgument('format("dynoq") writes need the option "idCol" (the column '
+                              "of message ids)")
+    cols = opts.get("payloadcols")
+    spec = RowSpec.of(opts["idcol"], opts.get("keycol"), opts.get("delaycol"),
+                      opts.get("prioritycol"),
+                      None if cols is None else [c.strip() for c in cols.split(",")
+                                                 if c.strip()])
+    retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
+    query = opts.get("queryname", "")
+    writer = RowWriter(Target.from_spark_options(opts), spec,
+                       int_option("batchSize", opts.get("batchsize", "1000")),
+                       check_query(query) if query else "", retention)
+    writer.check(list(columns), streaming=streaming)
+    return writer, _flag(opts, "arrow", True)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return check_seconds(float(text), "retention", minimum=1.0)
+    except ValueError:
+        raise InvalidArgument(f'option "retention" must be seconds, got {text!r}') from None
+
+
+def _partition() -> int:
+    ctx = TaskContext.get()
+    return -1 if ctx is None else ctx.partitionId()
+
+
+def _total(messages: Iterable[WriterCommitMessage | None]) -> WriteResult:
+    return WriteResult.of((m.partition, m.counts) for m in messages if isinstance(m, Written))
+
+
+# -- batch writes ----------------------------------------------------------------------------
+
+class _Commits:
+    writer: RowWriter
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        report(self.writer.target, _total(messages), 'format("dynoq") write')
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        report(self.writer.target, _total(messages), 'format("dynoq") write (aborted)')
+
+
+class RowsWriter(_Commits, DataSourceWriter):
+    def __init__(self, writer: RowWriter) -> None:
+        self.writer = writer
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        c = self.writer.push_rows(row.asDict() for row in iterator)
+        return Written(_partition(), c.pushed, c.skipped, c.refused)
+
+
+class ArrowWriter(_Commits, DataSourceArrowWriter):
+    def __init__(self, writer: RowWriter) -> None:
+        self.writer = writer
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        c = self.writer.push_arrow(iterator)
+        return Written(_partition(), c.pushed, c.skipped, c.refused)
+
+
+# -- streaming writes ------------------------------------------------------------------------
+
+class _StreamCommits:
+    writer: RowWriter
+
+    def _task_writer(self) -> tuple[RowWriter, int]:
+        ctx = TaskContext.get()
+        batch = None if ctx is None else ctx.getLocalProperty(BATCH_ID)
+        query = self.writer.query or (None if ctx is None else ctx.getLocalProperty(QUERY_ID))
+        if batch is None or not query:
+            raise InvalidArgument("a dynoq stream writer task runs without Spark's "
+                                  "streaming query id and batch id")
+        return self.writer.for_query(query), int(batch)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        queries = {m.query for m in messages if isinstance(m, Written)}
+        query = self.writer.query or (queries.pop() if len(queries) == 1 else "")
+        if not query:
+            return  # no task wrote anything: nothing to commit
+        writer = self.writer.for_query(query)
+        writer.commit(batchId)
+        report(writer.target, _total(messages), f"micro-batch {batchId} of query {query}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Nothing to undo: what the batch wrote is recorded with it, and its replay
+        # skips those ids.
+        report(self.writer.target, _total(messages),
+               f"micro-batch {batchId} (aborted; its replay writes the rest)")
+
+
+class RowsStreamWriter(_StreamCommits, DataSourceStreamWriter):
+    def __init__(self, writer: RowWriter) -> None:
+        self.writer = writer
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        writer, batch = self._task_writer()
+        c = writer.push_rows((row.asDict() for row in iterator), batch)
+        return Written(_partition(), c.pushed, c.skipped, c.refused, writer.query)
+
+
+class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
+    def __init__(self, writer: RowWriter) -> None:
+        self.writer = writer
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        writer, batch = self._task_writer()
+        c = writer.push_arrow(iterator, batch)
+        return Written(_partition(), c.pushed, c.skipped, c.refused, writer.query)
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+class QueueReader(DataSourceReader):
+    """One partition per shard; each scans its shard read-only (claims nothing)."""
+
+    def __init__(self, target: Target, states: tuple[str, ...], shards: int) -> None:
+        self.target = target
+        self.states = states
+        self.shards = shards
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(shard) for shard in range(self.shards)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        q = self.target.open()
+        for row in scan_shard(q, int(partition.value), self.states):
+            yield tuple(row[c] for c in COLUMNS)
+
+
+# -- the data source -------------------------------------------------------------------------
+
+class DynoqDataSource(DataSource):
+    """``format("dynoq")``: see the module docstring for its options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dynoq"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> QueueReader:
+        opts = _options(self.options, _TARGET | _READ)
+        states = check_states(s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES))
+                              .split(",") if s.strip())
+        target = Target.from_spark_options(opts)
+        return QueueReader(target, states, target.open().settings.shards)
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        writer, arrow = write_settings(self.options, schema.fieldNames())
+        _no_overwrite(overwrite)
+        return ArrowWriter(writer) if arrow else RowsWriter(writer)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        writer, arrow = write_settings(self.options, schema.fieldNames(), streaming=True)
+        _no_overwrite(overwrite)
+        return ArrowStreamWriter(writer) if arrow else RowsStreamWriter(writer)
+
+
+def _no_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise InvalidArgument('format("dynoq") only appends messages to a queue: use '
+                              'mode("append") (outputMode "append" for streams)')
+
+
+def register(spark: Any) -> None:
+    """Register ``format("dynoq")`` in ``spark`` (idempotent)."""
+    spark.dataSource.register(DynoqDataSource)
+
+
+def queue_dataframe(spark: Any, where: str | Client, queue: str, *,
+                    states: Iterable[str] = DEFAULT_STATES, **connect_options: Any) -> Any:
+    """A DataFrame of the queue's messages in ``states`` (``spark.read.format("dynoq")``,
+    one partition per shard, read-only). ``where``: a connected Client or a URL with
+    ``prefix=`` and connection options. Raises InvalidArgument if there is no such
+    queue."""
+    register(spark)
+    opts = Target.of(where, queue, connect_options).spark_options()
+    return (spark.read.format("dynoq").options(**opts)
+            .option("states", ",".join(check_states(states))).load())

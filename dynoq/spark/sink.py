@@ -1,0 +1,170 @@
+"""Spark sinks for ``foreachPartition`` and ``foreachBatch`` users, and ``write``.
+
+::
+
+    client.queue("orders", shards=8)                   # choose its settings on the driver
+    df.foreachPartition(partition_sink(client, "orders", id_col="event_id"))
+    result = write(df, client, "orders", id_col="event_id")   # one job, with counts
+    stream.writeStream.foreachBatch(batch_sink(client, "orders", id_col="event_id"))
+        .option("checkpointLocation", path).start()
+
+A sink takes a connected :class:`dynoq.Client` (its URL, prefix and connection options,
+TLS included, go to the executors; nothing is printed with secrets) or a URL plus
+``prefix=`` and redis-py options. It checks the queue on the driver when it is made: the
+queue must exist (a sink never creates one with settings nobody chose), ``key_col`` needs an
+ordered queue, and ordered queues take no delay or priority.
+
+Every write is push-if-absent by id, so a retried or speculative task pushes nothing
+twice while the first copy is in the queue. ``batch_sink`` is exactly-once per
+micro-batch: each push records its ids with the (query, batch id), and the batch is
+committed when it is written, so a replayed batch (a restarted query) pushes nothing
+twice even if consumers acked it already (see :mod:`dynoq._core.batches`). One-shot
+writes have no such record: there, an id acked before it is written again comes back
+unless the queue has a ``dedupe_window`` (a warning says so once). The data source
+(``format("dynoq")``, :mod:`.datasource`) runs the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.batches import RETENTION, Counts, Progress, check_query
+from ..client import Client
+from ..errors import InvalidArgument
+from .rows import RowSpec
+from .target import Target
+from .writer import RowWriter, WriteResult, report, write_dataframe
+
+log = logging.getLogger("dynoq.spark")
+QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lasting id
+
+
+@dataclass(frozen=True)
+class QueueSink:
+    """A ``foreachPartition`` function (picklable): each row becomes one message."""
+
+    writer: RowWriter
+
+    def __call__(self, rows: Iterable[Any]) -> None:
+        self.push_rows(row.asDict() if hasattr(row, "asDict") else row for row in rows)
+
+    def push_rows(self, rows: Iterable[Mapping[str, Any]]) -> Counts:
+        """Push rows (mappings); what happened to them (also logged at INFO)."""
+        counts = self.writer.push_rows(rows)
+        log.info("dynoq.spark: partition to %s: pushed %d, skipped %d, refused %d",
+                 self.writer.target.where, counts.pushed, counts.skipped, counts.refused)
+        return counts
+
+    def write(self, df: Any) -> WriteResult:
+        """Push a DataFrame in one Spark job; per-partition and total counts."""
+        result = write_dataframe(df, self.writer)
+        report(self.writer.target, result, "write")
+        return result
+
+
+class BatchSink:
+    """A ``foreachBatch`` function: ``(batch_df, batch_id)``, one Spark job per
+    micro-batch, exactly-once per batch of the streaming query.
+
+    ``history`` keeps the last ``keep`` batches' results, ``totals`` the sum over every
+    batch since this sink was made; ``on_batch(batch_id, result)`` is called after each
+    commit. Not thread-safe across queries: give each query its own sink."""
+
+    def __init__(self, writer: RowWriter, *, query: str | None = None, keep: int = 100,
+                 on_batch: Callable[[int, WriteResult], None] | None = None) -> None:
+        self.writer = writer
+        self.query = None if query is None else check_query(query)
+        self.history: deque[tuple[int, WriteResult]] = deque(maxlen=max(1, keep))
+        self.totals = Counts()
+        self.on_batch = on_batch
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> WriteResult:
+        query = self.query or _query_id(df)
+        writer = self.writer.for_query(query)
+        result = write_dataframe(df, writer, int(batch_id))  # one action: no persist needed
+        writer.commit(int(batch_id))
+        with self._lock:
+            self.history.append((int(batch_id), result))
+            self.totals += result.total
+        report(writer.target, result, f"micro-batch {batch_id} of query {query}")
+        if self.on_batch is not None:
+            self.on_batch(int(batch_id), result)
+        return result
+
+    def progress(self, query: str) -> Progress:
+        """Where ``query`` stands on the queue (committed batch, batch in progress)."""
+        return self.writer.for_query(query).progress()
+
+
+def _query_id(df: Any) -> str:
+    value = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID)
+    if not value:
+        raise InvalidArgument("batch_sink runs under a streaming query's foreachBatch; "
+                              "outside one, pass query=<a stable name>")
+    return str(value)
+
+
+def _writer(where: str | Client, queue: str, id_col: str, key_col: str | None,
+            delay_col: str | None, priority_col: str | None,
+            payload_cols: Iterable[str] | None, batch_size: int,
+            connect_options: Mapping[str, Any], retention: float = RETENTION) -> RowWriter:
+    spec = RowSpec.of(id_col, key_col, delay_col, priority_col, payload_cols)
+    return RowWriter(Target.of(where, queue, connect_options), spec, batch_size,
+                     retention=retention)
+
+
+def partition_sink(where: str | Client, queue: str, *, id_col: str,
+                   key_col: str | None = None, delay_col: str | None = None,
+                   priority_col: str | None = None, payload_cols: Iterable[str] | None = None,
+                   batch_size: int = 1000, **connect_options: Any) -> QueueSink:
+    """A function for ``df.foreachPartition``: each row becomes one message.
+
+    ``where``: a connected :class:`dynoq.Client` (recommended), or a URL with ``prefix=``
+    and redis-py options as keywords. ``id_col`` gives ids (str or int, never null or
+    empty); ``key_col`` the ordering key (ordered queues only; each partition's rows keep
+    their order per key); ``delay_col`` seconds or a due timestamp; ``priority_col``
+    0..99; ``payload_cols`` the payload's columns (default: all); ``batch_size`` rows per
+    push (1..100000). Checks the queue now, on the driver: InvalidArgument if it does not
+    exist or cannot take this mapping, ConnectionFailed if the server is unreachable."""
+    writer = _writer(where, queue, id_col, key_col, delay_col, priority_col, payload_cols,
+                     batch_size, connect_options)
+    writer.check()
+    return QueueSink(writer)
+
+
+def batch_sink(where: str | Client, queue: str, *, id_col: str, key_col: str | None = None,
+               delay_col: str | None = None, priority_col: str | None = None,
+               payload_cols: Iterable[str] | None = None, batch_size: int = 1000,
+               query: str | None = None, retention: float = RETENTION, keep: int = 100,
+               on_batch: Callable[[int, WriteResult], None] | None = None,
+               **connect_options: Any) -> BatchSink:
+    """A function for Structured Streaming's ``foreachBatch``, exactly-once per
+    micro-batch; options as :func:`partition_sink`.
+
+    ``query``: the name its commits are recorded under (default: Spark's query id, which
+    a restart from the same checkpoint keeps and a new checkpoint changes; a name you
+    give must change with the checkpoint too). ``retention``: seconds the query's commit
+    record outlives its last batch (a replay after that pushes what is absent again).
+    ``keep``: batches kept in ``history``; ``on_batch(batch_id, result)``: called after
+    each batch is committed."""
+    writer = _writer(where, queue, id_col, key_col, delay_col, priority_col, payload_cols,
+                     batch_size, connect_options, retention)
+    writer.check(streaming=True)
+    return BatchSink(writer, query=query, keep=keep, on_batch=on_batch)
+
+
+def write(df: Any, where: str | Client, queue: str, *, id_col: str,
+          key_col: str | None = None, delay_col: str | None = None,
+          priority_col: str | None = None, payload_cols: Iterable[str] | None = None,
+          batch_size: int = 1000, **connect_options: Any) -> WriteResult:
+    """Push a DataFrame now, in one Spark job (Arrow when pandas and pyarrow are
+    installed); returns what it did, in total and per partition. Options as
+    :func:`partition_sink`."""
+    return QueueSink(_writer(where, queue, id_col, key_col, delay_col, priority_col,
+                             payload_cols, batch_size, connect_options)).write(df)

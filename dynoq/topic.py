@@ -1,0 +1,84 @@
+"""A topic: publish/subscribe with consumer groups (RocketMQ's model; see _core.topics).
+
+Every subscribed group gets every message whose tag matches its expression; a clustering
+group shares one queue among its members, a broadcasting group gives each live member a
+queue of its own. Get one with ``client.topic(name, ...)``; consume it with
+``client.consumer(topic, handler, group=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import tracing
+from ._core.topics import GroupBacklog, Subscription, TopicOps
+from .backend import Backend
+from .message import Message
+from .queue import Queue
+from .settings import TopicSettings
+
+
+class Topic:
+    """A topic of ``settings.shards`` shards. Safe to share between threads."""
+
+    def __init__(self, backend: Backend, ops: TopicOps) -> None:
+        self.backend = backend
+        self.ops = ops
+        self.name = ops.name
+        self.settings: TopicSettings = ops.settings
+
+    def __repr__(self) -> str:
+        return f"<dynoq.Topic {self.name!r} {self.settings}>"
+
+    def publish(self, payload: Any, *, id: str | None = None, delay: float = 0.0,
+                priority: int = 0, key: str | None = None, tag: str | None = None,
+                headers: dict[str, Any] | None = None) -> str:
+        """Publish a message to every subscribed group whose tags match ``tag``; return
+        its id. Arguments and errors as ``Queue.push``; ``tag``: 1-128 characters without
+        whitespace or '|'. An id already waiting in a group's queue adds nothing there."""
+        with tracing.span("publish", self.name, ids=[id] if id else None, producer=True):
+            out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
+                                           key=key, headers=tracing.inject(headers), tag=tag))
+            self.backend.drive(self.ops.publish([out]))
+        return out.id
+
+    def publish_many(self, items: Iterable[Any]) -> list[str]:
+        """Publish payloads or :class:`dynoq.Message` objects (with ``tag=``), at most
+        100,000 per call; all are validated first. Returns their ids."""
+        with tracing.span("publish", self.name, producer=True):
+            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            if outs:
+                self.backend.drive(self.ops.publish(outs))
+        return [o.id for o in outs]
+
+    def subscribe(self, group: str, *, mode: str = "clustering", tags: str = "*") -> None:
+        """Subscribe consumer group ``group``: from now on it gets every message published
+        whose tag matches ``tags`` ("*", or tags joined by "||": "paid || refunded").
+        ``mode``: "clustering" (members share the group's messages) or "broadcasting"
+        (every live member gets every message)."""
+        self.backend.drive(self.ops.subscribe(group, mode=mode, tags=tags))
+
+    def unsubscribe(self, group: str) -> bool:
+        """Drop a group's subscription, and its queues with their messages; False if it
+        was not subscribed."""
+        return self.backend.drive(self.ops.unsubscribe(group))
+
+    def subscriptions(self) -> list[Subscription]:
+        """Every subscribed group: group, mode, tags."""
+        return self.backend.drive(self.ops.subscriptions())
+
+    def backlog(self) -> list[GroupBacklog]:
+        """Every group queue (one per broadcasting member) with its counts."""
+        return self.backend.drive(self.ops.backlog())
+
+    def group_queue(self, group: str, member: str | None = None) -> Queue:
+        """The queue of a clustering group (or of a broadcasting group's ``member``), for
+        its stats, peek and dead letters."""
+        return Queue(self.backend, self.ops.group_queue(group, member))
+
+    def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
+        """The queue a consumer of ``group`` consumes (subscribing the group with tags "*"
+        if it is not subscribed yet, and a broadcasting member's own queue)."""
+        return Queue(self.backend, self.backend.drive(self.ops.consumer_queue(group, mode,
+                                                                              member)))

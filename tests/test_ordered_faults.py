@@ -1,0 +1,149 @@
+"""Ordered consumption under faults: a lease near its end is refused, every takeover grows
+the shard's fencing number, a hung handler does not hold its shard forever, and every
+transition that unblocks an ordered shard wakes a blocked pop."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from helpers import FAST, shard_keys, wait_for
+
+import dynoq
+from dynoq import Message
+from dynoq.consumer import Consumer
+from dynoq.consumer.lease import Leases
+
+FLAVORS = ("sync", "async")  # every test on the asyncio client too
+
+
+def test_pop_refuses_a_lease_too_close_to_its_end(client: dynoq.Client) -> None:
+    q = client.queue("margin", shards=1, ordered=True)
+    q.push_many([Message(i, key="k") for i in range(3)])
+    client.redis.set(shard_keys(q, 0).lease, "holder", px=300)
+    with pytest.raises(dynoq.LeaseLost):  # 300 ms left, 1 s wanted
+        q.backend.drive(q.ops.pop(1, lease="holder", margin=1.0))
+    assert q.stats().unacked == 0  # nothing was claimed
+    [m] = q.backend.drive(q.ops.pop(1, lease="holder", margin=0.05))
+    assert m.payload == 0
+
+
+def test_every_takeover_grows_the_fencing_number(client: dynoq.Client) -> None:
+    q = client.queue("fences", shards=2, ordered=True)
+    a, b = Leases(q, "a", ttl=5), Leases(q, "b", ttl=5)
+    assert a.acquire(0) == 0.0 and a.fence(0) == 1
+    assert b.acquire(0) > 0 and b.fence(0) is None  # held by a
+    assert a.release(0)
+    assert b.acquire(0) == 0.0 and b.fence(0) == 2
+    assert a.acquire(1) == 0.0 and a.fence(1) == 1  # per shard
+    q.clear()  # clearing messages never resets a fence
+    assert b.release(0) and a.acquire(0) == 0.0 and a.fence(0) == 3
+
+
+def test_handlers_see_the_fence_of_their_shard(client: dynoq.Client,
+                                               consumers: list[Consumer]) -> None:
+    q = client.queue("fenced-msgs", shards=1, ordered=True)
+    Leases(q, "earlier", ttl=5).acquire(0)  # fence 1, then released by expiry below
+    client.redis.delete(shard_keys(q, 0).lease)
+    fences: list[int | None] = []
+    consumers.append(client.consumer(q, lambda m: fences.append(m.fence), **FAST).start())
+    q.push_many([Message(i, key="k") for i in range(3)])
+    wait_for(lambda: len(fences) == 3)
+    assert fences == [2, 2, 2]
+
+
+def test_a_hung_ordered_handler_does_not_hold_its_shard(client: dynoq.Client,
+                                                        consumers: list[Consumer]) -> None:
+    q = client.queue("hung", shards=1, ordered=True, max_retries=1)
+    release = threading.Event()
+    seen: list[str] = []
+
+    def handle(msg: dynoq.Message) -> None:
+        seen.append(msg.payload)
+        if msg.payload == "hang":
+            release.wait(30)  # a handler that never returns (until the test ends)
+
+    c = client.consumer(q, handle, consume_timeout=0.3, retry_delays=[0.05], concurrency=1,
+                        **FAST)
+    consumers.append(c.start())
+    q.push_many([Message(p, key="k") for p in ("first", "hang", "after-1", "after-2")])
+    try:
+        wait_for(lambda: seen[-2:] == ["after-1", "after-2"], timeout=15,
+                 what="the shard to move on past the hung message")
+        assert seen == ["first", "hang", "hang", "after-1", "after-2"]  # retried once, then dead
+        [dead] = q.dead()
+        assert dead.payload == "hang" and dead.failure is not None
+        assert dead.failure.error_type == "ConsumeTimeout"
+        assert c.stats().handled == 3 and c.stats().dead_lettered == 1
+    finally:
+        release.set()  # the stuck threads end; their late acks find nothing to do
+    wait_for(lambda: q.stats().unacked == 0)
+
+
+def test_a_hung_concurrent_handler_fails_only_its_message(client: dynoq.Client,
+                                                          consumers: list[Consumer]) -> None:
+    q = client.queue("hung-conc", shards=1, max_retries=0)
+    release = threading.Event()
+    seen: list[int] = []
+
+    def handle(msg: dynoq.Message) -> None:
+        if msg.payload == 2:
+            release.wait(30)
+        seen.append(msg.payload)
+
+    c = client.consumer(q, handle, consume_timeout=0.3, batch_size=5, concurrency=1, **FAST)
+    consumers.append(c.start())
+    q.push_many(list(range(5)))
+    try:
+        wait_for(lambda: q.stats().dead == 1 and sorted(seen) == [0, 1, 3, 4], timeout=15,
+                 what="the others handled, the hung one dead-lettered")
+        assert [m.payload for m in q.dead()] == [2]
+    finally:
+        release.set()
+
+
+def test_acking_an_ordered_message_wakes_a_blocked_pop(client: dynoq.Client) -> None:
+    # RocketMQ's test_pop_orderly: the next message of a shard is delivered as soon as the
+    # one in flight is acked, not when its visibility would have run out.
+    q = client.queue("wake-ordered", shards=1, ordered=True, unack_timeout=10)
+    q.push_many([Message(i, key="k") for i in range(2)])
+    [first] = q.pop()
+    got: list[dynoq.Message] = []
+    started = threading.Event()
+
+    def waiter() -> None:
+        started.set()
+        got.extend(q.pop(wait=5))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    started.wait()
+    time.sleep(0.2)  # the waiter is blocked: its shard has a message in flight
+    t0 = time.monotonic()
+    assert q.ack(first)
+    t.join(6)
+    assert [m.payload for m in got] == [1]
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize("how", ["nack", "remove", "dead-letter"])
+def test_every_unblocking_transition_wakes_an_ordered_pop(client: dynoq.Client,
+                                                          how: str) -> None:
+    q = client.queue(f"wake-{how}", shards=1, ordered=True, unack_timeout=10)
+    q.push_many([Message(i, key="k") for i in range(2)])
+    [first] = q.pop()
+    got: list[dynoq.Message] = []
+    t = threading.Thread(target=lambda: got.extend(q.pop(wait=5)))
+    t.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    if how == "nack":
+        q.nack(first)  # back in place: the waiter gets it again at once
+    elif how == "remove":
+        q.remove(first.id or "")
+    else:
+        q.backend.drive(q.ops.nack(first, mode="dead"))
+    t.join(6)
+    assert got and time.monotonic() - t0 < 1.0
+    assert got[0].payload == (0 if how == "nack" else 1)

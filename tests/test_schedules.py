@@ -1,0 +1,119 @@
+"""Recurring messages: exactly one occurrence per tick with several consumers and
+sweepers, no drift, missed ticks skipped, unschedule, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import dynoq
+from dynoq._core.schedules import Schedule
+
+FLAVORS = ("sync", "async")  # every test on the asyncio client too
+
+SOAK = float(os.environ.get("DYNOQ_SCHEDULE_SOAK", "3"))  # seconds; 60 for the long run
+
+
+def test_ticks_come_from_the_definition() -> None:
+    every = Schedule("s", 10.0, None, None, 0, None, None, None, anchor=1000.0)
+    assert every.next_tick(1_000_000, 1_000_000) == 1_010_000
+    assert every.next_tick(1_010_000, 1_010_005) == 1_020_000  # from the tick, not "now"
+    assert every.next_tick(1_010_000, 1_095_000) == 1_100_000  # missed ticks are skipped
+    cron = Schedule("c", None, "*/5 * * * *", None, 0, None, None, None, anchor=0.0)
+    t = 1_795_000_000_000  # ms
+    nxt = cron.next_tick(t, t)
+    assert nxt > t and (nxt // 1000) % 300 == 0 and nxt - t <= 300_000
+
+
+@pytest.mark.slow
+def test_one_occurrence_per_tick_with_three_consumers_and_two_sweepers(
+        real_url: str, prefix: str, real_client: dynoq.Client) -> None:
+    clients = [dynoq.connect(real_url, prefix=prefix) for _ in range(5)]
+    ticks: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def handle(msg: dynoq.Message) -> None:
+        assert msg.headers is not None
+        with lock:
+            ticks[msg.headers["dynoq.tick"]] += 1
+
+    q = real_client.queue("heartbeat", shards=4)
+    every = 0.2
+    consumers = [c.consumer("heartbeat", handle, idle_wait=0.1, lease_ttl=2)
+                 for c in clients[:3]]
+    sweepers = [c.sweeper(interval=0.05) for c in clients[3:]]
+    threads = [threading.Thread(target=s.run_forever) for s in sweepers]
+    try:
+        for c in consumers:
+            c.start()
+        for t in threads:
+            t.start()
+        first = q.schedule("beat", {"ping": True}, every=every)
+        time.sleep(SOAK)
+        assert q.unschedule("beat")
+        time.sleep(0.3)
+    finally:
+        for s in sweepers:
+            s.stop()
+        for c in consumers:
+            c.stop(10)
+        for t in threads:
+            t.join(10)
+        for c in clients:
+            c.close()
+    assert all(n == 1 for n in ticks.values()), [t for t, n in ticks.items() if n > 1]
+    got = sorted(ticks)
+    assert got[0] == round(first * 1000)
+    steps = {b - a for a, b in itertools.pairwise(got)}
+    assert steps == {round(every * 1000)}, steps  # every tick, no gap, no drift
+    assert len(got) >= SOAK / every * 0.8
+    assert q.schedules() == []
+
+
+def test_schedules_are_listed_replaced_and_stopped(client: dynoq.Client) -> None:
+    q = client.queue("jobs", shards=3)
+    q.schedule("nightly", {"job": "report"}, cron="0 3 * * *", priority=5)
+    first = q.schedule("poll", "poll", every=3600)
+    [nightly, poll] = q.schedules()
+    assert (nightly.id, nightly.cron, nightly.priority) == ("nightly", "0 3 * * *", 5)
+    assert poll.every == 3600 and poll.last_tick == pytest.approx(first)
+    assert q.stats().delayed == 2  # each waits for its first tick
+    q.schedule("poll", "poll-v2", every=7200)  # replaces: one waiting occurrence still
+    assert q.stats().delayed == 2 and q.peek() == []
+    assert q.unschedule("nightly") and not q.unschedule("nightly")
+    assert [s.id for s in q.schedules()] == ["poll"] and q.stats().delayed == 1
+
+
+def test_the_sweeper_keeps_the_chain_going_without_consumers(client: dynoq.Client) -> None:
+    # The pop that delivers an occurrence pushes the next one; when nothing pops (or the
+    # popping process died right after), the sweeper does, once the current tick came.
+    q = client.queue("chain", shards=2)
+    q.schedule("tick", "t", every=0.6)  # ticks far enough apart for a loaded machine
+    sweeper = client.sweeper()
+    assert sweeper.run_once().total().fired == 0  # the first tick has not come yet
+    time.sleep(0.65)
+    assert sweeper.run_once().total().fired == 1
+    assert sweeper.run_once().total().fired == 0  # that tick's next is there already
+    [due] = q.pop(10)
+    assert due.id is not None and due.id.startswith("tick@")
+    assert q.stats().delayed == 1
+
+
+def test_bad_schedules_are_refused(client: dynoq.Client) -> None:
+    q = client.queue("bad-sched", shards=2)
+    ordered = client.queue("bad-sched-ordered", shards=2, ordered=True)
+    for call in (lambda: q.schedule("x", 1), lambda: q.schedule("x", 1, every=1, cron="* * * * *"),
+                 lambda: q.schedule("x", 1, every=0), lambda: q.schedule("x", 1, cron="nope"),
+                 lambda: q.schedule("a@b", 1, every=1), lambda: q.schedule("", 1, every=1),
+                 lambda: q.schedule("x", 1, every=1, priority=100),
+                 lambda: ordered.schedule("x", 1, every=1, priority=3)):
+        with pytest.raises(dynoq.InvalidArgument):
+            call()
+    with pytest.raises(dynoq.PayloadTypeError):
+        q.schedule("x", {1, 2}, every=1)
+    assert q.schedules() == [] and q.size() == 0

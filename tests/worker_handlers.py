@@ -1,0 +1,20 @@
+"""Handlers for the ``dynoq worker`` tests (imported by the worker from this directory)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dynoq
+
+_client = dynoq.connect(os.environ["TEST_LOG_URL"]) if "TEST_LOG_URL" in os.environ else None
+
+
+def slow(msg: dynoq.Message) -> None:
+    """Logs the message, then takes a while (a batch is in flight when SIGTERM comes)."""
+    assert _client is not None
+    _client.redis.rpush(os.environ["TEST_LOG_KEY"], f"{os.getpid()}|{msg.payload}")
+    time.sleep(float(os.environ.get("TEST_SLEEP", "0.3")))
+
+
+not_callable = 42
