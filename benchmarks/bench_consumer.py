@@ -1,9 +1,12 @@
 """Consumer throughput and failover, against the bare core loop in the same run.
 
-    python benchmarks/bench_consumer.py [--url redis://...] [--n 20000] [--repeats 3]
+    python -m benchmarks.bench_consumer [--url redis://...] [--n 20000] [--repeats 3]
 
+  raw drain     bench_core's baseline: a bare Lua pop of 100 + pipelined ZREM/HDEL acks
   bare loop     q.pop(100) + q.ack_many(...) in one thread (the core, no consumer)
-  concurrent    a no-op-handler consumer, batch 100, concurrency 1 and 4 (ratio to bare)
+  concurrent    a no-op-handler consumer, batch 100, concurrency 1 and 4 (ratio to raw);
+                "steady" times first to last handler call, without start-up (joining
+                the group, the first rebalance, starting threads)
   ordered       8 shards, 64 keys, batch 10, concurrency 4: one consumer, then two
   failover      a consumer process is SIGKILLed; seconds until the survivor holds all
                 shards (goal: lease_ttl + one heartbeat, well under lease_ttl +
@@ -13,17 +16,17 @@ Every figure is the median of --repeats runs.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import median, parser, server_url, table
+import redis
 
 import dynoq
+from benchmarks.bench_core import raw_bulk_push, raw_drain
+from benchmarks.common import drop_prefix, median, parser, server_url, table
 
 LEASE_TTL = 2.0
 REBALANCE = 20.0
@@ -62,13 +65,32 @@ def bare(url: str, n: int) -> float:
         cleanup(client)
 
 
+def raw(url: str, n: int) -> float:
+    r = redis.Redis.from_url(url)
+    try:
+        drop_prefix(r, "raw:")
+        raw_bulk_push(r, n, b"x" * 100)
+        t0 = time.perf_counter()
+        raw_drain(r)
+        return n / (time.perf_counter() - t0)
+    finally:
+        drop_prefix(r, "raw:")
+        r.close()
+
+
 def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
-            **options: object) -> float:
+            **options: object) -> tuple[float, float]:
+    """(msgs/s from start() to the last message, msgs/s from first to last handler call)."""
     client = fresh(url)
+    calls: list[float] = []
+
+    def handler(m: dynoq.Message) -> None:
+        calls.append(time.perf_counter())  # list.append is atomic: safe across threads
+
     try:
         q = client.queue("c", shards=8 if ordered else 4, ordered=ordered)
         fill(q, n, keys=64 if ordered else 0)
-        cs = [client.consumer(q, lambda m: None, lease_ttl=LEASE_TTL,
+        cs = [client.consumer(q, handler, lease_ttl=LEASE_TTL,
                               rebalance_interval=REBALANCE, **options)
               for _ in range(consumers)]
         t0 = time.perf_counter()
@@ -79,7 +101,7 @@ def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
         elapsed = time.perf_counter() - t0
         for c in cs:
             c.stop()
-        return n / elapsed
+        return n / elapsed, (n - 1) / (max(calls) - min(calls))
     finally:
         cleanup(client)
 
@@ -87,7 +109,8 @@ def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
 def failover(url: str) -> float:
     client = fresh(url)
     q = client.queue("f", shards=8, ordered=True)
-    child = subprocess.Popen([sys.executable, __file__, "--child", url, client.prefix, "f"],
+    child = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_consumer", "--child",
+                              url, client.prefix, "f"],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
@@ -127,22 +150,34 @@ def main() -> None:
     args = p.parse_args()
     n, reps = args.n, args.repeats
     with server_url(args.url) as url:
-        rows: list[tuple[str, ...]] = [("case", "msgs/s (median)", "vs bare loop")]
-        base = median([bare(url, n) for _ in range(reps)])
-        rows.append(("bare loop: pop(100) + ack_many", f"{base:,.0f}", "1.00x"))
+        rows: list[tuple[str, ...]] = [("case", "msgs/s (median)", "steady (median)",
+                                        "vs raw drain", "steady vs raw")]
+        raws, bares = [], []
+        for _ in range(reps):  # interleaved: both see the same machine
+            raws.append(raw(url, n))
+            bares.append(bare(url, n))
+        base = median(raws)
+        rows.append(("raw drain: Lua pop(100) + pipelined acks", f"{base:,.0f}", "-",
+                     "1.00x", "-"))
+        b = median(bares)
+        rows.append(("bare loop: pop(100) + ack_many", f"{b:,.0f}", "-", f"{b / base:.2f}x",
+                     "-"))
+
+        def add(name: str, runs: list[tuple[float, float]]) -> None:
+            whole, steady = median([w for w, _ in runs]), median([s for _, s in runs])
+            rows.append((name, f"{whole:,.0f}", f"{steady:,.0f}", f"{whole / base:.2f}x",
+                         f"{steady / base:.2f}x"))
+
         for conc in (1, 4):
-            r = median([consume(url, n, batch_size=100, concurrency=conc)
-                        for _ in range(reps)])
-            rows.append((f"concurrent consumer, batch 100, concurrency {conc}",
-                         f"{r:,.0f}", f"{r / base:.2f}x"))
+            add(f"concurrent consumer, batch 100, concurrency {conc}",
+                [consume(url, n, batch_size=100, concurrency=conc) for _ in range(reps)])
         for k in (1, 2):
-            r = median([consume(url, n // 2, consumers=k, ordered=True, batch_size=10,
-                                concurrency=4) for _ in range(reps)])
-            rows.append((f"ordered, 8 shards, batch 10, {k} consumer(s)", f"{r:,.0f}",
-                         f"{r / base:.2f}x"))
+            add(f"ordered, 8 shards, batch 10, {k} consumer(s)",
+                [consume(url, n // 2, consumers=k, ordered=True, batch_size=10,
+                         concurrency=4) for _ in range(reps)])
         took = median([failover(url) for _ in range(reps)])
         rows.append((f"failover after SIGKILL (lease_ttl {LEASE_TTL:g} s, rebalance "
-                     f"{REBALANCE:g} s)", f"{took:.2f} s", "-"))
+                     f"{REBALANCE:g} s)", f"{took:.2f} s", "-", "-", "-"))
         print(table(rows))
 
 

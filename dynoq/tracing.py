@@ -12,6 +12,7 @@ the package installed, every function here is a no-op that costs one check.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -31,14 +32,22 @@ else:
 _configured = False  # a tracer provider was set (until then the API's spans do nothing)
 
 
+# get_tracer_provider() reads os.environ on every call until a provider is set, and
+# active() runs once per handled message: look at the API's global slot first (when this
+# version of the API has it) and ask only once something could be there.
+_SLOT = ENABLED and hasattr(_trace, "_TRACER_PROVIDER")
+_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
 def active() -> bool:
     """Whether spans are recorded: the extra is installed and a provider was set. Until
     then (and for good without the extra) every function here is a no-op."""
     global _configured
-    if not ENABLED:
+    if _configured:  # a provider, once set, stays: stop asking then
+        return True
+    if not ENABLED or (_SLOT and _trace._TRACER_PROVIDER is None and not _FROM_ENV):
         return False
-    if not _configured:  # a provider, once set, stays: stop asking then
-        _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+    _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
     return _configured
 
 HEADERS = ("traceparent", "tracestate")  # where the trace context travels

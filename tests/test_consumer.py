@@ -352,7 +352,8 @@ def test_ordered_failure_blocks_key_and_retries_in_place(
     q.push_many([dynoq.Message({"k": "a", "i": i}, key="a") for i in range(5)])
     c = client.consumer(q, rec.handler(), batch_size=3, retry_delays=[0.05], **FAST)
     consumers.append(c.start())
-    wait_for(lambda: rec.count() >= 4 and q.stats().dead == 1)
+    # The handler sees the last message before its ack is counted: wait for both.
+    wait_for(lambda: rec.count() >= 4 and q.stats().dead == 1 and c.stats().handled == 4)
     assert [p["i"] for p in rec.seen] == [0, 1, 2, 4]  # a3 dead-lettered, then moved on
     assert rec.attempts[_ident({"k": "a", "i": 1})] == [1, 2, 3]
     order = [(p["i"]) for p in rec.seen]

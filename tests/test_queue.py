@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -117,6 +118,19 @@ def test_visibility_timeout_redelivers_with_attempts(client: dynoq.Client) -> No
     assert q.ack(first) is False  # stale: does not remove the newer delivery
     assert q.stats().unacked == 1
     assert q.ack(second) is True and q.get(msg_id) is None
+
+
+def test_ack_counts_each_delivery_once_and_checks_the_whole_token(
+        client: dynoq.Client) -> None:
+    q = client.queue("ack-once", shards=1)
+    q.push_many(["a", "b"])
+    a, b = q.pop(2)
+    assert q.stats().total("acked") == 0
+    # A token is compared whole: its tail, or the state's other fields, are not enough.
+    for forged in (a.token[-2:], f"1|{a.token}", f"{a.token}|"):
+        assert q.ack_many([dataclasses.replace(a, token=forged)]) == 0
+    assert q.ack_many([a, a, b]) == 2  # the same delivery twice is acked once
+    assert q.stats().total("acked") == 2 and q.stats().unacked == 0
 
 
 def test_requeue_expired_over_all_shards(client: dynoq.Client) -> None:

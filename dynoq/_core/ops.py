@@ -200,8 +200,9 @@ class QueueOps:
             while i < len(todo):
                 shard = todo[i]
                 i += 1
+                nonce = secrets.token_hex(4)
                 reply = yield Call(_POP, self._pop_keys[shard],
-                                   [count - len(got), vis_ms, secrets.token_hex(4), *args_tail])
+                                   [count - len(got), vis_ms, nonce, *args_tail])
                 if type(reply) is int:
                     if reply == LEASED and not lease:
                         continue  # another consumer leases this ordered shard
@@ -217,9 +218,10 @@ class QueueOps:
                         todo = todo[:i] + [s for s, f in zip(todo[i:], flags, strict=True) if f]
                     continue
                 try:
-                    batch = self._decoded(reply, shard, lease)
+                    batch = self._decoded(reply, shard, nonce, lease)
                 except RecordError:  # one or more unreadable: quarantine them, keep the rest
-                    batch = yield from self._quarantine(reply, shard, lease, consumer)
+                    batch = yield from self._quarantine(reply, shard, nonce, lease,
+                                                        consumer)
                 for m in batch:  # a recurring message's occurrence: push the next one now
                     sched = occurrence_of(m)
                     if sched is not None:
@@ -242,23 +244,23 @@ class QueueOps:
         keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
         return Call(_PROBE, keys, [])
 
-    def _decoded(self, reply: list[Any], shard: int, lease: str) -> list[Message]:
-        """The messages of a pop reply (id, record, attempts, token, ...)."""
+    def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
+        """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
         decode, limit, held = codec.decode, self.limit, lease or None
-        return [decode(reply[i].decode(), reply[i + 1], shard=shard,
-                       attempts=int(reply[i + 2]), token=reply[i + 3].decode(), lease=held,
-                       limit=limit)
-                for i in range(2, len(reply), 4)]
+        return [decode(reply[i].decode(), reply[i + 1], shard=shard, attempts=reply[i + 2],
+                       token=f"{nonce}.{reply[i + 2]}", lease=held, limit=limit)
+                for i in range(2, len(reply), 3)]
 
-    def _quarantine(self, reply: list[Any], shard: int, lease: str,
+    def _quarantine(self, reply: list[Any], shard: int, nonce: str, lease: str,
                     consumer: str) -> Flow[list[Message]]:
         """Decode a pop reply one by one; dead-letter what cannot be read, with why."""
         good: list[Message] = []
-        for i in range(2, len(reply), 4):
+        for i in range(2, len(reply), 3):
             try:
-                good += self._decoded([None, None, *reply[i:i + 4]], shard, lease)
+                good += self._decoded([None, None, *reply[i:i + 3]], shard, nonce,
+                                      lease)
             except RecordError as exc:
-                yield self._nack_call(shard, _decode_str(reply[i]), _decode_str(reply[i + 3]),
+                yield self._nack_call(shard, _decode_str(reply[i]), f"{nonce}.{reply[i + 2]}",
                                       lease, 0.0, "dead", codec.why(exc, consumer))
         return good
 

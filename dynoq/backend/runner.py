@@ -76,6 +76,9 @@ class Backend:
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
+        if len(calls) == 1 and batch.wait is None:  # one call: no pipeline to build
+            out = [self.run(calls[0])]
+            return out if batch.parse is None else batch.parse(out)
         replies = self._pipeline(calls, batch.wait)
         redo, scripts = noscript(calls, replies)
         if redo:  # those calls did not run: load their scripts and send them again

@@ -14,24 +14,18 @@ local unack, msgs, dlv, done, lease, why, counts =
 local refused = fenced(lease, ARGV[1])
 if refused then return refused end
 local window = tonumber(ARGV[2])
-local ids, toks = {}, {}
-for j = 4, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[j]
-  toks[#toks + 1] = ARGV[j + 1]
-end
+local ids = {}
+for j = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end
 local deadlines = bulk_read('ZMSCORE', unack, ids)
 local dlvs = bulk_read('HMGET', dlv, ids)
-local done_ids, seen = {}, {}
+local done_ids = {}
 for k, id in ipairs(ids) do
-  if not seen[id] and deadlines[k] and matches(dlvs[k], toks[k]) then
-    seen[id] = true
-    done_ids[#done_ids + 1] = id
-  end
+  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 3]) then done_ids[#done_ids + 1] = id end
 end
-local acked = #done_ids
-if acked == 0 then return 0 end
-bulk('ZREM', unack, done_ids)
+if #done_ids == 0 then return 0 end
+-- An id given twice is removed once: ZREM's count is the number acked.
+local acked = bulk('ZREM', unack, done_ids)
 bulk('HDEL', msgs, done_ids)
 bulk('HDEL', dlv, done_ids)
 -- A message that failed before and now succeeded no longer needs its reason.

@@ -9,7 +9,8 @@
   ARGV[7] wake channel (PUBLISHed when expired deliveries were given back)
   ARGV[8] lease margin ms: with a lease token, a lease with less time left than this is
           treated as gone (the caller could not finish the batch before it ends)
-  returns: {1, -1, id, record, attempts, token, ...}  claimed messages
+  returns: {1, -1, id, record, attempts, ...}  claimed messages; a delivery's token is
+           "<nonce>.<attempts>", so the caller makes it from the nonce it sent
            {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
            FENCED or LEASED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua
@@ -67,7 +68,6 @@ for k, id in ipairs(ids) do
     out[#out + 1] = id
     out[#out + 1] = rec
     out[#out + 1] = n
-    out[#out + 1] = tok
   end
 end
 bulk('ZADD', unack, unacks)

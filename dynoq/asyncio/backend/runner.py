@@ -114,6 +114,9 @@ class AsyncBackend:
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
+        if len(calls) == 1 and batch.wait is None:  # one call: no pipeline to build
+            out = [await self.run(calls[0])]
+            return out if batch.parse is None else batch.parse(out)
         replies = await self._send(r, _commands(calls), batch.wait)
         redo, scripts = noscript(calls, replies)
         if redo:  # those calls did not run: load their scripts and send them again

@@ -18,8 +18,10 @@ local function attempts(d)
   return tonumber(string.match(d, '^(%d+)')) or 0
 end
 
+-- A suffix compare, not a pattern: this runs once per acked message. A token never
+-- holds '|', so '|' .. tok can only match the state's last field.
 local function matches(d, tok)
   if tok == '' then return true end
-  if not d then return false end
-  return string.match(d, '^%d*|%d*|(.*)$') == tok
+  if not d or string.find(tok, '|', 1, true) then return false end
+  return string.sub(d, -#tok - 1) == '|' .. tok
 end
