@@ -103,3 +103,25 @@ def test_dead_lettered_by_the_caller_has_no_reason(client: dynoq.Client) -> None
     assert dead_letter(q, m)
     [dead] = q.dead()
     assert dead.failure is None and dead.payload == "x"
+
+
+def test_the_header_is_compact_and_older_decimal_headers_still_read(
+        client: dynoq.Client) -> None:
+    q = client.queue("header", shards=1)
+    before = client.server_time()
+    q.push_many([Message("x", id="new", priority=3)])
+    raw = client.redis.hget(shard_keys(q, 0).msgs, "new")
+    enq, due_off, prio, _ = raw.split(b",", 3)
+    assert len(enq) == 8 and (due_off, prio) == (b"0", b"3")  # base 36: 8 chars, not 13
+    assert abs(int(enq, 36) / 1000 - before) < 5
+    # A record written with the decimal header (dynoq 0.2) reads, sorts and reschedules.
+    client.redis.hset(shard_keys(q, 0).msgs, "old",
+                      raw.replace(enq, str(int(enq, 36) - 1000).encode(), 1))
+    client.redis.zadd(shard_keys(q, 0).ready, {"old": 0})
+    old = q.get("old")
+    assert old is not None and old.enqueued_at == pytest.approx(int(enq, 36) / 1000 - 1)
+    assert q.stats().shards[0].oldest_ready_at == pytest.approx(old.enqueued_at)
+    assert q.reschedule("old", delay=60)
+    moved = q.get("old")
+    assert moved is not None and moved.enqueued_at == old.enqueued_at
+    assert moved.deliver_at is not None and moved.deliver_at - before > 55

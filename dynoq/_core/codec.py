@@ -1,8 +1,9 @@
 """Stored records, delivery states and JSON for humans (pure: no I/O).
 
 A stored record is ``b"<enqueued ms>,<due offset ms>,<priority>," + msgpack body``: the Lua
-scripts write the numeric header (they own the server clock) and read the priority back,
-and the body is msgpack of ``[payload, key, headers]`` with trailing Nones dropped.
+scripts write the numeric header (they own the server clock; the enqueued time in base 36,
+see ``lua/lib/record.lua``) and read the priority back, and the body is msgpack of
+``[payload, key, headers, tag]`` with trailing Nones dropped.
 Never pickle: a queue must not be a code-execution path.
 
 A delivery state (the shard's ``dlv`` hash) is ``b"<attempts>|<saved ready score>|<token>"``.
@@ -145,7 +146,9 @@ def decode(msg_id: str, record: bytes, *, shard: int | None = None, attempts: in
     RecordError when it cannot be read."""
     try:
         enq, due_off, prio, body = record.split(b",", 3)
-        enq_ms, delay_ms, priority = int(enq), int(due_off), int(prio)
+        # lua/lib/record.lua: base 36, or decimal when written before (12+ digits)
+        enq_ms = int(enq, 36) if len(enq) < 12 else int(enq)
+        delay_ms, priority = int(due_off), int(prio)
     except ValueError:
         raise RecordError("record has no dynoq header (it was not written by dynoq)") from None
     fields = unpack(body, limit)

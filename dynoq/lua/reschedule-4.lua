@@ -2,7 +2,7 @@
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv
   ARGV[1] id  ARGV[2] delay ms  ARGV[3] wake channel
   returns: 1 moved, 0 not waiting (unknown, in flight or dead)
-  uses: lib/clock.lua
+  uses: lib/clock.lua lib/record.lua
 ]]
 local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, delay = ARGV[1], tonumber(ARGV[2])
@@ -13,7 +13,6 @@ redis.call('ZADD', delayed, now + delay, id)
 local d = redis.call('HGET', dlv, id)
 if d then redis.call('HSET', dlv, id, (string.gsub(d, '^(%d*)|%d*|', '%1||'))) end
 local rec = redis.call('HGET', msgs, id)
-local enq, rest = string.match(rec, '^(%d+),%d+,(.*)$')
-redis.call('HSET', msgs, id, string.format('%d,%d,', tonumber(enq), now + delay - tonumber(enq)) .. rest)
+redis.call('HSET', msgs, id, retimed(rec, now + delay))
 redis.call('PUBLISH', ARGV[3], '1')
 return 1

@@ -4,7 +4,7 @@
   returns: {ready (incl. due delayed), delayed (not yet due), unacked, dead,
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered}
-  uses: lib/clock.lua
+  uses: lib/clock.lua lib/record.lua
 ]]
 local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
@@ -14,7 +14,7 @@ local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if head[2] and tonumber(head[2]) <= now then oldest = tonumber(head[2]) end
 for _, id in ipairs(redis.call('ZRANGE', ready, 0, 0)) do
   local rec = redis.call('HGET', msgs, id)
-  local enq, off = string.match(rec or '', '^(%d+),(%d+),')
+  local enq, off = times(rec)
   if enq and (oldest < 0 or enq + off < oldest) then oldest = enq + off end
 end
 local out = {redis.call('ZCARD', ready) + due, redis.call('ZCARD', delayed) - due,

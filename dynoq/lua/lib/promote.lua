@@ -1,5 +1,5 @@
 --[[ lib/promote: move what is due from `delayed` to `ready`, in due-time order.
-  uses: lib/delivery.lua lib/bulk.lua
+  uses: lib/delivery.lua lib/bulk.lua lib/record.lua
   PRIO    2^46: a ready score is priority * PRIO + the shard's ready sequence (priority
           0..99 and a sequence below 2^46 keep every score exact in a double, 2^53)
   promote(delayed, ready, msgs, dlv, seq, now, limit) -> number of messages promoted
@@ -18,7 +18,7 @@ local function promote(delayed, ready, msgs, dlv, seq, now, limit)
     local _, score = delivery(states[i])
     if score == '' then
       local rec = redis.call('HGET', msgs, id)
-      local prio = rec and tonumber(string.match(rec, '^%d+,%d+,(%d+),')) or 0
+      local prio = priority(rec)
       score = prio * PRIO + base + i
     end
     args[#args + 1] = score

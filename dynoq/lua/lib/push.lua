@@ -1,5 +1,5 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
-  uses: lib/promote.lua lib/bulk.lua
+  uses: lib/promote.lua lib/bulk.lua lib/record.lua
   push_into(k, ensure, window, now, items, skip) -> outcome per item, added
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
@@ -16,10 +16,11 @@ local function push_into(k, ensure, window, now, items, skip)
   local n = #items
   local base = redis.call('INCRBY', seq, n) - n
   local out, zready, zdelayed, seen = {}, {}, {}, {}
+  local enq = stamp(now) .. ','
   local pushed = 0
   for i, item in ipairs(items) do
     local id, delay, prio = item[1], tonumber(item[2]), tonumber(item[3])
-    local rec = string.format('%d,%d,%d,', now, delay, prio) .. item[4]
+    local rec = enq .. string.format('%d,%d,', delay, prio) .. item[4]
     local added, outcome = false, 0
     if seen[id] or (skip and skip[id]) then
       added = false

@@ -1,0 +1,39 @@
+--[[ lib/record: the header the scripts put in front of a record's msgpack body:
+  "<enqueued ms, base 36>,<due offset ms>,<priority>," (base 36 keeps the timestamp to
+  8 characters, not 13: a header is stored once per message). A header of 12 or more
+  digits is decimal: records written before base 36 read as they were written.
+  stamp(now)        -> the enqueued field for `now` (ms)
+  times(rec)        -> enqueued ms, due offset ms (numbers); nil when rec has no header
+  priority(rec)     -> the priority (0 when rec has no header)
+  retimed(rec, due) -> rec with its due offset set so that it is due at `due` (ms)
+]]
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function stamp(now)
+  local out, n = {}, now
+  repeat
+    local d = n % 36
+    table.insert(out, 1, string.sub(DIGITS, d + 1, d + 1))
+    n = (n - d) / 36
+  until n == 0
+  return table.concat(out)
+end
+
+local function enq_ms(field)
+  return #field >= 12 and tonumber(field) or tonumber(field, 36)
+end
+
+local function times(rec)
+  local enq, off = string.match(rec or '', '^(%w+),(%d+),')
+  if not enq then return nil end
+  return enq_ms(enq), tonumber(off)
+end
+
+local function priority(rec)
+  return tonumber(string.match(rec or '', '^%w+,%d+,(%d+),')) or 0
+end
+
+local function retimed(rec, due)
+  local enq, rest = string.match(rec, '^(%w+),%d+,(.*)$')
+  return enq .. ',' .. string.format('%d', due - enq_ms(enq)) .. ',' .. rest
+end
