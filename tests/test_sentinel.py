@@ -4,6 +4,7 @@ are real (the embedded package's server binary, in sentinel mode for the sentine
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import threading
@@ -17,6 +18,7 @@ import redis
 from helpers import wait_for
 
 import dynoq
+import dynoq.asyncio
 
 SERVICE = "dq-master"
 
@@ -104,6 +106,39 @@ def test_failover_loses_nothing_and_consumers_go_on(sentinel_setup: dict[str, An
 def test_bad_sentinel_urls() -> None:
     for url in ("redis+sentinel://127.0.0.1:1", "redis+sentinel://:pw@nohost/svc",
                 "redis+sentinel://127.0.0.1:1/svc/notadb"):
-        with pytest.raises(dynoq.InvalidArgument) as info:
-            dynoq.connect(url)
-        assert "pw" not in str(info.value)
+        for connect in (dynoq.connect, dynoq.asyncio.connect):
+            with pytest.raises(dynoq.InvalidArgument) as info:
+                connect(url)
+            assert "pw" not in str(info.value)
+
+
+def test_asyncio_client_finds_the_new_master_after_a_failover(
+        sentinel_setup: dict[str, Any]) -> None:
+    ports = sentinel_setup
+    url = f"redis+sentinel://127.0.0.1:{ports['sentinel']}/{SERVICE}"
+
+    async def main() -> None:
+        async with dynoq.asyncio.connect(url, prefix="asent", socket_timeout=2) as client:
+            assert "sentinel" in repr(client)
+            q = await client.queue("jobs", shards=2)
+            await q.push_many(range(50))
+            ports["admin"].execute_command("SENTINEL", "FAILOVER", SERVICE)
+            wait_for(lambda: ports["admin"].sentinel_get_master_addr_by_name(SERVICE)[1]
+                     == ports["replica"], 30, "the replica to be promoted")
+            deadline = time.monotonic() + 30
+            while True:  # the moment of the switch may refuse a call or two
+                try:
+                    await q.push_many(range(50, 100))
+                    break
+                except dynoq.ConnectionFailed:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+            got = await q.pop(100)
+            assert sorted(m.payload for m in got) == list(range(100))  # nothing lost
+            assert await q.ack_many(got) == 100
+            # Every write after the failover went to the promoted replica.
+            direct = redis.Redis(port=ports["replica"])
+            assert direct.info("replication")["role"] == "master"
+            direct.close()
+
+    asyncio.run(main())

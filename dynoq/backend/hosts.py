@@ -37,6 +37,15 @@ def host_list(url: str, what: str) -> list[tuple[str, int]]:
     return out
 
 
+def sentinel_service(url: str) -> tuple[str, int]:
+    """The service name and db of ``redis+sentinel://host:port[,host:port]/service[/db]``."""
+    path = [p for p in urlsplit(url).path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise InvalidArgument(f"{redact(url)!r}: name the service, as "
+                              "redis+sentinel://host:port[,host:port]/service[/db]")
+    return path[0], int(path[1]) if len(path) == 2 else 0
+
+
 def credentials(url: str, options: dict[str, Any]) -> None:
     """Put the URL's user and password (percent-decoded) into a client's ``options``,
     unless given there."""

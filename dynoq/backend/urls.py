@@ -17,7 +17,7 @@ from redis.sentinel import Sentinel
 from ..errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import as_dynoq_cluster, cluster_url, open_cluster
 from .errors import translate
-from .hosts import credentials, host_list, redact
+from .hosts import credentials, host_list, redact, sentinel_service
 from .runner import Backend
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -126,25 +126,24 @@ def reusable_options(client: Any) -> dict[str, Any]:
             and isinstance(v, (str, int, float, bool)) and v is not None}
 
 
+# After a failover the old master answers READONLY until the client finds the new one.
+SENTINEL_RETRY_ON = [redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError]
+
+
 def _sentinel(url: str, options: dict[str, Any]) -> Backend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``: the master
     of ``service`` as the sentinels know it, found again after a failover. Options go to
     the master's client; ``sentinel_kwargs`` (a dict) to the sentinels' (e.g. their
     password)."""
     given = dict(options)
-    path = [p for p in urlsplit(url).path.split("/") if p]
-    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-        raise InvalidArgument(f"{redact(url)!r}: name the service, as "
-                              "redis+sentinel://host:port[,host:port]/service[/db]")
+    service, db = sentinel_service(url)
     credentials(url, options)
     options.setdefault("retry", default_retry())
-    options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError,
-                                          redis.exceptions.ReadOnlyError])
+    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
     sentinel = Sentinel(host_list(url, "sentinel"),  # type: ignore[no-untyped-call]
                         sentinel_kwargs=options.pop("sentinel_kwargs", None),
                         socket_timeout=options.get("socket_timeout"))
-    client = sentinel.master_for(  # type: ignore[no-untyped-call]
-        path[0], db=int(path[1]) if len(path) == 2 else 0, **options)
+    client = sentinel.master_for(service, db=db, **options)  # type: ignore[no-untyped-call]
 
     def close() -> None:
         client.close()

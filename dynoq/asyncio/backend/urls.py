@@ -15,10 +15,11 @@ import redis
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
-from ...backend.hosts import redact
-from ...backend.urls import memory_server, resolve, url_of
+from ...backend.hosts import credentials, host_list, redact, sentinel_service
+from ...backend.urls import SENTINEL_RETRY_ON, memory_server, resolve, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
@@ -55,6 +56,8 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
 
         return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
                             cross_slot=False, connect_options=given)
+    if scheme == "redis+sentinel":
+        return _sentinel(url, options)
     options.setdefault("retry", default_retry())
     options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
     try:
@@ -68,6 +71,33 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
         return r, r.aclose
 
     return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
+                        connect_options=given)
+
+
+def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
+    """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``, as the sync
+    client's (:func:`dynoq.backend.urls._sentinel`)."""
+    given = dict(options)
+    service, db = sentinel_service(url)  # checks the URL now (no I/O)
+    hosts = host_list(url, "sentinel")
+    credentials(url, options)
+    options.setdefault("retry", default_retry())
+    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
+    sentinel_kwargs = options.pop("sentinel_kwargs", None)
+
+    async def master() -> tuple[Any, Closer]:
+        sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
+                            socket_timeout=options.get("socket_timeout"))
+        client = sentinel.master_for(service, db=db, **options)
+
+        async def close() -> None:
+            await client.aclose()
+            for s in sentinel.sentinels:
+                await s.aclose()
+
+        return client, close
+
+    return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
                         connect_options=given)
 
 
