@@ -14,9 +14,10 @@ import pytest
 SCRIPT = str(Path(__file__).with_name("traced_run.py"))
 
 
-def test_a_trace_runs_from_push_to_the_handler(url: str, prefix: str,
-                                               make_client: object) -> None:
-    done = subprocess.run([sys.executable, SCRIPT, url, prefix], capture_output=True,
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_trace_runs_from_push_to_the_handler(url: str, prefix: str, make_client: object,
+                                               api: str) -> None:
+    done = subprocess.run([sys.executable, SCRIPT, url, prefix, api], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
