@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from dynoq._core.consuming import pop_order
+from dynoq._core.consuming import CHANNEL_TICK, UpkeepClock, pop_order
 from dynoq.consumer.board import InFlight, ShardBoard
 from dynoq.errors import InvalidArgument, InvalidType
 from dynoq.retry import (
@@ -97,3 +97,19 @@ def test_inflight_permits_block_and_resume() -> None:
     t.start()
     assert f.take(4, 5.0) == 2
     t.join()
+
+
+def test_upkeep_clock_beats_rebalances_and_recovers() -> None:
+    clock = UpkeepClock(beat_every=1.0, rebalance_every=10.0, now=100.0)
+    assert clock.due(100.5, notified=False) == (False, False)
+    assert clock.due(100.5, notified=True) == (False, True)  # the group changed: now
+    assert clock.due(101.0, notified=False) == (True, False)
+    clock.ran(101.0, rebalanced=False)
+    assert clock.due(101.5, False) == (False, False) and clock.next_rebalance == 110.0
+    clock.ran(102.0, rebalanced=True)  # a rebalance (asked or found) restarts its period
+    assert (clock.next_beat, clock.next_rebalance) == (103.0, 112.0)
+    clock.failed(102.5)  # after a failure, beat as soon as the backoff ends
+    assert clock.due(102.5, False) == (True, False)
+    assert clock.wait(102.0, other=200.0) == CHANNEL_TICK  # never longer than a tick
+    assert clock.wait(102.4, other=102.45) == pytest.approx(0.05)
+    assert clock.wait(105.0, other=200.0) == 0.0

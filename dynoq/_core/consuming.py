@@ -114,6 +114,38 @@ def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:
                               "each message goes to one member of one group")
 
 
+CHANNEL_TICK = 0.25  # longest wait on the group channel between upkeep checks
+
+
+class UpkeepClock:
+    """When a consumer's upkeep heartbeats and rebalances (monotonic seconds): a heartbeat
+    every ``beat_every``, a rebalance every ``rebalance_every`` or at once when the group's
+    channel said the group changed; after a failure, beat as soon as the backoff ends.
+    One schedule for the sync and asyncio upkeep loops."""
+
+    def __init__(self, beat_every: float, rebalance_every: float, now: float) -> None:
+        self.beat_every, self.rebalance_every = beat_every, rebalance_every
+        self.next_beat, self.next_rebalance = now + beat_every, now + rebalance_every
+
+    def due(self, now: float, notified: bool) -> tuple[bool, bool]:
+        """(heartbeat now, rebalance now)."""
+        return now >= self.next_beat, notified or now >= self.next_rebalance
+
+    def ran(self, now: float, rebalanced: bool) -> None:
+        self.next_beat = now + self.beat_every
+        if rebalanced:
+            self.next_rebalance = now + self.rebalance_every
+
+    def failed(self, now: float) -> None:
+        self.next_beat = min(self.next_beat, now)
+
+    def wait(self, now: float, other: float) -> float:
+        """How long to listen on the group channel before looking again (``other``: the
+        next time something else is due)."""
+        return min(max(min(self.next_beat, self.next_rebalance, other) - now, 0.0),
+                   CHANNEL_TICK)
+
+
 def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
     """Shards to pop from: the consumer's own first, then every other (Dyno's local-shard
     preference), each part rotated by ``turn`` so that no shard starves."""

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 
+from .._core.consuming import CHANNEL_TICK, UpkeepClock
 from ..backend.wakeup import Subscription
 from ..errors import DynoqError, LeaseLost
 from ..retry import backoff
@@ -21,7 +22,6 @@ from .workers import Workers
 
 log = logging.getLogger("dynoq.consumer")
 
-CHANNEL_TICK = 0.25  # longest local wait on the group channel (no server command)
 
 
 class Upkeep:
@@ -49,21 +49,17 @@ class Upkeep:
 
     def _loop(self) -> None:
         settings = self.shared.plan.settings
-        beat_every, rebalance_every = settings.heartbeat_interval, settings.rebalance_interval
+        clock = UpkeepClock(settings.heartbeat_interval, settings.rebalance_interval,
+                            time.monotonic())
         failures = 0
         try:
-            next_beat = time.monotonic() + beat_every
-            next_rebalance = time.monotonic() + rebalance_every
             notified = False
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
-                    beat, rebalance = now >= next_beat, notified or now >= next_rebalance
+                    beat, rebalance = clock.due(now, notified)
                     if beat or rebalance:
-                        changed = self.tick(rebalance=rebalance)
-                        next_beat = now + beat_every
-                        if rebalance or changed:
-                            next_rebalance = now + rebalance_every
+                        clock.ran(now, self.tick(rebalance=rebalance))
                     if now >= self._next_acquire:
                         self._acquire()
                     self._enforce_timeouts()
@@ -74,10 +70,9 @@ class Upkeep:
                     log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
                                 pause, exc)
                     self._stop.wait(pause)
-                    next_beat = min(next_beat, time.monotonic())
+                    clock.failed(time.monotonic())
                     continue
-                wait = min(next_beat, next_rebalance, self._next_acquire) - time.monotonic()
-                notified = self._subscription.get(min(max(wait, 0.0), CHANNEL_TICK))
+                notified = self._subscription.get(clock.wait(time.monotonic(), self._next_acquire))
         finally:
             self._subscription.close()
 

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 
+from ..._core.consuming import CHANNEL_TICK, UpkeepClock
 from ...errors import DynoqError, LeaseLost
 from ...retry import backoff
 from ..backend.wakeup import Subscription
@@ -21,7 +22,6 @@ from .context import Shared
 
 log = logging.getLogger("dynoq.consumer")
 
-CHANNEL_TICK = 0.25  # longest wait on the group channel between checks
 
 
 class Upkeep:
@@ -49,21 +49,17 @@ class Upkeep:
 
     async def _loop(self) -> None:
         settings = self.shared.plan.settings
-        beat_every, rebalance_every = settings.heartbeat_interval, settings.rebalance_interval
+        clock = UpkeepClock(settings.heartbeat_interval, settings.rebalance_interval,
+                            time.monotonic())
         failures = 0
         try:
-            next_beat = time.monotonic() + beat_every
-            next_rebalance = time.monotonic() + rebalance_every
             notified = False
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
-                    beat, rebalance = now >= next_beat, notified or now >= next_rebalance
+                    beat, rebalance = clock.due(now, notified)
                     if beat or rebalance:
-                        changed = await self.tick(rebalance=rebalance)
-                        next_beat = now + beat_every
-                        if rebalance or changed:
-                            next_rebalance = now + rebalance_every
+                        clock.ran(now, await self.tick(rebalance=rebalance))
                     if now >= self._next_acquire:
                         await self._acquire()
                     failures = 0
@@ -73,10 +69,10 @@ class Upkeep:
                     log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
                                 pause, exc)
                     await wait_event(self._stop, pause)
-                    next_beat = min(next_beat, time.monotonic())
+                    clock.failed(time.monotonic())
                     continue
-                wait = min(next_beat, next_rebalance, self._next_acquire) - time.monotonic()
-                notified = await self._subscription.get(min(max(wait, 0.0), CHANNEL_TICK))
+                wait = clock.wait(time.monotonic(), self._next_acquire)
+                notified = await self._subscription.get(wait)
         finally:
             await self._subscription.close()
 
