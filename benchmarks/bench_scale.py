@@ -20,8 +20,11 @@ children's stdin/stdout:
 msgs/s is the sum over children of handled delta / their own time delta. CPU per message:
 client = children's process_time delta / handled; server = INFO cpu (used_cpu_user +
 used_cpu_sys) delta / handled. The bound two cores allow is 2 / (client + server CPU per
-message); the server, one thread, also caps at 1 / server CPU per message. Every figure
-is the median of --repeats runs (repetition-major: 1, 2, 4 processes, then again).
+message); the server, one thread, also caps at 1 / server CPU per message. The machine is
+shared: "others" is the CPU other programs took during the window (/proc/stat busy minus
+ours), and "bound on cores left" = min((cores - others) / CPU per message, server bound).
+Every figure is the median of --repeats runs (repetition-major: 1, 2, 4 processes, then
+again).
 """
 
 from __future__ import annotations
@@ -273,8 +276,10 @@ def main() -> None:
           f"{args.concurrency}, no-op handler; window {args.window:g} s; "
           f"{os.cpu_count()} cores; medians of {args.repeats}")
     rows = [("queue", "procs", "msgs/s", "vs 1 proc", "client us/msg", "server us/msg",
-             "bound 2 cores", "server bound", "measured/bound", "cores: client+server/machine")]
+             "bound 2 cores", "server bound", "measured/bound", "cores: client+server/machine",
+             "others", "bound on cores left", "measured/that")]
     notes = []
+    ncpu = os.cpu_count() or 1
     for kind in kinds:
         base = median([x.rate for x in results[(kind, procs[0])]])
         for n in procs:
@@ -284,10 +289,14 @@ def main() -> None:
             bound, sbound = 2 / (c + s), 1 / s
             cc, sc = median([x.client_cores for x in rs]), median([x.server_cores for x in rs])
             mc = median([x.machine_cores for x in rs])
+            others = max(median([x.machine_cores - x.client_cores - x.server_cores
+                                 for x in rs]), 0.0)
+            left = min((ncpu - others) / (c + s), sbound)
             rows.append((kind, str(n), f"{rate:,.0f}", f"{rate / base:.2f}x",
                          f"{c * 1e6:.1f}", f"{s * 1e6:.1f}", f"{bound:,.0f}",
                          f"{sbound:,.0f}", f"{rate / bound:.2f}",
-                         f"{cc:.2f}+{sc:.2f}/{mc:.2f}"))
+                         f"{cc:.2f}+{sc:.2f}/{mc:.2f}", f"{others:.2f}", f"{left:,.0f}",
+                         f"{rate / left:.2f}"))
             notes.append(verdict(kind, n, rate, bound, sbound, cc, sc, mc))
             if n == 2 and procs[0] == 1:
                 notes.append(f"{kind}: 2 procs / 1 proc = {rate / base:.2f}x (goal >= 1.3x: "
