@@ -54,7 +54,8 @@ if #popped == 0 then return {0, hint()} end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = bulk_read('HMGET', msgs, ids)
-local dlvs = bulk_read('HMGET', dlv, ids)
+-- No delivery states at all (a drained shard): nothing to read for first deliveries.
+local dlvs = redis.call('HLEN', dlv) > 0 and bulk_read('HMGET', dlv, ids) or {}
 local out, unacks, states = {1, -1}, {}, {}
 for k, id in ipairs(ids) do
   local rec = recs[k]
