@@ -20,8 +20,7 @@ import base64
 import json
 import secrets
 import traceback
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -76,6 +75,9 @@ def new_id() -> str:
     return secrets.token_urlsafe(12)
 
 
+_SCALARS = frozenset({bytes, str, int, float, bool, type(None)})
+
+
 def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
                 limit: int, tag: str | None = None) -> bytes:
     """The msgpack body of a record; typed errors for what cannot or may not be stored."""
@@ -97,6 +99,8 @@ def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
             f"encoded message is {len(body)} bytes, over the limit of {limit}; store large "
             "data elsewhere and send a reference, or raise max_payload_bytes in connect()"
         )
+    if type(payload) in _SCALARS and headers is None:
+        return body  # a scalar (key and tag are checked strings) always reads back
     try:  # what cannot be read back must not be stored: it would fail every consumer
         unpack(body, limit)
     except RecordError as exc:
@@ -106,8 +110,7 @@ def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
     return body
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):  # a tuple: made once per pushed message, a hot path
     """A validated message ready for the push script."""
 
     id: str
