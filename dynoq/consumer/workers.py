@@ -99,7 +99,7 @@ class Workers:
         batch_size, idle = settings.batch_size, settings.idle_wait
         turn = k  # the workers start at different shards
         me = threading.get_ident()
-        quiet = False  # this worker's last wait ended with nothing published, nothing due
+        quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         due_at: float | None = None  # (monotonic) when something may fall due
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while self._active():
@@ -111,7 +111,7 @@ class Workers:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
                 msgs: list[Message] = []
-                looked = not quiet  # (after a quiet wait, looking would find what it found)
+                looked = not quiet  # (it looked first thing: pop waits after a look)
                 if looked:
                     msgs, hint = s.fetch(n, shards=order)
                     due_at = None if hint is None or hint < 0 else \
@@ -128,8 +128,8 @@ class Workers:
                             msgs = s.pop(n, wait=idle, shards=order)
                             quiet = not msgs
                         else:  # until a wake-up or the due time; then look, next turn
-                            nap = consuming.nap(due_at, time.monotonic(), idle)
-                            quiet = s.wait(nap) and nap >= idle
+                            # (also after a quiet idle_wait: one probe, a safety net)
+                            s.wait(consuming.nap(due_at, time.monotonic(), idle))
                     finally:
                         s.idle.done_watching(found=bool(msgs))
                     if not msgs:

@@ -76,7 +76,7 @@ class Workers:
         s = self.shared
         batch, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
         turn = me  # the workers start at different shards
-        quiet = False  # this worker's last wait ended with nothing published, nothing due
+        quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         due_at: float | None = None  # (monotonic) when something may fall due
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while not s.stopping.is_set():
@@ -87,7 +87,7 @@ class Workers:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
                 msgs: list[Message] = []
-                looked = not quiet  # (after a quiet wait, looking would find what it found)
+                looked = not quiet  # (it looked first thing: pop waits after a look)
                 if looked:
                     msgs, hint = await s.fetch(n, shards=order)
                     due_at = None if hint is None or hint < 0 else \
@@ -102,8 +102,8 @@ class Workers:
                             msgs = await s.pop(n, wait=idle, shards=order)
                             quiet = not msgs
                         else:  # until a wake-up or the due time; then look, next turn
-                            nap = consuming.nap(due_at, time.monotonic(), idle)
-                            quiet = await s.wait(nap) and nap >= idle
+                            # (also after a quiet idle_wait: one probe, a safety net)
+                            await s.wait(consuming.nap(due_at, time.monotonic(), idle))
                     finally:
                         s.idle.done_watching(found=bool(msgs))
                     if not msgs:
