@@ -423,6 +423,22 @@ def test_an_idle_consumer_looks_once_per_idle_wait(client: dynoq.Client,
     assert len(calls) <= (3.0 / 0.5 + 1) * per_look, len(calls)
 
 
+def test_an_idle_consumer_wakes_when_a_delayed_message_falls_due(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    # Nothing is published when a delayed message falls due: the worker waiting for all
+    # the others must wake at the due time its look reported, not at the end of
+    # idle_wait (30 s here; the bound below is generous for a loaded machine).
+    q = client.queue("due", shards=16)
+    q.push("later", delay=1.0)
+    pushed = time.monotonic()
+    handled: list[float] = []
+    consumers.append(client.consumer(q, lambda m: handled.append(time.monotonic()),
+                                     concurrency=4, batch_size=10, idle_wait=30.0,
+                                     lease_ttl=30.0).start())
+    wait_for(lambda: handled, timeout=25, what="the delayed message handled")
+    assert handled[0] - pushed < 15
+
+
 # -- rebalance, leases, fencing ------------------------------------------------------------------
 
 def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consumer]) -> None:

@@ -110,6 +110,36 @@ def one(request: Call | Cmd) -> Flow[Any]:
     return (yield request)
 
 
+def together(flows: Sequence[Flow[Any]]) -> Flow[list[Any]]:
+    """Run ``flows`` side by side, as one flow: each round, the next call or command of
+    every unfinished flow goes out in one :class:`Batch` (one round trip, where running
+    them one after another would take one each); a batch or a wake-up a flow asks for runs
+    on its own. The results, in order. An error of any call ends them all (raised)."""
+    results: list[Any] = [None] * len(flows)
+    pending: dict[int, Any] = {}
+
+    def advance(i: int, reply: Any) -> None:
+        try:
+            pending[i] = flows[i].send(reply)
+        except StopIteration as stop:
+            results[i] = stop.value
+
+    for i in range(len(flows)):
+        advance(i, None)
+    while pending:
+        asked, pending = pending, {}
+        plain = [i for i, r in asked.items() if type(r) is Call or type(r) is Cmd]
+        replies: dict[int, Any] = {}
+        if len(plain) > 1:
+            replies.update(zip(plain, (yield Batch([asked[i] for i in plain])), strict=True))
+        for i, request in asked.items():
+            if i not in replies:
+                replies[i] = yield request
+        for i, reply in replies.items():
+            advance(i, reply)
+    return results
+
+
 def pairs(raw: Any) -> list[tuple[Any, Any]]:
     """Field/value or member/score pairs from a reply that is a dict, a list of pairs or a
     flat list (the client's reply shapes differ by command and protocol)."""

@@ -99,7 +99,14 @@ class IdleGate:
         with self._cond:
             self._watching = False
             if found:
-                self._cond.notify_all()
+                self._cond.notify()
+
+    def found(self) -> None:
+        """The caller found messages: one sleeping worker comes to look for more (and,
+        finding some, calls this in turn), so a burst wakes the workers one round trip
+        apart and a trickle wakes one, not every worker for each message."""
+        with self._cond:
+            self._cond.notify()
 
     def sleep(self, timeout: float) -> None:
         """Wait until the watcher finds messages (or ``timeout`` seconds)."""

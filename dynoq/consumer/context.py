@@ -6,6 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from .._core import consuming
 from .._core.consuming import Plan
 from ..message import Message
 from ..queue import Queue
@@ -54,6 +55,24 @@ class Shared:
             for m in msgs:
                 m.fence = self.leases.fence(m.shard) if m.shard is not None else None
         return msgs
+
+    def fetch(self, count: int, *, shards: list[int]) -> tuple[list[Message], float | None]:
+        """A concurrent consumer's look for due messages, without waiting: every shard in
+        two round trips. The messages, or the ms until something may be due (see
+        consuming.fetch)."""
+        if self.plan.settings.rate_limit is not None:
+            count = self._permits(count)
+            if count == 0:
+                return [], None
+        got: tuple[list[Message], float | None] = self.queue.backend.drive(consuming.fetch(
+            self.queue.ops, count, shards, visibility=self.plan.visibility,
+            consumer=self.plan.instance_id))
+        return got
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for a wake-up on the queue's channel; True
+        ("quiet") when none came (see backend.wait)."""
+        return bool(self.queue.backend.wait(self.queue.ops.wake, timeout))
 
     def _permits(self, want: int) -> int:
         """Permits of the group's rate limit for up to ``want`` messages; waits (at most

@@ -9,12 +9,13 @@ ran over consume_timeout is retired (it ends when the handler returns) and repla
 
 from __future__ import annotations
 
+import functools
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 
+from .._core import consuming
 from .._core.consuming import pop_order
 from ..errors import LeaseLost
 from ..message import Message
@@ -40,11 +41,13 @@ class Workers:
 
     def _spawn(self) -> None:
         s = self.shared
-        loop = self._ordered_loop if s.plan.ordered else self._concurrent_loop
         with self._lock:
+            k = self._count
             self._count += 1
+            loop = (self._ordered_loop if s.plan.ordered
+                    else functools.partial(self._concurrent_loop, k))
             t = threading.Thread(target=self._guard, args=(loop,), daemon=True,
-                                 name=f"dynoq-{s.queue.name}-w{self._count}")
+                                 name=f"dynoq-{s.queue.name}-w{k + 1}")
             t.start()
             assert t.ident is not None
             self._threads[t.ident] = t
@@ -90,11 +93,15 @@ class Workers:
             with self._lock:  # a new thread may get this ident: it is not retired
                 self._retired.discard(threading.get_ident())
 
-    def _concurrent_loop(self) -> None:
+    def _concurrent_loop(self, k: int = 0) -> None:
         s = self.shared
-        batch_size, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
-        turn = random.randrange(1 << 16)
+        settings = s.plan.settings
+        batch_size, idle = settings.batch_size, settings.idle_wait
+        turn = k  # the workers start at different shards
         me = threading.get_ident()
+        quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
+        due_at: float | None = None  # (monotonic) when something may fall due
+        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while self._active():
             n = s.flow.take(batch_size, idle)
             if n == 0:
@@ -104,21 +111,40 @@ class Workers:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
                 msgs: list[Message] = []
-                if s.idle.watch():  # nobody waits on the server: this worker does, for all
+                looked = not quiet  # (it looked first thing: pop waits after a look)
+                if looked:
+                    msgs, hint = s.fetch(n, shards=order)
+                    due_at = None if hint is None or hint < 0 else \
+                        time.monotonic() + hint / 1000
+                if msgs:
+                    s.idle.found()  # more may be due: one sleeping worker comes to look
+                elif looked and hint is None and probing:  # no rate-limit permit: go on
+                    s.flow.give(n)
+                    n = 0
+                    continue
+                elif s.idle.watch():  # nobody waits on the server: this worker does, for all
                     try:
-                        msgs = s.pop(n, wait=idle, shards=order)
+                        if not probing:  # Redis Cluster: pop waits (and looks first)
+                            msgs = s.pop(n, wait=idle, shards=order)
+                            quiet = not msgs
+                        else:  # until a wake-up or the due time; then look, next turn
+                            # (also after a quiet idle_wait: one probe, a safety net)
+                            s.wait(consuming.nap(due_at, time.monotonic(), idle))
                     finally:
                         s.idle.done_watching(found=bool(msgs))
-                else:
-                    msgs = s.pop(n, shards=order)
-                    if not msgs:  # the watcher's finding wakes us; the bound is a safety
+                    if not msgs:
                         s.flow.give(n)
                         n = 0
-                        s.idle.sleep(idle * 12)
                         continue
-                if msgs:
-                    batch = s.deliveries.start(me, msgs, permits=n)
-                    self.processor.concurrently(batch, lambda: s.deliveries.settle(me))
+                else:  # the watcher's finding wakes us; the bound is a safety
+                    quiet = False
+                    s.flow.give(n)
+                    n = 0
+                    s.idle.sleep(idle * 12)
+                    continue
+                quiet = False
+                batch = s.deliveries.start(me, msgs, permits=n)
+                self.processor.concurrently(batch, lambda: s.deliveries.settle(me))
             finally:
                 s.deliveries.finish(me)
                 if n and (batch is None or not batch.abandoned):  # else the watchdog did

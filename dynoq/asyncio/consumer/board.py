@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Iterable
 
 from ..._core.board import BoardState
@@ -80,7 +81,7 @@ class IdleGate:
 
     def __init__(self) -> None:
         self._watching = False
-        self._found: asyncio.Event | None = None
+        self._sleepers: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def watch(self) -> bool:
         """True: the caller is now the one that waits on the server."""
@@ -92,19 +93,33 @@ class IdleGate:
     def done_watching(self, found: bool) -> None:
         self._watching = False
         if found:
-            self.wake()
+            self.found()
 
     async def sleep(self, timeout: float) -> None:
-        """Wait until the watcher finds messages (or ``timeout`` seconds)."""
-        if self._found is None:
-            self._found = asyncio.Event()
-        await wait_event(self._found, timeout)
+        """Wait until a worker finds messages (or ``timeout`` seconds)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append(fut)
+        try:
+            await asyncio.wait([fut], timeout=timeout)
+        finally:
+            if not fut.done():
+                fut.cancel()
+                self._sleepers.remove(fut)
+
+    def found(self) -> None:
+        """The caller found messages: one sleeping worker comes to look for more (and,
+        finding some, calls this in turn): see the thread consumer's IdleGate.found."""
+        while self._sleepers:
+            fut = self._sleepers.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
 
     def wake(self) -> None:
-        # A new event for the next sleepers: the set one wakes everyone waiting on it.
-        found, self._found = self._found, None
-        if found is not None:
-            found.set()
+        while self._sleepers:
+            fut = self._sleepers.popleft()
+            if not fut.done():
+                fut.set_result(None)
 
 
 class InFlight:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 
+from ..._core import consuming
 from ..._core.board import InFlightBatch
 from ..._core.consuming import pop_order
 from ...errors import LeaseLost
@@ -72,9 +72,13 @@ class Workers:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
 
     async def _concurrent_loop(self, me: int) -> None:
+        # The thread consumer's loop (dynoq.consumer.workers), as a task.
         s = self.shared
         batch, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
-        turn = random.randrange(1 << 16)
+        turn = me  # the workers start at different shards
+        quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
+        due_at: float | None = None  # (monotonic) when something may fall due
+        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while not s.stopping.is_set():
             n = await s.flow.take(batch, idle)
             if n == 0:
@@ -83,21 +87,36 @@ class Workers:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
                 msgs: list[Message] = []
-                if s.idle.watch():  # nobody waits on the server: this worker does, for all
+                looked = not quiet  # (it looked first thing: pop waits after a look)
+                if looked:
+                    msgs, hint = await s.fetch(n, shards=order)
+                    due_at = None if hint is None or hint < 0 else \
+                        time.monotonic() + hint / 1000
+                if msgs:
+                    s.idle.found()  # more may be due: one sleeping worker comes to look
+                elif looked and hint is None and probing:  # no rate-limit permit: go on
+                    continue
+                elif s.idle.watch():  # nobody waits on the server: this worker does, for all
                     try:
-                        msgs = await s.pop(n, wait=idle, shards=order)
+                        if not probing:  # Redis Cluster: pop waits (and looks first)
+                            msgs = await s.pop(n, wait=idle, shards=order)
+                            quiet = not msgs
+                        else:  # until a wake-up or the due time; then look, next turn
+                            # (also after a quiet idle_wait: one probe, a safety net)
+                            await s.wait(consuming.nap(due_at, time.monotonic(), idle))
                     finally:
                         s.idle.done_watching(found=bool(msgs))
-                else:
-                    msgs = await s.pop(n, shards=order)
-                    if not msgs:  # the watcher's finding wakes us; the bound is a safety
-                        s.flow.give(n)
-                        n = 0
-                        await s.idle.sleep(idle * 12)
+                    if not msgs:
                         continue
-                if msgs:
-                    s.deliveries.start(me, InFlightBatch(msgs, None, time.monotonic(), n))
-                    await self.processor.concurrently(msgs)
+                else:  # the watcher's finding wakes us; the bound is a safety
+                    quiet = False
+                    s.flow.give(n)
+                    n = 0
+                    await s.idle.sleep(idle * 12)
+                    continue
+                quiet = False
+                s.deliveries.start(me, InFlightBatch(msgs, None, time.monotonic(), n))
+                await self.processor.concurrently(msgs)
             finally:
                 s.deliveries.finish(me)
                 s.flow.give(n)
