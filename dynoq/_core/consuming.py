@@ -165,7 +165,7 @@ HINT_PAD = 0.001  # seconds a watcher waits past a due time the server reported
 
 
 def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float,
-          consumer: str) -> Flow[tuple[list[Message], float | None]]:
+          consumer: str, backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
     """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in two
     round trips however many shards: one read-only ``probe`` says which shards have
     something deliverable (and in how many ms something may be, when none has), then
@@ -175,8 +175,10 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     waited for the last ones, several ms on 16 shards, more while other workers' passes
     compete for the server.) Returns the messages and, when there were none, the ms
     until something may be deliverable (-1: nothing is waiting); None when unknown: on
-    Redis Cluster (no probe across slots) and for one shard, this is ``pop``."""
-    if not ops.cross_slot or len(shards) < 2:
+    Redis Cluster (no probe across slots), for one shard, and with a ``backlog`` (the
+    last look filled its batch: ``pop`` fills it from the first shard in one round trip,
+    where sharing it out would cost throughput and gain no promptness), this is ``pop``."""
+    if not ops.cross_slot or len(shards) < 2 or backlog:
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
         return msgs, None

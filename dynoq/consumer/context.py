@@ -56,7 +56,8 @@ class Shared:
                 m.fence = self.leases.fence(m.shard) if m.shard is not None else None
         return msgs
 
-    def fetch(self, count: int, *, shards: list[int]) -> tuple[list[Message], float | None]:
+    def fetch(self, count: int, *, shards: list[int],
+              backlog: bool = False) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         consuming.fetch)."""
@@ -66,7 +67,7 @@ class Shared:
                 return [], None
         got: tuple[list[Message], float | None] = self.queue.backend.drive(consuming.fetch(
             self.queue.ops, count, shards, visibility=self.plan.visibility,
-            consumer=self.plan.instance_id))
+            consumer=self.plan.instance_id, backlog=backlog))
         return got
 
     def wait(self, timeout: float) -> bool:

@@ -101,6 +101,7 @@ class Workers:
         me = threading.get_ident()
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         due_at: float | None = None  # (monotonic) when something may fall due
+        full = False  # the last look filled the batch: a backlog
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while self._active():
             n = s.flow.take(batch_size, idle)
@@ -113,7 +114,8 @@ class Workers:
                 msgs: list[Message] = []
                 looked = not quiet  # (it looked first thing: pop waits after a look)
                 if looked:
-                    msgs, hint = s.fetch(n, shards=order)
+                    msgs, hint = s.fetch(n, shards=order, backlog=full)
+                    full = len(msgs) >= n
                     due_at = None if hint is None or hint < 0 else \
                         time.monotonic() + hint / 1000
                 if msgs:

@@ -56,8 +56,8 @@ class Shared:
                 m.fence = self.leases.fence(m.shard) if m.shard is not None else None
         return msgs
 
-    async def fetch(self, count: int, *,
-                    shards: list[int]) -> tuple[list[Message], float | None]:
+    async def fetch(self, count: int, *, shards: list[int],
+                    backlog: bool = False) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips (see consuming.fetch)."""
         if self.plan.settings.rate_limit is not None:
@@ -66,7 +66,7 @@ class Shared:
                 return [], None
         got: tuple[list[Message], float | None] = await self.queue.backend.drive(
             consuming.fetch(self.queue.ops, count, shards, visibility=self.plan.visibility,
-                            consumer=self.plan.instance_id))
+                            consumer=self.plan.instance_id, backlog=backlog))
         return got
 
     async def wait(self, timeout: float) -> bool:
