@@ -76,6 +76,7 @@ def new_id() -> str:
 
 
 _SCALARS = frozenset({bytes, str, int, float, bool, type(None)})
+_NUMBERS = (int, float)  # exact types: a bool is not a number of seconds
 
 
 def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
@@ -126,6 +127,12 @@ def prepare(msg: Message, *, ordered: bool, limit: int) -> Outgoing:
     """Validate one message for a queue and encode it; raises typed errors."""
     if not isinstance(msg, Message):
         raise InvalidType(f"expected a dynoq.Message, got {type(msg).__name__}")
+    if (msg.id is None and msg.key is None and msg.headers is None and msg.tag is None
+            and type(msg.priority) is int and msg.priority == 0
+            and type(msg.delay) in _NUMBERS and msg.delay == 0):
+        # The common message (a payload alone): nothing to check but the payload.
+        made = new_id()
+        return Outgoing(made, 0, 0, encode_body(msg.payload, None, None, limit), made, True)
     msg_id = new_id() if msg.id is None else validate.check_id(msg.id)
     delay = validate.check_seconds(msg.delay, "delay")
     priority = validate.check_priority(msg.priority)

@@ -23,13 +23,15 @@ for t = 1, targets do
   for j = first, #ARGV, 5 do
     local tag = ARGV[j + 3]
     if filter == '' or (tag ~= '' and string.find(filter, '|' .. tag .. '|', 1, true)) then
-      items[#items + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 4]}
+      local m = #items
+      items[m + 1], items[m + 2], items[m + 3], items[m + 4] =
+        ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 4]
     end
   end
   if #items > 0 then
     local k = {}
     for i = 1, 9 do k[i] = KEYS[1 + 9 * (t - 1) + i] end
-    local _, pushed = push_into(k, true, window, now, items)
+    local _, pushed = push_into(k, true, window, now, items, 1)
     if pushed > 0 then redis.call('PUBLISH', wake, '1') end
     added = added + pushed
   end

@@ -9,9 +9,7 @@
   returns: array of 1 (pushed) / 0 (skipped by ensure), one per message
   uses: lib/clock.lua lib/push.lua
 ]]
-local items = {}
-for j = 4, #ARGV, 4 do items[#items + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]} end
-local out, pushed = push_into(KEYS, ARGV[1] == 'ensure', tonumber(ARGV[2]), now_ms(), items)
+local out, pushed = push_into(KEYS, ARGV[1] == 'ensure', tonumber(ARGV[2]), now_ms(), ARGV, 4)
 if pushed > 0 then redis.call('PUBLISH', ARGV[3], '1') end
 for i, o in ipairs(out) do if o == 2 then out[i] = 0 end end
 return out

@@ -18,12 +18,9 @@
 ]]
 local commit, wrote = KEYS[10], KEYS[11]
 local window, batch, keep = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local items, ids = {}, {}
-for j = 5, #ARGV, 4 do
-  items[#items + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]}
-  ids[#ids + 1] = ARGV[j]
-end
-local n = #items
+local ids = {}
+for j = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[j] end
+local n = #ids
 
 local handled = {}  -- id -> true when this batch handled it before this call
 if batch >= 0 then
@@ -41,7 +38,7 @@ if batch >= 0 then
   redis.call('PEXPIRE', commit, keep)
 end
 
-local out, pushed = push_into(KEYS, true, window, now_ms(), items, handled)
+local out, pushed = push_into(KEYS, true, window, now_ms(), ARGV, 5, handled)
 local refused = 0
 for _, o in ipairs(out) do if o == 2 then refused = refused + 1 end end
 if batch >= 0 and n > 0 then

@@ -1,26 +1,29 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
   uses: lib/promote.lua lib/bulk.lua lib/record.lua
-  push_into(k, ensure, window, now, items, skip) -> outcome per item, added
+  push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
-    items: {id, delay ms, priority, body} each; the same id twice: the first counts
+    items: a flat list, from index `from` on, of id, delay ms, priority, body for each
+           message (flat, not a table each: ARGV itself can be passed, and a push of
+           thousands makes no table per message); the same id twice: the first counts
     skip: ids to skip as handled already (a set, or nil)
     outcome: 1 added, 0 skipped (it exists, or was handled), 2 refused (acked within
     the dedupe window and not pushed again since)
     Promotes what is due first, so ready order is exactly "became ready first".
 ]]
-local function push_into(k, ensure, window, now, items, skip)
+local function push_into(k, ensure, window, now, items, from, skip)
   local delayed, ready, unack, msgs, dlv, dead, seq, done, counts =
     k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]
   promote(delayed, ready, msgs, dlv, seq, now, 5000)
-  local n = #items
+  local n = math.floor((#items - from + 1) / 4)
   local base = redis.call('INCRBY', seq, n) - n
   local out, zready, zdelayed, seen = {}, {}, {}, {}
   local enq = stamp(now) .. ','
   local pushed = 0
-  for i, item in ipairs(items) do
-    local id, delay, prio = item[1], tonumber(item[2]), tonumber(item[3])
-    local rec = enq .. string.format('%d,%d,', delay, prio) .. item[4]
+  for i = 1, n do
+    local j = from + 4 * (i - 1)
+    local id, delay, prio = items[j], tonumber(items[j + 1]), tonumber(items[j + 2])
+    local rec = enq .. string.format('%d,%d,', delay, prio) .. items[j + 3]
     local added, outcome = false, 0
     if seen[id] or (skip and skip[id]) then
       added = false
