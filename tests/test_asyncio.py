@@ -51,6 +51,43 @@ def test_cancelled_pop_wait_claims_nothing(run: Callable[..., Any]) -> None:
     run(body)
 
 
+def test_a_handler_past_consume_timeout_fails_alone(run: Callable[..., Any]) -> None:
+    # One timer watches the whole batch (the fast path): the call that runs over is
+    # cancelled and fails (dead-lettered: no retries), the calls around it are not.
+    async def body(client: dynoq.asyncio.Client) -> None:
+        q = await client.queue("overrun", shards=1, max_retries=0)
+        seen: list[int] = []
+        swallowed: list[int] = []
+
+        async def handler(msg: dynoq.Message) -> None:
+            if msg.payload == 2:
+                await asyncio.sleep(30)
+            if msg.payload == 4:  # a handler that eats its cancellation still overran
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    swallowed.append(4)
+                    return
+            await asyncio.sleep(0.05)  # each call well inside the limit, the batch not
+            seen.append(msg.payload)
+
+        await q.push_many(list(range(8)))
+        c = client.consumer(q, handler, consume_timeout=0.3, batch_size=8, concurrency=1,
+                            idle_wait=0.1, lease_ttl=2)
+        async with c:
+            for _ in range(300):
+                if (await q.stats()).dead == 2 and len(seen) == 6:
+                    break
+                await asyncio.sleep(0.05)
+        assert sorted(seen) == [0, 1, 3, 5, 6, 7] and swallowed == [4]
+        assert sorted(m.payload for m in await q.dead()) == [2, 4]
+        assert all(m.failure and m.failure.error_type == "ConsumeTimeout"
+                   for m in await q.dead())
+        assert c.stats().handled == 6
+
+    run(body)
+
+
 def test_a_slow_awaiting_handler_does_not_block_the_others(run: Callable[..., Any]) -> None:
     async def body(client: dynoq.asyncio.Client) -> None:
         q = await client.queue("slow", shards=2)

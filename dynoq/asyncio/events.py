@@ -53,3 +53,50 @@ async def within(awaitable: Awaitable[T], seconds: float) -> T:
         raise
     finally:
         timer.cancel()
+
+
+class Watch:
+    """consume_timeout over a run of handler calls on the current task with one timer,
+    not one per call (Python 3.11+: it takes back its own cancellation). Call
+    :meth:`start` before each call and :meth:`overran` after it (also when it raised): a
+    call that ran ``seconds`` is cancelled, and ``overran()`` then says so once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.started = self.loop.time()
+        self.fired = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.started = self.loop.time()
+        if self._timer is None:
+            self._timer = self.loop.call_at(self.started + self.seconds, self._check)
+
+    def _check(self) -> None:
+        due = self.started + self.seconds
+        if self.loop.time() < due:  # the call that armed it ended: watch the current one
+            self._timer = self.loop.call_at(due, self._check)
+            return
+        self._timer = None
+        self.fired = True
+        self.task.cancel()
+
+    def overran(self) -> bool:
+        """Whether the call just ended was cut short here (its cancellation is taken
+        back). A cancellation from elsewhere that came too is raised, not swallowed."""
+        if not self.fired:
+            return False
+        self.fired = False
+        # Only used on 3.11+ (Task.uncancel); someone else cancelling too is kept.
+        if sys.version_info >= (3, 11) and self.task.uncancel() > 0:
+            raise asyncio.CancelledError
+        return True
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ from ... import tracing
 from ..._core import consuming
 from ...errors import DynoqError, LeaseLost
 from ...message import Message
+from ..events import Watch
 from ..queue import Queue
 from .lease import Leases
 from .middleware import Invoker
@@ -68,16 +70,39 @@ class Processor:
 
     async def _bare(self, msgs: list[Message], ok: list[Message],
                     failed: list[tuple[Message, BaseException]]) -> float:
-        # The no-middleware fast path: one clock read per batch.
-        handle = self.invoker.handle
+        # The no-middleware fast path: one clock read and one consume_timeout timer per
+        # batch (Python 3.11+; a timer per call before).
         t0 = time.perf_counter()
-        for msg in msgs:
-            try:
-                await handle(msg)
-            except Exception as exc:  # noqa: BLE001 - the handler's failure is data for retries
-                failed.append((msg, exc))
-            else:
-                ok.append(msg)
+        if sys.version_info < (3, 11):
+            for msg in msgs:
+                try:
+                    await self.invoker.handle(msg)
+                except Exception as exc:  # noqa: BLE001 - the failure is data for retries
+                    failed.append((msg, exc))
+                else:
+                    ok.append(msg)
+            return time.perf_counter() - t0
+        handler, timeout = self.invoker.handler, self.invoker.timeout
+        watch = Watch(timeout)
+        try:
+            for msg in msgs:
+                watch.start()
+                try:
+                    await handler(msg)
+                except asyncio.CancelledError:
+                    if not watch.overran():
+                        raise
+                    failed.append((msg, consuming.timed_out(timeout)))
+                except Exception as exc:  # noqa: BLE001 - the failure is data for retries
+                    failed.append((msg, consuming.timed_out(timeout) if watch.overran()
+                                   else exc))
+                else:
+                    if watch.overran():  # it swallowed the cancellation, but ran over
+                        failed.append((msg, consuming.timed_out(timeout)))
+                    else:
+                        ok.append(msg)
+        finally:
+            watch.close()
         return time.perf_counter() - t0
 
     async def orderly(self, msgs: list[Message]) -> bool:
