@@ -9,7 +9,15 @@ import msgpack
 import pytest
 
 from dynoq._core.calls import Batch, Call, together
-from dynoq._core.consuming import CHANNEL_TICK, HINT_PAD, UpkeepClock, fetch, nap, pop_order
+from dynoq._core.consuming import (
+    CHANNEL_TICK,
+    HINT_PAD,
+    LastLook,
+    UpkeepClock,
+    fetch,
+    nap,
+    pop_order,
+)
 from dynoq._core.ops import QueueOps
 from dynoq._core.settings import QueueSettings
 from dynoq.consumer.board import InFlight, ShardBoard
@@ -138,8 +146,8 @@ def test_together_sends_the_calls_of_each_round_in_one_batch() -> None:
     ops = _ops(3)
 
     def two_pops(shard: int) -> Any:
-        a = yield ops._probe([shard])
-        b = yield ops._probe([shard])
+        a = yield ops.probe([shard])
+        b = yield ops.probe([shard])
         return (shard, a, b)
 
     flow = together([two_pops(0), two_pops(1), two_pops(2)])
@@ -201,3 +209,14 @@ def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
     assert nap(100.25, 100.0, 5.0) == pytest.approx(0.25 + HINT_PAD)
     assert nap(130.0, 100.0, 5.0) == 5.0
     assert nap(99.0, 100.0, 5.0) == 0.0  # already due: look at once
+
+
+def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
+    last = LastLook()
+    last.saw(100, 100, None, now=10.0)  # a full batch: a backlog, due time unknown
+    assert last.full and last.due_at is None and last.nap(10.0, 5.0) == 5.0
+    last.saw(0, 100, 250.0, now=10.0)  # nothing yet: something falls due in 250 ms
+    assert not last.full and last.due_at == pytest.approx(10.25)
+    assert last.nap(10.0, 5.0) == pytest.approx(0.25 + HINT_PAD)
+    last.saw(0, 100, -1.0, now=11.0)  # nothing is waiting at all
+    assert last.due_at is None and last.nap(11.0, 5.0) == 5.0

@@ -182,7 +182,7 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
         return msgs, None
-    *flags, hint = yield ops._probe(shards)
+    *flags, hint = yield ops.probe(shards)
     ready = [s for s, f in zip(shards, flags, strict=True) if f]
     k = min(len(ready), count)
     if k == 0:
@@ -194,6 +194,24 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     msgs = [m for part in got for m in part]
     # Others may have taken them meanwhile: look again at once rather than wait.
     return msgs, None if msgs else 0.0
+
+
+class LastLook:
+    """What a concurrent worker's last look found (monotonic seconds), for its next turn:
+    whether it filled the batch (a backlog: ``fetch(backlog=True)``) and when something
+    may fall due (``nap``). The sync and asyncio worker loops share it."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.due_at: float | None = None  # None: nothing is waiting, or unknown
+
+    def saw(self, found: int, wanted: int, hint: float | None, now: float) -> None:
+        """A look found ``found`` of ``wanted``; ``hint`` as ``fetch`` returns it."""
+        self.full = found >= wanted
+        self.due_at = None if hint is None or hint < 0 else now + hint / 1000
+
+    def nap(self, now: float, idle_wait: float) -> float:
+        return nap(self.due_at, now, idle_wait)
 
 
 def nap(due_at: float | None, now: float, idle_wait: float) -> float:

@@ -213,7 +213,7 @@ class QueueOps:
                         # One read of every other shard instead of a pop each: an idle or
                         # sparse queue costs two calls a pass, not one per shard.
                         probed = True
-                        *flags, h = yield self._probe(todo[i:])
+                        *flags, h = yield self.probe(todo[i:])
                         hint = _sooner(hint, float(h))
                         todo = todo[:i] + [s for s, f in zip(todo[i:], flags, strict=True) if f]
                     continue
@@ -240,7 +240,9 @@ class QueueOps:
                 return got
             woken = quiet is not True
 
-    def _probe(self, shards: Sequence[int]) -> Call:
+    def probe(self, shards: Sequence[int]) -> Call:
+        """One read-only look at ``shards``: a flag per shard (something deliverable), then
+        the ms until something may be (-1: unknown). See probe-3.lua."""
         keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
         return Call(_PROBE, keys, [])
 

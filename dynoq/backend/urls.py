@@ -130,18 +130,28 @@ def reusable_options(client: Any) -> dict[str, Any]:
 SENTINEL_RETRY_ON = [redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError]
 
 
+def sentinel_target(url: str, options: dict[str, Any]) -> tuple[list[tuple[str, int]], str, int,
+                                                                 dict[str, Any] | None]:
+    """What both clients need for a sentinel URL: the sentinels, the service, the db and
+    the sentinels' own options (``sentinel_kwargs``, taken out of ``options``); the URL's
+    credentials and the errors to retry on go into ``options`` (the master's client).
+    Checks the URL (no I/O)."""
+    service, db = sentinel_service(url)
+    hosts = host_list(url, "sentinel")
+    credentials(url, options)
+    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
+    return hosts, service, db, options.pop("sentinel_kwargs", None)
+
+
 def _sentinel(url: str, options: dict[str, Any]) -> Backend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``: the master
     of ``service`` as the sentinels know it, found again after a failover. Options go to
     the master's client; ``sentinel_kwargs`` (a dict) to the sentinels' (e.g. their
     password)."""
     given = dict(options)
-    service, db = sentinel_service(url)
-    credentials(url, options)
+    hosts, service, db, sentinel_kwargs = sentinel_target(url, options)
     options.setdefault("retry", default_retry())
-    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
-    sentinel = Sentinel(host_list(url, "sentinel"),  # type: ignore[no-untyped-call]
-                        sentinel_kwargs=options.pop("sentinel_kwargs", None),
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
                         socket_timeout=options.get("socket_timeout"))
     client = sentinel.master_for(service, db=db, **options)  # type: ignore[no-untyped-call]
 

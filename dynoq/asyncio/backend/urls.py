@@ -18,8 +18,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
-from ...backend.hosts import credentials, host_list, redact, sentinel_service
-from ...backend.urls import SENTINEL_RETRY_ON, memory_server, resolve, url_of
+from ...backend.hosts import redact
+from ...backend.urls import memory_server, resolve, sentinel_target, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
@@ -78,12 +78,8 @@ def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``, as the sync
     client's (:func:`dynoq.backend.urls._sentinel`)."""
     given = dict(options)
-    service, db = sentinel_service(url)  # checks the URL now (no I/O)
-    hosts = host_list(url, "sentinel")
-    credentials(url, options)
+    hosts, service, db, sentinel_kwargs = sentinel_target(url, options)  # checks the URL
     options.setdefault("retry", default_retry())
-    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
-    sentinel_kwargs = options.pop("sentinel_kwargs", None)
 
     async def master() -> tuple[Any, Closer]:
         sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]

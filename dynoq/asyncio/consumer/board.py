@@ -116,10 +116,8 @@ class IdleGate:
                 return
 
     def wake(self) -> None:
-        while self._sleepers:
-            fut = self._sleepers.popleft()
-            if not fut.done():
-                fut.set_result(None)
+        while self._sleepers:  # every sleeper, one by one
+            self.found()
 
 
 class InFlight:

@@ -77,8 +77,7 @@ class Workers:
         batch, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
         turn = me  # the workers start at different shards
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
-        due_at: float | None = None  # (monotonic) when something may fall due
-        full = False  # the last look filled the batch: a backlog
+        last = consuming.LastLook()
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         while not s.stopping.is_set():
             n = await s.flow.take(batch, idle)
@@ -90,10 +89,8 @@ class Workers:
                 msgs: list[Message] = []
                 looked = not quiet  # (it looked first thing: pop waits after a look)
                 if looked:
-                    msgs, hint = await s.fetch(n, shards=order, backlog=full)
-                    full = len(msgs) >= n
-                    due_at = None if hint is None or hint < 0 else \
-                        time.monotonic() + hint / 1000
+                    msgs, hint = await s.fetch(n, shards=order, backlog=last.full)
+                    last.saw(len(msgs), n, hint, time.monotonic())
                 if msgs:
                     s.idle.found()  # more may be due: one sleeping worker comes to look
                 elif looked and hint is None and probing:  # no rate-limit permit: go on
@@ -105,7 +102,7 @@ class Workers:
                             quiet = not msgs
                         else:  # until a wake-up or the due time; then look, next turn
                             # (also after a quiet idle_wait: one probe, a safety net)
-                            await s.wait(consuming.nap(due_at, time.monotonic(), idle))
+                            await s.wait(last.nap(time.monotonic(), idle))
                     finally:
                         s.idle.done_watching(found=bool(msgs))
                     if not msgs:
