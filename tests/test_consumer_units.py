@@ -197,6 +197,54 @@ def test_fetch_shares_a_small_count_between_the_first_shards() -> None:
     assert isinstance(pops, Batch) and [int(c.args[0]) for c in pops.calls] == [1, 1, 1]
 
 
+def test_fetch_after_a_full_batch_asks_the_first_shard_for_all() -> None:
+    # A deep queue: the first shard's pop fills the batch in one round trip.
+    flow = fetch(_ops(16), 100, list(range(16)), visibility=30.0, consumer="c", backlog=True)
+    first = next(flow)
+    assert isinstance(first, Call) and first.script.name == "pop"
+    assert int(first.args[0]) == 100
+    with pytest.raises(StopIteration) as stop:
+        flow.send(_popped(0, 100))
+    msgs, hint = stop.value.value
+    assert len(msgs) == 100 and hint is None
+
+
+def test_fetch_after_a_full_batch_of_a_shallow_queue_takes_three_round_trips() -> None:
+    # The regression it guards: after a pause of the process every shard was a few
+    # messages behind, and a backlog look walked 16 shards one round trip each (40-75 ms
+    # at 10,000 messages/s, benchmarks/bench_delay.py).
+    flow = fetch(_ops(16), 100, list(range(16)), visibility=30.0, consumer="c", backlog=True)
+    next(flow)
+    probe = flow.send(_popped(0, 10))
+    assert isinstance(probe, Call) and probe.script.name == "probe"
+    assert len(probe.keys) == 15 * 3  # the other shards
+    flags = [1 if s % 3 == 0 else 0 for s in range(1, 16)]  # shards 3, 6, 9, 12, 15
+    pops = flow.send([*flags, -1])
+    assert isinstance(pops, Batch) and [c.script.name for c in pops.calls] == ["pop"] * 5
+    assert sum(int(c.args[0]) for c in pops.calls) == 90
+    with pytest.raises(StopIteration) as stop:
+        flow.send([_popped(s, 6) for s in (3, 6, 9, 12, 15)])
+    msgs, hint = stop.value.value
+    assert len(msgs) == 40 and hint is None
+    assert [m.shard for m in msgs][:10] == [0] * 10  # the first shard's first
+
+
+def test_fetch_after_a_full_batch_with_nothing_else_due() -> None:
+    flow = fetch(_ops(4), 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
+    next(flow)
+    flow.send(_popped(2, 7))
+    with pytest.raises(StopIteration) as stop:
+        flow.send([0, 0, 0, 40])
+    msgs, hint = stop.value.value
+    assert len(msgs) == 7 and hint is None
+    flow = fetch(_ops(4), 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
+    next(flow)
+    flow.send([0, 40])  # pop: nothing
+    with pytest.raises(StopIteration) as stop:
+        flow.send([0, 0, 0, 40])  # probe: due in 40 ms
+    assert stop.value.value == ([], 40.0)
+
+
 def test_fetch_on_redis_cluster_is_pop() -> None:
     # No probe across hash slots there: one pop after another, as pop does.
     flow = fetch(_ops(4, cross_slot=False), 10, [0, 1, 2, 3], visibility=30.0, consumer="c")
@@ -213,10 +261,12 @@ def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
 
 def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
     last = LastLook()
+    assert last.in_turn  # a look waits for the other workers' looks to end
     last.saw(100, 100, None, now=10.0)  # a full batch: a backlog, due time unknown
     assert last.full and last.due_at is None and last.nap(10.0, 5.0) == 5.0
+    assert not last.in_turn  # a backlog's looks overlap
     last.saw(0, 100, 250.0, now=10.0)  # nothing yet: something falls due in 250 ms
-    assert not last.full and last.due_at == pytest.approx(10.25)
+    assert not last.full and last.in_turn and last.due_at == pytest.approx(10.25)
     assert last.nap(10.0, 5.0) == pytest.approx(0.25 + HINT_PAD)
     last.saw(0, 100, -1.0, now=11.0)  # nothing is waiting at all
     assert last.due_at is None and last.nap(11.0, 5.0) == 5.0

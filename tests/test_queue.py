@@ -99,6 +99,87 @@ def test_pop_wait_wakes_on_push(make_client: Callable[..., dynoq.Client]) -> Non
     assert time.monotonic() - pushed_at < 2  # woken by the push, not the 10 s timeout
 
 
+@pytest.mark.sync_only
+def test_push_publishes_a_wake_up_only_when_a_waiter_may_need_it(
+        client: dynoq.Client) -> None:
+    q = client.queue("wake-news", shards=1)
+    sub = q.backend.subscribe(q.ops.wake)
+    try:
+        def woken(timeout: float) -> bool:
+            return bool(sub.get(timeout))
+
+        q.push("a")
+        assert woken(5)  # ready was empty
+        q.push("b")
+        assert not woken(0.2)  # ready was not: whoever waits was woken by "a"
+        q.push("c", delay=60)
+        assert woken(5)  # the first delayed message
+        q.push("d", delay=120)
+        assert not woken(0.2)  # due after "c": a waiter naps until c's due time anyway
+        q.push("e", delay=30)
+        assert woken(5)  # due before every delayed one
+        q.push_many([dynoq.Message(i, delay=90) for i in range(3)] + ["f"])
+        assert not woken(0.2)  # neither the first ready nor the earliest due
+        assert len(q.pop(10)) == 3
+        q.push_many(["g", "h"])
+        assert woken(5)  # ready was empty again
+        assert not woken(0.2)  # one wake-up for the whole call
+    finally:
+        sub.close()
+
+
+def test_pop_wait_wakes_for_an_earlier_due_message(
+        make_client: Callable[..., dynoq.Client]) -> None:
+    import threading
+
+    consumer, producer = make_client(), make_client()
+    q = consumer.queue("wake-earlier", shards=1)
+    producer.queue("wake-earlier").push("late", delay=60)
+    result: list[list[Message]] = []
+    t = threading.Thread(target=lambda: result.append(q.pop(wait=10)))
+    t.start()
+    time.sleep(0.3)  # the pop waits, due time 60 s away
+    pushed_at = time.monotonic()
+    producer.queue("wake-earlier").push("soon", delay=0.2)
+    t.join(10)
+    assert result and [m.payload for m in result[0]] == ["soon"]
+    assert time.monotonic() - pushed_at < 3  # woken by the push, not the 10 s timeout
+
+
+@pytest.mark.sync_only
+def test_a_batch_in_flight_is_kept_out_of_listpacks(real_client: dynoq.Client) -> None:
+    """lua/lib/pin.lua: a shard's in-flight zset and delivery-state hash stay a skiplist
+    and a hashtable (found by key, not searched entry by entry), even once empty; and
+    nothing that reads the shard sees the pin."""
+    from dynoq._core import inspect
+    from dynoq._core.calls import Cmd
+
+    q = real_client.queue("pinned", shards=1)
+    k = shard_keys(q, 0)
+
+    def encoding(key: str) -> bytes:
+        return bytes(q.backend.run(Cmd(("OBJECT", "ENCODING", key))))
+
+    def in_flight_page() -> tuple[list[str], bool]:
+        entries, more = q.backend.drive(inspect.page(q.ops, "in_flight", shards=[0],
+                                                     count=100))
+        return sorted(e.message.id or "" for e in entries), more
+
+    q.push_many([Message(i, id=f"m{i}") for i in range(100)])
+    got = q.pop(100)
+    assert (encoding(k.unack), encoding(k.dlv)) == (b"skiplist", b"hashtable")
+    assert q.stats().unacked == 100
+    assert in_flight_page() == (sorted(m.id or "" for m in got), False)
+    assert q.ack_many(got[:99]) == 99
+    assert (q.stats().unacked, in_flight_page()) == (1, ([got[99].id], False))
+    assert q.ack(got[99]) and q.stats().unacked == 0 and in_flight_page() == ([], False)
+    assert requeue_shard(q, 0, force=True) == 0  # the pin is no delivery to give back
+    assert (encoding(k.unack), encoding(k.dlv)) == (b"skiplist", b"hashtable")
+    q.push("next")
+    [m] = q.pop()
+    assert (m.payload, m.attempts) == ("next", 1)
+
+
 def test_pop_wait_sleeps_until_due(client: dynoq.Client) -> None:
     q = client.queue("wait-due", shards=1)
     q.push("x", delay=0.3)

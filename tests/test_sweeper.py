@@ -32,7 +32,10 @@ def expire_all(q: dynoq.Queue) -> None:
     """Make every delivery of ``q`` expired now (scores 0), without waiting for a timeout."""
     for shard in range(q.settings.shards):
         key = helpers.shard_keys(q, shard).unack
-        q.backend.redis.zunionstore(key, {key: 0})
+        # Below +inf: lua/lib/pin.lua's entry is no delivery.
+        in_flight = q.backend.redis.zrangebyscore(key, "-inf", "(+inf")
+        if in_flight:
+            q.backend.redis.zadd(key, dict.fromkeys(in_flight, 0), xx=True)
 
 
 def pop_all(q: dynoq.Queue, n: int, visibility: float = 600.0) -> list[dynoq.Message]:

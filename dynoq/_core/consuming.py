@@ -174,24 +174,37 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     the end: under a steady stream of due messages what it found on the first shards
     waited for the last ones, several ms on 16 shards, more while other workers' passes
     compete for the server.) Returns the messages and, when there were none, the ms
-    until something may be deliverable (-1: nothing is waiting); None when unknown: on
-    Redis Cluster (no probe across slots), for one shard, and with a ``backlog`` (the
-    last look filled its batch: ``pop`` fills it from the first shard in one round trip,
-    where sharing it out would cost throughput and gain no promptness), this is ``pop``."""
-    if not ops.cross_slot or len(shards) < 2 or backlog:
+    until something may be deliverable (-1: nothing is waiting); None when unknown.
+
+    With a ``backlog`` (the last look filled its batch) the first shard is asked for the
+    whole ``count`` first: a deep queue fills the batch there, in one pop (sharing it
+    out would cost throughput), and a broad shallow one (every shard a few messages
+    behind, as after a pause of the process) gets the rest with a probe and the ready
+    shards' pops together: three round trips, not one per shard as ``pop`` would take
+    (40-75 ms for 16 shards under load). On Redis Cluster (no probe across
+    slots) and for one shard, this is ``pop``."""
+    if not ops.cross_slot or len(shards) < 2:
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
         return msgs, None
+    first: list[Message] = []
+    if backlog:
+        first = yield from ops.pop(count, visibility=visibility, shards=shards[:1],
+                                   consumer=consumer)
+        if len(first) >= count:
+            return first, None
+        count -= len(first)
+        shards = shards[1:]
     *flags, hint = yield ops.probe(shards)
     ready = [s for s, f in zip(shards, flags, strict=True) if f]
     k = min(len(ready), count)
     if k == 0:
-        return [], float(hint)
+        return first, None if first else float(hint)
     share, extra = divmod(count, k)
     got = yield from together([
         ops.pop(share + (i < extra), visibility=visibility, shards=[s], consumer=consumer)
         for i, s in enumerate(ready[:k])])
-    msgs = [m for part in got for m in part]
+    msgs = first + [m for part in got for m in part]
     # Others may have taken them meanwhile: look again at once rather than wait.
     return msgs, None if msgs else 0.0
 
@@ -212,6 +225,15 @@ class LastLook:
 
     def nap(self, now: float, idle_wait: float) -> float:
         return nap(self.due_at, now, idle_wait)
+
+    @property
+    def in_turn(self) -> bool:
+        """Whether the next look waits for the other workers' looks to end (one at a
+        time: overlapping looks raced for the same due messages and, in threads, passed
+        the GIL back and forth at every reply). Not after a full batch: a backlog's looks
+        overlap, for throughput (one at a time, four threads drained a deep queue at
+        0.75x)."""
+        return not self.full
 
 
 def nap(due_at: float | None, now: float, idle_wait: float) -> float:

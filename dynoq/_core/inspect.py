@@ -8,6 +8,7 @@ message or runs a script that writes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,9 +103,10 @@ def page(q: QueueOps, kind: str, *, shards: Sequence[int], offset: int = 0,
                               "walk one shard to go further")
     heads = yield Batch([Cmd(("ZRANGE", getattr(q.shard_keys[s], PAGES[kind]), offset,
                               offset + count, "WITHSCORES")) for s in shards])
-    ranked = sorted((float(score), s, _text(member))
-                    for s, head in zip(shards, heads, strict=True)
-                    for member, score in pairs(head))
+    ranked = sorted(entry for entry in ((float(score), s, _text(member))
+                                        for s, head in zip(shards, heads, strict=True)
+                                        for member, score in pairs(head))
+                    if entry[0] != math.inf)  # lua/lib/pin.lua's entry: not a message
     more = len(ranked) > count
     ranked = ranked[:count]
     found = yield from q.stored([(s, msg_id) for _, s, msg_id in ranked])

@@ -10,7 +10,7 @@ makes the result) for ``backend.run``, or a flow (a generator of requests) for
 from __future__ import annotations
 
 import itertools
-import secrets
+import random
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -200,7 +200,10 @@ class QueueOps:
             while i < len(todo):
                 shard = todo[i]
                 i += 1
-                nonce = secrets.token_hex(4)
+                # A delivery token needs to differ between deliveries, not to be secret:
+                # random's generator (reseeded in a forked child) instead of os.urandom,
+                # a system call that hands the GIL to another thread at every pop.
+                nonce = f"{random.getrandbits(32):08x}"
                 reply = yield Call(_POP, self._pop_keys[shard],
                                    [count - len(got), vis_ms, nonce, *args_tail])
                 if type(reply) is int:

@@ -29,6 +29,8 @@ class Shared:
     flow: InFlight = field(init=False)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
+    # Concurrent queues: one look at a time (see workers._concurrent_loop).
+    looking: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
     # rebinding), never changed in place, so readers need no lock.

@@ -9,7 +9,7 @@
            2 = due delayed messages to promote, 4 = acked ids to trim, 8 = a recurring
            message's current tick has come (its next one may need pushing); 0 = nothing;
            then, with the optional key, the number of consumer groups
-  uses: lib/clock.lua
+  uses: lib/clock.lua lib/pin.lua
 ]]
 local now = now_ms()
 local limits, bits = {now, now, now - tonumber(ARGV[1]), now}, {1, 2, 4, 8}
@@ -18,8 +18,8 @@ local groups = #KEYS % 4 == 1
 for g = 1, #KEYS - (groups and 1 or 0), 4 do
   local mask = 0
   for j = 0, 3 do
-    local head = redis.call('ZRANGE', KEYS[g + j], 0, 0, 'WITHSCORES')
-    if head[2] and tonumber(head[2]) <= limits[j + 1] then mask = mask + bits[j + 1] end
+    local first = head(KEYS[g + j])
+    if first[2] and tonumber(first[2]) <= limits[j + 1] then mask = mask + bits[j + 1] end
   end
   out[#out + 1] = mask
 end

@@ -13,7 +13,7 @@
            "<nonce>.<attempts>", so the caller makes it from the nonce it sent
            {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
            FENCED or LEASED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua
+  uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua lib/pin.lua
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -36,9 +36,9 @@ promote(delayed, ready, msgs, dlv, seq, now, 5000)
 local function hint()
   local best = -1
   for _, key in ipairs({delayed, unack}) do
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if head[2] then
-      local ms = math.max(tonumber(head[2]) - now, 0)
+    local first = head(key)
+    if first[2] then
+      local ms = math.max(tonumber(first[2]) - now, 0)
       if best < 0 or ms < best then best = ms end
     end
   end
@@ -46,7 +46,7 @@ local function hint()
 end
 
 -- An ordered shard delivers nothing while a message is in flight or waits for a retry.
-if ordered and (redis.call('ZCARD', unack) > 0 or redis.call('ZCARD', delayed) > 0) then
+if ordered and (live(unack) > 0 or redis.call('ZCARD', delayed) > 0) then
   return {0, hint()}
 end
 local popped = redis.call('ZPOPMIN', ready, count)
@@ -54,9 +54,16 @@ if #popped == 0 then return {0, hint()} end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = bulk_read('HMGET', msgs, ids)
--- No delivery states at all (a drained shard): nothing to read for first deliveries.
-local dlvs = redis.call('HLEN', dlv) > 0 and bulk_read('HMGET', dlv, ids) or {}
-local out, unacks, states = {1, -1}, {}, {}
+-- No delivery states but the pin (a drained shard): nothing to read for first deliveries.
+-- (One entry that is not the pin: a state written before pins were.)
+local states_n = redis.call('HLEN', dlv)
+local dlvs = {}
+if states_n > 1 or (states_n == 1 and redis.call('HEXISTS', dlv, PIN) == 0) then
+  dlvs = bulk_read('HMGET', dlv, ids)
+end
+-- One deadline string for the batch: a number argument is formatted again per message.
+local deadline = string.format('%d', now + vis)
+local out, unacks, states = {1, -1}, {'+inf', PIN}, {PIN, ''}
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
@@ -64,7 +71,7 @@ for k, id in ipairs(ids) do
     local tok = nonce .. '.' .. n
     states[#states + 1] = id
     states[#states + 1] = string.format('%d|%d|', n, tonumber(popped[2 * k])) .. tok
-    unacks[#unacks + 1] = now + vis
+    unacks[#unacks + 1] = deadline
     unacks[#unacks + 1] = id
     out[#out + 1] = id
     out[#out + 1] = rec

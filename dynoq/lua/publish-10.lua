@@ -18,7 +18,7 @@ local first = 4 + 2 * targets
 local now = now_ms()
 local added = 0
 for t = 1, targets do
-  local filter, wake = ARGV[2 + 2 * t], ARGV[3 + 2 * t]
+  local filter, channel = ARGV[2 + 2 * t], ARGV[3 + 2 * t]
   local items = {}
   for j = first, #ARGV, 5 do
     local tag = ARGV[j + 3]
@@ -31,8 +31,8 @@ for t = 1, targets do
   if #items > 0 then
     local k = {}
     for i = 1, 9 do k[i] = KEYS[1 + 9 * (t - 1) + i] end
-    local _, pushed = push_into(k, true, window, now, items, 1)
-    if pushed > 0 then redis.call('PUBLISH', wake, '1') end
+    local _, pushed, wake = push_into(k, true, window, now, items, 1)
+    if wake then redis.call('PUBLISH', channel, '1') end
     added = added + pushed
   end
 end

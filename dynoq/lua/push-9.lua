@@ -4,12 +4,12 @@
   KEYS[9] counts (hash: cumulative pushed, acked, retried, expired, dead)
   ARGV[1] mode: "push" (replace a message with the same id) or "ensure" (skip it)
   ARGV[2] dedupe window in ms (ensure skips ids acked within it; 0 = off)
-  ARGV[3] wake channel (PUBLISHed when anything was added)
+  ARGV[3] wake channel (PUBLISHed when push_into says a waiter may need it)
   ARGV[4..] groups of four: id, delay ms, priority, msgpack body
   returns: array of 1 (pushed) / 0 (skipped by ensure), one per message
   uses: lib/clock.lua lib/push.lua
 ]]
-local out, pushed = push_into(KEYS, ARGV[1] == 'ensure', tonumber(ARGV[2]), now_ms(), ARGV, 4)
-if pushed > 0 then redis.call('PUBLISH', ARGV[3], '1') end
+local out, _, wake = push_into(KEYS, ARGV[1] == 'ensure', tonumber(ARGV[2]), now_ms(), ARGV, 4)
+if wake then redis.call('PUBLISH', ARGV[3], '1') end
 for i, o in ipairs(out) do if o == 2 then out[i] = 0 end end
 return out

@@ -8,7 +8,7 @@
                    id, batch = the uncommitted batch `wrote` belongs to
   KEYS[11] wrote   set of the ids the uncommitted batch handled (pushed, found, refused)
   ARGV[1] dedupe window in ms (ids acked within it are refused; 0 = off)
-  ARGV[2] wake channel (PUBLISHed when anything was added)
+  ARGV[2] wake channel (PUBLISHed when push_into says a waiter may need it)
   ARGV[3] batch id (>= 0), or -1: no batch (plain push-if-absent; KEYS 10-11 untouched)
   ARGV[4] retention of the query's keys in ms (renewed by every batch)
   ARGV[5..] groups of four: id, delay ms, priority, msgpack body
@@ -38,12 +38,12 @@ if batch >= 0 then
   redis.call('PEXPIRE', commit, keep)
 end
 
-local out, pushed = push_into(KEYS, true, window, now_ms(), ARGV, 5, handled)
+local out, pushed, wake = push_into(KEYS, true, window, now_ms(), ARGV, 5, handled)
 local refused = 0
 for _, o in ipairs(out) do if o == 2 then refused = refused + 1 end end
 if batch >= 0 and n > 0 then
   bulk('SADD', wrote, ids)
   redis.call('PEXPIRE', wrote, keep)
 end
-if pushed > 0 then redis.call('PUBLISH', ARGV[2], '1') end
+if wake then redis.call('PUBLISH', ARGV[2], '1') end
 return {pushed, n - pushed - refused, refused}

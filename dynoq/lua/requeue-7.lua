@@ -7,7 +7,7 @@
   ARGV[3] max retries (a delivery past it is dead-lettered)  ARGV[4] limit
   ARGV[5] wake channel
   returns: {given back, dead-lettered, 1 if more remain else 0}, or FENCED
-  uses: lib/clock.lua lib/refusal.lua lib/expire.lua
+  uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/pin.lua
 ]]
 local unack, delayed, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -16,7 +16,7 @@ if refused then return refused end
 local limit = tonumber(ARGV[4])
 local now = now_ms()
 local upto = now
-if ARGV[2] == '1' then upto = '+inf' end
+if ARGV[2] == '1' then upto = BELOW_PIN end  -- every delivery
 local back, buried, looked = give_back(unack, delayed, dlv, dead, why, counts, now, upto,
                                        limit, tonumber(ARGV[3]))
 if back > 0 then redis.call('PUBLISH', ARGV[5], '1') end

@@ -16,7 +16,7 @@ local mark = redis.call('ZSCORE', KEYS[11], id)
 if mark and tonumber(mark) >= tick then return 0 end
 redis.call('ZADD', KEYS[11], tick, id)
 local now = now_ms()
-local _, pushed = push_into(KEYS, true, tonumber(ARGV[7]), now,
+local _, pushed, wake = push_into(KEYS, true, tonumber(ARGV[7]), now,
                             {ARGV[3], math.max(tick - now, 0), ARGV[4], ARGV[5]}, 1)
-if pushed > 0 then redis.call('PUBLISH', ARGV[6], '1') end
+if wake then redis.call('PUBLISH', ARGV[6], '1') end
 return pushed

@@ -4,21 +4,21 @@
   returns: {ready (incl. due delayed), delayed (not yet due), unacked, dead,
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered}
-  uses: lib/clock.lua lib/record.lua
+  uses: lib/clock.lua lib/record.lua lib/pin.lua
 ]]
 local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
 local due = redis.call('ZCOUNT', delayed, '-inf', now)
 local oldest = -1
-local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-if head[2] and tonumber(head[2]) <= now then oldest = tonumber(head[2]) end
+local first = head(delayed)
+if first[2] and tonumber(first[2]) <= now then oldest = tonumber(first[2]) end
 for _, id in ipairs(redis.call('ZRANGE', ready, 0, 0)) do
   local rec = redis.call('HGET', msgs, id)
   local enq, off = times(rec)
   if enq and (oldest < 0 or enq + off < oldest) then oldest = enq + off end
 end
 local out = {redis.call('ZCARD', ready) + due, redis.call('ZCARD', delayed) - due,
-             redis.call('ZCARD', unack), redis.call('ZCARD', dead), oldest}
+             live(unack), redis.call('ZCARD', dead), oldest}
 for _, n in ipairs(redis.call('HMGET', KEYS[6], 'pushed', 'acked', 'retried', 'expired', 'dead')) do
   out[#out + 1] = tonumber(n) or 0
 end

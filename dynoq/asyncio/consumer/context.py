@@ -30,6 +30,8 @@ class Shared:
     flow: InFlight = field(init=False)
     deliveries: DeliveryState = field(default_factory=DeliveryState)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
+    # Concurrent queues: one look at a time (see workers._concurrent_loop).
+    looking: asyncio.Lock = field(default_factory=asyncio.Lock)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # Concurrent queues: the allocated shards, popped first.
     preferred: list[int] = field(default_factory=list)

@@ -12,6 +12,7 @@ of all of them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ from .processing import Processor
 
 log = logging.getLogger("dynoq.consumer")
 
+NO_TURN: contextlib.AbstractAsyncContextManager[object] = contextlib.nullcontext()
 ERROR_PAUSE = 1.0  # seconds a worker waits after an unexpected error
 
 
@@ -89,7 +91,9 @@ class Workers:
                 msgs: list[Message] = []
                 looked = not quiet  # (it looked first thing: pop waits after a look)
                 if looked:
-                    msgs, hint = await s.fetch(n, shards=order, backlog=last.full)
+                    # One at a time, unless a backlog (see the thread consumer).
+                    async with s.looking if last.in_turn else NO_TURN:
+                        msgs, hint = await s.fetch(n, shards=order, backlog=last.full)
                     last.saw(len(msgs), n, hint, time.monotonic())
                 if msgs:
                     s.idle.found()  # more may be due: one sleeping worker comes to look

@@ -1,6 +1,6 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
   uses: lib/promote.lua lib/bulk.lua lib/record.lua
-  push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added
+  push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added, wake
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
     items: a flat list, from index `from` on, of id, delay ms, priority, body for each
@@ -9,6 +9,11 @@
     skip: ids to skip as handled already (a set, or nil)
     outcome: 1 added, 0 skipped (it exists, or was handled), 2 refused (acked within
     the dedupe window and not pushed again since)
+    wake: true when a waiter may need the news: the shard's ready set was empty and now
+    is not, or a delayed message is due before every one already delayed. Anything else
+    was announced by an earlier push: a waiter looks again after each wake-up until it
+    finds ready empty, and naps only until the earliest due time it saw. (A PUBLISH on
+    every push costs the server a call and every subscriber a read.)
     Promotes what is due first, so ready order is exactly "became ready first".
 ]]
 local function push_into(k, ensure, window, now, items, from, skip)
@@ -19,7 +24,7 @@ local function push_into(k, ensure, window, now, items, from, skip)
   local base = redis.call('INCRBY', seq, n) - n
   local out, zready, zdelayed, seen = {}, {}, {}, {}
   local enq = stamp(now) .. ','
-  local pushed = 0
+  local pushed, wake, first_due = 0, false, nil
   for i = 1, n do
     local j = from + 4 * (i - 1)
     local id, delay, prio = items[j], tonumber(items[j + 1]), tonumber(items[j + 2])
@@ -48,9 +53,17 @@ local function push_into(k, ensure, window, now, items, from, skip)
       pushed = pushed + 1
       out[i] = 1
       if delay > 0 then
+        if not wake then
+          if not first_due then
+            local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+            first_due = tonumber(head[2]) or math.huge
+          end
+          wake = now + delay < first_due
+        end
         zdelayed[#zdelayed + 1] = now + delay
         zdelayed[#zdelayed + 1] = id
       else
+        if not wake and #zready == 0 then wake = redis.call('EXISTS', ready) == 0 end
         zready[#zready + 1] = prio * PRIO + base + i
         zready[#zready + 1] = id
       end
@@ -63,5 +76,5 @@ local function push_into(k, ensure, window, now, items, from, skip)
     bulk('ZADD', delayed, zdelayed)
     redis.call('HINCRBY', counts, 'pushed', pushed)
   end
-  return out, pushed
+  return out, pushed, wake
 end

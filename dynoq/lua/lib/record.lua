@@ -7,16 +7,15 @@
   priority(rec)     -> the priority (0 when rec has no header)
   retimed(rec, due) -> rec with its due offset set so that it is due at `due` (ms)
 ]]
-local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
-
-local function stamp(now)
-  local out, n = {}, now
+local function stamp(now)  -- digits as byte codes, least significant first: no string per digit
+  local b, i, n = {}, 0, now
   repeat
     local d = n % 36
-    table.insert(out, 1, string.sub(DIGITS, d + 1, d + 1))
+    i = i + 1
+    b[i] = d < 10 and 48 + d or 87 + d  -- '0'..'9', 'a'..'z'
     n = (n - d) / 36
   until n == 0
-  return table.concat(out)
+  return string.reverse(string.char(unpack(b)))
 end
 
 local function enq_ms(field)
