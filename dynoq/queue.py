@@ -176,9 +176,9 @@ class Queue:
         expression (5 fields, UTC), exactly one occurrence per tick however many
         consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
         headers carry ``dynoq.schedule`` and ``dynoq.tick``. The next occurrence is pushed
-        when the current one is delivered (or by the sweeper); ticks missed while nothing
-        ran are skipped. Scheduling an existing id replaces it. Returns the first tick
-        (seconds, server clock)."""
+        when the current one is delivered (or by the sweeper); a tick up to a second late
+        is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
+        existing id replaces it. Returns the first tick (seconds, server clock)."""
         return self.backend.drive(ScheduleOps(self.ops).schedule(
             id, payload, every=every, cron=cron, priority=priority, key=key,
             headers=headers))

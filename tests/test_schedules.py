@@ -24,10 +24,16 @@ def test_ticks_come_from_the_definition() -> None:
     assert every.next_tick(1_000_000, 1_000_000) == 1_010_000
     assert every.next_tick(1_010_000, 1_010_005) == 1_020_000  # from the tick, not "now"
     assert every.next_tick(1_010_000, 1_095_000) == 1_100_000  # missed ticks are skipped
+    # A tick a stall made late is still pushed (at once), not skipped; a second is the limit.
+    assert every.next_tick(1_010_000, 1_020_900) == 1_020_000
+    assert every.next_tick(1_010_000, 1_021_000) == 1_020_000
+    assert every.next_tick(1_010_000, 1_021_001) == 1_030_000
     cron = Schedule("c", None, "*/5 * * * *", None, 0, None, None, None, anchor=0.0)
     t = 1_795_000_000_000  # ms
     nxt = cron.next_tick(t, t)
     assert nxt > t and (nxt // 1000) % 300 == 0 and nxt - t <= 300_000
+    assert cron.next_tick(nxt, nxt + 300_400) == nxt + 300_000  # late, not skipped
+    assert cron.next_tick(nxt, nxt + 302_000) == nxt + 600_000
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ many consumers and sweepers fire it.
 Who fires the next tick: the pop that delivers an occurrence (at once), and the sweeper
 for any schedule whose latest tick has come (a consumer killed in between, or nobody
 consuming). Ticks come from the definition, never from delivery times, so nothing
-drifts; ticks missed while nothing ran are skipped, not replayed. Times are the server's.
+drifts. A tick at most ``MISFIRE_GRACE`` late (a stalled process, a busy server) is still
+pushed, at once; ticks missed for longer (nothing ran) are skipped, not replayed. Times are
+the server's.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from .settings import QueueSettings
 
 SCHEDULE, TICK = "dynoq.schedule", "dynoq.tick"  # headers of an occurrence
 MAX_SCHEDULES = 10_000  # per shard
+# A tick this late is pushed late rather than skipped: a pause of a second must not lose
+# an occurrence, an outage of an hour must not replay it (bounded: grace / every at most).
+MISFIRE_GRACE_MS = 1000
 _FIRE = script("schedule-fire")
 
 
@@ -54,9 +59,9 @@ class Schedule:
     anchor: float  # when it was scheduled: `every` ticks are anchor + k * every
 
     def next_tick(self, after_ms: int, now_ms: int) -> int:
-        """The first tick after ``after_ms`` that is not in the past (missed ticks are
-        skipped), in ms."""
-        start = max(after_ms, now_ms - 1)
+        """The first tick after ``after_ms`` that is at most ``MISFIRE_GRACE_MS`` in the
+        past (ticks missed for longer are skipped), in ms."""
+        start = max(after_ms, now_ms - MISFIRE_GRACE_MS - 1)
         if self.every is not None:
             every_ms, anchor_ms = round(self.every * 1000), round(self.anchor * 1000)
             return anchor_ms + (math.floor((start - anchor_ms) / every_ms) + 1) * every_ms
