@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 import redis
 
 import dynoq
+import dynoq.asyncio
 from dynoq.consumer.lease import Leases
 
 FLAVORS = ("sync", "async")
@@ -178,3 +180,60 @@ def test_starting_a_consumer_without_a_server_is_a_typed_error(own_server: Any) 
             client.consumer(q, lambda m: None).start()
     finally:
         client.close()
+
+
+def test_a_subscription_waiting_while_its_client_is_closed_returns_quietly(
+        real_url: str, prefix: str) -> None:
+    # A consumer's upkeep waits on its group channel while Client.close() in another
+    # thread disconnects every connection of the pool: the wait ends without an error.
+    backend = dynoq.connect(real_url, prefix=prefix).backend
+    sub = backend.subscribe(f"{prefix}:chan")
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            sub.get(3.0)
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    backend.close()
+    waiter.join(10)
+    sub.close()
+    assert not waiter.is_alive() and errors == []
+
+
+def test_a_pop_waiting_while_its_client_is_closed_ends_with_a_typed_outcome(
+        real_url: str, prefix: str) -> None:
+    client = dynoq.connect(real_url, prefix=prefix)
+    q = client.queue("closing", shards=2)
+    outcome: list[Any] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(q.pop(wait=1.0))
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    client.close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert outcome == [[]] or isinstance(outcome[0], dynoq.DynoqError), outcome
+
+
+def test_an_asyncio_pop_waiting_while_its_client_is_closed_ends_quietly(
+        real_url: str, prefix: str) -> None:
+    async def scenario() -> list[dynoq.Message]:
+        client = dynoq.asyncio.connect(real_url, prefix=prefix)
+        q = await client.queue("closing", shards=2)
+        waiting = asyncio.create_task(q.pop(wait=1.0))
+        await asyncio.sleep(0.3)
+        await client.close()
+        return await asyncio.wait_for(waiting, 10)
+
+    assert asyncio.run(scenario()) == []

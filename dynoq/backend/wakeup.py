@@ -18,6 +18,9 @@ from typing import Any
 from .errors import DROPPED, translate
 
 RESUBSCRIBE_PAUSE = 0.1  # seconds between attempts while the server is away
+# What redis-py raises when another thread (Client.close) closes the socket a wait is on
+# (select() on a closed descriptor): treated as a dropped connection.
+CLOSED_UNDER: tuple[type[BaseException], ...] = (TypeError, ValueError, OSError)
 
 
 class Waiter:
@@ -61,7 +64,7 @@ class Waiter:
             left = deadline - time.monotonic()
             try:
                 msg = pubsub.get_message(timeout=max(left, 0.0) if not woken else 0.0)
-            except DROPPED:
+            except (*DROPPED, *CLOSED_UNDER):
                 self._drop(pubsub)
                 time.sleep(min(max(left, 0.0), RESUBSCRIBE_PAUSE))  # no tight loop
                 return False
@@ -138,7 +141,7 @@ class Subscription:
             while self._pubsub.get_message(timeout=0.0) is not None:
                 pass
             return True
-        except DROPPED:
+        except (*DROPPED, *CLOSED_UNDER):
             self.close()
             return False
 
