@@ -18,7 +18,7 @@ import time
 import redis
 
 import dynoq
-from benchmarks.common import drop_prefix, median, parser, rate, server_url, table
+from benchmarks.common import drop_prefix, median, parser, rate, server_url, server_version, table
 
 RAW_POP = """
 local items = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -111,7 +111,7 @@ def main() -> None:
             results["push"].append(rate(args.single_n, lambda q=q: [
                 q.push(payload) for _ in range(args.single_n)]))
             q.clear()
-        version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+        version = server_version(r)
         drop_prefix(r, "raw:")
         drop_prefix(r, "bench:")
         client.close()

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 import dynoq
-from benchmarks.common import drop_prefix, median, parser, server_url, table
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 from dynoq._core import codec
 from dynoq._core.calls import Batch
 from dynoq._core.group import GroupOps
@@ -132,7 +132,7 @@ def main() -> None:
             for name, _ in pages(infos["big"]):
                 s, b = results["small"][name], results["big"][name]
                 rows.append((name, f"{s:.1f}", f"{b:.1f}", f"{b / s:.2f}"))
-            version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+            version = server_version(r)
             print(f"server {version}; Redis memory with both queues: {memory}; median of "
                   f"{args.repeats} GETs per page over HTTP (uvicorn, one process)")
             print(table(rows))

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 import dynoq
-from benchmarks.common import drop_prefix, median, parser, server_url, table
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 
 CHUNK = 10_000
 
@@ -70,7 +70,7 @@ def main() -> None:
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
         client = dynoq.connect(url, prefix="benchmem")
-        version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+        version = server_version(r)
         for size in (int(s) for s in args.sizes.split(",")):
             payload = os.urandom(size)
             raw_b, dyn_b, ratios, encodings = [], [], [], ""

@@ -18,7 +18,7 @@ import time
 
 import redis
 
-from benchmarks.common import median, parser, server_url, table
+from benchmarks.common import median, parser, server_url, server_version, table
 
 ROUNDS = """
 local n, rounds, pinned = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
@@ -75,7 +75,7 @@ def main() -> None:
                     us.setdefault((name, how), []).append(
                         took / (args.rounds * args.batch) * 1e6)
                     encodings[(name, how)] = enc.decode()
-        version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+        version = server_version(r)
         r.close()
     rows = [("in-flight key", "as Redis keeps it", "us per message", "pinned", "us per message",
              "pinned / listpack")]

@@ -24,7 +24,7 @@ import redis
 
 import dynoq
 from benchmarks.bench_core import RAW_PUSH
-from benchmarks.common import drop_prefix, median, parser, server_url, table
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 from dynoq.backend.runner import eval_args
 
 
@@ -91,7 +91,7 @@ def main() -> None:
         q.clear()
         server = {"raw script": server_usec(r, raw_evalsha),
                   "push script": server_usec(r, push_script)}
-        version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+        version = server_version(r)
         drop_prefix(r, "raw:")
         drop_prefix(r, "bench-push:")
         client.close()

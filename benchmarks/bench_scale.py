@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import redis
 
 import dynoq
-from benchmarks.common import drop_prefix, median, parser, server_url, table
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 
 KEYS = 1024  # ordered queue: routing keys (spread over every shard)
 BODY = "x" * 100
@@ -249,8 +249,7 @@ def main() -> None:
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
         client = dynoq.connect(url, prefix=prefix)
-        version = (r.info("server").get("valkey_version")
-                   or r.info("server")["redis_version"])
+        version = server_version(r)
         try:
             queues = {k: client.queue(k, shards=args.shards, ordered=k == "ordered")
                       for k in kinds}

@@ -41,6 +41,12 @@ def drop_prefix(r: redis.Redis, prefix: str) -> None:
         r.delete(*keys[i:i + 1000])
 
 
+def server_version(r: redis.Redis) -> str:
+    """The server's name and version, for a benchmark's header."""
+    info = r.info("server")
+    return str(info.get("valkey_version") or info["redis_version"])
+
+
 def rate(n: int, fn: Callable[[], object]) -> float:
     """Items per second of one timed run of ``fn`` over ``n`` items."""
     start = time.perf_counter()

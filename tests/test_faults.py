@@ -182,48 +182,42 @@ def test_starting_a_consumer_without_a_server_is_a_typed_error(own_server: Any) 
         client.close()
 
 
+def closed_while_waiting(waiting: Callable[[], Any], close: Callable[[], None]) -> Any:
+    """Run ``waiting`` in a thread and ``close`` in this one 0.3 s later: what the wait
+    returned, or whatever escaped it."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(waiting())
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=run)
+    waiter.start()
+    time.sleep(0.3)
+    close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    return outcome[0]
+
+
 def test_a_subscription_waiting_while_its_client_is_closed_returns_quietly(
         real_url: str, prefix: str) -> None:
     # A consumer's upkeep waits on its group channel while Client.close() in another
     # thread disconnects every connection of the pool: the wait ends without an error.
     backend = dynoq.connect(real_url, prefix=prefix).backend
     sub = backend.subscribe(f"{prefix}:chan")
-    errors: list[BaseException] = []
-
-    def wait() -> None:
-        try:
-            sub.get(3.0)
-        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
-            errors.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.2)
-    backend.close()
-    waiter.join(10)
+    assert closed_while_waiting(lambda: sub.get(3.0), backend.close) is False
     sub.close()
-    assert not waiter.is_alive() and errors == []
 
 
 def test_a_pop_waiting_while_its_client_is_closed_ends_with_a_typed_outcome(
         real_url: str, prefix: str) -> None:
     client = dynoq.connect(real_url, prefix=prefix)
     q = client.queue("closing", shards=2)
-    outcome: list[Any] = []
-
-    def wait() -> None:
-        try:
-            outcome.append(q.pop(wait=1.0))
-        except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
-            outcome.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.3)
-    client.close()
-    waiter.join(10)
-    assert not waiter.is_alive()
-    assert outcome == [[]] or isinstance(outcome[0], dynoq.DynoqError), outcome
+    outcome = closed_while_waiting(lambda: q.pop(wait=1.0), client.close)
+    assert outcome == [] or isinstance(outcome, dynoq.DynoqError), outcome
 
 
 def test_an_asyncio_pop_waiting_while_its_client_is_closed_ends_quietly(
