@@ -9,6 +9,9 @@ Round trip per message (each a median of --repeats runs, the cases interleaved):
   push script     dynoq's push script through execute_command, arguments made once (the
                   server's work and the longer command, without dynoq's Python)
   q.push          the public call: validation, id, msgpack, the push script
+  push script + spin   the push script, the client then busy for as long as dynoq's
+                  Python takes a push when timed alone (no I/O): what that much client
+                  CPU per call costs in wall time on this machine, without dynoq's code
 Server time per call (INFO commandstats, usec_per_call of EVALSHA) for the raw script and
 the push script: the part of the gap Python cannot close.
 """
@@ -77,8 +80,24 @@ def main() -> None:
             for _ in range(n):
                 q.push(payload)
 
+        def python_alone() -> None:  # what q.push does before it sends
+            for _ in range(n):
+                eval_args(q.ops.push([q.ops.prepare(dynoq.Message(payload))]))
+
+        python_us = median([per_op(n, python_alone) for _ in range(3)])
+
+        def push_script_spin() -> None:
+            cmd, clock = command[:], time.perf_counter
+            for i in range(n):
+                cmd[-4] = f"s{i:014d}"
+                execute(*cmd)
+                end = clock() + python_us / 1e6
+                while clock() < end:
+                    pass
+
         cases = {"raw script": raw_script, "raw EVALSHA": raw_evalsha,
-                 "push script": push_script, "q.push": public_push}
+                 "push script": push_script, "push script + spin": push_script_spin,
+                 "q.push": public_push}
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.repeats):
             order = list(cases)
@@ -108,7 +127,9 @@ def main() -> None:
     print(table(rows))
     print(f"gap to the raw script: {med['q.push'] - base:.1f} us a message, of which the "
           f"server's extra work {server['push script'] - server['raw script']:.1f} and "
-          f"dynoq's Python {med['q.push'] - med['push script']:.1f}")
+          f"dynoq's Python {med['q.push'] - med['push script']:.1f} (timed alone: "
+          f"{python_us:.1f}; a spin that long adds "
+          f"{med['push script + spin'] - med['push script']:.1f})")
 
 
 if __name__ == "__main__":
