@@ -59,9 +59,9 @@ def _log(client: dynoq.Client) -> list[tuple[str, int, int, int]]:
     return out
 
 
-def _push(q: dynoq.Queue, keys: int, per_key: int) -> None:
+def _push(q: dynoq.Queue, keys: int, per_key: int, first: int = 0) -> None:
     q.push_many([dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
-                 for i in range(per_key) for k in range(keys)])
+                 for i in range(first, first + per_key) for k in range(keys)])
 
 
 def _by_key(log: list[tuple[str, int, int, int]]) -> dict[int, list[int]]:
@@ -76,14 +76,15 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
     client = real_client
     q = client.queue("xord", shards=8, ordered=True)
     keys, per_key = 40, 40
-    _push(q, keys, per_key)
+    half = per_key // 2
+    _push(q, keys, half)
     lock = threading.Lock()
 
     def handler(msg: dynoq.Message) -> None:
         p = msg.payload
         with lock:
             client.redis.rpush(f"{client.prefix}:log", f"thread|{p['k']}|{p['i']}|{msg.shard}")
-        time.sleep(0.01)  # alone it needs 8 s: the processes join (slow on a busy machine)
+        time.sleep(0.01)
 
     c = client.consumer(q, handler, concurrency=2, lease_ttl=2.0, rebalance_interval=5.0,
                         idle_wait=0.5, instance_id="thread").start()
@@ -92,6 +93,9 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
         wait_for(lambda: client.redis.llen(f"{client.prefix}:log") > 50)
         procs.start("xord", "--instance", "proc-a", "--sleep", "0.003")
         procs.start("xord", "--instance", "proc-b", "--sleep", "0.003")
+        # Both have joined (they said "started"); the second half comes now, so each has
+        # work however long a busy machine took to start them.
+        _push(q, keys, per_key - half, first=half)
         wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
                  timeout=60, what="every message handled")
         wait_for(lambda: len(c.assignment) < 8, what="thread consumer gave shards away")
