@@ -18,7 +18,16 @@ import time
 import redis
 
 import dynoq
-from benchmarks.common import drop_prefix, median, parser, rate, server_url, server_version, table
+from benchmarks.common import (
+    clean_up,
+    drop_prefix,
+    median,
+    parser,
+    rate,
+    server_url,
+    server_version,
+    table,
+)
 
 RAW_POP = """
 local items = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -112,10 +121,7 @@ def main() -> None:
                 q.push(payload) for _ in range(args.single_n)]))
             q.clear()
         version = server_version(r)
-        drop_prefix(r, "raw:")
-        drop_prefix(r, "bench:")
-        client.close()
-        r.close()
+        clean_up(r, client, "raw:", "bench:")
     med = {k: median(v) for k, v in results.items()}
     rows = [("operation", "median msgs/s", "runs", "ratio vs raw", "goal")]
     for name, base, goal in (("push_many", "raw bulk push", 0.8),

@@ -27,7 +27,15 @@ import redis
 
 import dynoq
 from benchmarks.bench_core import RAW_PUSH
-from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
+from benchmarks.common import (
+    clean_up,
+    drop_prefix,
+    median,
+    parser,
+    server_url,
+    server_version,
+    table,
+)
 from dynoq.backend.runner import eval_args
 
 
@@ -111,10 +119,7 @@ def main() -> None:
         server = {"raw script": server_usec(r, raw_evalsha),
                   "push script": server_usec(r, push_script)}
         version = server_version(r)
-        drop_prefix(r, "raw:")
-        drop_prefix(r, "bench-push:")
-        client.close()
-        r.close()
+        clean_up(r, client, "raw:", "bench-push:")
     med = {k: median(v) for k, v in times.items()}
     base = med["raw script"]
     rows = [("case", "us/message (median)", "runs", "rate vs raw script", "server us/call")]

@@ -7,6 +7,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 
@@ -39,6 +40,14 @@ def drop_prefix(r: redis.Redis, prefix: str) -> None:
     keys = list(r.scan_iter(match=f"{prefix}*", count=1000))
     for i in range(0, len(keys), 1000):
         r.delete(*keys[i:i + 1000])
+
+
+def clean_up(r: redis.Redis, client: Any, *prefixes: str) -> None:
+    """Drop a benchmark's keys (every prefix given) and close its clients."""
+    for prefix in prefixes:
+        drop_prefix(r, prefix)
+    client.close()
+    r.close()
 
 
 def server_version(r: redis.Redis) -> str:
