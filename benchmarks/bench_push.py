@@ -32,6 +32,7 @@ from benchmarks.common import (
     drop_prefix,
     median,
     parser,
+    rate,
     server_url,
     server_version,
     table,
@@ -41,9 +42,7 @@ from dynoq.backend.runner import eval_args
 
 def per_op(n: int, fn: Callable[[], object]) -> float:
     """Microseconds per message of one timed run of ``fn`` over ``n`` messages."""
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) / n * 1e6
+    return 1e6 / rate(n, fn)
 
 
 def server_usec(r: redis.Redis, fn: Callable[[], object]) -> float:

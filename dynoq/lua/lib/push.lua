@@ -1,5 +1,5 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
-  uses: lib/promote.lua lib/bulk.lua lib/record.lua
+  uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua
   push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added, wake
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
@@ -55,8 +55,7 @@ local function push_into(k, ensure, window, now, items, from, skip)
       if delay > 0 then
         if not wake then
           if not first_due then
-            local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-            first_due = tonumber(head[2]) or math.huge
+            first_due = tonumber(head(delayed)[2]) or math.huge
           end
           wake = now + delay < first_due
         end
