@@ -11,7 +11,6 @@ import pytest
 from dynoq._core.calls import Batch, Call, together
 from dynoq._core.consuming import (
     CHANNEL_TICK,
-    HINT_PAD,
     LastLook,
     UpkeepClock,
     fetch,
@@ -254,7 +253,7 @@ def test_fetch_on_redis_cluster_is_pop() -> None:
 
 def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
     assert nap(None, 100.0, 5.0) == 5.0  # nothing waiting: until a wake-up or idle_wait
-    assert nap(100.25, 100.0, 5.0) == pytest.approx(0.25 + HINT_PAD)
+    assert nap(100.25, 100.0, 5.0) == pytest.approx(0.25)
     assert nap(130.0, 100.0, 5.0) == 5.0
     assert nap(99.0, 100.0, 5.0) == 0.0  # already due: look at once
 
@@ -267,6 +266,6 @@ def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
     assert not last.in_turn  # a backlog's looks overlap
     last.saw(0, 100, 250.0, now=10.0)  # nothing yet: something falls due in 250 ms
     assert not last.full and last.in_turn and last.due_at == pytest.approx(10.25)
-    assert last.nap(10.0, 5.0) == pytest.approx(0.25 + HINT_PAD)
+    assert last.nap(10.0, 5.0) == pytest.approx(0.25)
     last.saw(0, 100, -1.0, now=11.0)  # nothing is waiting at all
     assert last.due_at is None and last.nap(11.0, 5.0) == 5.0

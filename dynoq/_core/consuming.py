@@ -161,9 +161,6 @@ def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
     return mine + rest
 
 
-HINT_PAD = 0.001  # seconds a watcher waits past a due time the server reported
-
-
 def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float,
           consumer: str, backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
     """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in two
@@ -238,10 +235,13 @@ class LastLook:
 
 def nap(due_at: float | None, now: float, idle_wait: float) -> float:
     """How long a watcher waits for a wake-up: until something may fall due (``due_at``,
-    monotonic; None: nothing is waiting) plus HINT_PAD, at most ``idle_wait``."""
+    monotonic; None: nothing is waiting), at most ``idle_wait``. No margin past the due
+    time: the server's hint is in whole ms from its floored clock and is counted from
+    when the reply arrived, so the wait never ends before the due time (a margin of 1 ms
+    was 1 ms of lateness at low rates: benchmarks/RESULTS.md, "No pad")."""
     if due_at is None:
         return idle_wait
-    return min(idle_wait, max(due_at - now + HINT_PAD, 0.0))
+    return min(idle_wait, max(due_at - now, 0.0))
 
 
 # -- what to do with a handled batch -----------------------------------------------------

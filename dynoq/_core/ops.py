@@ -235,7 +235,7 @@ class QueueOps:
             left = deadline - time.monotonic()
             if got or left <= 0 or (woken and until_woken):
                 return got
-            nap = left if hint < 0 else min(left, hint / 1000 + 0.002)
+            nap = left if hint < 0 else min(left, hint / 1000)  # no margin: see consuming.nap
             quiet = yield Wake(self.wake, nap)
             if quiet is True and nap >= left:
                 # Nothing was published and nothing fell due (the hint): looking again
