@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from dynoq._core.calls import Batch, Call, together
+from dynoq._core.calls import Batch, Call, Wake, together
 from dynoq._core.consuming import (
     CHANNEL_TICK,
     LastLook,
@@ -257,6 +257,19 @@ def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
     assert nap(130.0, 100.0, 5.0) == 5.0
     assert nap(99.0, 100.0, 5.0) == 0.0  # already due: look at once
 
+
+
+def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
+    # One shard, nothing deliverable, something due in 250 ms: pop waits for a wake-up
+    # that long (no margin: see consuming.nap), at most what is left of `wait`.
+    flow = _ops(1).pop(1, wait=5.0, shards=[0])
+    assert isinstance(next(flow), Call)
+    wake = flow.send([0, 250])
+    assert isinstance(wake, Wake) and wake.timeout == pytest.approx(0.25)
+    again = flow.send(True)  # quiet: nothing published, but the hint said something falls due
+    assert isinstance(again, Call) and again.script.name == "pop"
+    wake = flow.send([0, -1])  # nothing waiting at all: the rest of `wait`
+    assert isinstance(wake, Wake) and 4.5 < wake.timeout <= 5.0
 
 def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
     last = LastLook()
