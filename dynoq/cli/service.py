@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 from typing import Any
@@ -16,6 +15,7 @@ from ..client import Client, connect
 from ..errors import ConnectionFailed
 from ..queue import Queue
 from ..retry import backoff
+from ..signals import StopOnSignals
 from ..sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL
 from ..topic import Topic
 from .base import EXIT_IMPORT, CliError, Env, UsageFailure, cli, pass_env
@@ -43,17 +43,16 @@ def sweeper(env: Env, interval: float, refresh_interval: float, metrics_port: in
     """Run the background sweeper until SIGTERM or SIGINT (then exit 0)."""
     setup_logging("json" if as_json else "text", log_level)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    client = _connect_until(env, stop)
-    if client is None:
-        return
-    with client:
-        metrics = None
-        if metrics_port is not None:
-            metrics = _serve_metrics(client, metrics_port, metrics_addr)
-        client.sweeper(interval=interval, refresh_interval=refresh_interval,
-                       observer=metrics).run_forever(stop)
+    with StopOnSignals(stop):
+        client = _connect_until(env, stop)
+        if client is None:
+            return
+        with client:
+            metrics = None
+            if metrics_port is not None:
+                metrics = _serve_metrics(client, metrics_port, metrics_addr)
+            client.sweeper(interval=interval, refresh_interval=refresh_interval,
+                           observer=metrics).run_forever(stop)
 
 
 def _connect_until(env: Env, stop: threading.Event) -> Client | None:

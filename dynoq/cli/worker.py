@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..retry import backoff
+from ..signals import StopOnSignals
 
 EXIT_IMPORT = 4
 log = logging.getLogger("dynoq.worker")
@@ -78,8 +79,12 @@ def supervise(argv: Sequence[str], processes: int, stop_timeout: float) -> int:
     """Run ``processes`` workers (``argv`` is one worker's command line) until SIGTERM or
     SIGINT; start a crashed one again. Returns the exit code."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    with StopOnSignals(stop):
+        return _supervise(stop, argv, processes, stop_timeout)
+
+
+def _supervise(stop: threading.Event, argv: Sequence[str], processes: int,
+               stop_timeout: float) -> int:
     children: list[subprocess.Popen[bytes] | None] = [None] * processes
     failures = [0] * processes
     next_start = [0.0] * processes

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,7 @@ from ..errors import DynoqError, InvalidType
 from ..message import ConsumerStats
 from ..queue import Queue
 from ..settings import ConsumerSettings
+from ..signals import StopOnSignals
 from ..topic import Topic
 from .context import Shared
 from .group import Membership
@@ -182,18 +182,13 @@ class Consumer:
         """Start (unless started), block until SIGINT/SIGTERM or stop() from another
         thread, then stop (``stop_timeout``: see :meth:`stop`)."""
         done = threading.Event()
-        previous: dict[signal.Signals, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: done.set())
         try:
-            if not self._started:
-                self.start()
-            while not done.wait(0.2) and not self._shared.stopping.is_set():
-                pass
+            with StopOnSignals(done):
+                if not self._started:
+                    self.start()
+                while not done.wait(0.2) and not self._shared.stopping.is_set():
+                    pass
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             self.stop(stop_timeout)
 
     def __enter__(self) -> Consumer:
