@@ -24,7 +24,6 @@ import argparse
 import itertools
 import os
 import random
-import signal
 import threading
 import time
 import zlib
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 
 import dynoq
 from dynoq._core.calls import Batch, Cmd  # the backend's requests: WAIT on the writer's node
+from dynoq.signals import StopOnSignals
 
 from .chaos_check import handling_value, pushed_value
 
@@ -110,8 +110,7 @@ def _connect(name: str) -> dynoq.Client:
 
 def _stop_on_sigterm() -> threading.Event:
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    StopOnSignals(stop).__enter__()  # for the rest of the process (see dynoq.signals)
     return stop
 
 
