@@ -238,7 +238,7 @@ def nap(due_at: float | None, now: float, idle_wait: float) -> float:
     monotonic; None: nothing is waiting), at most ``idle_wait``. No margin past the due
     time: the server's hint is in whole ms from its floored clock and is counted from
     when the reply arrived, so the wait never ends before the due time (a margin of 1 ms
-    was 1 ms of lateness at low rates: benchmarks/RESULTS.md, "No pad")."""
+    was 1 ms of lateness at low rates: benchmarks/RESULTS.md, "Fourth session")."""
     if due_at is None:
         return idle_wait
     return min(idle_wait, max(due_at - now, 0.0))
