@@ -65,8 +65,12 @@ def main() -> None:
         raw = r.register_script(RAW_PUSH)
         r.script_load(RAW_PUSH)  # both EVALSHA cases call their script by its hash
         q.push(payload)  # (dynoq loads its push script on the first push)
+
+        def python_side() -> tuple[object, ...]:  # what q.push does before it sends
+            return eval_args(q.ops.push([q.ops.prepare(dynoq.Message(payload))]))
+
         # The push script's command for one message, made once; each run changes the id.
-        command = list(eval_args(q.ops.push([q.ops.prepare(dynoq.Message(payload))])))
+        command = list(python_side())
         execute = r.execute_command
 
         def raw_script() -> None:
@@ -87,9 +91,9 @@ def main() -> None:
             for _ in range(n):
                 q.push(payload)
 
-        def python_alone() -> None:  # what q.push does before it sends
+        def python_alone() -> None:
             for _ in range(n):
-                eval_args(q.ops.push([q.ops.prepare(dynoq.Message(payload))]))
+                python_side()
 
         python_us = median([per_op(n, python_alone) for _ in range(3)])
 

@@ -258,7 +258,6 @@ def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
     assert nap(99.0, 100.0, 5.0) == 0.0  # already due: look at once
 
 
-
 def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
     # One shard, nothing deliverable, something due in 250 ms: pop waits for a wake-up
     # that long (no margin: see consuming.nap), at most what is left of `wait`.
@@ -270,6 +269,7 @@ def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
     assert isinstance(again, Call) and again.script.name == "pop"
     wake = flow.send([0, -1])  # nothing waiting at all: the rest of `wait`
     assert isinstance(wake, Wake) and 4.5 < wake.timeout <= 5.0
+
 
 def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
     last = LastLook()
