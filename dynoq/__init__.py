@@ -25,6 +25,7 @@ from .errors import (
     QueueConfigError,
     ReplicationError,
     ServerError,
+    ServerFull,
 )
 from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
@@ -62,6 +63,7 @@ __all__ = [
     "ReplicationError",
     "Retry",
     "ServerError",
+    "ServerFull",
     "ShardStats",
     "Subscription",
     "Sweeper",

@@ -62,7 +62,13 @@ class RecordError(DynoqError):
 
 class ServerError(DynoqError):
     """The server answered with an error dynoq did not expect (a key of the wrong type,
-    a script failure, out of memory...)."""
+    a script failure...)."""
+
+
+class ServerFull(ServerError):
+    """Redis is at its memory limit (``maxmemory``, no eviction) and refused to take new
+    messages; nothing was written. Consumers still pop, ack and join their groups, so
+    the queue can be drained; try again later or raise the limit."""
 
 
 class LeaseLost(DynoqError):

@@ -180,6 +180,20 @@ def test_every_script_names_its_keys_in_its_header() -> None:
             next((ROOT / "lua").glob(f"{script.name}-*.lua")))
 
 
+def test_a_script_header_must_choose_its_flags() -> None:
+    from dynoq._core import lua
+
+    body = "--[[ t: a test.\n  KEYS[1] ready\n{}]]\nreturn 1\n"
+    assert lua.parse("t-1.lua", body.format("  flags: none\n")).source.startswith("#!lua\n")
+    both = lua.parse("t-1.lua", body.format("  flags: no-writes allow-oom\n"))
+    assert both.source.startswith("#!lua flags=no-writes,allow-oom\n")
+    assert both.plain == "--[[ t" + both.source.split("--[[ t", 1)[1]
+    for bad in ("", "  flags:\n", "  flags: allow-stale\n", "  flags: none allow-oom\n",
+                "  flags: none\n  flags: none\n"):
+        with pytest.raises(ValueError, match="flags"):
+            lua.parse("t-1.lua", body.format(bad))
+
+
 def test_only_the_spark_package_imports_pyspark() -> None:
     # dynoq.spark itself stays importable without pyspark: only its data source and
     # session modules need it (see test_spark_rows.test_spark_module_imports_...).

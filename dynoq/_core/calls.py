@@ -31,9 +31,11 @@ class Script:
 
     name: str
     keys: tuple[str, ...]  # the KEYS names, in order, read from the header
-    source: str  # the shared pieces it uses, then the file
+    source: str  # its #!lua flags line, the shared pieces it uses, then the file
     sha: str
     repeated: bool = False  # KEYS come in groups of len(keys)
+    plain: str = ""  # the source without its #!lua line (for fakeredis, which reads none)
+    plain_sha: str = ""
 
     def call(self, keys_of: Any, args: Sequence[Any], parse: Parse | None = None) -> Call:
         """A call with KEYS taken, by name, from the attributes of ``keys_of``."""

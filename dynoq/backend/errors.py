@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 from redis.exceptions import RedisClusterException
 
-from ..errors import ConnectionFailed, DynoqError, PermissionDenied, ServerError
+from ..errors import ConnectionFailed, DynoqError, PermissionDenied, ServerError, ServerFull
 
 # What "the server is not reachable right now" looks like (transient: retry later).
 DROPPED: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
@@ -26,6 +26,10 @@ def translate(exc: BaseException) -> DynoqError:
     if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
                                     and "cannot be connected" in text):
         return ConnectionFailed(f"Redis is unreachable or timed out: {text}")
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+            isinstance(exc, redis.ResponseError) and text.startswith("OOM")):
+        return ServerFull(f"Redis is at its memory limit (maxmemory) and takes no new "
+                          f"messages until consumers drain it or the limit is raised: {text}")
     if isinstance(exc, redis.ResponseError):
         return ServerError(f"the server answered with an error: {text}")
     return ServerError(f"Redis client error: {text}")

@@ -30,17 +30,20 @@ class Backend:
     ``url`` is a URL other processes can connect with (secrets included: never print it;
     ``display_url`` is the redacted form). ``cross_slot``: one script may touch keys of
     several hash tags (not on Redis Cluster). ``replicas``: ``WAIT`` means something (not
-    in memory).
+    in memory). ``plain``: send the scripts without their ``#!lua`` flags line (fakeredis
+    reads none; see ``_core/lua.py``).
     """
 
     def __init__(self, client: Any, *, url: str, display_url: str,
                  closer: Callable[[], None] | None = None, cross_slot: bool = True,
-                 replicas: bool = True, connect_options: dict[str, Any] | None = None) -> None:
+                 replicas: bool = True, plain: bool = False,
+                 connect_options: dict[str, Any] | None = None) -> None:
         self.redis = client  # the redis-py client: for the user's own commands
         self.url = url
         self.display_url = display_url
         self.cross_slot = cross_slot
         self.replicas = replicas
+        self.plain = plain
         self.connect_options = dict(connect_options or {})
         self._closer = closer or client.close
         self._waiter = Waiter(client)
@@ -66,13 +69,13 @@ class Backend:
 
     def _eval(self, call: Call) -> Any:
         try:
-            return self.redis.execute_command(*eval_args(call))
+            return self.redis.execute_command(*eval_args(call, self.plain))
         except NoScriptError:
             self._load(call.script)
-            return self.redis.execute_command(*eval_args(call))
+            return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
-        self.redis.script_load(script.source)
+        self.redis.script_load(script.plain if self.plain else script.source)
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
@@ -92,7 +95,7 @@ class Backend:
         pipe = self.redis.pipeline(transaction=False)
         for c in calls:
             if type(c) is Call:
-                pipe.execute_command(*eval_args(c))
+                pipe.execute_command(*eval_args(c, self.plain))
             else:
                 pipe.execute_command(*c.args)
         if wait is not None:
@@ -147,10 +150,12 @@ class Backend:
 
 # -- a batch's replies: pure, shared with dynoq.asyncio --------------------------------
 
-def eval_args(call: Call) -> tuple[Any, ...]:
-    """The EVALSHA command of a script call."""
+def eval_args(call: Call, plain: bool = False) -> tuple[Any, ...]:
+    """The EVALSHA command of a script call (``plain``: of its source without the
+    ``#!lua`` line)."""
     s = call.script
-    return ("EVALSHA", s.sha, len(call.keys), *call.keys, *call.args)
+    return ("EVALSHA", s.plain_sha if plain else s.sha, len(call.keys), *call.keys,
+            *call.args)
 
 
 def noscript(calls: Sequence[Call | Cmd], replies: list[Any]) -> tuple[list[int], list[Script]]:

@@ -99,7 +99,7 @@ def wrap(client: Any) -> Backend:
                           f"{type(client).__name__}")
     url, fake = url_of(client)
     return Backend(client, url="memory://" if fake else url,
-                   display_url="memory://" if fake else url, replicas=not fake,
+                   display_url="memory://" if fake else url, replicas=not fake, plain=fake,
                    connect_options={} if fake else reusable_options(client))
 
 
@@ -168,7 +168,7 @@ def _memory(url: str, options: dict[str, Any]) -> Backend:
     import fakeredis
 
     client = fakeredis.FakeRedis(server=memory_server(url), **options)
-    return Backend(client, url=url, display_url=url, replicas=False)
+    return Backend(client, url=url, display_url=url, replicas=False, plain=True)
 
 
 def _embedded(options: dict[str, Any]) -> Backend:

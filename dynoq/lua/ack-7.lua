@@ -8,6 +8,7 @@
   ARGV[4..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked, or FENCED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua
+  flags: allow-oom
 ]]
 local unack, msgs, dlv, done, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]

@@ -5,6 +5,7 @@
   ARGV[1] batch id (>= 0)
   ARGV[2] retention of the query's keys in ms
   returns: 1 if recorded now, 0 if that batch (or a later one) was already committed
+  flags: allow-oom
 ]]
 local commit, wrote = KEYS[1], KEYS[2]
 local batch, keep = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -10,6 +10,7 @@
            message's current tick has come (its next one may need pushing); 0 = nothing;
            then, with the optional key, the number of consumer groups
   uses: lib/clock.lua lib/pin.lua
+  flags: no-writes
 ]]
 local now = now_ms()
 local limits, bits = {now, now, now - tonumber(ARGV[1]), now}, {1, 2, 4, 8}

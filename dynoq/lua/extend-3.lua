@@ -4,6 +4,7 @@
   ARGV[3] id  ARGV[4] delivery token ("" = by id alone)
   returns: 1 extended, 0 not in flight (or a stale token), or FENCED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
+  flags: allow-oom
 ]]
 local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
 local refused = fenced(lease, ARGV[1])

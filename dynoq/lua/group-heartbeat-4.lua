@@ -11,6 +11,7 @@
   returns: {1 if the member is new else 0, members dropped, member, member, ...},
            or CONFLICT (another group holds the queue; nothing was written)
   uses: lib/clock.lua lib/refusal.lua lib/members.lua
+  flags: allow-oom
 ]]
 local members, ttls, registry, claim = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner = redis.call('GET', claim)

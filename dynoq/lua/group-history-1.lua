@@ -5,6 +5,7 @@
   ARGV[3] lifetime ms of the list after this entry
   returns: 1
   uses: lib/clock.lua
+  flags: allow-oom
 ]]
 redis.call('LPUSH', KEYS[1], now_ms() .. ' ' .. ARGV[1])
 redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)

@@ -4,6 +4,7 @@
   ARGV[1] member  ARGV[2] group channel (PUBLISHed so the others rebalance now)
   ARGV[3] group name
   returns: 1 removed, 0 it was not a member
+  flags: allow-oom
 ]]
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])

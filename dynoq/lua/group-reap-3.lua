@@ -4,6 +4,7 @@
   ARGV[1] group name  ARGV[2] group channel (PUBLISHed when a member was dropped)
   returns: members dropped
   uses: lib/clock.lua lib/members.lua
+  flags: allow-oom
 ]]
 local members, ttls, registry = KEYS[1], KEYS[2], KEYS[3]
 local dropped = drop_stale(members, ttls, now_ms())

@@ -13,6 +13,7 @@
   ARGV[8..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or FENCED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua
+  flags: allow-oom
 ]]
 local delayed, unack, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]

@@ -3,6 +3,7 @@
   ARGV[1] count
   returns: {now ms, id, record, attempts, ...}: ready messages first, then due delayed ones
   uses: lib/clock.lua lib/delivery.lua
+  flags: no-writes
 ]]
 local ready, delayed, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local count = tonumber(ARGV[1])

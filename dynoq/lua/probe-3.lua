@@ -5,6 +5,7 @@
   returns: one flag per shard (1: ready messages, due delayed ones or expired deliveries),
            then ms until something may become deliverable anywhere (-1: unknown)
   uses: lib/clock.lua lib/pin.lua
+  flags: no-writes
 ]]
 local now = now_ms()
 local out, hint = {}, -1

@@ -4,6 +4,7 @@
   ARGV[1] limit (most messages moved by this call)
   returns: {promoted, 1 if more may be due else 0}
   uses: lib/clock.lua lib/promote.lua
+  flags: allow-oom
 ]]
 local limit = tonumber(ARGV[1])
 local n = promote(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now_ms(), limit)

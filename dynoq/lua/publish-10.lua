@@ -11,6 +11,7 @@
   returns: copies added over all targets, or STALE when the subscriptions changed since
            the caller read them (it reads them again and retries)
   uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  flags: none
 ]]
 if redis.call('HGET', KEYS[1], '~v') ~= ARGV[1] then return STALE end
 local window, targets = tonumber(ARGV[2]), tonumber(ARGV[3])

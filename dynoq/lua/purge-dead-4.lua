@@ -3,6 +3,7 @@
   ARGV[1] limit
   returns: number of messages deleted (less than the limit once the set is empty)
   uses: lib/bulk.lua
+  flags: allow-oom
 ]]
 local dead, msgs, dlv = KEYS[1], KEYS[2], KEYS[3]
 local ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[1]) - 1)

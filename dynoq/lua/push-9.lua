@@ -8,6 +8,7 @@
   ARGV[4..] groups of four: id, delay ms, priority, msgpack body
   returns: array of 1 (pushed) / 0 (skipped by ensure), one per message
   uses: lib/clock.lua lib/push.lua
+  flags: none
 ]]
 local out, _, wake = push_into(KEYS, ARGV[1] == 'ensure', tonumber(ARGV[2]), now_ms(), ARGV, 4)
 if wake then redis.call('PUBLISH', ARGV[3], '1') end

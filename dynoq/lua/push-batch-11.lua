@@ -15,6 +15,7 @@
   returns: {pushed, skipped (the id is in the queue, or this batch already handled it),
             refused (acked within the dedupe window, or the whole batch is committed)}
   uses: lib/clock.lua lib/push.lua
+  flags: none
 ]]
 local commit, wrote = KEYS[10], KEYS[11]
 local window, batch, keep = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])

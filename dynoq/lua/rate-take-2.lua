@@ -6,6 +6,7 @@
   ARGV[1] count  ARGV[2] period ms  ARGV[3] want
   returns: {permits granted (0..want), ms until more may be free (0 when want was met)}
   uses: lib/clock.lua
+  flags: allow-oom
 ]]
 local log, state = KEYS[1], KEYS[2]
 local count, period, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -4,6 +4,7 @@
   ARGV[1] id  ARGV[2] wake channel (PUBLISHed when an in-flight message was removed: on an
   ordered shard that makes the next message deliverable)
   returns: 1 removed, 0 unknown id
+  flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]

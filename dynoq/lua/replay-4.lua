@@ -4,6 +4,7 @@
   ARGV[3..] ids to replay (none = the oldest `limit` dead messages)
   returns: number of messages replayed
   uses: lib/clock.lua
+  flags: allow-oom
 ]]
 local dead, delayed, dlv, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ids = {}

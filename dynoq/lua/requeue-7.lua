@@ -8,6 +8,7 @@
   ARGV[5] wake channel
   returns: {given back, dead-lettered, 1 if more remain else 0}, or FENCED
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/pin.lua
+  flags: allow-oom
 ]]
 local unack, delayed, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]

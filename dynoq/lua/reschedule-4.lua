@@ -3,6 +3,7 @@
   ARGV[1] id  ARGV[2] delay ms  ARGV[3] wake channel
   returns: 1 moved, 0 not waiting (unknown, in flight or dead)
   uses: lib/clock.lua lib/record.lua
+  flags: allow-oom
 ]]
 local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, delay = ARGV[1], tonumber(ARGV[2])

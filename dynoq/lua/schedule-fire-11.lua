@@ -9,6 +9,7 @@
   ARGV[4] priority  ARGV[5] msgpack body  ARGV[6] wake channel  ARGV[7] dedupe window ms
   returns: 1 pushed, 0 not (unscheduled, or this tick was pushed already)
   uses: lib/clock.lua lib/push.lua
+  flags: allow-oom
 ]]
 local id, tick = ARGV[1], tonumber(ARGV[2])
 if redis.call('HEXISTS', KEYS[10], id) == 0 then return 0 end

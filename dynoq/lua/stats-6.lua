@@ -5,6 +5,7 @@
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered}
   uses: lib/clock.lua lib/record.lua lib/pin.lua
+  flags: no-writes
 ]]
 local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()

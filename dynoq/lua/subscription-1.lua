@@ -5,6 +5,7 @@
   ARGV[1] "add" or "drop"   ARGV[2..] field, value pairs to add / fields to drop
   returns: the new version
   uses: lib/clock.lua
+  flags: allow-oom
 ]]
 if ARGV[1] == 'add' then
   for j = 2, #ARGV, 2 do

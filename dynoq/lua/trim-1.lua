@@ -3,6 +3,7 @@
   ARGV[1] dedupe window ms   ARGV[2] limit (most ids dropped by this call)
   returns: {trimmed, 1 if more may be old else 0}
   uses: lib/clock.lua lib/bulk.lua
+  flags: allow-oom
 ]]
 local limit = tonumber(ARGV[2])
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[1]),

@@ -32,11 +32,11 @@ Sender = Callable[[Any, list[tuple[Any, ...]], "tuple[int, int] | None"], Awaita
 
 class AsyncBackend:
     """One redis.asyncio client (or cluster client) and what runs on it. Use it from one
-    event loop. ``url``, ``display_url``, ``cross_slot`` and ``replicas`` mean what they
-    mean on :class:`dynoq.backend.Backend`."""
+    event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas`` and ``plain`` mean
+    what they mean on :class:`dynoq.backend.Backend`."""
 
     def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
-                 cross_slot: bool = True, replicas: bool = True,
+                 cross_slot: bool = True, replicas: bool = True, plain: bool = False,
                  connect_options: dict[str, Any] | None = None) -> None:
         self._opener = opener
         self._routed = not cross_slot  # a cluster: every command routed by its slot
@@ -45,6 +45,7 @@ class AsyncBackend:
         self.display_url = display_url
         self.cross_slot = cross_slot
         self.replicas = replicas
+        self.plain = plain
         self.connect_options = dict(connect_options or {})
         self._client: Any = None
         self._closer: Callable[[], Awaitable[None]] | None = None
@@ -87,7 +88,7 @@ class AsyncBackend:
                 # Redis Cluster: one call is a batch of one, so that it follows MOVED,
                 # ASK (ASKING on the same connection), NOSCRIPT and TRYAGAIN exactly
                 # as batches do (redis.asyncio sends ASKING on another connection).
-                [raw] = await self._send(r, _commands([request]), None)
+                [raw] = await self._send(r, self._commands([request]), None)
                 if isinstance(raw, Exception):
                     raise translate(raw) from raw
             elif type(request) is Call:
@@ -103,28 +104,32 @@ class AsyncBackend:
 
     async def _eval(self, r: Any, call: Call) -> Any:
         try:
-            return await r.execute_command(*eval_args(call))
+            return await r.execute_command(*eval_args(call, self.plain))
         except NoScriptError:
             await self._load(r, call.script)
-            return await r.execute_command(*eval_args(call))
+            return await r.execute_command(*eval_args(call, self.plain))
 
-    @staticmethod
-    async def _load(r: Any, script: Script) -> None:
-        await r.script_load(script.source)
+    async def _load(self, r: Any, script: Script) -> None:
+        await r.script_load(script.plain if self.plain else script.source)
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
         if len(calls) == 1 and batch.wait is None:  # one call: no pipeline to build
             out = [await self.run(calls[0])]
             return out if batch.parse is None else batch.parse(out)
-        replies = await self._send(r, _commands(calls), batch.wait)
+        replies = await self._send(r, self._commands(calls), batch.wait)
         redo, scripts = noscript(calls, replies)
         if redo:  # those calls did not run: load their scripts and send them again
             for s in scripts:
                 await self._load(r, s)
-            resent(replies, redo, await self._send(r, _commands([calls[i] for i in redo]),
-                                                   batch.wait), batch.wait)
+            resent(replies, redo,
+                   await self._send(r, self._commands([calls[i] for i in redo]), batch.wait),
+                   batch.wait)
         return finish(batch, replies)
+
+    def _commands(self, calls: Any) -> list[tuple[Any, ...]]:
+        plain = self.plain
+        return [eval_args(c, plain) if type(c) is Call else tuple(c.args) for c in calls]
 
     async def drive(self, flow: Generator[Request, Any, T]) -> T:
         """Run a flow to its end: each request it yields is run and its reply sent back
@@ -175,10 +180,6 @@ class AsyncBackend:
         if self._closer is not None:
             closer, self._closer, self._client = self._closer, None, None
             await closer()
-
-
-def _commands(calls: Any) -> list[tuple[Any, ...]]:
-    return [eval_args(c) if type(c) is Call else tuple(c.args) for c in calls]
 
 
 async def send_pipeline(r: Any, commands: list[tuple[Any, ...]],

@@ -42,7 +42,7 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
         return AsyncBackend(lambda: _memory(url, options), url=url, display_url=url,
-                            send=send_pipeline, replicas=False)
+                            send=send_pipeline, replicas=False, plain=True)
     if scheme == "embedded":
         return AsyncBackend(lambda: _embedded(options), url="embedded://",
                             display_url="embedded://", send=send_pipeline,
@@ -124,7 +124,7 @@ def wrap(client: Any) -> AsyncBackend:
 
     return AsyncBackend(given, url="memory://" if fake else url,
                         display_url="memory://" if fake else redact(url), send=send_pipeline,
-                        replicas=not fake)
+                        replicas=not fake, plain=fake)
 
 
 async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:
