@@ -75,7 +75,7 @@ class Backend:
             return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
-        self.redis.script_load(script.plain if self.plain else script.source)
+        self.redis.script_load(load_source(script, self.plain))
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
@@ -156,6 +156,11 @@ def eval_args(call: Call, plain: bool = False) -> tuple[Any, ...]:
     s = call.script
     return ("EVALSHA", s.plain_sha if plain else s.sha, len(call.keys), *call.keys,
             *call.args)
+
+
+def load_source(script: Script, plain: bool = False) -> str:
+    """What SCRIPT LOAD sends for ``script`` (the text ``eval_args`` names by its SHA)."""
+    return script.plain if plain else script.source
 
 
 def noscript(calls: Sequence[Call | Cmd], replies: list[Any]) -> tuple[list[int], list[Script]]:
