@@ -143,12 +143,15 @@ def test_registry_pages(client: dynoq.Client) -> None:
 def test_group_view_members_and_history(client: dynoq.Client) -> None:
     q = client.queue("grouped", shards=4)
     a = GroupOps(q.ops.keys, "billing", "host-a:1", ttl=30)
-    b = GroupOps(q.ops.keys, "billing", "host-b:2", ttl=0.05)
+    # b's TTL must outlast the step to a's heartbeat (which drops members past their TTL)
+    # on a loaded machine, and end before the view: 0.05 s failed once in CI.
+    b = GroupOps(q.ops.keys, "billing", "host-b:2", ttl=0.5)
+    q.backend.run(a.heartbeat())  # the script loaded before b's clock starts
     q.backend.run(b.heartbeat())
     q.backend.run(a.heartbeat())  # the claim lives as long as the last heartbeat's TTL
     q.backend.run(a.record(["host-a:1", "host-b:2"], [2, 0]))
     q.backend.run(b.record(["host-a:1", "host-b:2"], [1, 3]))
-    time.sleep(0.1)
+    time.sleep(0.6)
     now = client.server_time()
     view = q.backend.drive(inspect.group(q.ops.keys, "billing"))
     assert view.consuming and view.member_count == 2
