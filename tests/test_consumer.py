@@ -577,9 +577,11 @@ def test_reap_stale_members(client: dynoq.Client) -> None:
     q = client.queue("reap", shards=2)
     Membership(q, "g1", "dead-1", ttl=0.05).heartbeat()
     time.sleep(0.1)  # g1's claim on the queue lapsed with its only member
-    Membership(q, "g2", "dead-2", ttl=0.05).heartbeat()
+    # dead-2 must outlive the step to alive's heartbeat (which drops members past their
+    # TTL) on a loaded machine, so that reap finds it
+    Membership(q, "g2", "dead-2", ttl=0.5).heartbeat()
     Membership(q, "g2", "alive", ttl=60).heartbeat()
-    time.sleep(0.12)
+    time.sleep(0.6)
     assert reap(q) == 2
     assert members(q, "g1") == [] and members(q, "g2") == ["alive"]
     assert reap(q) == 0
