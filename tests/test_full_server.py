@@ -117,3 +117,15 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
                for name, s in SCRIPTS.items() if name not in refused | read_only)
     assert all(not s.plain.startswith("#!") and s.source.endswith(s.plain)
                for s in SCRIPTS.values())
+
+
+def test_refusals_by_the_server_read_clearly() -> None:
+    from dynoq.backend.errors import translate
+
+    full = translate(redis.exceptions.OutOfMemoryError(
+        "command not allowed when used memory > 'maxmemory'."))
+    assert type(full) is dynoq.ServerFull and "memory limit" in str(full)
+    # What Redis 6 answers to a script with a #!lua line: the version, said plainly.
+    old = translate(redis.ResponseError("Error compiling script (new function): "
+                                        "user_script:1: unexpected symbol near '#'"))
+    assert type(old) is dynoq.ServerError and "needs Redis 7" in str(old)

@@ -30,6 +30,9 @@ def translate(exc: BaseException) -> DynoqError:
             isinstance(exc, redis.ResponseError) and text.startswith("OOM")):
         return ServerFull(f"Redis is at its memory limit (maxmemory) and takes no new "
                           f"messages until consumers drain it or the limit is raised: {text}")
+    if isinstance(exc, redis.ResponseError) and "unexpected symbol near '#'" in text:
+        return ServerError(f"dynoq needs Redis 7 or later (or Valkey 8): this server cannot "
+                           f"read a script's '#!lua' line: {text}")
     if isinstance(exc, redis.ResponseError):
         return ServerError(f"the server answered with an error: {text}")
     return ServerError(f"Redis client error: {text}")
