@@ -26,8 +26,7 @@ def translate(exc: BaseException) -> DynoqError:
     if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
                                     and "cannot be connected" in text):
         return ConnectionFailed(f"Redis is unreachable or timed out: {text}")
-    if isinstance(exc, redis.exceptions.OutOfMemoryError) or (
-            isinstance(exc, redis.ResponseError) and text.startswith("OOM")):
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):  # redis-py's for every OOM reply
         return ServerFull(f"Redis is at its memory limit (maxmemory) and takes no new "
                           f"messages until consumers drain it or the limit is raised: {text}")
     if isinstance(exc, redis.ResponseError) and "unexpected symbol near '#'" in text:
