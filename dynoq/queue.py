@@ -1,8 +1,11 @@
+# Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file, then run
+# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
-multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared with
-``dynoq.asyncio``; this class only runs them on a backend.
+multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared by both flavors; this
+class only runs them on a backend. The asyncio shell (``dynoq/asyncio/queue.py``) is
+written by hand; the sync one is generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ from typing import Any
 from . import tracing
 from ._core.ops import QueueOps
 from ._core.schedules import Schedule, ScheduleOps
-from .backend import Backend
 from .errors import InvalidArgument
 from .message import Message, QueueStats
 from .settings import QueueSettings
+from .backend import Backend
 
 
 class Queue:
-    """A delay (or ordered) queue of ``settings.shards`` shards. Safe to share between
-    threads. Get one with ``client.queue(name, ...)``."""
+    """A delay (or ordered) queue of ``settings.shards`` shards. Get one with
+    ``client.queue(name, ...)``. Safe to share between threads (sync client) or
+    between the tasks of its client's event loop (asyncio)."""
 
     def __init__(self, backend: Backend, ops: QueueOps) -> None:
         self.backend = backend  # the seam the consumer and sweeper run on
@@ -91,9 +95,11 @@ class Queue:
         Each stays invisible to other consumers for ``visibility`` seconds (default: the
         queue's unack_timeout); ack, nack or extend it before then, or it is delivered
         again with ``attempts`` incremented. ``wait``: seconds to block for the first
-        message (woken by pushes, not polling). Returns [] when nothing came."""
+        message (woken by pushes, not polling). Returns [] when nothing came. On asyncio,
+        cancelling a task that waits here claims nothing."""
         with tracing.span("receive", self.name):
-            return self.backend.drive(self.ops.pop(count, wait=wait, visibility=visibility))
+            return self.backend.drive(self.ops.pop(count, wait=wait,
+                                                   visibility=visibility))
 
     def ack(self, msg: Message | str) -> bool:
         """Finish a delivery (a popped message, or an id: slower on ordered queues). False
@@ -151,7 +157,8 @@ class Queue:
 
     def size(self) -> int:
         """Waiting messages (ready + delayed), not in flight, not dead."""
-        return self.stats().size
+        stats = self.stats()
+        return stats.size
 
     def stats(self) -> QueueStats:
         """Ready, delayed, in-flight (unacked) and dead messages, per shard and summed."""
@@ -180,8 +187,8 @@ class Queue:
         is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
         existing id replaces it. Returns the first tick (seconds, server clock)."""
         return self.backend.drive(ScheduleOps(self.ops).schedule(
-            id, payload, every=every, cron=cron, priority=priority, key=key,
-            headers=headers))
+                  id, payload, every=every, cron=cron, priority=priority, key=key,
+                  headers=headers))
 
     def unschedule(self, id: str) -> bool:
         """Stop a recurring message (its waiting occurrence is removed); False if unknown."""
