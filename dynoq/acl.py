@@ -20,23 +20,23 @@ from .errors import InvalidArgument
 
 # What each role runs: scripts (whose inner commands it needs) and direct commands.
 _QUEUE_READS = {"PING", "TIME", "SISMEMBER", "SMEMBERS", "HGETALL", "HGET", "HMGET",
-                "HEXISTS", "ZRANGE"}
+                "HEXISTS", "ZRANGE", "GET"}
 _DASHBOARD_READS = frozenset(_QUEUE_READS | {"ZSCORE", "ZCARD", "SCARD", "SSCAN", "GET",
                                               "PTTL", "LRANGE"})
 ROLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # push, ensure, open queues, read their state
-    "producer": (frozenset({"open", "push", "publish", "peek", "stats", "push-batch",
-                            "batch-commit"}),
+    "producer": (frozenset({"open", "epoch-set", "push", "publish", "peek", "stats",
+                            "push-batch", "batch-commit"}),
                  frozenset(_QUEUE_READS | {"SADD", "WAIT"})),
     # pop, ack, nack, extend, leases, consumer groups; the queue operations by id
-    "consumer": (frozenset({"open", "push", "pop", "probe", "ack", "nack", "extend",
-                            "requeue", "peek",
+    "consumer": (frozenset({"open", "epoch-set", "push", "pop", "probe", "ack", "nack",
+                            "extend", "requeue", "peek", "clear",
                             "stats", "remove", "reschedule", "replay", "purge-dead",
                             "lease-acquire", "lease-renew", "lease-release",
                             "group-heartbeat", "group-leave", "group-history", "publish",
                             "subscription", "rate-take", "schedule-fire"}),
                  frozenset(_QUEUE_READS | {"SADD", "WAIT", "PUBLISH", "SUBSCRIBE",
-                                           "UNSUBSCRIBE", "DEL", "HSCAN", "ZMSCORE"})),
+                                           "UNSUBSCRIBE", "UNLINK", "HSCAN", "ZMSCORE"})),
     # the web dashboard, read-only: counts, pages of sorted sets, leases, groups, topics
     "dashboard": (frozenset({"stats", "peek"}), _DASHBOARD_READS),
     # the dashboard with --allow-actions: also replay and purge dead letters
@@ -46,7 +46,7 @@ ROLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "sweeper": (frozenset({"due", "requeue", "promote", "trim", "group-reap",
                            "subscription", "schedule-fire"}),
                 frozenset({"PING", "TIME", "SMEMBERS", "SISMEMBER", "HGETALL", "ZRANGE",
-                           "HVALS", "DEL"})),
+                           "HVALS", "UNLINK", "GET"})),
 }
 _CALL_RE = re.compile(r"(?:redis\.call|bulk|bulk_read)\('([A-Z]+)'")  # and lua/lib/bulk.lua's
 

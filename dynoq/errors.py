@@ -84,10 +84,18 @@ class ReplicationError(DynoqError):
     """Fewer replicas than asked for confirmed a write (``WAIT``)."""
 
 
+class QueueGone(DynoqError):
+    """The queue (or topic) this object was opened for is gone: its keys vanished from
+    the server (a restart without persistence, a flush, eviction) or it was deleted and
+    created anew, maybe with other settings. Nothing was read or written.
+    ``client.queue(name, ...)`` (``client.topic``) opens it again, creating it as a
+    first open does when it no longer exists."""
+
+
 # Refusals: a script refuses with a bare negative integer (lua/lib/refusal.lua); no normal
 # reply is one. LEASED (another consumer leases the shard) is not an error for a pop that
 # holds no lease: it skips the shard. Every other code maps to a typed error here.
-FENCED, LEASED, STALE, CONFLICT = -1, -2, -3, -4
+FENCED, LEASED, STALE, CONFLICT, GONE = -1, -2, -3, -4, -5
 _REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
     FENCED: (LeaseLost, "the lease on this shard is gone (expired, or taken over by another "
                         "consumer); stop using the shard"),
@@ -97,7 +105,23 @@ _REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
                               "are alive (two groups on one queue would split its messages); "
                               "to give every group every message, publish to a topic "
                               "(client.topic) and subscribe each group"),
+    GONE: (QueueGone, "it is gone: its keys vanished from the server (a restart without "
+                      "persistence, a flush, eviction) or it was created anew, maybe with "
+                      "other settings; nothing was done. Open it again with "
+                      "client.queue(name, ...) (client.topic for a topic), which creates it "
+                      "as a first open does if it no longer exists"),
 }
+
+
+def gone_error(what: str, context: str) -> QueueGone:
+    """The QueueGone of ``what`` ("queue 'orders'", "topic 'news'") for the refused
+    ``context`` ("push to shard 3 of 'orders'")."""
+    kind = what.split(" ", 1)[0]
+    return QueueGone(f"{what} is gone: its keys vanished from the server (a restart without "
+                     "persistence, a flush, eviction) or it was created anew, maybe with "
+                     f"other settings; {context} was refused and changed nothing. Open it "
+                     f"again with client.{kind}(name, ...): that creates it as a first open "
+                     "does if it no longer exists")
 
 
 def raise_for(reply: Any, context: str) -> None:

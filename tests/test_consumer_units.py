@@ -172,7 +172,7 @@ def test_fetch_looks_at_sixteen_shards_in_two_round_trips() -> None:
     pops = flow.send([*flags, -1])
     assert isinstance(pops, Batch)  # one round trip for all eight
     assert [c.script.name for c in pops.calls] == ["pop"] * 8
-    counts = [int(c.args[0]) for c in pops.calls]
+    counts = [int(c.args[1]) for c in pops.calls]
     assert sum(counts) == 100 and max(counts) - min(counts) <= 1
     with pytest.raises(StopIteration) as stop:
         flow.send([_popped(s, 2) for s in order if s % 2 == 0])
@@ -193,7 +193,7 @@ def test_fetch_shares_a_small_count_between_the_first_shards() -> None:
     flow = fetch(_ops(16), 3, list(range(16)), visibility=30.0, consumer="c")
     next(flow)
     pops = flow.send([1] * 16 + [-1])
-    assert isinstance(pops, Batch) and [int(c.args[0]) for c in pops.calls] == [1, 1, 1]
+    assert isinstance(pops, Batch) and [int(c.args[1]) for c in pops.calls] == [1, 1, 1]
 
 
 def test_fetch_after_a_full_batch_asks_the_first_shard_for_all() -> None:
@@ -201,7 +201,7 @@ def test_fetch_after_a_full_batch_asks_the_first_shard_for_all() -> None:
     flow = fetch(_ops(16), 100, list(range(16)), visibility=30.0, consumer="c", backlog=True)
     first = next(flow)
     assert isinstance(first, Call) and first.script.name == "pop"
-    assert int(first.args[0]) == 100
+    assert int(first.args[1]) == 100
     with pytest.raises(StopIteration) as stop:
         flow.send(_popped(0, 100))
     msgs, hint = stop.value.value
@@ -216,11 +216,11 @@ def test_fetch_after_a_full_batch_of_a_shallow_queue_takes_three_round_trips() -
     next(flow)
     probe = flow.send(_popped(0, 10))
     assert isinstance(probe, Call) and probe.script.name == "probe"
-    assert len(probe.keys) == 15 * 3  # the other shards
+    assert len(probe.keys) == 15 * 4  # the other shards
     flags = [1 if s % 3 == 0 else 0 for s in range(1, 16)]  # shards 3, 6, 9, 12, 15
     pops = flow.send([*flags, -1])
     assert isinstance(pops, Batch) and [c.script.name for c in pops.calls] == ["pop"] * 5
-    assert sum(int(c.args[0]) for c in pops.calls) == 90
+    assert sum(int(c.args[1]) for c in pops.calls) == 90
     with pytest.raises(StopIteration) as stop:
         flow.send([_popped(s, 6) for s in (3, 6, 9, 12, 15)])
     msgs, hint = stop.value.value

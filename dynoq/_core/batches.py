@@ -9,7 +9,7 @@ keys under the shard's hash tag remember where the query is::
     <prefix>:{<queue>:<shard>}:wrote:<query>    set: ids the uncommitted batch handled
 
 Every push of a batch records its ids in ``wrote`` in the same script that pushes them
-(``push-batch-11.lua``), so a task retried, or a batch replayed after the driver died
+(``push-batch-12.lua``), so a task retried, or a batch replayed after the driver died
 half-way, pushes none of them again, even when consumers have acked and deleted them
 since. When the whole batch is written the driver commits it on every shard
 (``batch-commit-2.lua``): ``committed`` moves to the batch id and ``wrote`` is deleted,
@@ -57,13 +57,14 @@ class BatchKeys:
     counts: str
     commit: str
     wrote: str
+    epoch: str
 
     @classmethod
     def of(cls, shard: ShardKeys, query: str) -> BatchKeys:
         tag = shard.msgs.rsplit(":", 1)[0]  # "<prefix>:{<queue>:<shard>}"
         return cls(shard.delayed, shard.ready, shard.unack, shard.msgs, shard.dlv,
                    shard.dead, shard.seq, shard.done, shard.counts,
-                   f"{tag}:commit:{query}", f"{tag}:wrote:{query}")
+                   f"{tag}:commit:{query}", f"{tag}:wrote:{query}", shard.epoch)
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,8 @@ class BatchOps:
         self.query = check_query(query) if query else ""
         self.retention_ms = validate.to_ms(
             validate.check_seconds(retention, "retention", minimum=1.0))
-        self.keys = [_PUSH.key_list(BatchKeys.of(k, self.query or "-"))
-                     for k in ops.shard_keys]
+        self.batch_keys = [BatchKeys.of(k, self.query or "-") for k in ops.shard_keys]
+        self.keys = [_PUSH.key_list(k) for k in self.batch_keys]
 
     def push(self, outs: Sequence[codec.Outgoing], batch: int | None = None) -> Call | Batch:
         """Push-if-absent validated messages (at most validate.MAX_ITEMS), as part of
@@ -122,8 +123,9 @@ class BatchOps:
         if batch is not None and not self.query:
             raise InvalidArgument("a micro-batch needs the query it belongs to")
         number = -1 if batch is None else check_batch(batch)
-        head = [validate.to_ms(self.ops.settings.dedupe_window), self.ops.wake, number,
-                self.retention_ms]
+        head = [self.ops.epoch, validate.to_ms(self.ops.settings.dedupe_window),
+                self.ops.wake, number, self.retention_ms]
+        check = self.ops.checked(f"push to {self.ops.name!r}")
         by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
         for o in outs:
             by_shard[self.ops.shard_for(o.routing)].append(o)
@@ -133,9 +135,9 @@ class BatchOps:
                 args = list(head)
                 for o in group[i:i + PUSH_CHUNK]:
                     args += (o.id, o.delay_ms, o.priority, o.body)
-                calls.append(Call(_PUSH, self.keys[shard], args))
+                calls.append(Call(_PUSH, self.keys[shard], args, check))
         if len(calls) == 1 and not self.ops.settings.min_replicas:
-            calls[0].parse = _counts
+            calls[0].parse = self.ops.checked(f"push to {self.ops.name!r}", _counts)
             return calls[0]  # type: ignore[no-any-return]
         return self.ops._replicated(calls, _sum_counts)
 
@@ -145,8 +147,8 @@ class BatchOps:
         if not self.query:
             raise InvalidArgument("only a query's micro-batch can be committed")
         number = check_batch(batch)
-        calls: list[Any] = [Call(_COMMIT, [k[-2], k[-1]], [number, self.retention_ms])
-                            for k in self.keys]
+        calls: list[Any] = [Call(_COMMIT, [k.commit, k.wrote], [number, self.retention_ms])
+                            for k in self.batch_keys]
         return self.ops._replicated(calls, lambda replies: any(int(r) for r in replies))
 
     def progress(self) -> Batch:
@@ -154,9 +156,9 @@ class BatchOps:
         if not self.query:
             raise InvalidArgument("progress is kept for a query only")
         calls: list[Any] = []
-        for k in self.keys:
-            calls.append(Cmd(("HMGET", k[-2], "committed", "batch")))
-            calls.append(Cmd(("SCARD", k[-1])))
+        for k in self.batch_keys:
+            calls.append(Cmd(("HMGET", k.commit, "committed", "batch")))
+            calls.append(Cmd(("SCARD", k.wrote)))
         return Batch(calls, parse=_progress)
 
 

@@ -142,8 +142,10 @@ class LeaseOps:
         until its lease may be free, 0). On taking it, the previous holder's in-flight
         messages go back to the head of the shard in order (its later acks are fenced off
         by the new token)."""
-        taken, value = yield _ACQUIRE.call(self.queue.shard_keys[shard],
-                                           [self.token, self.ttl_ms])
+        q = self.queue
+        taken, value = yield _ACQUIRE.call(q.shard_keys[shard], [q.epoch, self.token,
+                                                                 self.ttl_ms],
+                                           q.checked(f"lease of shard {shard} of {q.name!r}"))
         if not int(taken):
             return int(value) / 1000, 0
         try:

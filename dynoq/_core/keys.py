@@ -40,11 +40,19 @@ class ShardKeys:
     counts: str  # cumulative counts: pushed, acked, retried, expired, dead
     sched: str  # recurring messages whose occurrences land here: id -> definition
     marks: str  # recurring message id -> its latest tick pushed (ms)
+    # The epoch of the queue these keys belong to, "<epoch>|<shards>" (lua/epoch-set-1.lua):
+    # every script that reads or writes the shard refuses a caller that opened another
+    # (lib/refusal.lua gone()). A topic's group queues share their topic shard's.
+    epoch: str
 
     @classmethod
     def of(cls, prefix: str, tag: str, shard: int, sub: str = "") -> ShardKeys:
-        base = f"{prefix}:{{{tag}:{shard}}}:" + (f"{sub}:" if sub else "")
-        return cls(*(base + f for f in cls.__dataclass_fields__))
+        base = f"{prefix}:{{{tag}:{shard}}}:"
+        own = base + (f"{sub}:" if sub else "")
+        keys = {f: own + f for f in cls.__dataclass_fields__}
+        if sub:
+            keys["epoch"] = topic_epoch(prefix, tag, shard)
+        return cls(**keys)
 
     def data(self) -> list[str]:
         """Every key holding messages or their state (``clear`` deletes them). The lease,
@@ -135,6 +143,10 @@ class TopicKeys:
         """Hash of the topic's settings."""
         return f"{self.prefix}:topic:{self.topic}"
 
+    def epoch(self, shard: int) -> str:
+        """The topic's epoch in one topic shard (its group queues' shards check it)."""
+        return topic_epoch(self.prefix, self.topic, shard)
+
     def subs(self, shard: int) -> str:
         """Hash of the topic's subscriptions, one copy per shard (in its slot): target
         queue name -> "<group>|<mode>|<tags>", and "~v" -> the subscriptions' version."""
@@ -144,6 +156,12 @@ class TopicKeys:
         """The queue of a clustering group, or of one member of a broadcasting group."""
         sub = group if member is None else f"{group}:{member_token(member)}"
         return QueueKeys(self.prefix, f"{self.topic}:{sub}", tag=self.topic, sub=sub)
+
+
+def topic_epoch(prefix: str, topic: str, shard: int) -> str:
+    """A topic shard's epoch key. Its last part is no field of a queue shard (``ShardKeys``),
+    so a queue and a topic of one name never share it; group queue keys have more parts."""
+    return f"{prefix}:{{{topic}:{shard}}}:topic-epoch"
 
 
 def topic_registry_key(prefix: str) -> str:

@@ -10,20 +10,25 @@ makes the result) for ``backend.run``, or a flow (a generator of requests) for
 from __future__ import annotations
 
 import itertools
+import logging
 import random
+import secrets
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import (
+    GONE,
     LEASED,
     InvalidArgument,
     InvalidType,
     OrderedQueueError,
     QueueConfigError,
+    QueueGone,
     RecordError,
     ReplicationError,
+    gone_error,
     raise_for,
 )
 from ..message import Message, QueueStats, ShardStats
@@ -34,12 +39,16 @@ from .lua import script
 from .schedules import ScheduleOps, occurrence_of
 from .settings import QueueSettings, merge
 
+log = logging.getLogger("dynoq")
+
 PUSH_CHUNK = 500  # messages per push call: bounded script time, few round trips
 IDS_CHUNK = 1000  # ids per ack / replay call
 SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
+OPEN_TRIES = 3  # reads of a queue's settings while it keeps being created anew
 
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
+_OPEN, _EPOCH, _CLEAR = script("open"), script("epoch-set"), script("clear")
 
 
 def _ints(reply: Any) -> list[int]:
@@ -51,17 +60,29 @@ def _decode_str(value: bytes | str) -> str:
 
 
 class QueueOps:
-    """One queue's operations. Thread-safe: it holds no state but a pop rotation."""
+    """One queue's operations. Thread-safe: it holds no state but a pop rotation.
+
+    ``epoch`` is the creation of the queue these operations were opened for
+    ("<epoch>|<shards>", see :func:`open_queue`): every script refuses a call whose shard
+    no longer holds it, and the operation raises QueueGone (after calling ``on_gone``, so
+    that whoever opened it opens it afresh next time). "" checks nothing (a queue stored
+    before epochs existed, opened read-only)."""
 
     def __init__(self, prefix: str, name: str, settings: QueueSettings,
                  max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
-                 keys: QueueKeys | None = None, *, cross_slot: bool = False) -> None:
+                 keys: QueueKeys | None = None, *, cross_slot: bool = False,
+                 epoch: str = "", on_gone: Callable[[], None] | None = None) -> None:
         self.name = name
         # One script may read every shard (one server, not Redis Cluster): see _pop.
         self.cross_slot = cross_slot
         self.settings = settings
         self.limit = max_payload_bytes
         self.keys = keys or QueueKeys(prefix, name)
+        self.epoch = epoch
+        self.on_gone = on_gone
+        # What a refusal names: a topic's group queue lives and dies with its topic.
+        self.what = (f"topic {self.keys.tag!r}" if self.keys.sub
+                     else f"queue {self.name!r}")
         self.wake = self.keys.wake_channel
         self.shard_keys: tuple[ShardKeys, ...] = tuple(
             self.keys.shard(i) for i in range(settings.shards))
@@ -76,10 +97,48 @@ class QueueOps:
     @classmethod
     def of_keys(cls, keys: QueueKeys, settings: QueueSettings,
                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
-                cross_slot: bool = False) -> QueueOps:
+                cross_slot: bool = False, epoch: str = "",
+                on_gone: Callable[[], None] | None = None) -> QueueOps:
         """The operations of a queue with these keys (a topic's group queue)."""
         return cls(keys.prefix, keys.queue, settings, max_payload_bytes, keys,
-                   cross_slot=cross_slot)
+                   cross_slot=cross_slot, epoch=epoch, on_gone=on_gone)
+
+    # -- the queue's epoch ----------------------------------------------------------------
+
+    def refused(self, reply: Any, context: str) -> None:
+        """Raise the typed error of a script's refusal (``context``: what was refused);
+        return quietly for any other reply."""
+        if type(reply) is int and reply == GONE:
+            raise self.gone(context)
+        raise_for(reply, context)
+
+    def gone(self, context: str) -> QueueGone:
+        """The QueueGone to raise (and ``on_gone`` told) when a shard refused this epoch."""
+        if self.on_gone is not None:
+            self.on_gone()
+        return gone_error(self.what, context)
+
+    def checked(self, context: str, parse: Callable[[Any], Any] | None = None
+                ) -> Callable[[Any], Any]:
+        """A reply parser that raises a script's refusal first, then applies ``parse``."""
+        def check(reply: Any) -> Any:
+            self.refused(reply, context)
+            return reply if parse is None else parse(reply)
+        return check
+
+    def epoch_checks(self, shards: Iterable[int], context: str) -> list[Cmd]:
+        """Reads to put first in the batch of a plain (scriptless) read or write of
+        ``shards``: each raises QueueGone when its shard does not hold this epoch (not
+        atomic with the rest of the batch, which a script is; enough to tell a vanished or
+        re-created queue). None for a queue opened without an epoch."""
+        if not self.epoch:
+            return []
+
+        def check(held: Any) -> None:
+            if held is None or _decode_str(held) != self.epoch:
+                raise self.gone(context)
+
+        return [Cmd(("GET", self.shard_keys[s].epoch), check) for s in sorted(set(shards))]
 
     # -- producing ------------------------------------------------------------------------
 
@@ -93,10 +152,11 @@ class QueueOps:
         return shard_of(routing, self.settings.shards)
 
     def _push_call(self, mode: str, shard: int, outs: Sequence[codec.Outgoing]) -> Call:
-        args: list[Any] = [mode, self._window_ms, self.wake]
+        args: list[Any] = [self.epoch, mode, self._window_ms, self.wake]
         for o in outs:
             args += (o.id, o.delay_ms, o.priority, o.body)
-        return Call(_PUSH, self._push_keys[shard], args, _ints)
+        return Call(_PUSH, self._push_keys[shard], args,
+                    self.checked(f"push to shard {shard} of {self.name!r}", _ints))
 
     def push(self, outs: Sequence[codec.Outgoing], *, mode: str | None = None) -> Call | Batch:
         """Push validated messages; the reply is how many were added. Mode "push" replaces
@@ -108,8 +168,9 @@ class QueueOps:
                                   f"{len(outs)}: push them in several calls")
         if len(outs) == 1 and not self.settings.min_replicas:
             o = outs[0]
-            call = self._push_call(mode or _mode(o), self.shard_for(o.routing), outs)
-            call.parse = _first
+            shard = self.shard_for(o.routing)
+            call = self._push_call(mode or _mode(o), shard, outs)
+            call.parse = self.checked(f"push to shard {shard} of {self.name!r}", _first)
             return call
         groups: dict[tuple[int, str], list[codec.Outgoing]] = defaultdict(list)
         for o in outs:
@@ -193,6 +254,7 @@ class QueueOps:
         deadline = time.monotonic() + wait
         woken = False
         args_tail = [self._ordered, lease, self.settings.max_retries, self.wake, margin_ms]
+        epoch = self.epoch
         while True:
             got: list[Message] = []
             hint = -1.0
@@ -205,11 +267,11 @@ class QueueOps:
                 # a system call that hands the GIL to another thread at every pop.
                 nonce = f"{random.getrandbits(32):08x}"
                 reply = yield Call(_POP, self._pop_keys[shard],
-                                   [count - len(got), vis_ms, nonce, *args_tail])
+                                   [epoch, count - len(got), vis_ms, nonce, *args_tail])
                 if type(reply) is int:
                     if reply == LEASED and not lease:
                         continue  # another consumer leases this ordered shard
-                    raise_for(reply, f"pop from shard {shard} of {self.name!r}")
+                    self.refused(reply, f"pop from shard {shard} of {self.name!r}")
                 if reply[0] == 0:
                     hint = _sooner(hint, float(reply[1]))
                     if not probed and len(todo) - i > 1:
@@ -245,9 +307,9 @@ class QueueOps:
 
     def probe(self, shards: Sequence[int]) -> Call:
         """One read-only look at ``shards``: a flag per shard (something deliverable), then
-        the ms until something may be (-1: unknown). See probe-3.lua."""
+        the ms until something may be (-1: unknown). See probe-4.lua."""
         keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
-        return Call(_PROBE, keys, [])
+        return Call(_PROBE, keys, [self.epoch], self.checked(f"a look at {self.name!r}"))
 
     def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
         """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
@@ -326,11 +388,11 @@ class QueueOps:
         wake = self.wake if self.settings.ordered else ""
         calls: list[Call] = []
         for (shard, lease), ids in groups.items():
-            check = _refusal_checked(f"ack on shard {shard} of {self.name!r}")
+            check = self.checked(f"ack on shard {shard} of {self.name!r}", int)
             for i in range(0, len(ids), 2 * IDS_CHUNK):
                 calls.append(Call(_ACK, self._ack_keys[shard],
-                                  [lease, self._window_ms, wake, *ids[i:i + 2 * IDS_CHUNK]],
-                                  check))
+                                  [self.epoch, lease, self._window_ms, wake,
+                                   *ids[i:i + 2 * IDS_CHUNK]], check))
         return calls
 
     def ack_many(self, msgs: Iterable[Message | str]) -> Flow[int]:
@@ -347,7 +409,7 @@ class QueueOps:
         return sum((yield Batch(self._ack_calls(groups))))
 
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
-        """A nack of a popped message (mode "retry", "dead" or "back", see nack-7.lua)
+        """A nack of a popped message (mode "retry", "dead" or "back", see nack-8.lua)
         with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
         if msg.shard is None or msg.id is None:
             raise InvalidArgument("this message was not popped: ack, nack and extend "
@@ -357,15 +419,10 @@ class QueueOps:
 
     def _nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
                    mode: str, why: bytes = b"") -> Call:
-        context = f"nack on shard {shard} of {self.name!r}"
-
-        def parse(reply: Any) -> tuple[int, int]:
-            raise_for(reply, context)
-            return int(reply[0]), int(reply[1])
-
         return Call(_NACK, _NACK.key_list(self.shard_keys[shard]), [
-            lease, validate.to_ms(delay), self.settings.max_retries, mode, self._ordered,
-            self.wake, why, msg_id, token], parse)
+            self.epoch, lease, validate.to_ms(delay), self.settings.max_retries, mode,
+            self._ordered, self.wake, why, msg_id, token],
+            self.checked(f"nack on shard {shard} of {self.name!r}", _pair))
 
     def nack(self, msg: Message | str, *, delay: float = 0.0,
              mode: str = "retry") -> Flow[bool]:
@@ -384,8 +441,8 @@ class QueueOps:
         timeout = validate.check_seconds(timeout, "timeout", minimum=0.001)
         [(shard, msg_id, token, lease)] = yield from self._located([msg])
         reply = yield Call(_EXTEND, _EXTEND.key_list(self.shard_keys[shard]),
-                           [lease, validate.to_ms(timeout), msg_id, token])
-        raise_for(reply, f"extend on shard {shard} of {self.name!r}")
+                           [self.epoch, lease, validate.to_ms(timeout), msg_id, token])
+        self.refused(reply, f"extend on shard {shard} of {self.name!r}")
         return int(reply) == 1
 
     def requeue(self, shard: int, *, force: bool = False,
@@ -395,10 +452,10 @@ class QueueOps:
         back = buried = 0
         keys = _REQUEUE.key_list(self.shard_keys[shard])
         while True:
-            reply = yield Call(_REQUEUE, keys, [lease, "1" if force else "0",
+            reply = yield Call(_REQUEUE, keys, [self.epoch, lease, "1" if force else "0",
                                                 self.settings.max_retries, SWEEP_LIMIT,
                                                 self.wake])
-            raise_for(reply, f"requeue on shard {shard} of {self.name!r}")
+            self.refused(reply, f"requeue on shard {shard} of {self.name!r}")
             back += int(reply[0])
             buried += int(reply[1])
             if not int(reply[2]):
@@ -423,12 +480,15 @@ class QueueOps:
         [shard] = yield from self.locate([msg_id])
         s = script("reschedule")
         return bool((yield s.call(self.shard_keys[shard],
-                                  [msg_id, validate.to_ms(delay), self.wake])))
+                                  [self.epoch, msg_id, validate.to_ms(delay), self.wake],
+                                  self.checked(f"reschedule on {self.name!r}"))))
 
     def remove(self, msg_id: str) -> Flow[bool]:
         msg_id = validate.check_id(msg_id)
         [shard] = yield from self.locate([msg_id])
-        return bool((yield script("remove").call(self.shard_keys[shard], [msg_id, self.wake])))
+        return bool((yield script("remove").call(self.shard_keys[shard],
+                                                 [self.epoch, msg_id, self.wake],
+                                                 self.checked(f"remove from {self.name!r}"))))
 
     def get(self, msg_id: str) -> Flow[Message | None]:
         msg_id = validate.check_id(msg_id)
@@ -440,8 +500,11 @@ class QueueOps:
         """The stored messages at (shard, id), with their attempts and failure (None for
         an id that is gone)."""
         fields = ("msgs", "dlv", "why")
-        raw = yield Batch([Cmd(("HGET", getattr(self.shard_keys[shard], f), msg_id))
-                           for shard, msg_id in where for f in fields])
+        checks = self.epoch_checks((shard for shard, _ in where), f"read of {self.name!r}")
+        raw = (yield Batch([*checks, *(Cmd(("HGET", getattr(self.shard_keys[shard], f),
+                                             msg_id))
+                                        for shard, msg_id in where for f in fields)]))
+        raw = raw[len(checks):]
         out: list[Message | None] = []
         for k, (shard, msg_id) in enumerate(where):
             record, state, why = raw[3 * k:3 * k + 3]
@@ -464,7 +527,10 @@ class QueueOps:
     def contains(self, msg_id: str) -> Flow[bool]:
         msg_id = validate.check_id(msg_id)
         [shard] = yield from self.locate([msg_id])
-        return bool((yield Cmd(("HEXISTS", self.shard_keys[shard].msgs, msg_id))))
+        checks = self.epoch_checks([shard], f"contains on {self.name!r}")
+        *_, found = yield Batch([*checks, Cmd(("HEXISTS", self.shard_keys[shard].msgs,
+                                               msg_id))])
+        return bool(found)
 
     # -- whole queue ----------------------------------------------------------------------
 
@@ -476,6 +542,7 @@ class QueueOps:
         def parse(replies: list[Any]) -> list[Message]:
             ranked: list[tuple[tuple[int, float, int, int], Message]] = []
             for shard, reply in enumerate(replies):
+                self.refused(reply, f"peek at shard {shard} of {self.name!r}")
                 for pos, i in enumerate(range(1, len(reply), 3)):
                     try:
                         m = codec.decode(reply[i].decode(), reply[i + 1], shard=shard,
@@ -486,31 +553,38 @@ class QueueOps:
             ranked.sort(key=lambda pair: pair[0])
             return [m for _, m in ranked[:count]]
 
-        return Batch([peek.call(k, [count]) for k in self.shard_keys], parse=parse)
+        return Batch([peek.call(k, [self.epoch, count]) for k in self.shard_keys], parse=parse)
 
     def stats(self) -> Batch:
         stats = script("stats")
 
         def parse(replies: list[Any]) -> QueueStats:
+            for i, r in enumerate(replies):
+                self.refused(r, f"stats of shard {i} of {self.name!r}")
             return QueueStats(self.name, tuple(
                 ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
                            None if int(r[4]) < 0 else int(r[4]) / 1000,
                            *(int(n) for n in r[5:10]))
                 for i, r in enumerate(replies)))
 
-        return Batch([stats.call(k, []) for k in self.shard_keys], parse=parse)
+        return Batch([stats.call(k, [self.epoch]) for k in self.shard_keys], parse=parse)
 
     def clear(self) -> Batch:
-        """Delete every message of the queue (its settings stay)."""
-        return Batch([Cmd(("DEL", *k.data())) for k in self.shard_keys], parse=_none)
+        """Delete every message of the queue (its settings stay); UNLINK, so the server
+        frees large shards in the background (lua/clear-10.lua)."""
+        return Batch([_CLEAR.call(k, [self.epoch], self.checked(
+            f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)],
+            parse=_none)
 
     # -- dead letters ---------------------------------------------------------------------
 
     def dead(self, count: int = 100) -> Flow[list[Message]]:
         """Dead-lettered messages, oldest first."""
         count = validate.check_count(count, high=validate.MAX_BATCH)
-        heads = yield Batch([Cmd(("ZRANGE", k.dead, 0, count - 1, "WITHSCORES"))
-                             for k in self.shard_keys])
+        checks = self.epoch_checks(range(self.settings.shards), f"dead of {self.name!r}")
+        heads = yield Batch([*checks, *(Cmd(("ZRANGE", k.dead, 0, count - 1, "WITHSCORES"))
+                                        for k in self.shard_keys)])
+        heads = heads[len(checks):]
         ranked = sorted((float(score), shard, _decode_str(member))
                         for shard, head in enumerate(heads)
                         for member, score in pairs(head))[:count]
@@ -535,11 +609,12 @@ class QueueOps:
         by_shard: dict[int, list[str]] = defaultdict(list)
         for shard, msg_id in zip((yield from self.locate(wanted)), wanted, strict=True):
             by_shard[shard].append(msg_id)
+        check = self.checked(f"replay on {self.name!r}", int)
         calls: list[Call | Cmd] = [
-            replay.call(self.shard_keys[shard], [SWEEP_LIMIT, self.wake,
-                                                 *group[i:i + IDS_CHUNK]])
+            replay.call(self.shard_keys[shard], [self.epoch, SWEEP_LIMIT, self.wake,
+                                                 *group[i:i + IDS_CHUNK]], check)
             for shard, group in by_shard.items() for i in range(0, len(group), IDS_CHUNK)]
-        return sum(int(n) for n in (yield Batch(calls)))
+        return sum((yield Batch(calls)))
 
     def purge_dead(self) -> Flow[int]:
         """Delete every dead-lettered message for good; returns how many."""
@@ -551,55 +626,139 @@ class QueueOps:
     def drain_dead(self, shard: int, *, replay: bool) -> Flow[int]:
         """Replay (or purge) every dead letter of one shard, a bounded call at a time."""
         call = script("replay" if replay else "purge-dead")
-        args = [SWEEP_LIMIT, self.wake] if replay else [SWEEP_LIMIT]
+        args = [self.epoch, SWEEP_LIMIT, self.wake] if replay else [self.epoch, SWEEP_LIMIT]
+        check = self.checked(f"{'replay' if replay else 'purge'} of dead letters of "
+                             f"{self.name!r}", int)
         total = 0
         while True:
-            n = int((yield call.call(self.shard_keys[shard], args)))
+            n = int((yield call.call(self.shard_keys[shard], args, check)))
             total += n
             if n < SWEEP_LIMIT:
                 return total
 
 
 # -- queues under a prefix -----------------------------------------------------------------
+#
+# A queue's metadata hash holds its epoch, "<13-digit ms><8 hex>": the server's clock and
+# a random suffix when the queue was created (lua/open-1.lua). Each shard holds
+# "<epoch>|<shards>" in its epoch key, written by every open (lua/epoch-set-1.lua), and
+# every script that reads or writes the shard checks it. So when a queue's keys vanish
+# (a restart without persistence, a flush) or it is created anew (other settings, other
+# shards), the Queue objects and caches that knew the old one are refused: QueueGone.
 
-def open_queue(prefix: str, name: str, asked: dict[str, Any]) -> Flow[QueueSettings]:
+def epoch_token(epoch: str, shards: int) -> str:
+    """What a queue's shards hold and its scripts check: "<epoch>|<shards>"."""
+    return f"{epoch}|{shards}"
+
+
+def shard_epoch(prefix: str, name: str) -> Callable[[int], str]:
+    """The epoch key of each shard of queue ``name``."""
+    keys = QueueKeys(prefix, name)
+    return lambda shard: keys.shard(shard).epoch
+
+
+def open_queue(prefix: str, name: str,
+               asked: dict[str, Any]) -> Flow[tuple[QueueSettings, str]]:
     """Store a new queue's settings (or read the stored ones), register it, and return
-    the settings to use; QueueConfigError when ``asked`` conflicts with what is stored."""
+    the settings to use and the queue's epoch token; QueueConfigError when ``asked``
+    conflicts with what is stored."""
     validate.check_name(name, "queue name")
-    settings: QueueSettings = yield from open_stored(
-        QueueKeys(prefix, name).meta, registry_key(prefix), name, asked, QueueSettings, "queue")
-    return settings
+    opened: tuple[QueueSettings, str] = yield from open_stored(
+        QueueKeys(prefix, name).meta, registry_key(prefix), name, asked, QueueSettings,
+        "queue", shard_epoch(prefix, name))
+    return opened
 
 
-def read_queue(prefix: str, name: str) -> Flow[QueueSettings | None]:
-    """The settings of a registered queue, or None; never creates one."""
+def read_queue(prefix: str, name: str) -> Flow[tuple[QueueSettings, str] | None]:
+    """The settings and epoch token of a registered queue, or None; never creates one
+    (nor writes anything: a queue stored before epochs gets the token "", unchecked)."""
     validate.check_name(name, "queue name")
-    settings: QueueSettings | None = yield from read_stored(
+    found: tuple[QueueSettings, str] | None = yield from read_stored(
         QueueKeys(prefix, name).meta, registry_key(prefix), name, QueueSettings, "queue")
-    return settings
+    return found
 
 
 def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind: Any,
-                what: str) -> Flow[Any]:
-    """A queue's or topic's settings: stored on first open (``kind`` validates what was
-    asked before anything is written), checked against ``asked`` after; registered."""
+                what: str, epoch_key: Callable[[int], str]) -> Flow[tuple[Any, str]]:
+    """A queue's or topic's settings and epoch token: stored on first open (``kind``
+    validates what was asked before anything is written), checked against ``asked``
+    after; its epoch written into every shard (``epoch_key(shard)``); registered."""
     wanted = merge(None, asked, name, kind, what)
     flat = [x for kv in wanted.to_hash().items() for x in kv]
-    raw = yield Call(script("open"), [meta], flat)
-    stored = kind.from_hash({_decode_str(k): _decode_str(v) for k, v in pairs(raw)})
-    yield Cmd(("SADD", registry, name))
-    return merge(stored, asked, name, kind, what)
+    for _ in range(OPEN_TRIES):
+        reply = yield Call(_OPEN, [meta], [secrets.token_hex(4), *flat])
+        fields = {_decode_str(k): _decode_str(v) for k, v in pairs(reply[1:])}
+        try:
+            stored = kind.from_hash(fields)
+        except QueueConfigError as exc:
+            raise QueueConfigError(f"{what} {name!r}: {exc}") from None
+        settings = merge(stored, asked, name, kind, what)  # a conflict writes nothing more
+        token = epoch_token(fields["epoch"], stored.shards)
+        later = yield from _stamp(epoch_key, token, stored.shards, f"{what} {name!r}")
+        if later:
+            # A shard holds a later epoch: the queue was created anew since it was read
+            # (read it again), or, if the stored epoch is still this one, the shard is left
+            # from a creation whose settings vanished (a server clock that went back).
+            held = yield Cmd(("HGET", meta, "epoch"))
+            if held is None or _decode_str(held) != fields["epoch"]:
+                continue
+            yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "force"]) for s in later])
+        yield Cmd(("SADD", registry, name))
+        return settings, token
+    raise QueueGone(f"{what} {name!r} was created anew {OPEN_TRIES} times while it was "
+                    "being opened; open it again")
 
 
-def read_stored(meta: str, registry: str, name: str, kind: Any, what: str) -> Flow[Any]:
-    """The settings of a registered queue or topic, or None; never creates one."""
+def _stamp(epoch_key: Callable[[int], str], token: str, shards: int,
+           what: str) -> Flow[list[int]]:
+    """Write ``token`` into the epoch key of every shard, taking over the shards of an
+    earlier creation of the queue (and those it had beyond ``shards``, so that its Queue
+    objects are refused there too); returns the shards that hold a later epoch."""
+    replies = yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "newer"])
+                           for s in range(shards)])
+    later, earlier = [], 0
+    for shard, (written, held) in enumerate(replies):
+        held = _decode_str(held)
+        if not int(written) and held != token:
+            later.append(shard)
+        elif int(written) and held:
+            earlier = max(earlier, _shards_of(held), 1)
+    if earlier:
+        if earlier > shards:
+            yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "newer"])
+                         for s in range(shards, earlier)])
+        log.warning(
+            "dynoq: %s was created anew where an earlier %s's shards remain (its settings "
+            "had vanished: a server that evicts keys or lost part of its data; `dynoq "
+            "check` says what puts messages at risk). Objects that had the earlier one "
+            "open get QueueGone; messages left in its shards %s are not delivered by this "
+            "one.", what, what.split()[0], f"{shards}-{earlier - 1}" if earlier > shards
+            else "(none beyond this one's)")
+    return later
+
+
+def _shards_of(token: str) -> int:
+    """The shard count in an epoch token (0 when it is not one)."""
+    try:
+        return min(max(int(token.rpartition("|")[2]), 0), validate.MAX_SHARDS)
+    except ValueError:
+        return 0
+
+
+def read_stored(meta: str, registry: str, name: str, kind: Any,
+                what: str) -> Flow[tuple[Any, str] | None]:
+    """The settings and epoch token of a registered queue or topic, or None; never creates
+    one."""
     member, raw = yield Batch([Cmd(("SISMEMBER", registry, name)), Cmd(("HGETALL", meta))])
     if not member or not raw:
         return None
+    fields = {_decode_str(k): _decode_str(v) for k, v in pairs(raw)}
     try:
-        return kind.from_hash({_decode_str(k): _decode_str(v) for k, v in pairs(raw)})
+        settings = kind.from_hash(fields)
     except QueueConfigError as exc:
         raise QueueConfigError(f"{what} {name!r}: {exc}") from None
+    epoch = fields.get("epoch")
+    return settings, "" if epoch is None else epoch_token(epoch, settings.shards)
 
 
 def queue_names(prefix: str) -> Cmd:
@@ -631,8 +790,5 @@ def _none(_: Any) -> None:
     return None
 
 
-def _refusal_checked(context: str) -> Any:
-    def parse(reply: Any) -> int:
-        raise_for(reply, context)
-        return int(reply)
-    return parse
+def _pair(reply: Any) -> tuple[int, int]:
+    return int(reply[0]), int(reply[1])

@@ -46,7 +46,10 @@ def scan_page(q: QueueOps, shard: int, cursor: int,
     may, while the hash rehashes): callers that care drop repeats."""
     wanted = set(check_states(states))
     keys = q.shard_keys[shard]
-    cursor, page = yield Cmd(("HSCAN", keys.msgs, cursor, "COUNT", PAGE))
+    # A walk starts by checking the shard is still the queue's (QueueGone if not).
+    checks = q.epoch_checks([shard], f"a scan of {q.name!r}") if cursor == 0 else []
+    *_, (cursor, page) = yield Batch([*checks, Cmd(("HSCAN", keys.msgs, cursor, "COUNT",
+                                                     PAGE))])
     records = {(k.decode() if isinstance(k, bytes) else k): v for k, v in page.items()}
     if not records:
         return int(cursor), []

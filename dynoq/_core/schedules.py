@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,6 +98,17 @@ class QueueLike(Protocol):
     @property
     def wake(self) -> str: ...
 
+    @property
+    def epoch(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def checked(self, context: str, parse: Callable[[Any], Any] | None = None
+                ) -> Callable[[Any], Any]: ...
+
+    def epoch_checks(self, shards: Iterable[int], context: str) -> list[Cmd]: ...
+
     def shard_for(self, routing: str) -> int: ...
 
     def prepare(self, item: Any) -> Outgoing: ...
@@ -138,7 +149,9 @@ class ScheduleOps:
                                headers=headers))
         shard = self.home(sched_id, validate.check_key(key))
         keys = self.q.shard_keys[shard]
-        if int((yield Cmd(("HLEN", keys.sched)))) >= MAX_SCHEDULES:
+        checks = self.q.epoch_checks([shard], f"schedule on {self.q.name!r}")
+        *_, held = yield Batch([*checks, Cmd(("HLEN", keys.sched))])
+        if int(held) >= MAX_SCHEDULES:
             raise InvalidArgument(f"at most {MAX_SCHEDULES} schedules per shard")
         yield from self._forget(sched_id)  # a replaced schedule starts afresh
         now = yield server_time()
@@ -156,8 +169,9 @@ class ScheduleOps:
                       headers={**(s.headers or {}), SCHEDULE: s.id, TICK: tick_ms})
         out = self.q.prepare(msg)
         return _FIRE.call(self.q.shard_keys[shard], [
-            s.id, tick_ms, out.id, out.priority, out.body, self.q.wake,
-            validate.to_ms(self.q.settings.dedupe_window)], int)
+            self.q.epoch, s.id, tick_ms, out.id, out.priority, out.body, self.q.wake,
+            validate.to_ms(self.q.settings.dedupe_window)],
+            self.q.checked(f"schedule {s.id!r} on {self.q.name!r}", int))
 
     def fire_next(self, sched_id: str, shard: int) -> Flow[int]:
         """Push the next occurrence once the latest one pushed has come due (never further
@@ -194,8 +208,9 @@ class ScheduleOps:
     def _forget(self, sched_id: str) -> Flow[bool]:
         found = False
         for shard, keys in enumerate(self.q.shard_keys):
-            raw, mark = yield Batch([Cmd(("HGET", keys.sched, sched_id)),
-                                     Cmd(("ZSCORE", keys.marks, sched_id))])
+            checks = self.q.epoch_checks([shard], f"unschedule on {self.q.name!r}")
+            *_, raw, mark = yield Batch([*checks, Cmd(("HGET", keys.sched, sched_id)),
+                                         Cmd(("ZSCORE", keys.marks, sched_id))])
             if raw is None:
                 continue
             found = True
@@ -203,14 +218,19 @@ class ScheduleOps:
                          Cmd(("ZREM", keys.marks, sched_id))])
             if mark is not None:  # the pending occurrence, if it is still waiting
                 occurrence = self.occurrence_id(sched_id, round(float(mark)), shard)
-                yield script("remove").call(keys, [occurrence, self.q.wake])
+                yield script("remove").call(keys, [self.q.epoch, occurrence, self.q.wake],
+                                            self.q.checked(f"unschedule on {self.q.name!r}"))
         return found
 
     def schedules(self) -> Flow[list[Schedule]]:
         """Every schedule of the queue, sorted by id."""
-        replies = yield Batch([c for k in self.q.shard_keys
-                               for c in (Cmd(("HGETALL", k.sched)),
-                                         Cmd(("ZRANGE", k.marks, 0, -1, "WITHSCORES")))])
+        checks = self.q.epoch_checks(range(len(self.q.shard_keys)),
+                                     f"schedules of {self.q.name!r}")
+        replies = yield Batch([*checks, *(c for k in self.q.shard_keys
+                                          for c in (Cmd(("HGETALL", k.sched)),
+                                                    Cmd(("ZRANGE", k.marks, 0, -1,
+                                                         "WITHSCORES"))))])
+        replies = replies[len(checks):]
         out = []
         for defs, marks in zip(replies[::2], replies[1::2], strict=True):
             ticks = {_text(m): s for m, s in pairs(marks)}

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from ..errors import ConnectionFailed, DynoqError, InvalidArgument
+from ..errors import ConnectionFailed, DynoqError, InvalidArgument, QueueGone
 from . import validate
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
@@ -105,11 +105,11 @@ class SweepObserver(Protocol):
     def sweep_failed(self) -> None: ...
 
 
-def registered(prefix: str) -> Flow[dict[str, QueueSettings | None]]:
-    """Every registered queue and its settings (None: registered but its settings are
-    missing or unreadable, so it cannot be swept)."""
+def registered(prefix: str) -> Flow[dict[str, tuple[QueueSettings, str] | None]]:
+    """Every registered queue and its settings and epoch token (None: registered but its
+    settings are missing or unreadable, so it cannot be swept)."""
     names = yield queue_names(prefix)
-    out: dict[str, QueueSettings | None] = {}
+    out: dict[str, tuple[QueueSettings, str] | None] = {}
     for name in names:
         try:
             out[name] = yield from read_queue(prefix, name)
@@ -159,21 +159,23 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
     if mask & PROMOTE:
         more = 1
         while more:
-            moved, more = yield script("promote").call(keys, [SWEEP_LIMIT])
+            moved, more = yield script("promote").call(
+                keys, [q.epoch, SWEEP_LIMIT], q.checked(f"promote on {q.name!r}"))
             out.promoted += int(moved)
     if mask & FIRE:
         out.fired += yield from ScheduleOps(q).fire_due(shard)
     if mask & TRIM:
         more = 1
         while more:
-            dropped, more = yield script("trim").call(keys, [window, SWEEP_LIMIT])
+            dropped, more = yield script("trim").call(
+                keys, [q.epoch, window, SWEEP_LIMIT], q.checked(f"trim on {q.name!r}"))
             out.trimmed += int(dropped)
 
 
-def registered_topics(prefix: str) -> Flow[dict[str, TopicSettings | None]]:
-    """Every registered topic and its settings (None: unreadable)."""
+def registered_topics(prefix: str) -> Flow[dict[str, tuple[TopicSettings, str] | None]]:
+    """Every registered topic and its settings and epoch token (None: unreadable)."""
     names = yield topic_names(prefix)
-    out: dict[str, TopicSettings | None] = {}
+    out: dict[str, tuple[TopicSettings, str] | None] = {}
     for name in names:
         try:
             out[name] = yield from read_topic(prefix, name)
@@ -205,7 +207,7 @@ def sweep_topic(t: TopicOps, *, reap_members: bool, cross_slot: bool) -> Flow[To
         if gone:
             yield from t.drop(gone)
             groups = [t.target_queue(name).keys.group(targets[name][0]) for name in gone]
-            yield Batch([Cmd(("DEL", g.members, g.ttls, g.claim, g.registry, g.history))
+            yield Batch([Cmd(("UNLINK", g.members, g.ttls, g.claim, g.registry, g.history))
                          for g in groups])
             out.members_removed = len(gone)
             targets = {k: v for k, v in targets.items() if k not in gone}
@@ -254,6 +256,9 @@ class Sweeps:
                     self.observer.record_sweep(report)
                 self.partial = report
                 raise
+            except QueueGone:
+                # Deleted, or created anew: the registry says which on the next pass.
+                self._gone(report, name, done)
             except DynoqError as exc:
                 if not done.busy:
                     del report.queues[name]
@@ -264,6 +269,11 @@ class Sweeps:
                                                cross_slot=self.cross_slot)
             except ConnectionFailed:
                 raise
+            except QueueGone:
+                self.topics.pop(name, None)
+                self._next_refresh = 0.0
+                log.debug("topic %r is gone or was created anew: read again next pass", name)
+                continue
             except DynoqError as exc:
                 self._failed(report, f"topic {name!r}", exc)
                 continue
@@ -278,6 +288,15 @@ class Sweeps:
         partial, self.partial = self.partial, None
         return partial
 
+    def _gone(self, report: SweepReport, name: str, done: QueueSweep) -> None:
+        """A queue vanished or was created anew under this pass: forget it, and read the
+        registry again at the next pass (a vanished queue just leaves the walk)."""
+        self.queues.pop(name, None)
+        self._next_refresh = 0.0
+        if not done.busy:
+            del report.queues[name]
+        log.debug("queue %r is gone or was created anew: read again next pass", name)
+
     def _failed(self, report: SweepReport, what: str, exc: DynoqError) -> None:
         report.errors += 1
         now = time.monotonic()
@@ -289,18 +308,27 @@ class Sweeps:
         found = yield from registered(self.prefix)
         for gone in self.queues.keys() - found.keys():
             del self.queues[gone]
-        for name, settings in sorted(found.items()):
-            if settings is None:
+        for name, stored in sorted(found.items()):
+            if stored is None:
                 if name not in self._warned:  # once
                     self._warned[name] = time.monotonic()
                     log.warning("queue %r has no readable settings, not swept", name)
                 continue
+            settings, epoch = stored
             known = self.queues.get(name)
-            if known is None or known.settings != settings:
-                self.queues[name] = QueueOps(self.prefix, name, settings)
+            if known is None or known.settings != settings or known.epoch != epoch:
+                self.queues[name] = QueueOps(self.prefix, name, settings, epoch=epoch)
         topics = yield from registered_topics(self.prefix)
-        self.topics = {name: self.topics.get(name) or TopicOps(self.prefix, name, settings)
-                       for name, settings in topics.items() if settings is not None}
+        kept = {}
+        for name, topic in topics.items():
+            if topic is None:
+                continue
+            known_topic = self.topics.get(name)
+            if (known_topic is None or known_topic.settings != topic[0]
+                    or known_topic.epoch != topic[1]):
+                known_topic = TopicOps(self.prefix, name, topic[0], epoch=topic[1])
+            kept[name] = known_topic
+        self.topics = kept
 
 
 class Progress:

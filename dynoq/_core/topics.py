@@ -15,11 +15,11 @@ if they changed, so a group subscribed before a publish began always gets its me
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import STALE, InvalidArgument, raise_for
+from ..errors import GONE, STALE, InvalidArgument, QueueGone, gone_error, raise_for
 from ..message import Message, QueueStats
 from . import codec, validate
 from .calls import Batch, Call, Cmd, Flow, pairs
@@ -32,7 +32,7 @@ MODES = ("clustering", "broadcasting")
 MAX_TARGETS = 1000  # group and member queues of one topic
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
-_QUEUE_KEYS = _PUBLISH.keys[1:]  # the nine keys of each target queue shard
+_QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
 
 
 def _text(value: bytes | str) -> str:
@@ -84,17 +84,21 @@ def tag_filter(tags: Sequence[str]) -> str:
 
 class TopicOps:
     """One topic's operations. Safe to share between threads (the subscription cache is
-    replaced whole, never changed in place)."""
+    replaced whole, never changed in place). ``epoch`` and ``on_gone`` as on
+    :class:`~.ops.QueueOps`: the topic's epoch, which its group queues share."""
 
     def __init__(self, prefix: str, name: str, settings: TopicSettings,
                  max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
-                 cross_slot: bool = False) -> None:
+                 cross_slot: bool = False, epoch: str = "",
+                 on_gone: Callable[[], None] | None = None) -> None:
         self.cross_slot = cross_slot
         self.prefix = prefix
         self.name = name
         self.settings = settings
         self.limit = max_payload_bytes
         self.keys = TopicKeys(prefix, name)
+        self.epoch = epoch
+        self.on_gone = on_gone
         self._queue_settings = settings.queue_settings()
         # publishes route like the group queues: by id, or by key on ordered topics
         self._router = QueueOps(prefix, name, self._queue_settings, max_payload_bytes)
@@ -109,7 +113,23 @@ class TopicOps:
     def group_queue(self, group: str, member: str | None = None) -> QueueOps:
         """The queue a clustering group (or one broadcasting member) consumes."""
         return QueueOps.of_keys(self.target(group, member), self._queue_settings, self.limit,
-                                cross_slot=self.cross_slot)
+                                cross_slot=self.cross_slot, epoch=self.epoch,
+                                on_gone=self.on_gone)
+
+    def _gone(self, context: str) -> QueueGone:
+        if self.on_gone is not None:
+            self.on_gone()
+        return gone_error(f"topic {self.name!r}", context)
+
+    def _refused(self, reply: Any, context: str) -> None:
+        if type(reply) is int and reply == GONE:
+            raise self._gone(context)
+        raise_for(reply, context)
+
+    def _subscription(self, shard: int, args: Sequence[Any]) -> Call:
+        return Call(_SUBSCRIPTION, [self.keys.subs(shard), self.keys.epoch(shard)],
+                    [self.epoch, *args],
+                    lambda r: self._refused(r, f"subscription change of {self.name!r}"))
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -133,7 +153,7 @@ class TopicOps:
         if mode == "clustering" or member is not None:
             target = self.target(group, member if mode == "broadcasting" else None).queue
             pairs += [target, f"{group}|{spec}"]
-        yield Batch([Call(_SUBSCRIPTION, [self.keys.subs(s)], ["add", *pairs])
+        yield Batch([self._subscription(s, ["add", *pairs])
                      for s in range(self.settings.shards)])
         self._cache.clear()
 
@@ -165,7 +185,7 @@ class TopicOps:
 
     def drop(self, fields: Sequence[str]) -> Flow[None]:
         """Drop subscription entries (and delete the queues of the targets among them)."""
-        yield Batch([Call(_SUBSCRIPTION, [self.keys.subs(s)], ["drop", *fields])
+        yield Batch([self._subscription(s, ["drop", *fields])
                      for s in range(self.settings.shards)])
         self._cache.clear()
         yield self.delete_queues([f for f in fields if not f.startswith("~")])
@@ -177,13 +197,15 @@ class TopicOps:
             keys = self._target_keys(target)
             for s in range(self.settings.shards):
                 k = keys.shard(s)
-                cmds.append(Cmd(("DEL", *k.data(), k.lease, k.fence, k.counts)))
+                # UNLINK: a group's queue may be large; the server frees it in the background.
+                cmds.append(Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.counts)))
         return Batch(cmds, parse=lambda _: None)
 
     def target_queue(self, target: str) -> QueueOps:
         """The operations of a target queue, by its name (from :meth:`targets`)."""
         return QueueOps.of_keys(self._target_keys(target), self._queue_settings, self.limit,
-                                cross_slot=self.cross_slot)
+                                cross_slot=self.cross_slot, epoch=self.epoch,
+                                on_gone=self.on_gone)
 
     def _target_keys(self, target: str) -> QueueKeys:
         if not target.startswith(self.name + ":"):
@@ -191,7 +213,14 @@ class TopicOps:
         return QueueKeys(self.prefix, target, tag=self.name, sub=target[len(self.name) + 1:])
 
     def _entries(self, shard: int) -> Flow[dict[str, str]]:
-        raw = yield Cmd(("HGETALL", self.keys.subs(shard)))
+        """A topic shard's subscription entries (QueueGone when the topic is gone)."""
+        read = Cmd(("HGETALL", self.keys.subs(shard)))
+        if not self.epoch:
+            raw = yield read
+        else:
+            held, raw = yield Batch([Cmd(("GET", self.keys.epoch(shard))), read])
+            if held is None or _text(held) != self.epoch:
+                raise self._gone(f"a read of the subscriptions of {self.name!r}")
         return {_text(k): _text(v) for k, v in pairs(raw)}
 
     def subscriptions(self) -> Flow[list[Subscription]]:
@@ -247,8 +276,8 @@ class TopicOps:
 
     def _publish_call(self, shard: int, subs: _Shard,
                       outs: Sequence[codec.Outgoing]) -> Call:
-        keys: list[str] = [self.keys.subs(shard)]
-        args: list[Any] = [subs.version, self._window_ms, len(subs.targets)]
+        keys: list[str] = [self.keys.subs(shard), self.keys.epoch(shard)]
+        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets)]
         for target, filter_ in subs.targets:
             shard_keys = self._target_keys(target).shard(shard)
             keys += (getattr(shard_keys, k) for k in _QUEUE_KEYS)
@@ -280,7 +309,7 @@ class TopicOps:
                     self._cache.pop(shard, None)
                     stale[shard] += chunk
                 else:
-                    raise_for(reply, f"publish to {self.name!r}")
+                    self._refused(reply, f"publish to {self.name!r}")
                     added += int(reply)
             if not stale:
                 return added
@@ -291,22 +320,25 @@ class TopicOps:
 
 # -- topics under a prefix ------------------------------------------------------------------
 
-def open_topic(prefix: str, name: str, asked: dict[str, Any]) -> Flow[TopicSettings]:
-    """Store a new topic's settings (or read the stored ones) and register it."""
+def open_topic(prefix: str, name: str,
+               asked: dict[str, Any]) -> Flow[tuple[TopicSettings, str]]:
+    """Store a new topic's settings (or read the stored ones) and register it; the
+    settings and the topic's epoch token (see :func:`~.ops.open_stored`)."""
     validate.check_name(name, "topic name")
-    settings: TopicSettings = yield from open_stored(
-        TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, asked, TopicSettings,
-        "topic")
-    return settings
+    keys = TopicKeys(prefix, name)
+    opened: tuple[TopicSettings, str] = yield from open_stored(
+        keys.meta, topic_registry_key(prefix), name, asked, TopicSettings, "topic",
+        keys.epoch)
+    return opened
 
 
-def read_topic(prefix: str, name: str) -> Flow[TopicSettings | None]:
-    """The settings of a registered topic, or None; never creates one."""
+def read_topic(prefix: str, name: str) -> Flow[tuple[TopicSettings, str] | None]:
+    """The settings and epoch token of a registered topic, or None; never creates one."""
     validate.check_name(name, "topic name")
-    settings: TopicSettings | None = yield from read_stored(
+    found: tuple[TopicSettings, str] | None = yield from read_stored(
         TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, TopicSettings,
         "topic")
-    return settings
+    return found
 
 
 def topic_names(prefix: str) -> Cmd:

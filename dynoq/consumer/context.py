@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._core import consuming
 from .._core.consuming import Plan
+from ..errors import QueueGone
 from ..message import Message
 from ..queue import Queue
 from .board import Deliveries, IdleGate, InFlight, ShardBoard
@@ -35,6 +37,11 @@ class Shared:
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
     # rebinding), never changed in place, so readers need no lock.
     preferred: list[int] = field(default_factory=list)
+    # The QueueGone that stopped the consumer (its queue vanished or was created anew),
+    # and what stops it (the facade's: stop() in a thread of its own).
+    failure: QueueGone | None = None
+    on_gone: Callable[[], None] | None = None
+    _gone_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
@@ -94,6 +101,17 @@ class Shared:
             self.board.drop(s)
             log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
                         self.queue.name)
+
+    def gone(self, exc: QueueGone) -> None:
+        """The queue is gone: retrying cannot help (its keys vanished, or it is another
+        queue now), so the consumer stops, once, and says why."""
+        with self._gone_lock:
+            if self.failure is not None:
+                return
+            self.failure = exc
+        log.error("dynoq: the consumer of %r stops: %s", self.queue.name, exc)
+        if self.on_gone is not None:
+            self.on_gone()
 
     def release(self, shard: int) -> None:
         """Give ``shard``'s lease back and tell the group, so its new owner takes it now."""

@@ -13,7 +13,7 @@ from typing import Any
 from .._core.calls import Cmd, Flow
 from .._core.consuming import check_mode, for_topic, resolve, settings_of
 from .._core.ops import QueueOps
-from ..errors import DynoqError, InvalidType
+from ..errors import DynoqError, InvalidType, QueueGone
 from ..message import ConsumerStats
 from ..queue import Queue
 from ..settings import ConsumerSettings
@@ -106,6 +106,8 @@ class Consumer:
         self._workers = Workers(self._shared, self._processor)
         self._upkeep: Upkeep | None = None
         self._started = False
+        self._stopper: threading.Thread | None = None
+        self._shared.on_gone = self._stop_soon
 
     def __repr__(self) -> str:
         return (f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -120,6 +122,19 @@ class Consumer:
     def stats(self) -> ConsumerStats:
         """Counts since the consumer was created (handled, failed, retried, ...)."""
         return self._stats.snapshot()
+
+    @property
+    def failure(self) -> QueueGone | None:
+        """The QueueGone that stopped this consumer (its queue vanished, or was created
+        anew), or None. :meth:`run` raises it."""
+        return self._shared.failure
+
+    def _stop_soon(self) -> None:
+        # Called by the worker or upkeep thread that met QueueGone: stop() joins those
+        # threads, so it runs in one of its own.
+        self._stopper = threading.Thread(target=self.stop, daemon=True,
+                                         name=f"dynoq-{self.queue.name}-stop")
+        self._stopper.start()
 
     def start(self) -> Consumer:
         """Join the group, take the first assignment, start the workers. Returns self.
@@ -180,7 +195,8 @@ class Consumer:
 
     def run(self, stop_timeout: float = 30.0) -> None:
         """Start (unless started), block until SIGINT/SIGTERM or stop() from another
-        thread, then stop (``stop_timeout``: see :meth:`stop`)."""
+        thread, then stop (``stop_timeout``: see :meth:`stop`). Raises QueueGone when the
+        queue vanished or was created anew under the consumer (which then stopped)."""
         done = threading.Event()
         try:
             with StopOnSignals(done):
@@ -190,6 +206,11 @@ class Consumer:
                     pass
         finally:
             self.stop(stop_timeout)
+            stopper = self._stopper
+            if stopper is not None:
+                stopper.join(stop_timeout)
+        if self._shared.failure is not None:
+            raise self._shared.failure
 
     def __enter__(self) -> Consumer:
         return self.start()

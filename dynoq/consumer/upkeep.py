@@ -14,7 +14,7 @@ import time
 
 from .._core.consuming import CHANNEL_TICK, UpkeepClock
 from ..backend.wakeup import Subscription
-from ..errors import DynoqError, LeaseLost
+from ..errors import DynoqError, LeaseLost, QueueGone
 from ..retry import backoff
 from .context import Shared
 from .processing import Processor
@@ -64,6 +64,9 @@ class Upkeep:
                         self._acquire()
                     self._enforce_timeouts()
                     failures = 0
+                except QueueGone as exc:
+                    self.shared.gone(exc)  # the consumer stops
+                    return
                 except DynoqError as exc:  # the server is away: try again, backing off
                     failures += 1
                     pause = backoff(failures)

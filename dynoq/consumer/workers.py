@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .._core import consuming
 from .._core.consuming import pop_order
-from ..errors import LeaseLost
+from ..errors import LeaseLost, QueueGone
 from ..message import Message
 from ..retry import backoff
 from .context import Shared
@@ -90,6 +90,9 @@ class Workers:
             while self._active():
                 try:
                     loop()
+                    return
+                except QueueGone as exc:
+                    self.shared.gone(exc)  # no retry can help: the consumer stops
                     return
                 except Exception:
                     failures += 1

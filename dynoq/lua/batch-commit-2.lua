@@ -14,7 +14,7 @@ local fresh = batch > (tonumber(state[1]) or -1)
 if fresh then redis.call('HSET', commit, 'committed', batch) end
 local current = tonumber(state[2])
 if current == nil or current <= batch then
-  redis.call('DEL', wrote)
+  redis.call('UNLINK', wrote)
   redis.call('HDEL', commit, 'batch')
 end
 redis.call('PEXPIRE', commit, keep)

@@ -9,7 +9,7 @@
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('GET', KEYS[3]) == ARGV[3] then
-  redis.call('DEL', KEYS[3])
+  redis.call('UNLINK', KEYS[3])
 end
 redis.call('PUBLISH', ARGV[2], 'change')
 return removed

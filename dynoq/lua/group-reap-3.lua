@@ -10,7 +10,7 @@ local members, ttls, registry = KEYS[1], KEYS[2], KEYS[3]
 local dropped = drop_stale(members, ttls, now_ms())
 if redis.call('ZCARD', members) == 0 then
   redis.call('SREM', registry, ARGV[1])
-  redis.call('DEL', ttls)
+  redis.call('UNLINK', ttls)
 end
 if dropped > 0 then redis.call('PUBLISH', ARGV[2], 'change') end
 return dropped

@@ -4,5 +4,5 @@
   returns: 1 released, 0 not held by the caller
   flags: allow-oom
 ]]
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('UNLINK', KEYS[1]) end
 return 0

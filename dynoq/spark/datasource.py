@@ -52,7 +52,7 @@ from .._core.batches import RETENTION, Counts, check_query
 from .._core.scan import DEFAULT_STATES, check_states
 from .._core.validate import check_seconds
 from ..client import Client
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, QueueGone
 from .export import COLUMNS, SCHEMA, scan_shard
 from .rows import RowSpec
 from .target import Target, int_option
@@ -234,8 +234,12 @@ class QueueReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         q = self.target.open()
-        for row in scan_shard(q, int(partition.value), self.states):
-            yield tuple(row[c] for c in COLUMNS)
+        try:
+            for row in scan_shard(q, int(partition.value), self.states):
+                yield tuple(row[c] for c in COLUMNS)
+        except QueueGone:
+            self.target.forget_queue()  # a retried task reads the queue again
+            raise
 
 
 # -- the data source -------------------------------------------------------------------------

@@ -129,6 +129,15 @@ class Target:
                     entry[1][self.queue] = q
         return q
 
+    def forget_queue(self) -> None:
+        """Drop this process's copy of the queue (after QueueGone: the queue vanished or
+        was created anew, maybe with other shards; the retried task reads it again, and
+        never writes with the old settings)."""
+        with _cache_lock:
+            entry = _cache.get(self._key())
+            if entry is not None:
+                entry[1].pop(self.queue, None)
+
     def forget(self) -> None:
         """Drop this process's client (after a dropped connection: the retry reconnects)."""
         with _cache_lock:

@@ -28,7 +28,7 @@ from typing import Any
 
 from .._core.batches import RETENTION, BatchOps, Counts, Progress, check_batch, check_query
 from .._core.validate import check_int
-from ..errors import ConnectionFailed, InvalidArgument, OrderedQueueError
+from ..errors import ConnectionFailed, InvalidArgument, OrderedQueueError, QueueGone
 from ..queue import Queue
 from .rows import RowSpec, to_messages
 from .target import Target
@@ -157,12 +157,20 @@ class RowWriter:
             check_batch(batch)
         try:
             q = self.target.open()
+            # The queue this process knows may have been read after the driver checked
+            # the mapping (created anew since): check it against what is written.
+            check_spec(q, self.spec, self.target.where)
             client = self.target.client()
             prepare = q.ops.prepare
             outs = [prepare(m) for m in to_messages(self.spec, rows, client.server_time)]
             return q.backend.run(self._ops(q).push(outs, batch))  # type: ignore[no-any-return]
         except ConnectionFailed:
             self.target.forget()  # the retried task reconnects
+            raise
+        except QueueGone:
+            # Written nowhere: the shards refused this process's old view of the queue.
+            # Spark retries the task, which reads the queue again (or fails if it is gone).
+            self.target.forget_queue()
             raise
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..._core import consuming
 from ..._core.board import DeliveryState
 from ..._core.consuming import Counts, Plan
+from ...errors import QueueGone
 from ...message import Message
 from ..events import wait_event
 from ..queue import Queue
@@ -35,9 +37,22 @@ class Shared:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # Concurrent queues: the allocated shards, popped first.
     preferred: list[int] = field(default_factory=list)
+    # The QueueGone that stopped the consumer, and what stops it (the facade's).
+    failure: QueueGone | None = None
+    on_gone: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
+
+    def gone(self, exc: QueueGone) -> None:
+        """The queue is gone: retrying cannot help, so the consumer stops, once, and says
+        why (as dynoq.consumer.context.Shared.gone)."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        log.error("dynoq: the consumer of %r stops: %s", self.queue.name, exc)
+        if self.on_gone is not None:
+            self.on_gone()
 
     async def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
                   until_woken: bool = False) -> list[Message]:

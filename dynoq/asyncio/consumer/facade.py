@@ -16,7 +16,7 @@ from ..._core.calls import Cmd, Flow
 from ..._core.consuming import Counts, check_mode, for_topic, resolve, settings_of
 from ..._core.middleware import chain
 from ..._core.ops import QueueOps
-from ...errors import DynoqError, InvalidType
+from ...errors import DynoqError, InvalidType, QueueGone
 from ...message import ConsumerStats
 from ...settings import ConsumerSettings
 from ..queue import Queue
@@ -117,6 +117,8 @@ class Consumer:
         self._upkeep: Upkeep | None = None
         self._started = False
         self._stopped = False
+        self._stopper: asyncio.Task[bool] | None = None
+        self._shared.on_gone = self._stop_soon
 
     def __repr__(self) -> str:
         return (f"<dynoq.asyncio.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -130,6 +132,18 @@ class Consumer:
 
     def stats(self) -> ConsumerStats:
         return self._stats.snapshot()
+
+    @property
+    def failure(self) -> QueueGone | None:
+        """The QueueGone that stopped this consumer (its queue vanished, or was created
+        anew), or None. :meth:`run` raises it."""
+        return self._shared.failure
+
+    def _stop_soon(self) -> None:
+        # Called by the worker or upkeep task that met QueueGone: stop() waits for those
+        # tasks, so it runs in a task of its own.
+        self._stopper = asyncio.get_running_loop().create_task(
+            self.stop(), name=f"dynoq-{self.queue.name}-stop")
 
     async def start(self) -> Consumer:
         """Join the group, take the first assignment, start the worker tasks. Returns
@@ -183,7 +197,9 @@ class Consumer:
         return clean
 
     async def run(self) -> None:
-        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop."""
+        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop.
+        Raises QueueGone when the queue vanished or was created anew under the consumer
+        (which then stopped)."""
         loop = asyncio.get_running_loop()
         stopping = self._shared.stopping
         signals: list[signal.Signals] = []
@@ -200,6 +216,10 @@ class Consumer:
             for sig in signals:
                 loop.remove_signal_handler(sig)
             await self.stop()
+            if self._stopper is not None:
+                await self._stopper
+        if self._shared.failure is not None:
+            raise self._shared.failure
 
     async def __aenter__(self) -> Consumer:
         return await self.start()

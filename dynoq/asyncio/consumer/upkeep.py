@@ -14,7 +14,7 @@ import math
 import time
 
 from ..._core.consuming import CHANNEL_TICK, UpkeepClock
-from ...errors import DynoqError, LeaseLost
+from ...errors import DynoqError, LeaseLost, QueueGone
 from ...retry import backoff
 from ..backend.wakeup import Subscription
 from ..events import wait_event
@@ -63,6 +63,9 @@ class Upkeep:
                     if now >= self._next_acquire:
                         await self._acquire()
                     failures = 0
+                except QueueGone as exc:
+                    self.shared.gone(exc)  # the consumer stops
+                    return
                 except DynoqError as exc:  # the server is away: try again, backing off
                     failures += 1
                     pause = backoff(failures)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from ..._core import consuming
 from ..._core.board import InFlightBatch
 from ..._core.consuming import pop_order
-from ...errors import LeaseLost
+from ...errors import LeaseLost, QueueGone
 from ...message import Message
 from ..events import wait_event
 from .context import Shared
@@ -65,6 +65,9 @@ class Workers:
             while not stopping.is_set():
                 try:
                     await loop(me)
+                    return
+                except QueueGone as exc:
+                    self.shared.gone(exc)  # no retry can help: the consumer stops
                     return
                 except Exception:
                     log.exception("dynoq: consumer worker error; retrying in %gs",

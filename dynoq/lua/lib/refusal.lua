@@ -5,11 +5,20 @@
   LEASED  -2  another consumer leases this ordered shard (the caller holds no lease)
   STALE   -3  what the caller read to build the call changed meanwhile (read it again)
   CONFLICT -4 another consumer group consumes this queue
+  GONE    -5  the queue (or topic) the caller opened is gone: the shard's epoch key does
+              not hold the caller's epoch (its keys vanished, or it was created anew)
   fenced(lease, token) -> FENCED when `token` is given and no longer holds `lease`, else nil
+  gone(epoch_key, epoch) -> GONE when `epoch` is given and `epoch_key` does not hold it,
+              else nil ('' : a queue stored before epochs, not checked; docs/internals.md)
 ]]
-local FENCED, LEASED, STALE, CONFLICT = -1, -2, -3, -4
+local FENCED, LEASED, STALE, CONFLICT, GONE = -1, -2, -3, -4, -5
 
 local function fenced(lease, token)
   if token ~= '' and redis.call('GET', lease) ~= token then return FENCED end
+  return nil
+end
+
+local function gone(epoch_key, epoch)
+  if epoch ~= '' and redis.call('GET', epoch_key) ~= epoch then return GONE end
   return nil
 end

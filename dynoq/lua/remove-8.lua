@@ -1,18 +1,22 @@
 --[[ remove: delete one message from every state of its shard.
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
-  KEYS[7] why
-  ARGV[1] id  ARGV[2] wake channel (PUBLISHed when an in-flight message was removed: on an
+  KEYS[7] why      KEYS[8] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] id  ARGV[3] wake channel (PUBLISHed when an in-flight message was removed: on an
   ordered shard that makes the next message deliverable)
-  returns: 1 removed, 0 unknown id
+  returns: 1 removed, 0 unknown id, or GONE
+  uses: lib/refusal.lua
   flags: allow-oom
 ]]
+local refused = gone(KEYS[8], ARGV[1])
+if refused then return refused end
 local delayed, ready, unack, msgs, dlv, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local id = ARGV[1]
+local id = ARGV[2]
 redis.call('ZREM', delayed, id)
 redis.call('ZREM', ready, id)
 local was_in_flight = redis.call('ZREM', unack, id)
 redis.call('ZREM', dead, id)
 redis.call('HDEL', dlv, id)
 redis.call('HDEL', KEYS[7], id)
-if was_in_flight == 1 then redis.call('PUBLISH', ARGV[2], '1') end
+if was_in_flight == 1 then redis.call('PUBLISH', ARGV[3], '1') end
 return redis.call('HDEL', msgs, id)

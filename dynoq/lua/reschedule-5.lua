@@ -1,12 +1,15 @@
 --[[ reschedule: move a waiting message's due time to now + delay (Dyno setTimeout).
-  KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv
-  ARGV[1] id  ARGV[2] delay ms  ARGV[3] wake channel
-  returns: 1 moved, 0 not waiting (unknown, in flight or dead)
-  uses: lib/clock.lua lib/record.lua
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv  KEYS[5] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] id  ARGV[3] delay ms  ARGV[4] wake channel
+  returns: 1 moved, 0 not waiting (unknown, in flight or dead), or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/record.lua
   flags: allow-oom
 ]]
+local refused = gone(KEYS[5], ARGV[1])
+if refused then return refused end
 local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local id, delay = ARGV[1], tonumber(ARGV[2])
+local id, delay = ARGV[2], tonumber(ARGV[3])
 if redis.call('ZREM', ready, id) == 0 and not redis.call('ZSCORE', delayed, id) then return 0 end
 local now = now_ms()
 redis.call('ZADD', delayed, now + delay, id)
@@ -15,5 +18,5 @@ local d = redis.call('HGET', dlv, id)
 if d then redis.call('HSET', dlv, id, (string.gsub(d, '^(%d*)|%d*|', '%1||'))) end
 local rec = redis.call('HGET', msgs, id)
 redis.call('HSET', msgs, id, retimed(rec, now + delay))
-redis.call('PUBLISH', ARGV[3], '1')
+redis.call('PUBLISH', ARGV[4], '1')
 return 1

@@ -7,20 +7,25 @@
   KEYS[10] commit  hash of the query on this shard: committed = highest committed batch
                    id, batch = the uncommitted batch `wrote` belongs to
   KEYS[11] wrote   set of the ids the uncommitted batch handled (pushed, found, refused)
-  ARGV[1] dedupe window in ms (ids acked within it are refused; 0 = off)
-  ARGV[2] wake channel (PUBLISHed when push_into says a waiter may need it)
-  ARGV[3] batch id (>= 0), or -1: no batch (plain push-if-absent; KEYS 10-11 untouched)
-  ARGV[4] retention of the query's keys in ms (renewed by every batch)
-  ARGV[5..] groups of four: id, delay ms, priority, msgpack body
+  KEYS[12] epoch   the queue's epoch (lib/refusal.lua gone())
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] dedupe window in ms (ids acked within it are refused; 0 = off)
+  ARGV[3] wake channel (PUBLISHed when push_into says a waiter may need it)
+  ARGV[4] batch id (>= 0), or -1: no batch (plain push-if-absent; KEYS 10-11 untouched)
+  ARGV[5] retention of the query's keys in ms (renewed by every batch)
+  ARGV[6..] groups of four: id, delay ms, priority, msgpack body
   returns: {pushed, skipped (the id is in the queue, or this batch already handled it),
-            refused (acked within the dedupe window, or the whole batch is committed)}
-  uses: lib/clock.lua lib/push.lua
+            refused (acked within the dedupe window, or the whole batch is committed)},
+           or GONE (nothing was written)
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua
   flags: none
 ]]
+local refused = gone(KEYS[12], ARGV[1])
+if refused then return refused end
 local commit, wrote = KEYS[10], KEYS[11]
-local window, batch, keep = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local window, batch, keep = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ids = {}
-for j = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[j] end
+for j = 6, #ARGV, 4 do ids[#ids + 1] = ARGV[j] end
 local n = #ids
 
 local handled = {}  -- id -> true when this batch handled it before this call
@@ -28,7 +33,7 @@ if batch >= 0 then
   local state = redis.call('HMGET', commit, 'committed', 'batch')
   if batch <= (tonumber(state[1]) or -1) then return {0, 0, n} end  -- a replay
   if tonumber(state[2]) ~= batch then  -- the first call of a new batch on this shard
-    redis.call('DEL', wrote)
+    redis.call('UNLINK', wrote)
     redis.call('HSET', commit, 'batch', batch)
   elseif n > 0 then
     local member = bulk_read('SMISMEMBER', wrote, ids)
@@ -39,12 +44,12 @@ if batch >= 0 then
   redis.call('PEXPIRE', commit, keep)
 end
 
-local out, pushed, wake = push_into(KEYS, true, window, now_ms(), ARGV, 5, handled)
-local refused = 0
-for _, o in ipairs(out) do if o == 2 then refused = refused + 1 end end
+local out, pushed, wake = push_into(KEYS, true, window, now_ms(), ARGV, 6, handled)
+local denied = 0
+for _, o in ipairs(out) do if o == 2 then denied = denied + 1 end end
 if batch >= 0 and n > 0 then
   bulk('SADD', wrote, ids)
   redis.call('PEXPIRE', wrote, keep)
 end
-if wake then redis.call('PUBLISH', ARGV[2], '1') end
-return {pushed, n - pushed - refused, refused}
+if wake then redis.call('PUBLISH', ARGV[3], '1') end
+return {pushed, n - pushed - denied, denied}

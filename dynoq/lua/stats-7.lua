@@ -1,12 +1,16 @@
 --[[ stats: counts of one shard, read-only.
   KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
-  KEYS[6] counts
+  KEYS[6] counts   KEYS[7] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
   returns: {ready (incl. due delayed), delayed (not yet due), unacked, dead,
             ms timestamp the oldest waiting message became ready, or -1,
-            then the cumulative counts: pushed, acked, retried, expired, dead-lettered}
-  uses: lib/clock.lua lib/record.lua lib/pin.lua
+            then the cumulative counts: pushed, acked, retried, expired, dead-lettered},
+           or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/record.lua lib/pin.lua
   flags: no-writes
 ]]
+local refused = gone(KEYS[7], ARGV[1])
+if refused then return refused end
 local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
 local due = redis.call('ZCOUNT', delayed, '-inf', now)

@@ -2,25 +2,26 @@
   With force, give back every delivery of the shard: a new lease holder takes over the
   old holder's in-flight messages, which return at the head in their saved order.
   KEYS[1] unack  KEYS[2] delayed  KEYS[3] dlv  KEYS[4] dead  KEYS[5] lease
-  KEYS[6] why    KEYS[7] counts
-  ARGV[1] lease token of the caller ("" = none)  ARGV[2] "1" = force (all deliveries)
-  ARGV[3] max retries (a delivery past it is dead-lettered)  ARGV[4] limit
-  ARGV[5] wake channel
-  returns: {given back, dead-lettered, 1 if more remain else 0}, or FENCED
+  KEYS[6] why    KEYS[7] counts  KEYS[8] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] lease token of the caller ("" = none)  ARGV[3] "1" = force (all deliveries)
+  ARGV[4] max retries (a delivery past it is dead-lettered)  ARGV[5] limit
+  ARGV[6] wake channel
+  returns: {given back, dead-lettered, 1 if more remain else 0}, or GONE or FENCED
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/pin.lua
   flags: allow-oom
 ]]
 local unack, delayed, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local refused = fenced(lease, ARGV[1])
+local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
-local limit = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
 local now = now_ms()
 local upto = now
-if ARGV[2] == '1' then upto = BELOW_PIN end  -- every delivery
+if ARGV[3] == '1' then upto = BELOW_PIN end  -- every delivery
 local back, buried, looked = give_back(unack, delayed, dlv, dead, why, counts, now, upto,
-                                       limit, tonumber(ARGV[3]))
-if back > 0 then redis.call('PUBLISH', ARGV[5], '1') end
+                                       limit, tonumber(ARGV[4]))
+if back > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 local more = 0
 if looked == limit then more = 1 end
 return {back, buried, more}

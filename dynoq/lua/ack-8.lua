@@ -1,28 +1,29 @@
 --[[ ack: finish deliveries of one shard; a stale delivery token changes nothing.
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] lease
-  KEYS[6] why    KEYS[7] counts
-  ARGV[1] lease token of the caller ("" = none: the shard is not leased by it)
-  ARGV[2] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
-  ARGV[3] wake channel, PUBLISHed when something was acked ("" = never: only on an ordered
+  KEYS[6] why    KEYS[7] counts  KEYS[8] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] lease token of the caller ("" = none: the shard is not leased by it)
+  ARGV[3] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
+  ARGV[4] wake channel, PUBLISHed when something was acked ("" = never: only on an ordered
           shard does an ack make the next message deliverable)
-  ARGV[4..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
-  returns: number of messages acked, or FENCED (lib/refusal.lua)
+  ARGV[5..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
+  returns: number of messages acked, or GONE or FENCED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua
   flags: allow-oom
 ]]
 local unack, msgs, dlv, done, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local refused = fenced(lease, ARGV[1])
+local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
-local window = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
 local ids = {}
-for j = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
+for j = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end
 local deadlines = bulk_read('ZMSCORE', unack, ids)
 local dlvs = bulk_read('HMGET', dlv, ids)
 local done_ids = {}
 for k, id in ipairs(ids) do
-  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 3]) then done_ids[#done_ids + 1] = id end
+  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 4]) then done_ids[#done_ids + 1] = id end
 end
 if #done_ids == 0 then return 0 end
 -- An id given twice is removed once: ZREM's count is the number acked.
@@ -44,5 +45,5 @@ if window > 0 then
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
   bulk('ZREM', done, old)
 end
-if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], '1') end
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], '1') end
 return acked

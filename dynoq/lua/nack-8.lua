@@ -1,31 +1,32 @@
 --[[ nack: give deliveries of one shard back (after a delay), or dead-letter them.
   KEYS[1] delayed  KEYS[2] unack  KEYS[3] dlv  KEYS[4] dead  KEYS[5] lease
-  KEYS[6] why      KEYS[7] counts
-  ARGV[1] lease token of the caller ("" = none)   ARGV[2] delay ms
-  ARGV[3] max retries (a delivery past it is dead-lettered instead)
-  ARGV[4] "retry" (counts as an attempt; past max retries it is dead-lettered),
+  KEYS[6] why      KEYS[7] counts  KEYS[8] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] lease token of the caller ("" = none)   ARGV[3] delay ms
+  ARGV[4] max retries (a delivery past it is dead-lettered instead)
+  ARGV[5] "retry" (counts as an attempt; past max retries it is dead-lettered),
           "dead" (dead-letter now), or "back" (give back unhandled: the attempt is not
           counted, it keeps its place, and it is never dead-lettered by this)
-  ARGV[5] "1" = keep its place in the shard (ordered queues retry in place), "0" = go to the back
-  ARGV[6] wake channel
-  ARGV[7] why the messages failed ("" = no reason given): msgpack [error type, message,
+  ARGV[6] "1" = keep its place in the shard (ordered queues retry in place), "0" = go to the back
+  ARGV[7] wake channel
+  ARGV[8] why the messages failed ("" = no reason given): msgpack [error type, message,
           traceback, consumer] (lib/why.lua); not recorded for mode "back"
-  ARGV[8..] pairs: id, delivery token ("" = by id alone)
-  returns: {given back, dead-lettered}, or FENCED (lib/refusal.lua)
+  ARGV[9..] pairs: id, delivery token ("" = by id alone)
+  returns: {given back, dead-lettered}, or GONE or FENCED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua
   flags: allow-oom
 ]]
 local delayed, unack, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local refused = fenced(lease, ARGV[1])
+local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
-local delay, max_retries = tonumber(ARGV[2]), tonumber(ARGV[3])
-local mode = ARGV[4]
-local to_dead, keep = mode == 'dead', ARGV[5] == '1' or mode == 'back'
+local delay, max_retries = tonumber(ARGV[3]), tonumber(ARGV[4])
+local mode = ARGV[5]
+local to_dead, keep = mode == 'dead', ARGV[6] == '1' or mode == 'back'
 local now = now_ms()
 local back, buried = 0, 0
-local reason = ARGV[7]
-for j = 8, #ARGV, 2 do
+local reason = ARGV[8]
+for j = 9, #ARGV, 2 do
   local id, tok = ARGV[j], ARGV[j + 1]
   local d = redis.call('HGET', dlv, id)
   if d and redis.call('ZSCORE', unack, id) and matches(d, tok) then
@@ -48,7 +49,7 @@ for j = 8, #ARGV, 2 do
 end
 -- Wake waiters even for a delayed retry: on an ordered shard the messages behind it are
 -- blocked until it is due, and a waiter must learn the new hint.
-if back + buried > 0 then redis.call('PUBLISH', ARGV[6], '1') end
+if back + buried > 0 then redis.call('PUBLISH', ARGV[7], '1') end
 if mode == 'retry' and back > 0 then redis.call('HINCRBY', counts, 'retried', back) end
 if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
 return {back, buried}

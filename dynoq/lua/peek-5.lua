@@ -1,12 +1,16 @@
 --[[ peek: the next messages of one shard in delivery order, read-only (nothing is claimed).
-  KEYS[1] ready  KEYS[2] delayed  KEYS[3] msgs  KEYS[4] dlv
-  ARGV[1] count
-  returns: {now ms, id, record, attempts, ...}: ready messages first, then due delayed ones
-  uses: lib/clock.lua lib/delivery.lua
+  KEYS[1] ready  KEYS[2] delayed  KEYS[3] msgs  KEYS[4] dlv  KEYS[5] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] count
+  returns: {now ms, id, record, attempts, ...}: ready messages first, then due delayed
+           ones; or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
   flags: no-writes
 ]]
+local refused = gone(KEYS[5], ARGV[1])
+if refused then return refused end
 local ready, delayed, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local count = tonumber(ARGV[1])
+local count = tonumber(ARGV[2])
 local now = now_ms()
 local out = {now}
 local ids = redis.call('ZRANGE', ready, 0, count - 1)

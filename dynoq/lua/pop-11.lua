@@ -1,35 +1,36 @@
 --[[ pop: claim up to `count` messages of one shard for a visibility timeout.
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs
   KEYS[5] dlv      KEYS[6] dead   KEYS[7] seq    KEYS[8] lease
-  KEYS[9] why      KEYS[10] counts
-  ARGV[1] count    ARGV[2] visibility timeout ms
-  ARGV[3] nonce (random per call; with the attempt number it makes the delivery token)
-  ARGV[4] "1" for an ordered queue (one batch in flight per shard, retries block it)
-  ARGV[5] lease token of the caller ("" = none)   ARGV[6] max retries
-  ARGV[7] wake channel (PUBLISHed when expired deliveries were given back)
-  ARGV[8] lease margin ms: with a lease token, a lease with less time left than this is
+  KEYS[9] why      KEYS[10] counts  KEYS[11] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] count    ARGV[3] visibility timeout ms
+  ARGV[4] nonce (random per call; with the attempt number it makes the delivery token)
+  ARGV[5] "1" for an ordered queue (one batch in flight per shard, retries block it)
+  ARGV[6] lease token of the caller ("" = none)   ARGV[7] max retries
+  ARGV[8] wake channel (PUBLISHed when expired deliveries were given back)
+  ARGV[9] lease margin ms: with a lease token, a lease with less time left than this is
           treated as gone (the caller could not finish the batch before it ends)
   returns: {1, -1, id, record, attempts, ...}  claimed messages; a delivery's token is
            "<nonce>.<attempts>", so the caller makes it from the nonce it sent
            {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
-           FENCED or LEASED (lib/refusal.lua)
+           GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua lib/pin.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local count, vis, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local ordered, token, max_retries = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
+local count, vis, nonce = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local ordered, token, max_retries = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
 
-local refused = fenced(lease, token)
+local refused = gone(KEYS[11], ARGV[1]) or fenced(lease, token)
 if refused then return refused end
-if token ~= '' and redis.call('PTTL', lease) < tonumber(ARGV[8]) then return FENCED end
+if token ~= '' and redis.call('PTTL', lease) < tonumber(ARGV[9]) then return FENCED end
 if ordered and token == '' and redis.call('EXISTS', lease) == 1 then return LEASED end
 local now = now_ms()
 
 -- Deliveries whose visibility ran out go back (or to the dead set): bounded work.
 local back = give_back(unack, delayed, dlv, dead, why, counts, now, now, 100, max_retries)
-if back > 0 then redis.call('PUBLISH', ARGV[7], '1') end
+if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
 
 -- Promote what is due (a message given back keeps its saved place).
 promote(delayed, ready, msgs, dlv, seq, now, 5000)

@@ -1,0 +1,13 @@
+--[[ clear: delete every message of one shard (the settings, lease, fencing number, counts,
+  recurring messages and epoch stay). UNLINK, not DEL: the server frees a large key in a
+  background thread, so clearing a shard of a million messages blocks nobody.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
+  KEYS[7] seq      KEYS[8] done   KEYS[9] why    KEYS[10] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  returns: number of keys deleted, or GONE (nothing was deleted)
+  uses: lib/refusal.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[10], ARGV[1])
+if refused then return refused end
+return redis.call('UNLINK', unpack(KEYS, 1, 9))

@@ -1,0 +1,18 @@
+--[[ extend: set a new visibility deadline (now + timeout) for one delivery (Dyno setUnackTimeout).
+  KEYS[1] unack  KEYS[2] dlv  KEYS[3] lease  KEYS[4] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] lease token of the caller ("" = none)  ARGV[3] timeout ms
+  ARGV[4] id  ARGV[5] delivery token ("" = by id alone)
+  returns: 1 extended, 0 not in flight (or a stale token), or GONE or FENCED
+           (lib/refusal.lua)
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
+  flags: allow-oom
+]]
+local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
+local refused = gone(KEYS[4], ARGV[1]) or fenced(lease, ARGV[2])
+if refused then return refused end
+local id = ARGV[4]
+if not redis.call('ZSCORE', unack, id) then return 0 end
+if not matches(redis.call('HGET', dlv, id), ARGV[5]) then return 0 end
+redis.call('ZADD', unack, now_ms() + tonumber(ARGV[3]), id)
+return 1

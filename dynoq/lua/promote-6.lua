@@ -1,0 +1,16 @@
+--[[ promote: move due delayed messages of one shard to ready, bounded (the sweeper's step;
+  pop and push do the same first). A message given back keeps its saved place.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv  KEYS[5] seq  KEYS[6] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] limit (most messages moved by this call)
+  returns: {promoted, 1 if more may be due else 0}, or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/promote.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[6], ARGV[1])
+if refused then return refused end
+local limit = tonumber(ARGV[2])
+local n = promote(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now_ms(), limit)
+local more = 0
+if n == limit then more = 1 end
+return {n, more}

@@ -1,0 +1,46 @@
+--[[ publish: add messages of one topic shard to every subscribed group whose tag
+  expression matches each message, atomically (push-if-absent per group).
+  KEYS[1] subs (the topic shard's subscriptions: target -> "group|mode|tags", "~v" -> version)
+  KEYS[2] epoch (the topic's epoch: every group queue of the topic shares it)
+  KEYS[3] delayed  KEYS[4] ready  KEYS[5] unack  KEYS[6] msgs  KEYS[7] dlv  KEYS[8] dead
+  KEYS[9] seq  KEYS[10] done  KEYS[11] counts  (repeated: one group of nine per target
+  queue)
+  ARGV[1] the caller's epoch of the topic ("" = not checked)
+  ARGV[2] the subscriptions' version the caller built its KEYS from
+  ARGV[3] dedupe window ms   ARGV[4] number of targets T
+  ARGV[5 .. 4+2T] per target: its tag filter ("" = "*": every message; else "|a|b|") and
+          its wake channel
+  ARGV[5+2T ..] groups of five: id, delay ms, priority, tag ("" = none), msgpack body
+  returns: copies added over all targets, GONE (the topic is gone: nothing was written),
+           or STALE when the subscriptions changed since the caller read them (it reads
+           them again and retries)
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  flags: none
+]]
+local refused = gone(KEYS[2], ARGV[1])
+if refused then return refused end
+if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
+local window, targets = tonumber(ARGV[3]), tonumber(ARGV[4])
+local first = 5 + 2 * targets
+local now = now_ms()
+local added = 0
+for t = 1, targets do
+  local filter, channel = ARGV[3 + 2 * t], ARGV[4 + 2 * t]
+  local items = {}
+  for j = first, #ARGV, 5 do
+    local tag = ARGV[j + 3]
+    if filter == '' or (tag ~= '' and string.find(filter, '|' .. tag .. '|', 1, true)) then
+      local m = #items
+      items[m + 1], items[m + 2], items[m + 3], items[m + 4] =
+        ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 4]
+    end
+  end
+  if #items > 0 then
+    local k = {}
+    for i = 1, 9 do k[i] = KEYS[2 + 9 * (t - 1) + i] end
+    local _, pushed, wake = push_into(k, true, window, now, items, 1)
+    if wake then redis.call('PUBLISH', channel, '1') end
+    added = added + pushed
+  end
+end
+return added

@@ -1,0 +1,18 @@
+--[[ purge-dead: delete dead-lettered messages for good, bounded.
+  KEYS[1] dead  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] why  KEYS[5] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] limit
+  returns: number of messages deleted (less than the limit once the set is empty), or GONE
+  uses: lib/refusal.lua lib/bulk.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[5], ARGV[1])
+if refused then return refused end
+local dead, msgs, dlv = KEYS[1], KEYS[2], KEYS[3]
+local ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
+if #ids == 0 then return 0 end
+bulk('ZREM', dead, ids)
+bulk('HDEL', msgs, ids)
+bulk('HDEL', dlv, ids)
+bulk('HDEL', KEYS[4], ids)
+return #ids

@@ -1,0 +1,29 @@
+--[[ replay: move dead-lettered messages back to the queue with their attempts reset.
+  KEYS[1] dead  KEYS[2] delayed  KEYS[3] dlv  KEYS[4] msgs  KEYS[5] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] limit (used when no ids are given)  ARGV[3] wake channel
+  ARGV[4..] ids to replay (none = the oldest `limit` dead messages)
+  returns: number of messages replayed, or GONE
+  uses: lib/clock.lua lib/refusal.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[5], ARGV[1])
+if refused then return refused end
+local dead, delayed, dlv, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ids = {}
+if #ARGV > 3 then
+  for j = 4, #ARGV do ids[#ids + 1] = ARGV[j] end
+else
+  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
+end
+local now = now_ms()
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', dead, id) == 1 and redis.call('HEXISTS', msgs, id) == 1 then
+    redis.call('HDEL', dlv, id)
+    redis.call('ZADD', delayed, now, id)
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('PUBLISH', ARGV[3], '1') end
+return n

@@ -1,0 +1,27 @@
+--[[ schedule-fire: push a recurring message's occurrence for one tick, unless that tick
+  (or a later one) was already pushed: exactly one occurrence per tick, however many
+  consumers and sweepers fire it.
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
+  KEYS[7] seq  KEYS[8] done  KEYS[9] counts
+  KEYS[10] sched (hash schedule id -> its definition: it must still be scheduled)
+  KEYS[11] marks (zset schedule id -> the latest tick pushed, ms)
+  KEYS[12] epoch (the queue's epoch: lib/refusal.lua gone())
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] schedule id  ARGV[3] tick ms (server clock)  ARGV[4] the occurrence's id
+  ARGV[5] priority  ARGV[6] msgpack body  ARGV[7] wake channel  ARGV[8] dedupe window ms
+  returns: 1 pushed, 0 not (unscheduled, or this tick was pushed already), or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[12], ARGV[1])
+if refused then return refused end
+local id, tick = ARGV[2], tonumber(ARGV[3])
+if redis.call('HEXISTS', KEYS[10], id) == 0 then return 0 end
+local mark = redis.call('ZSCORE', KEYS[11], id)
+if mark and tonumber(mark) >= tick then return 0 end
+redis.call('ZADD', KEYS[11], tick, id)
+local now = now_ms()
+local _, pushed, wake = push_into(KEYS, true, tonumber(ARGV[8]), now,
+                            {ARGV[4], math.max(tick - now, 0), ARGV[5], ARGV[6]}, 1)
+if wake then redis.call('PUBLISH', ARGV[7], '1') end
+return pushed

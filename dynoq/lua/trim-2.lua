@@ -1,0 +1,17 @@
+--[[ trim: forget acked ids older than the dedupe window, bounded (ack trims only a few).
+  KEYS[1] done (zset id -> ack time ms)  KEYS[2] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] dedupe window ms   ARGV[3] limit (most ids dropped by this call)
+  returns: {trimmed, 1 if more may be old else 0}, or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/bulk.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[2], ARGV[1])
+if refused then return refused end
+local limit = tonumber(ARGV[3])
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[2]),
+                       'LIMIT', 0, limit)
+bulk('ZREM', KEYS[1], old)
+local more = 0
+if #old == limit then more = 1 end
+return {#old, more}
