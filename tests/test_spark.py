@@ -296,6 +296,35 @@ def test_data_source_writes_and_reads_back(spark: Any, sclient: dynoq.Client) ->
     assert every.count() == 2000 and q.size() == 1995  # reading claimed nothing
 
 
+def test_executors_never_write_past_a_queue_created_anew(spark: Any, sclient: dynoq.Client,
+                                                       server_url: str) -> None:
+    # The executors' Python workers keep the queue they opened (with its 4 shards). Once
+    # the queue is deleted and created again with 2 by a fresh client, a write must land
+    # in the new queue (a task refused with QueueGone is retried and reads it again),
+    # never in shards the new queue does not have (30 of 60 rows were stranded so).
+    sclient.queue("anew", shards=4, ordered=True)
+    opts = source_options(sclient, "anew")
+
+    def rows(start: int) -> Any:
+        return (spark.range(start, start + 60, numPartitions=2)
+                .withColumn("customer", F.concat(F.lit("c"), (F.col("id") % 12)
+                                                 .cast("string"))))
+
+    def write(df: Any) -> None:
+        (df.write.format("dynoq").options(**opts).option("idCol", "id")
+         .option("keyCol", "customer").mode("append").save())
+
+    write(rows(0))  # the executors now know the 4-shard queue
+    delete_prefix(server_url, sclient.prefix)
+    with dynoq.connect(sclient.url, prefix=sclient.prefix) as fresh:
+        q = fresh.queue("anew", shards=2, ordered=True)
+        write(rows(100))
+        assert q.size() == 60
+        stranded = [k for k in fresh.redis.scan_iter(match=f"{sclient.prefix}:*")
+                    if b"{anew:2}" in k or b"{anew:3}" in k]
+        assert stranded == []
+
+
 @pytest.mark.parametrize(("change", "error"), [
     ({"idCol": None}, 'writes need the option "idCol"'),
     ({"idcolumn": "id"}, "does not know the option(s) ['idcolumn']"),
