@@ -357,6 +357,25 @@ def test_stats_and_clear(client: dynoq.Client) -> None:
     assert client.queue("stats").settings.shards == 2  # settings survive clear
 
 
+def test_clear_of_a_large_queue_deletes_every_message_and_keeps_the_queue(
+        client: dynoq.Client) -> None:
+    q = client.queue("big-clear", shards=2, dedupe_window=60)
+    q.push_many([dynoq.Message(i, id=f"m{i}", delay=60 if i % 5 == 0 else 0)
+                 for i in range(30_000)])
+    popped = q.pop(1000)
+    q.ack_many(popped[:500])  # remembered for the dedupe window
+    q.nack(popped[500], delay=30)
+    q.backend.drive(q.ops.nack(popped[501], mode="dead"))
+    q.clear()
+    s = q.stats()
+    assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
+    for shard in q.ops.shard_keys:
+        assert client.redis.exists(*shard.data()) == 0
+        assert client.redis.get(shard.epoch) is not None  # the queue itself stays
+    assert q.get("m1") is None and q.ensure("again", id="m1")  # the window went too
+    assert client.queue("big-clear").settings.dedupe_window == 60
+
+
 def test_settings_stored_and_conflicts(make_client: Callable[..., dynoq.Client]) -> None:
     a, b = make_client(), make_client()
     q = a.queue("cfg", shards=3, unack_timeout=5, max_retries=2)
