@@ -10,6 +10,7 @@ from ._core.calls import Cmd, server_time
 from ._core.catalog import Catalog
 from ._core.sweep import SweepObserver
 from .backend import Backend, open_backend, wrap
+from .backend.facts import warn_if_evicting
 from .consumer import Consumer
 from .queue import Queue
 from .settings import ConsumerSettings
@@ -172,12 +173,14 @@ def connect(url: str | None = None, *, prefix: str = "dq",
     Cluster), memory:// (in-process fakeredis with Lua, for your unit tests) and
     embedded:// (a private Valkey server from the ``embedded`` extra, stopped on close).
     ``redis_options`` go to the redis-py client. Raises ConnectionFailed when the server
-    cannot be reached, PermissionDenied when it refuses the user."""
+    cannot be reached, PermissionDenied when it refuses the user. Logs a warning (logger
+    ``dynoq``) when the server evicts keys when full (``dynoq check`` says more)."""
     validate.check_name(prefix, "prefix")
     backend = open_backend(url, dict(redis_options))
     try:
         client = Client(backend, prefix=prefix, max_payload_bytes=max_payload_bytes)
         client.ping()
+        warn_if_evicting(backend)
     except BaseException:
         backend.close()
         raise

@@ -20,6 +20,7 @@ from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from ...backend.errors import translate
 from ...backend.runner import eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
+from .facts import warn_if_evicting
 from .wakeup import Hub, Subscription
 
 T = TypeVar("T")
@@ -76,6 +77,7 @@ class AsyncBackend:
                 if self.url == "embedded://":  # a private server: now it has an address
                     kw = client.connection_pool.connection_kwargs
                     self.url = self.display_url = f"redis://{kw['host']}:{kw['port']}/0"
+                await warn_if_evicting(client, self.display_url)  # once, on first use
         return self._client
 
     # -- running requests ------------------------------------------------------------------
