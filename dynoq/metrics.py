@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from ._core.sweep import SweepReport
 from .client import Client
-from .errors import DynoqError
+from .errors import DynoqError, QueueGone
 from .queue import Queue
 
 log = logging.getLogger("dynoq.metrics")
@@ -75,7 +75,11 @@ class QueueCollector(Collector):
                 if queue is None:
                     continue
                 self._open[name] = queue
-                stats = queue.stats()
+                try:
+                    stats = queue.stats()
+                except QueueGone:  # deleted or created anew: read again at the next scrape
+                    self._open.pop(name, None)
+                    continue
                 for s in stats.shards:
                     for state in STATES:
                         depth.add_metric([name, str(s.shard), state], getattr(s, state))

@@ -342,3 +342,21 @@ def test_the_dashboard_acl_roles_are_enough(embedded_server: Any) -> None:
             admin.execute_command("ACL", "DELUSER", name)
         admin.close()
         delete_prefix(plain, prefix)
+
+
+def test_the_live_numbers_follow_a_queue_created_anew(client: dynoq.Client,
+                                                      make_client: Any) -> None:
+    from dynoq.dashboard.data import Reader
+    from dynoq.dashboard.sampler import Sampler
+
+    sampler = Sampler(Reader(client), interval=60, window=600, limit=50)
+    client.queue("anew", shards=4).push("x")
+    assert sampler.sample().stats["anew"].ready == 1
+    for key in list(client.redis.scan_iter(match=f"{client.prefix}:*")):
+        client.redis.unlink(key)
+    make_client().queue("anew", shards=2).push_many(["a", "b", "c"])
+    gone = sampler.sample()  # the copy it had is refused: it says so, and forgets it
+    assert gone.error is not None and "is gone" in gone.error
+    again = sampler.sample()
+    assert again.error is None and again.stats["anew"].ready == 3
+    assert len(again.stats["anew"].shards) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -44,6 +45,24 @@ def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
     assert age is not None and age >= 0
     q.push("more")  # read again on the next scrape, not cached
     assert total("ready") == 4
+
+
+def test_collector_reads_a_queue_created_anew_again(make_client: Any) -> None:
+    client = make_client()
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client))
+    client.queue("anew", shards=4).push("x")
+    assert reg.get_sample_value("dynoq_queue_messages",
+                                {"queue": "anew", "shard": "3", "state": "ready"}) is not None
+    for key in list(client.redis.scan_iter(match=f"{client.prefix}:*")):
+        client.redis.unlink(key)
+    make_client().queue("anew", shards=2).push_many(["a", "b", "c"])
+    reg.get_sample_value("dynoq_redis_up")  # the scrape that finds the old copy gone
+    assert reg.get_sample_value("dynoq_redis_up") == 1.0
+    ready = [reg.get_sample_value("dynoq_queue_messages",
+                                  {"queue": "anew", "shard": str(s), "state": "ready"})
+             for s in range(4)]
+    assert sum(r or 0 for r in ready[:2]) == 3 and ready[2:] == [None, None]
 
 
 def test_collector_without_queues_and_unknown_names(client: dynoq.Client) -> None:

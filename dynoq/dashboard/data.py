@@ -111,6 +111,12 @@ class Reader:
         left_out = (queue_count - len(names)) + (len(found) - len(chosen))
         return Sources(chosen, queue_count, topic_count, max(left_out, 0))
 
+    def forget(self) -> None:
+        """Drop the queues and topics read so far (one of them is gone: QueueGone)."""
+        with self._lock:
+            self._queues.clear()
+            self._topics.clear()
+
     def _queue_ops(self, name: str) -> QueueOps | None:
         with self._lock:
             known = self._queues.get(name)

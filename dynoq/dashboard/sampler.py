@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .._core import inspect
-from ..errors import DynoqError
+from ..errors import DynoqError, QueueGone
 from ..message import QueueStats
 from .data import Reader, Source, Sources
 
@@ -93,6 +93,8 @@ class Sampler:
                 [s.ops.stats() for s in sources.queues]))
             now = self.reader.server_time()  # alone: on a cluster TIME goes to any node
         except DynoqError as exc:
+            if isinstance(exc, QueueGone):  # deleted or created anew: read them again
+                self.reader.forget()
             log.warning("dynoq dashboard: sample failed: %s", exc)
             with self._lock:
                 last = self._latest
