@@ -80,6 +80,7 @@ class QueueOps:
         self.keys = keys or QueueKeys(prefix, name)
         self.epoch = epoch
         self.on_gone = on_gone
+        self._parsers: dict[tuple[str, int, Any], Callable[[Any], Any]] = {}
         # What a refusal names: a topic's group queue lives and dies with its topic.
         self.what = (f"topic {self.keys.tag!r}" if self.keys.sub
                      else f"queue {self.name!r}")
@@ -126,6 +127,17 @@ class QueueOps:
             return reply if parse is None else parse(reply)
         return check
 
+    def _parser(self, what: str, shard: int, parse: Callable[[Any], Any]
+                ) -> Callable[[Any], Any]:
+        """:meth:`checked` for the hot paths: made once per operation and shard (a push
+        or an ack builds no closure nor message text)."""
+        key = (what, shard, parse)
+        found = self._parsers.get(key)
+        if found is None:
+            where = f"shard {shard} of {self.name!r}" if shard >= 0 else repr(self.name)
+            found = self._parsers.setdefault(key, self.checked(f"{what} on {where}", parse))
+        return found
+
     def epoch_checks(self, shards: Iterable[int], context: str) -> list[Cmd]:
         """Reads to put first in the batch of a plain (scriptless) read or write of
         ``shards``: each raises QueueGone when its shard does not hold this epoch (not
@@ -155,8 +167,7 @@ class QueueOps:
         args: list[Any] = [self.epoch, mode, self._window_ms, self.wake]
         for o in outs:
             args += (o.id, o.delay_ms, o.priority, o.body)
-        return Call(_PUSH, self._push_keys[shard], args,
-                    self.checked(f"push to shard {shard} of {self.name!r}", _ints))
+        return Call(_PUSH, self._push_keys[shard], args, self._parser("push", shard, _ints))
 
     def push(self, outs: Sequence[codec.Outgoing], *, mode: str | None = None) -> Call | Batch:
         """Push validated messages; the reply is how many were added. Mode "push" replaces
@@ -170,7 +181,7 @@ class QueueOps:
             o = outs[0]
             shard = self.shard_for(o.routing)
             call = self._push_call(mode or _mode(o), shard, outs)
-            call.parse = self.checked(f"push to shard {shard} of {self.name!r}", _first)
+            call.parse = self._parser("push", shard, _first)
             return call
         groups: dict[tuple[int, str], list[codec.Outgoing]] = defaultdict(list)
         for o in outs:
@@ -309,7 +320,7 @@ class QueueOps:
         """One read-only look at ``shards``: a flag per shard (something deliverable), then
         the ms until something may be (-1: unknown). See probe-4.lua."""
         keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
-        return Call(_PROBE, keys, [self.epoch], self.checked(f"a look at {self.name!r}"))
+        return Call(_PROBE, keys, [self.epoch], self._parser("probe", -1, _same))
 
     def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
         """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
@@ -388,7 +399,7 @@ class QueueOps:
         wake = self.wake if self.settings.ordered else ""
         calls: list[Call] = []
         for (shard, lease), ids in groups.items():
-            check = self.checked(f"ack on shard {shard} of {self.name!r}", int)
+            check = self._parser("ack", shard, int)
             for i in range(0, len(ids), 2 * IDS_CHUNK):
                 calls.append(Call(_ACK, self._ack_keys[shard],
                                   [self.epoch, lease, self._window_ms, wake,
@@ -422,7 +433,7 @@ class QueueOps:
         return Call(_NACK, _NACK.key_list(self.shard_keys[shard]), [
             self.epoch, lease, validate.to_ms(delay), self.settings.max_retries, mode,
             self._ordered, self.wake, why, msg_id, token],
-            self.checked(f"nack on shard {shard} of {self.name!r}", _pair))
+            self._parser("nack", shard, _pair))
 
     def nack(self, msg: Message | str, *, delay: float = 0.0,
              mode: str = "retry") -> Flow[bool]:
@@ -788,6 +799,10 @@ def _sum_of_sums(replies: list[list[Any]]) -> int:
 
 def _none(_: Any) -> None:
     return None
+
+
+def _same(reply: Any) -> Any:
+    return reply
 
 
 def _pair(reply: Any) -> tuple[int, int]:
