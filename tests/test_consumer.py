@@ -225,6 +225,31 @@ def test_dead_letter_after_max_retries(client: dynoq.Client, consumers: list[Con
     assert (s.failed, s.retried, s.dead_lettered) == (3, 2, 1)
 
 
+def test_consumer_max_retries_dead_letters_sooner(client: dynoq.Client,
+                                                  consumers: list[Consumer]) -> None:
+    """RocketMQ's maxReconsumeTimes: the consumer's own limit, under the queue's (16)."""
+    q = client.queue("consumer-limit", shards=2)
+    rec = Recorder(fail=lambda m: ValueError("always"))
+    q.push("bad", id="m1")
+    c = client.consumer(q, rec.handler(), retry_delays=[0.02], max_retries=1, **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: q.stats().dead == 1, what="dead-lettered")
+    assert rec.attempts["bad"] == [1, 2]  # max_retries=1: two deliveries in all
+    [dead] = q.dead()
+    assert dead.id == "m1" and dead.failure is not None and "always" in dead.failure.error
+    wait_for(lambda: c.stats().dead_lettered == 1)
+    assert (c.stats().failed, c.stats().retried) == (2, 1)
+
+
+@pytest.mark.parametrize(("value", "error"), [(-1, dynoq.InvalidArgument),
+                                              (True, dynoq.InvalidType),
+                                              (1.5, dynoq.InvalidType)])
+def test_consumer_max_retries_is_checked(client: dynoq.Client, value: object,
+                                         error: type[Exception]) -> None:
+    with pytest.raises(error, match="max_retries"):
+        client.consumer(client.queue("checked"), lambda m: None, max_retries=value)
+
+
 def test_explicit_retry_and_dead_letter(client: dynoq.Client,
                                         consumers: list[Consumer]) -> None:
     q = client.queue("explicit", shards=1)

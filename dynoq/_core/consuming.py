@@ -73,7 +73,8 @@ def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
     fn(list(range(queue.shards)), [me], me, **options)
     return Plan(settings=settings, ordered=queue.ordered, shards=queue.shards, strategy=fn,
                 strategy_options=options,
-                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered),
+                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered,
+                                       max_retries=settings.max_retries),
                 instance_id=me, in_flight=settings.in_flight_limit,
                 visibility=settings.visibility or queue.unack_timeout,
                 max_retries=queue.max_retries)
@@ -259,11 +260,17 @@ class Tally:
 def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
                queue: str) -> tuple[str, float]:
     """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
-    picks the delay, anything else takes the policy's next delay."""
+    picks the delay, anything else takes the policy's next delay; past the policy's own
+    max_retries it is dead-lettered."""
     if isinstance(error, DeadLetter):
         return "dead", 0.0
     if isinstance(error, RateLimited):
         return "back", error.delay
+    if policy.spent(msg.attempts):
+        log.warning("dynoq: message %s of %r failed its retries (attempt %d, consumer's "
+                    "max_retries %s): dead-lettered: %r", msg.id, queue, msg.attempts,
+                    policy.max_retries, error)
+        return "dead", 0.0
     if isinstance(error, Retry):
         return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
     log.warning("dynoq: handler failed on message %s of %r (attempt %d): %r", msg.id, queue,

@@ -165,7 +165,10 @@ class ConsumerSettings:
     is treated as failed and its shard moves on (RocketMQ's consumeTimeout, 15 minutes);
     rate_limit: (count, period seconds): the whole group handles at most count messages
     per period, enforced in Redis across all members (None: no limit);
-    before / after / middleware: hooks around each handler call.
+    before / after / middleware: hooks around each handler call; max_retries: retries
+    after which a message this consumer fails is dead-lettered (RocketMQ's
+    maxReconsumeTimes; None: the queue's max_retries, which always applies too: the
+    smaller wins).
     """
 
     group: str = "default"
@@ -176,6 +179,7 @@ class ConsumerSettings:
     strategy: str | Callable[..., list[int]] = "averagely"
     strategy_options: Mapping[str, Any] | None = None
     retry_delays: Sequence[float] | None = None
+    max_retries: int | None = None
     lease_ttl: float = 30.0
     rebalance_interval: float = 20.0
     instance_id: str | None = None
@@ -206,6 +210,8 @@ class ConsumerSettings:
         if self.strategy_options is not None and not isinstance(self.strategy_options,
                                                                 Mapping):
             raise InvalidType("strategy_options must be a mapping of option names")
+        if self.max_retries is not None:
+            validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
         if self.instance_id is not None:
             validate.check_text(self.instance_id, "instance_id")
         for name in ("lease_ttl", "rebalance_interval", "max_continuous_time", "idle_wait"):
