@@ -18,7 +18,8 @@ connections that each send --requests requests one after another. Reported per
 variant: failed requests (an error status or a broken connection), p50 and p99 of the
 request latency (the push and the HTTP round trip), requests/s, and messages lost
 (pushed with a 200 but never handled by the consumers). Each figure is the median over
---repeats rounds.
+--repeats rounds; "x raw" is each round's figure over the raw baseline's in that
+round, median of the rounds.
 """
 
 from __future__ import annotations
@@ -299,12 +300,18 @@ def main() -> None:
                             f"p99 {r['p99']:.1f} ms {r['rps']:,.0f}/s lost {r['lost']}")
             print(f"round {n + 1}: " + "; ".join(line), flush=True)
         rows = [("variant", "failed (median)", "failed (max)", "p50 ms", "p99 ms",
-                 "requests/s", "lost (max)")]
+                 "p50 x raw", "p99 x raw", "requests/s", "lost (max)")]
+        raw = results["raw"]
         for variant, rs in results.items():
+            def ratio(key: str, rs: list[dict[str, Any]] = rs) -> str:
+                # within each round, then the median of the rounds
+                return f"{median([r[key] / b[key] for r, b in zip(rs, raw, strict=True)]):.2f}"
+
             rows.append((variant, f"{median([r['failed'] for r in rs]):g}",
                          str(max(r["failed"] for r in rs)),
                          f"{median([r['p50'] for r in rs]):.1f}",
                          f"{median([r['p99'] for r in rs]):.1f}",
+                         ratio("p50"), ratio("p99"),
                          f"{median([r['rps'] for r in rs]):,.0f}",
                          str(max(r["lost"] for r in rs))))
         print(table(rows))

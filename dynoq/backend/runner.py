@@ -155,13 +155,13 @@ class Backend:
 
     def subscribe(self, channel: str) -> Subscription:
         """A subscription to ``channel`` that survives dropped connections."""
-        sub = Subscription(self.redis, channel, self._hold, self._subscriptions)
-        return sub
+        return Subscription(self.redis, channel, self._hold, self._subscriptions)
 
     def _hold(self) -> None:
         """A wake-up subscription is about to take a connection for its lifetime: grow
-        the pool (one dynoq built) to the most ever held at once, so that what callers
-        share stays ``max_connections``."""
+        the pool (one dynoq built) to the most ever held at once (counting this one), so
+        that what callers share stays ``max_connections``. Never shrinks: the room is
+        bounded by the peak, and a dropped subscription comes back."""
         if not self._grows:
             return
         with self._room_lock:
