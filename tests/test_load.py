@@ -18,6 +18,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 from helpers import FAST, delete_prefix, wait_for
+from test_sentinel import SERVICE, sentinel_setup  # noqa: F401 - its fixture, used here
 
 import dynoq
 import dynoq.asyncio
@@ -220,6 +221,12 @@ async def _give_back_async(held: list[tuple[Any, Any]]) -> None:
 
 def test_a_real_exhaustion_raises_pool_exhausted_after_waiting(
         flavor: str, url: str, prefix: str, loop: Any, cleanup: None) -> None:
+    exhaust(flavor, url, prefix, loop)
+
+
+def exhaust(flavor: str, url: str, prefix: str, loop: Any) -> None:
+    """Take every connection of a client's pool of 2: a push waits ``pool_timeout``, then
+    raises PoolExhausted; once they are given back, pushes go through again."""
     wait = 0.4
     if flavor == "sync":
         with dynoq.connect(url, prefix=prefix, max_connections=2, pool_timeout=wait) as c:
@@ -323,3 +330,20 @@ def test_a_wrapped_clients_pool_is_left_alone_and_its_exhaustion_translated(
             await r.aclose()
 
     loop.run(go())
+
+
+def test_sentinel_holds_under_load_and_names_an_exhausted_pool(
+        flavor: str, prefix: str, loop: Any, request: pytest.FixtureRequest,
+        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    """redis+sentinel:// (the master's pool is a blocking sentinel pool)."""
+    servers = request.getfixturevalue("sentinel_setup")
+    url = f"redis+sentinel://127.0.0.1:{servers['sentinel']}/{SERVICE}"
+    caplog.set_level(logging.WARNING, logger="dynoq")
+    seen = Seen()
+    errors: list[BaseException] = []
+    if flavor == "sync":
+        _sync_load(url, prefix, seen, errors)
+    else:
+        loop.run(_async_load(url, prefix, seen, errors), timeout=110)
+    check(seen, errors, caplog, capfd)
+    exhaust(flavor, url, prefix + "-x", loop)
