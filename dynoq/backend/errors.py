@@ -4,18 +4,42 @@ here, and nothing above this package catches a redis-py exception."""
 from __future__ import annotations
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import MaxConnectionsError, RedisClusterException
 
-from ..errors import ConnectionFailed, DynoqError, PermissionDenied, ServerError, ServerFull
+from .._core.pool import PoolLimits, exhausted_message
+from ..errors import (
+    ConnectionFailed,
+    DynoqError,
+    PermissionDenied,
+    PoolExhausted,
+    ServerError,
+    ServerFull,
+)
 
 # What "the server is not reachable right now" looks like (transient: retry later).
 DROPPED: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
+# What redis-py 5.0 to 8.x raise when a pool has no connection to give: a
+# BlockingConnectionPool after its timeout (sync and asyncio: a bare ConnectionError with
+# this text), a ConnectionPool at max_connections (MaxConnectionsError from 7.0 on, a bare
+# ConnectionError before), an asyncio cluster node (MaxConnectionsError).
+POOL_EMPTY = ("No connection available", "Too many connections")
 
-def translate(exc: BaseException) -> DynoqError:
-    """The DynoqError for ``exc``, with a one-line message that holds no secret."""
+
+def pool_exhausted(exc: BaseException) -> bool:
+    """True when ``exc`` says a connection pool ran dry: load on this client, not a fault
+    of the server (no connection was made, nothing was sent)."""
+    return isinstance(exc, MaxConnectionsError) or (
+        isinstance(exc, redis.ConnectionError) and str(exc).startswith(POOL_EMPTY))
+
+
+def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
+    """The DynoqError for ``exc``, with a one-line message that holds no secret; ``pool``
+    (the client's pool limits) for the message of a pool that ran dry."""
     if isinstance(exc, DynoqError):
         return exc
+    if pool_exhausted(exc):
+        return PoolExhausted(exhausted_message(pool))
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)) or (
             isinstance(exc, redis.ResponseError)
