@@ -24,6 +24,7 @@ from .errors import (
     PermissionDenied,
     QueueConfigError,
     ReplicationError,
+    ScriptsNotInstalled,
     ServerError,
     ServerFull,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "RateLimited",
     "ReplicationError",
     "Retry",
+    "ScriptsNotInstalled",
     "ServerError",
     "ServerFull",
     "ShardStats",
