@@ -171,5 +171,5 @@ def install(admin: Any, **redis_options: Any) -> Installed:
     return _install(admin, **redis_options)
 
 
-__all__ = ["CLUSTER", "CONNECTION", "ROLES", "Grants", "Installed", "Role", "as_text", "commands", "grants", "install",
-           "rules"]
+__all__ = ["CLUSTER", "CONNECTION", "ROLES", "Grants", "Installed", "Role", "as_text",
+           "commands", "grants", "install", "rules"]

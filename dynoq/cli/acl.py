@@ -28,13 +28,16 @@ def acl() -> None:
 
 
 def _role_command(role: str) -> click.Command:
+    @click.option("--cluster", is_flag=True,
+                  help="For a Redis Cluster's user (set it on every node): adds the "
+                       "topology commands a cluster client needs.")
     @click.option("--upgrade", is_flag=True,
                   help="Keep the user's selectors: the scripts of the version it was set up "
                        "for stay callable during a rolling upgrade.")
     @JSON_OPTION
     @pass_env
-    def show(env: Env, upgrade: bool, as_json: bool) -> None:
-        found = rules(env.prefix, role, upgrade=upgrade)
+    def show(env: Env, cluster: bool, upgrade: bool, as_json: bool) -> None:
+        found = rules(env.prefix, role, cluster=cluster, upgrade=upgrade)
         emit(as_json, {"prefix": env.prefix, "role": role, "rules": found}, as_text(found))
 
     return click.command(role, help=f"Print the rules of a {role} user: "
