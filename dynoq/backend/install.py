@@ -138,7 +138,7 @@ def _nodes(backend: Backend, failed: dict[str, str]) -> Iterator[list[tuple[str,
         with _sentinel_nodes(backend, failed) as nodes:
             yield nodes
     else:
-        yield [(_name(client), client)]
+        yield [(backend.display_url if backend.plain else _name(client), client)]
 
 
 @contextmanager
