@@ -140,7 +140,7 @@ def test_the_universe_holds_every_kind() -> None:
 
 # -- a prefix is a literal -----------------------------------------------------------------
 
-GLOBBY = st.text(alphabet="ab*?[]\\^-!.", min_size=1, max_size=6)
+GLOBBY = st.text(alphabet="ab*?[]\\^-!.()%~&", min_size=1, max_size=6)
 
 
 def _valid(name: str) -> bool:
@@ -520,6 +520,31 @@ def test_a_consumer_and_the_sweeper_ride_out_an_empty_cache(
     assert failures and all(r.levelno == logging.WARNING for r in failures)
     traced = [r.getMessage() for r in caplog.records if r.exc_info]
     assert not traced, traced[:3]  # one line a failure, no traceback
+
+
+def test_a_rolling_upgrade_keeps_both_versions_callable(
+        server: Any, admin: redis.Redis) -> None:
+    """``upgrade=True`` keeps the user's selectors (an older version's scripts stay
+    callable); the plain rules then drop them; a user whose rules are of another version
+    is told so."""
+    p, name = _prefix(), f"up-{uuid.uuid4().hex[:8]}"
+    old = admin.script_load("return redis.call('EXISTS', KEYS[1])")  # "the old version's"
+    key = QueueKeys(p, "q").meta
+    admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "-@all",
+                          "+client|setinfo", "+ping", f"(~{p}:* +evalsha|{old})")
+    acl.install(admin)
+    url = _url(server, name, "pw")
+    with dynoq.connect(url, prefix=p) as client:
+        with pytest.raises(dynoq.PermissionDenied, match="this dynoq version's scripts"):
+            client.queue("q")
+        admin.execute_command("ACL", "SETUSER", name, *acl.rules(p, "producer", upgrade=True))
+        client.queue("q").push("new")
+        assert client.redis.execute_command("EVALSHA", old, 1, key) == 1
+        admin.execute_command("ACL", "SETUSER", name, *acl.rules(p, "producer"))
+        client.queue("q").push("new")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.redis.execute_command("EVALSHA", old, 1, key)
+    admin.execute_command("ACL", "DELUSER", name)
 
 
 def test_install_keep_puts_the_scripts_back_by_itself(
