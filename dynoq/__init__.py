@@ -25,6 +25,7 @@ from .errors import (
     PoolExhausted,
     QueueConfigError,
     ReplicationError,
+    ScriptsNotInstalled,
     ServerError,
     ServerFull,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "RateLimited",
     "ReplicationError",
     "Retry",
+    "ScriptsNotInstalled",
     "ServerError",
     "ServerFull",
     "ShardStats",

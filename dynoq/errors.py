@@ -66,6 +66,13 @@ class PermissionDenied(DynoqError):
     """The server refused a command or key to this user (Redis ACL, or a bad password)."""
 
 
+class ScriptsNotInstalled(PermissionDenied):
+    """dynoq's scripts are not in the server's script cache (a restart, a failover, a
+    fresh server) and this user may not load them (a least-privilege ACL role): an admin
+    runs ``dynoq acl install`` (docs/security.md). Transient: consumers and the sweeper
+    retry, and the next call works once the scripts are back."""
+
+
 class RecordError(DynoqError):
     """A stored record cannot be read (corrupt, foreign, or over the decoding bounds).
     A pop quarantines such a record to the dead letters and delivers the rest."""

@@ -51,7 +51,8 @@ from redis.exceptions import (
 
 from .._core.lua import SOURCES
 from .._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
-from .errors import pool_exhausted
+from ..errors import ScriptsNotInstalled
+from .errors import pool_exhausted, refused_load
 from .hosts import credentials, host_list
 
 DEFAULT_RETRY_WINDOW = 30.0  # > a failover with the default cluster-node-timeout of 15 s
@@ -231,10 +232,12 @@ class _Sent:
 
 @dataclass
 class Load:
-    """Load ``source`` into ``node``'s script cache (errors ignored: the call is resent)."""
+    """Load ``source`` into ``node``'s script cache; the driver sets ``error`` when that
+    failed (the call is resent, unless the node refused this user SCRIPT LOAD)."""
 
     node: Any
     source: str
+    error: Exception | None = None
 
 
 Step = list[_Sent] | Pause | Load
@@ -261,7 +264,7 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
         yield batches
         retry: list[_Call] = []
         transient: Exception | None = None
-        loaded: set[tuple[str, str]] = set()
+        loaded: dict[tuple[str, str], Exception | None] = {}
         for b in batches:
             if b.error is not None:
                 if not is_transient(b.error):
@@ -280,9 +283,16 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
                 elif isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
                         and str(c.args[1]) in SOURCES:
                     # A promoted replica or a restarted node has an empty script cache.
-                    if (b.node.name, str(c.args[1])) not in loaded:
-                        loaded.add((b.node.name, str(c.args[1])))
-                        yield Load(b.node, SOURCES[str(c.args[1])])
+                    where = (b.node.name, str(c.args[1]))
+                    if where not in loaded:
+                        load = Load(b.node, SOURCES[where[1]])
+                        yield load
+                        loaded[where] = load.error
+                    error = loaded[where]
+                    if error is not None and isinstance(
+                            refused := refused_load(error), ScriptsNotInstalled):
+                        c.result, c.done = refused, True  # a role: an admin loads them
+                        continue
                 elif not isinstance(r, TRANSIENT):
                     c.result, c.done = r, True
                     continue
@@ -382,8 +392,10 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
                 if isinstance(step, Pause):
                     cluster.pause(step)
                 elif isinstance(step, Load):
-                    with contextlib.suppress(redis.RedisError):
+                    try:
                         cluster.get_redis_connection(step.node).script_load(step.source)
+                    except redis.RedisError as exc:
+                        step.error = exc
                 elif len(step) == 1:
                     self._send(step[0], wait)
                 else:

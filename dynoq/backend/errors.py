@@ -12,6 +12,7 @@ from ..errors import (
     DynoqError,
     PermissionDenied,
     PoolExhausted,
+    ScriptsNotInstalled,
     ServerError,
     ServerFull,
 )
@@ -45,6 +46,11 @@ def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
             isinstance(exc, redis.ResponseError)
             and (text.startswith(("NOPERM", "WRONGPASS", "NOAUTH"))
                  or "ACL failure" in text or "no permissions" in text)):
+        if "'evalsha'" in text:  # its ACL names other SHA-1s: another version's rules
+            return PermissionDenied(f"the server refused this user: {text} (its ACL does "
+                                    "not allow this dynoq version's scripts: apply the "
+                                    "rules of `dynoq acl ROLE` of this version, see "
+                                    "docs/security.md, upgrading)")
         return PermissionDenied(f"the server refused this user: {text} (check the "
                                 "password and the user's ACL: see docs/security.md)")
     if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
@@ -59,3 +65,19 @@ def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
     if isinstance(exc, redis.ResponseError):
         return ServerError(f"the server answered with an error: {text}")
     return ServerError(f"Redis client error: {text}")
+
+
+NOT_INSTALLED = ("dynoq's scripts are not installed on this server (it restarted, failed "
+                 "over, or is new) and this user may not load them: run `dynoq acl "
+                 "install` as an admin, or keep `dynoq acl install --keep` running "
+                 "(docs/security.md)")
+
+
+def refused_load(exc: BaseException) -> DynoqError:
+    """The error for a SCRIPT LOAD that failed: ScriptsNotInstalled when the server
+    refused it to this user (a least-privilege role, which only calls installed
+    scripts), else what ``translate`` says."""
+    error = translate(exc)
+    if type(error) is PermissionDenied:
+        return ScriptsNotInstalled(f"{NOT_INSTALLED}: {' '.join(str(exc).split())}")
+    return error

@@ -21,7 +21,7 @@ from redis.exceptions import NoScriptError
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from .._core.pool import PoolLimits
 from ..errors import DynoqError
-from .errors import translate
+from .errors import refused_load, translate
 from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
 
@@ -89,7 +89,10 @@ class Backend:
             return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
-        self.redis.script_load(load_source(script, self.plain))
+        try:
+            self.redis.script_load(load_source(script, self.plain))
+        except redis.RedisError as exc:
+            raise refused_load(exc) from exc
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls

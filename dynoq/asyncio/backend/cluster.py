@@ -105,8 +105,10 @@ async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
             if isinstance(step, Pause):
                 await pause(cluster, step)
             elif isinstance(step, Load):
-                with contextlib.suppress(redis.RedisError):
+                try:
                     await step.node.execute_command("SCRIPT", "LOAD", step.source)
+                except redis.RedisError as exc:
+                    step.error = exc
             else:
                 await asyncio.gather(*(_send(b, wait) for b in step))
             step = next(rounds)

@@ -18,7 +18,7 @@ from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from ..._core.pool import PoolLimits
-from ...backend.errors import translate
+from ...backend.errors import refused_load, translate
 from ...backend.pools import limits_of
 from ...backend.runner import eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
@@ -116,7 +116,10 @@ class AsyncBackend:
             return await r.execute_command(*eval_args(call, self.plain))
 
     async def _load(self, r: Any, script: Script) -> None:
-        await r.script_load(load_source(script, self.plain))
+        try:
+            await r.script_load(load_source(script, self.plain))
+        except redis.RedisError as exc:
+            raise refused_load(exc) from exc
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
