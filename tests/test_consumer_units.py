@@ -238,7 +238,7 @@ def test_fetch_after_a_full_batch_with_nothing_else_due() -> None:
     assert len(msgs) == 7 and hint is None
     flow = fetch(_ops(4), 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
     next(flow)
-    flow.send([0, 40])  # pop: nothing
+    flow.send([0, 40, 0])  # pop: nothing
     with pytest.raises(StopIteration) as stop:
         flow.send([0, 0, 0, 40])  # probe: due in 40 ms
     assert stop.value.value == ([], 40.0)
@@ -263,11 +263,11 @@ def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
     # that long (no margin: see consuming.nap), at most what is left of `wait`.
     flow = _ops(1).pop(1, wait=5.0, shards=[0])
     assert isinstance(next(flow), Call)
-    wake = flow.send([0, 250])
+    wake = flow.send([0, 250, 0])
     assert isinstance(wake, Wake) and wake.timeout == pytest.approx(0.25)
     again = flow.send(True)  # quiet: nothing published, but the hint said something falls due
     assert isinstance(again, Call) and again.script.name == "pop"
-    wake = flow.send([0, -1])  # nothing waiting at all: the rest of `wait`
+    wake = flow.send([0, -1, 0])  # nothing waiting at all: the rest of `wait`
     assert isinstance(wake, Wake) and 4.5 < wake.timeout <= 5.0
 
 

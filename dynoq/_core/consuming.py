@@ -19,7 +19,7 @@ from typing import Any
 from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
-from . import codec
+from . import codec, validate
 from .calls import Batch, Call, Flow, together
 from .ops import QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
@@ -164,44 +164,54 @@ def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
 def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float,
           consumer: str, backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
     """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in two
-    round trips however many shards: one read-only ``probe`` says which shards have
-    something deliverable (and in how many ms something may be, when none has), then
-    their pops go out together, ``count`` shared between them, the first of ``shards``
-    first. (``pop`` asks shards one after another, one round trip each, and returns at
-    the end: under a steady stream of due messages what it found on the first shards
-    waited for the last ones, several ms on 16 shards, more while other workers' passes
-    compete for the server.) Returns the messages and, when there were none, the ms
-    until something may be deliverable (-1: nothing is waiting); None when unknown.
+    round trips however many shards: one read-only ``probe`` says what each shard has
+    deliverable (and in how many ms something may be, when none has), then the pops of
+    the shards holding the lowest priority value go out together, ``count`` shared
+    between them, the first of ``shards`` first. (``pop`` asks shards one after another,
+    one round trip each, and returns at the end: under a steady stream of due messages
+    what it found on the first shards waited for the last ones, several ms on 16 shards,
+    more while other workers' passes compete for the server.) Returns the messages and,
+    when there were none, the ms until something may be deliverable (-1: nothing is
+    waiting); None when unknown.
 
     With a ``backlog`` (the last look filled its batch) the first shard is asked for the
-    whole ``count`` first: a deep queue fills the batch there, in one pop (sharing it
-    out would cost throughput), and a broad shallow one (every shard a few messages
-    behind, as after a pause of the process) gets the rest with a probe and the ready
-    shards' pops together: three round trips, not one per shard as ``pop`` would take
-    (40-75 ms for 16 shards under load). On Redis Cluster (no probe across
-    slots) and for one shard, this is ``pop``."""
+    whole ``count`` of priority 0 first (nothing goes before priority 0): a deep queue
+    fills the batch there, in one pop (sharing it out would cost throughput), and a broad
+    shallow one (every shard a few messages behind, as after a pause of the process) gets
+    the rest with a probe and the ready shards' pops together: three round trips, not one
+    per shard as ``pop`` would take (40-75 ms for 16 shards under load). When the last
+    look saw priorities above 0 (``ops.ranked``) the probe goes first. On Redis Cluster
+    (no probe across slots) and for one shard, this is ``pop``."""
     if not ops.cross_slot or len(shards) < 2:
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
         return msgs, None
+    vis_ms = validate.to_ms(visibility)
     first: list[Message] = []
-    if backlog:
-        first = yield from ops.pop(count, visibility=visibility, shards=shards[:1],
-                                   consumer=consumer)
+    ranks: dict[int, int] = {}
+    unseen = shards
+    if backlog and not ops.ranked:
+        first, rest, _ = yield from ops.take(shards[0], count, 0, vis_ms, consumer=consumer)
         if len(first) >= count:
             return first, None
         count -= len(first)
-        shards = shards[1:]
-    *flags, hint = yield ops.probe(shards)
-    ready = [s for s, f in zip(shards, flags, strict=True) if f]
+        ranks[shards[0]] = rest
+        unseen = shards[1:]
+    found, hint = yield from ops.look(unseen)
+    ranks.update(found)
+    live = {s: r for s, r in ranks.items() if r > 0}
+    if not live:
+        ops.note(ranks, first)
+        return first, None if first else hint
+    best = min(live.values())  # a round takes the lowest priority value only
+    ready = [s for s in shards if live.get(s) == best]
     k = min(len(ready), count)
-    if k == 0:
-        return first, None if first else float(hint)
     share, extra = divmod(count, k)
     got = yield from together([
-        ops.pop(share + (i < extra), visibility=visibility, shards=[s], consumer=consumer)
+        ops.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
         for i, s in enumerate(ready[:k])])
-    msgs = first + [m for part in got for m in part]
+    msgs = first + [m for part, _, _ in got for m in part]
+    ops.note(ranks, msgs)
     # Others may have taken them meanwhile: look again at once rather than wait.
     return msgs, None if msgs else 0.0
 

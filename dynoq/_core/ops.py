@@ -37,6 +37,7 @@ from .settings import QueueSettings, merge
 PUSH_CHUNK = 500  # messages per push call: bounded script time, few round trips
 IDS_CHUNK = 1000  # ids per ack / replay call
 SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
+ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
 
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
@@ -51,7 +52,8 @@ def _decode_str(value: bytes | str) -> str:
 
 
 class QueueOps:
-    """One queue's operations. Thread-safe: it holds no state but a pop rotation."""
+    """One queue's operations. Thread-safe: it holds no state but a pop rotation and
+    whether the last look saw priorities (a hint for the cost of the next one)."""
 
     def __init__(self, prefix: str, name: str, settings: QueueSettings,
                  max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
@@ -72,6 +74,7 @@ class QueueOps:
         self._ordered = "1" if settings.ordered else "0"
         self._window_ms = validate.to_ms(settings.dedupe_window)
         self._rotation = itertools.count()
+        self._ranked = False  # see the ranked property
 
     @classmethod
     def of_keys(cls, keys: QueueKeys, settings: QueueSettings,
@@ -192,46 +195,8 @@ class QueueOps:
              margin_ms: int, consumer: str, until_woken: bool) -> Flow[list[Message]]:
         deadline = time.monotonic() + wait
         woken = False
-        args_tail = [self._ordered, lease, self.settings.max_retries, self.wake, margin_ms]
         while True:
-            got: list[Message] = []
-            hint = -1.0
-            todo, i, probed = order, 0, not self.cross_slot
-            while i < len(todo):
-                shard = todo[i]
-                i += 1
-                # A delivery token needs to differ between deliveries, not to be secret:
-                # random's generator (reseeded in a forked child) instead of os.urandom,
-                # a system call that hands the GIL to another thread at every pop.
-                nonce = f"{random.getrandbits(32):08x}"
-                reply = yield Call(_POP, self._pop_keys[shard],
-                                   [count - len(got), vis_ms, nonce, *args_tail])
-                if type(reply) is int:
-                    if reply == LEASED and not lease:
-                        continue  # another consumer leases this ordered shard
-                    raise_for(reply, f"pop from shard {shard} of {self.name!r}")
-                if reply[0] == 0:
-                    hint = _sooner(hint, float(reply[1]))
-                    if not probed and len(todo) - i > 1:
-                        # One read of every other shard instead of a pop each: an idle or
-                        # sparse queue costs two calls a pass, not one per shard.
-                        probed = True
-                        *flags, h = yield self.probe(todo[i:])
-                        hint = _sooner(hint, float(h))
-                        todo = todo[:i] + [s for s, f in zip(todo[i:], flags, strict=True) if f]
-                    continue
-                try:
-                    batch = self._decoded(reply, shard, nonce, lease)
-                except RecordError:  # one or more unreadable: quarantine them, keep the rest
-                    batch = yield from self._quarantine(reply, shard, nonce, lease,
-                                                        consumer)
-                for m in batch:  # a recurring message's occurrence: push the next one now
-                    sched = occurrence_of(m)
-                    if sched is not None:
-                        yield from ScheduleOps(self).fire_next(sched, shard)
-                got += batch
-                if len(got) >= count:
-                    break
+            got, hint = yield from self._pass(count, vis_ms, order, lease, margin_ms, consumer)
             left = deadline - time.monotonic()
             if got or left <= 0 or (woken and until_woken):
                 return got
@@ -243,9 +208,107 @@ class QueueOps:
                 return got
             woken = quiet is not True
 
+    def _pass(self, count: int, vis_ms: int, order: list[int], lease: str, margin_ms: int,
+              consumer: str) -> Flow[tuple[list[Message], float]]:
+        """One look at ``order``'s shards for up to ``count`` messages, the lowest
+        priority values first across shards (ties: in ``order``). Returns them and the ms
+        until something may be deliverable (-1: unknown).
+
+        A shard's *rank* is what it may deliver: 0 nothing, 1 + a lower bound of its next
+        message's priority (probe-3.lua, pop-10.lua). Priority 0 goes first anywhere, so
+        the first shard is asked for that alone before the others are seen: with every
+        priority 0 (the default), a pop is one call as before, and two on an empty queue
+        (that pop, then one probe of the others). Otherwise each pop's ceiling is the best
+        rank known, and each reply says what its shard still holds. When the last pass
+        saw priorities above 0, the pass looks at every shard first (probe, then pops):
+        two calls, where the optimistic first pop would make three."""
+        got: list[Message] = []
+        hint = -1.0
+        ranks: dict[int, int] = {}
+        first, others = order[0], order[1:]
+        if others and self.ranked:
+            ranks, hint = yield from self.look(order)
+        else:
+            msgs, ranks[first], hint = yield from self.take(
+                first, count, 0 if others else ANY, vis_ms, lease, margin_ms, consumer)
+            got += msgs
+            if ranks[first] < 0:  # a full batch, some unreadable: it may hold more
+                ranks[first] = 1
+            if len(got) < count and others:
+                more, h = yield from self.look(others)
+                ranks.update(more)
+                hint = _sooner(hint, h)
+        while len(got) < count:
+            live = {s: r for s, r in ranks.items() if r > 0}
+            if not live:
+                break
+            best = min(live.values())
+            shard = next(s for s in order if live.get(s) == best)
+            msgs, rest, h = yield from self.take(shard, count - len(got), best - 1, vis_ms,
+                                                 lease, margin_ms, consumer)
+            got += msgs
+            hint = _sooner(hint, h)
+            # rest > best, or 0: each shard is asked at most once per priority it holds
+            ranks[shard] = rest if rest >= 0 else best
+        self.note(ranks, got)
+        return got, hint
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the last look saw a priority above 0 (then a look across shards starts
+        with a probe: see :meth:`_pass`). A hint for the cost, never for the order."""
+        return self._ranked
+
+    def note(self, ranks: dict[int, int], got: Sequence[Message]) -> None:
+        """Remember whether a look saw priorities above 0 (shard ranks, messages)."""
+        self._ranked = (not self.settings.ordered
+                        and (any(r > 1 for r in ranks.values()) or any(m.priority for m in got)))
+
+    def take(self, shard: int, count: int, ceiling: int, vis_ms: int, lease: str = "",
+             margin_ms: int = 0, consumer: str = "") -> Flow[tuple[list[Message], int, float]]:
+        """One pop of ``shard``: up to ``count`` messages of priority ``ceiling`` or a lower
+        value. Returns them, the shard's rank after (-1: not looked at, the batch was
+        full) and the ms until something may be deliverable there (-1: unknown)."""
+        # A delivery token needs to differ between deliveries, not to be secret: random's
+        # generator (reseeded in a forked child) instead of os.urandom, a system call
+        # that hands the GIL to another thread at every pop.
+        nonce = f"{random.getrandbits(32):08x}"
+        reply = yield Call(_POP, self._pop_keys[shard], [
+            count, vis_ms, nonce, self._ordered, lease, self.settings.max_retries,
+            self.wake, margin_ms, ANY if self.settings.ordered else ceiling])
+        if type(reply) is int:
+            if reply == LEASED and not lease:
+                return [], 0, -1.0  # another consumer leases this ordered shard
+            raise_for(reply, f"pop from shard {shard} of {self.name!r}")
+        if reply[0] == 0:
+            return [], int(reply[2]), float(reply[1])
+        try:
+            batch = self._decoded(reply, shard, nonce, lease)
+        except RecordError:  # one or more unreadable: quarantine them, keep the rest
+            batch = yield from self._quarantine(reply, shard, nonce, lease, consumer)
+        for m in batch:  # a recurring message's occurrence: push the next one now
+            sched = occurrence_of(m)
+            if sched is not None:
+                yield from ScheduleOps(self).fire_next(sched, shard)
+        return batch, int(reply[1]), -1.0
+
+    def look(self, shards: Sequence[int]) -> Flow[tuple[dict[int, int], float]]:
+        """Each shard's rank (see :meth:`_pass`) and the ms until something may be
+        deliverable (-1: unknown): one probe call, or on Redis Cluster (a script's keys
+        share a slot) one probe per shard, pipelined."""
+        if self.cross_slot:
+            *ranks, hint = yield self.probe(shards)
+            return dict(zip(shards, (int(r) for r in ranks), strict=True)), float(hint)
+        replies = yield Batch([self.probe([s]) for s in shards])
+        hint = -1.0
+        for _, h in replies:
+            hint = _sooner(hint, float(h))
+        return {s: int(r[0]) for s, r in zip(shards, replies, strict=True)}, hint
+
     def probe(self, shards: Sequence[int]) -> Call:
-        """One read-only look at ``shards``: a flag per shard (something deliverable), then
-        the ms until something may be (-1: unknown). See probe-3.lua."""
+        """One read-only look at ``shards`` (one server: a cluster's keys must share a
+        slot): a rank per shard (see :meth:`_pass`), then the ms until something may be
+        deliverable (-1: unknown). See probe-3.lua."""
         keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
         return Call(_PROBE, keys, [])
 

@@ -9,11 +9,18 @@
   ARGV[7] wake channel (PUBLISHed when expired deliveries were given back)
   ARGV[8] lease margin ms: with a lease token, a lease with less time left than this is
           treated as gone (the caller could not finish the batch before it ends)
-  returns: {1, -1, id, record, attempts, ...}  claimed messages; a delivery's token is
+  ARGV[9] ceiling: claim only messages of this priority or a lower value (99: any). The
+          caller passes the best priority any shard of the queue holds, so that a pop
+          across shards takes the lower values first (see QueueOps.pop)
+  returns: {1, rest, id, record, attempts, ...}  claimed messages; a delivery's token is
            "<nonce>.<attempts>", so the caller makes it from the nonce it sent
-           {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
+           {0, hint, rest}  nothing claimed; hint = ms until something may be
+           deliverable (-1 = unknown)
+           rest: what the shard still holds ready: 0 nothing, 1 + p its next message's
+           priority p (above the ceiling), -1 not looked at (the batch was full)
            FENCED or LEASED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua lib/pin.lua
+        lib/record.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
@@ -48,10 +55,27 @@ end
 
 -- An ordered shard delivers nothing while a message is in flight or waits for a retry.
 if ordered and (live(unack) > 0 or redis.call('ZCARD', delayed) > 0) then
-  return {0, hint()}
+  return {0, hint(), 0}
 end
 local popped = redis.call('ZPOPMIN', ready, count)
-if #popped == 0 then return {0, hint()} end
+-- Fewer than asked: ready is empty now. (Known for free: no command asks.)
+local rest = #popped < 2 * count and 0 or -1
+local ceiling = tonumber(ARGV[9])
+if ceiling < 99 and #popped > 0 and rank(popped[#popped]) > ceiling + 1 then
+  -- Some are above the ceiling (rare: priorities differ between shards): put them back
+  -- with their scores (the strings ZPOPMIN gave, exact) and say what the shard holds.
+  local cut = 1
+  while rank(popped[cut + 1]) <= ceiling + 1 do cut = cut + 2 end
+  rest = rank(popped[cut + 1])
+  local back = {}
+  for i = cut, #popped, 2 do
+    back[#back + 1] = popped[i + 1]
+    back[#back + 1] = popped[i]
+    popped[i], popped[i + 1] = nil, nil
+  end
+  bulk('ZADD', ready, back)
+end
+if #popped == 0 then return {0, hint(), rest} end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = bulk_read('HMGET', msgs, ids)
@@ -64,7 +88,7 @@ if states_n > 1 or (states_n == 1 and redis.call('HEXISTS', dlv, PIN) == 0) then
 end
 -- One deadline string for the batch: a number argument is formatted again per message.
 local deadline = string.format('%d', now + vis)
-local out, unacks, states = {1, -1}, {'+inf', PIN}, {PIN, ''}
+local out, unacks, states = {1, rest}, {'+inf', PIN}, {PIN, ''}
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
