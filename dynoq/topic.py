@@ -77,8 +77,10 @@ class Topic:
         its stats, peek and dead letters."""
         return Queue(self.backend, self.ops.group_queue(group, member))
 
-    def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
+    def consumer_queue(self, group: str, mode: str | None, member: str) -> Queue:
         """The queue a consumer of ``group`` consumes (subscribing the group with tags "*"
-        if it is not subscribed yet, and a broadcasting member's own queue)."""
+        if it is not subscribed yet, and a broadcasting member's own queue). ``mode``
+        None: the group's stored mode, else clustering; a mode that conflicts with the
+        stored one raises GroupConflict."""
         return Queue(self.backend, self.backend.drive(self.ops.consumer_queue(group, mode,
                                                                               member)))

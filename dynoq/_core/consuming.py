@@ -96,16 +96,19 @@ def settings_of(settings: ConsumerSettings | None, named: dict[str, Any]) -> Con
 
 
 def for_topic(settings: ConsumerSettings,
-              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[QueueOps]]:
+              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[tuple[str, QueueOps]]]:
     """A topic consumer's settings (with its instance id fixed: a broadcasting member's
-    queue is named by it), the queue it consumes, and the flow that subscribes its group
-    (tags "*") if it is not yet, to run when it starts."""
+    queue is named by it), the queue it would consume in its mode (None: clustering
+    until the start says otherwise), and the flow to run when it starts: it reads the
+    group's subscription (whose mode decides when ``settings.mode`` is None; an explicit
+    conflicting one raises GroupConflict), subscribes it if needed, and returns the mode
+    and queue to consume (``TopicOps.join``)."""
     if settings.instance_id is None:
         settings = dataclasses.replace(settings, instance_id=default_instance_id())
     me = settings.instance_id
     assert me is not None
     queue = topic.group_queue(settings.group, me if settings.mode == "broadcasting" else None)
-    return settings, queue, topic.consumer_queue(settings.group, settings.mode, me)
+    return settings, queue, topic.join(settings.group, settings.mode, me)
 
 
 def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:

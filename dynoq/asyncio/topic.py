@@ -70,7 +70,7 @@ class Topic:
         """The queue of a clustering group (or of a broadcasting group's ``member``)."""
         return Queue(self.backend, self.ops.group_queue(group, member))
 
-    async def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
+    async def consumer_queue(self, group: str, mode: str | None, member: str) -> Queue:
         """The queue a consumer of ``group`` consumes (see
         :meth:`dynoq.Topic.consumer_queue`)."""
         return Queue(self.backend, await self.backend.drive(
