@@ -13,6 +13,7 @@ from typing import Any
 
 from . import tracing
 from ._core.topics import GroupBacklog, Subscription, TopicOps
+from ._core.validate import check_items
 from .backend import Backend
 from .message import Message
 from .queue import Queue
@@ -47,7 +48,8 @@ class Topic:
         """Publish payloads or :class:`dynoq.Message` objects (with ``tag=``), at most
         100,000 per call; all are validated first. Returns their ids."""
         with tracing.span("publish", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "publish_many()")]
             if outs:
                 self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -331,6 +332,38 @@ def test_extend_moves_the_deadline(client: dynoq.Client) -> None:
     assert q.requeue_expired() == 0 and q.pop() == []
     assert q.ack(m) is True
     assert q.extend(m, 5.0) is False
+
+
+def test_extend_to_zero_makes_a_delivery_visible_again_at_once(client: dynoq.Client) -> None:
+    # Dyno-queues' own test (RedisDynoQueueTest.testSetUnackTimeout): setUnackTimeout(id,
+    # 10 s) keeps it away, setUnackTimeout(id, 0) gives it back to the next pop.
+    q = client.queue("extend-zero", shards=2)
+    msg_id = q.push("x")
+    [m] = q.pop(visibility=30)
+    assert q.extend(m, 10) is True and q.pop() == []
+    assert q.extend(m, 0) is True
+    [again] = q.pop()
+    assert (again.id, again.attempts) == (msg_id, 2)
+    assert q.ack(m) is False  # the delivery it replaced
+    assert q.extend(again, 0.0) is True and q.extend(msg_id, 0) is True  # by id, too
+    [third] = q.pop()
+    assert q.ack(third) is True and q.extend(third, 0) is False  # no longer in flight
+    assert q.size() == 0 and q.stats().unacked == 0
+
+
+def test_extend_to_zero_wakes_a_waiting_pop(client: dynoq.Client) -> None:
+    # A pop waiting for news would otherwise sleep until the old deadline (60 s), and
+    # then its wait (10 s) would be over: it returns the message at once instead.
+    q = client.queue("extend-wake", shards=1)
+    q.push("x")
+    [m] = q.pop(visibility=60)
+    got: list[Message] = []
+    waiter = threading.Thread(target=lambda: got.extend(q.pop(wait=10.0)))
+    waiter.start()
+    time.sleep(0.3)  # usually waiting by then (if not, its first look finds the message)
+    assert q.extend(m, 0) is True
+    waiter.join(15)
+    assert [g.payload for g in got] == ["x"]
 
 
 def test_reschedule_remove_get_contains(client: dynoq.Client) -> None:

@@ -142,7 +142,7 @@ class QueueOps:
     def prepare_ensure(self, items: Iterable[Any]) -> list[codec.Outgoing]:
         """The messages of an ensure_many: each a Message with an id."""
         outs = []
-        for item in items:
+        for item in validate.check_items(items, "ensure_many()"):
             if not isinstance(item, Message) or item.id is None:
                 raise InvalidArgument("ensure_many() takes dynoq.Message objects, each "
                                       "with an id")
@@ -332,13 +332,23 @@ class QueueOps:
                                       lease, 0.0, "dead", codec.why(exc, consumer))
         return good
 
+    def _shard_of(self, msg: Message) -> int:
+        """The shard a message was popped from, which must be one of this queue's."""
+        shard = msg.shard
+        if msg.id is None or shard is None:
+            raise InvalidArgument("this message was not popped: ack, nack and extend "
+                                  "take a popped message or an id")
+        if type(shard) is not int or not 0 <= shard < self.settings.shards:
+            raise InvalidArgument(
+                f"message {msg.id!r} was popped from shard {shard!r}, which queue "
+                f"{self.name!r} ({self.settings.shards} shards) does not have: ack, nack "
+                "and extend a message on the queue it was popped from")
+        return shard
+
     def _delivery(self, msg: Message | str) -> tuple[int | None, str, str, str]:
         """(shard or None when it must be located, id, delivery token, lease token)."""
         if isinstance(msg, Message):
-            if msg.id is None or msg.shard is None:
-                raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                      "take a popped message or an id")
-            return msg.shard, msg.id, msg.token or "", msg.lease or ""
+            return self._shard_of(msg), msg.id or "", msg.token or "", msg.lease or ""
         msg_id = validate.check_id(msg)
         return self.home(msg_id), msg_id, "", ""
 
@@ -379,10 +389,7 @@ class QueueOps:
         each reply is how many were acked."""
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for m in msgs:
-            if m.shard is None or m.id is None:
-                raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                      "take a popped message or an id")
-            groups[(m.shard, m.lease or "")] += (m.id, m.token or "")
+            groups[(self._shard_of(m), m.lease or "")] += (m.id or "", m.token or "")
         return self._ack_calls(groups)
 
     def _ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
@@ -398,10 +405,7 @@ class QueueOps:
 
     def ack_many(self, msgs: Iterable[Message | str]) -> Flow[int]:
         """Ack deliveries (popped messages or ids; one round trip); returns how many."""
-        items = list(msgs)
-        if len(items) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per ack_many, "
-                                  f"got {len(items)}")
+        items = validate.check_items(msgs, "ack_many()")
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for shard, msg_id, token, lease in (yield from self._located(items)):
             groups[(shard, lease)] += (msg_id, token)
@@ -412,11 +416,8 @@ class QueueOps:
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
         """A nack of a popped message (mode "retry", "dead" or "back", see nack-7.lua)
         with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
-        if msg.shard is None or msg.id is None:
-            raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                  "take a popped message or an id")
-        return self._nack_call(msg.shard, msg.id, msg.token or "", msg.lease or "",
-                               delay, mode, why)
+        return self._nack_call(self._shard_of(msg), msg.id or "", msg.token or "",
+                               msg.lease or "", delay, mode, why)
 
     def _nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
                    mode: str, why: bytes = b"") -> Call:
@@ -443,11 +444,12 @@ class QueueOps:
         return bool(back + buried > 0)
 
     def extend(self, msg: Message | str, timeout: float) -> Flow[bool]:
-        """Set the delivery's visibility deadline to now + ``timeout`` seconds."""
-        timeout = validate.check_seconds(timeout, "timeout", minimum=0.001)
+        """Set the delivery's visibility deadline to now + ``timeout`` seconds (0: it is
+        given back at once, as when its visibility runs out; Dyno's setUnackTimeout)."""
+        timeout = validate.check_seconds(timeout, "timeout")
         [(shard, msg_id, token, lease)] = yield from self._located([msg])
         reply = yield Call(_EXTEND, _EXTEND.key_list(self.shard_keys[shard]),
-                           [lease, validate.to_ms(timeout), msg_id, token])
+                           [lease, validate.to_ms(timeout), msg_id, token, self.wake])
         raise_for(reply, f"extend on shard {shard} of {self.name!r}")
         return int(reply) == 1
 
@@ -592,9 +594,7 @@ class QueueOps:
             return total
         if isinstance(ids, (str, bytes)):
             raise InvalidType("ids must be a list of message ids, not one string")
-        wanted = [validate.check_id(i) for i in ids]
-        if len(wanted) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} ids per replay_dead")
+        wanted = [validate.check_id(i) for i in validate.check_items(ids, "replay_dead()")]
         by_shard: dict[int, list[str]] = defaultdict(list)
         for shard, msg_id in zip((yield from self.locate(wanted)), wanted, strict=True):
             by_shard[shard].append(msg_id)

@@ -14,6 +14,7 @@ from typing import Any
 from .. import tracing
 from .._core.ops import QueueOps
 from .._core.schedules import Schedule, ScheduleOps
+from .._core.validate import check_items
 from ..errors import InvalidArgument
 from ..message import Message, QueueStats
 from ..settings import QueueSettings
@@ -57,7 +58,8 @@ class Queue:
     async def push_many(self, items: Iterable[Any]) -> list[str]:
         """Push payloads or Messages; their ids (see :meth:`dynoq.Queue.push_many`)."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "push_many()")]
             ids = self.ops.unique(outs)
             if outs:
                 await self.backend.run(self.ops.push(outs))

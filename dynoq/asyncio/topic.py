@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import tracing
 from .._core.topics import GroupBacklog, Subscription, TopicOps
+from .._core.validate import check_items
 from ..message import Message
 from ..settings import TopicSettings
 from .backend import AsyncBackend
@@ -44,7 +45,8 @@ class Topic:
     async def publish_many(self, items: Iterable[Any]) -> list[str]:
         """Publish payloads or Messages (see :meth:`dynoq.Topic.publish_many`)."""
         with tracing.span("publish", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "publish_many()")]
             if outs:
                 await self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]

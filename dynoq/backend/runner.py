@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from ..errors import DynoqError
-from .errors import translate
+from .errors import CLIENT_ERRORS, translate
 from .wakeup import Subscription, Waiter
 
 T = TypeVar("T")
@@ -62,7 +61,7 @@ class Backend:
                 raw = self.redis.execute_command(*request.args)
             else:
                 return self._batch(request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
@@ -128,7 +127,7 @@ class Backend:
         came (see Waiter)."""
         try:
             return self._waiter.wait(channel, timeout)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc) from exc
 
     def release_thread(self) -> None:

@@ -16,7 +16,7 @@ from redis.sentinel import Sentinel
 
 from ..errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import as_dynoq_cluster, cluster_url, open_cluster
-from .errors import translate
+from .errors import CLIENT_ERRORS, translate
 from .hosts import credentials, host_list, redact, sentinel_service
 from .runner import Backend
 
@@ -80,9 +80,9 @@ def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
         options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
         options.setdefault("health_check_interval", 30)
         client = redis.Redis.from_url(url, **options)
-    except (redis.RedisError, ValueError) as exc:
-        if isinstance(exc, redis.RedisError):
-            raise translate(exc) from exc
+    except CLIENT_ERRORS as exc:
+        raise translate(exc) from exc
+    except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
     return Backend(client, url=url, display_url=redact(url), connect_options=given)
 

@@ -13,11 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
-from ...backend.errors import translate
+from ...backend.errors import CLIENT_ERRORS, translate
 from ...backend.runner import eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
 from .wakeup import Hub, Subscription
@@ -69,7 +68,7 @@ class AsyncBackend:
             if self._client is None:
                 try:
                     client, self._closer = await self._opener()
-                except redis.RedisError as exc:
+                except CLIENT_ERRORS as exc:
                     raise translate(exc) from exc
                 self._hub = Hub(client)
                 self._client = client
@@ -97,7 +96,7 @@ class AsyncBackend:
                 raw = await r.execute_command(*request.args)
             else:
                 return await self._batch(r, request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
