@@ -244,6 +244,36 @@ def test_fetch_after_a_full_batch_with_nothing_else_due() -> None:
     assert stop.value.value == ([], 40.0)
 
 
+def test_fetch_of_a_default_backlog_asks_the_first_shard_for_priority_0_alone() -> None:
+    # Nothing beats priority 0: the first shard's pop needs no look at the others.
+    flow = fetch(_ops(4), 100, [0, 1, 2, 3], visibility=30.0, consumer="c", backlog=True)
+    first = next(flow)
+    assert isinstance(first, Call) and first.script.name == "pop"
+    assert len(first.keys) == 10 and first.args[-1] == 0  # ten keys, ceiling 0
+
+
+def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> None:
+    # After a look that saw priorities above 0, a backlog's first pop names the other
+    # shards (one server): it claims nothing they beat, and says what they hold.
+    ops = _ops(4)
+    ops.note({0: 6}, [])  # the last look saw priority 5
+    assert ops.ranked
+    flow = fetch(ops, 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
+    first = next(flow)
+    assert isinstance(first, Call) and first.script.name == "pop"
+    assert len(first.keys) == 10 + 3 * 3 and first.args[-1] == 99
+    assert first.keys[10:13] == [ops.shard_keys[3].ready, ops.shard_keys[3].delayed,
+                                 ops.shard_keys[3].unack]
+    # Shard 2 holds priority 5 (claimed nothing above what shard 0 may deliver: 1);
+    # shards 3, 0, 1 may deliver 5, 1 and nothing.
+    pop = flow.send([0, -1, 6, 6, 2, 0])
+    assert isinstance(pop, Call) and pop.script.name == "pop"  # no probe
+    assert pop.keys == ops._pop_keys[0] and pop.args[-1] == 1  # the best shard alone
+    with pytest.raises(StopIteration) as stop:
+        flow.send(_popped(0, 3))
+    assert len(stop.value.value[0]) == 3
+
+
 def test_fetch_on_redis_cluster_is_pop() -> None:
     # No probe across hash slots there: one pop after another, as pop does.
     flow = fetch(_ops(4, cross_slot=False), 10, [0, 1, 2, 3], visibility=30.0, consumer="c")

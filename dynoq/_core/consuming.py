@@ -21,7 +21,7 @@ from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import codec, validate
 from .calls import Batch, Call, Flow, together
-from .ops import QueueOps
+from .ops import ANY, QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .topics import TopicOps
@@ -178,13 +178,13 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     waiting); None when unknown.
 
     With a ``backlog`` (the last look filled its batch) the first shard is asked for the
-    whole ``count`` of priority 0 first (nothing goes before priority 0): a deep queue
+    whole ``count`` of priority 0 first (nothing goes before priority 0; after a look that
+    saw priorities above 0, of what the other shards cannot beat): a deep queue
     fills the batch there, in one pop (sharing it out would cost throughput), and a broad
     shallow one (every shard a few messages behind, as after a pause of the process) gets
     the rest with a probe and the ready shards' pops together: three round trips, not one
-    per shard as ``pop`` would take (40-75 ms for 16 shards under load). When the last
-    look saw priorities above 0 (``ops.ranked``) the probe goes first. On Redis Cluster
-    (no probe across slots) and for one shard, this is ``pop``."""
+    per shard as ``pop`` would take (40-75 ms for 16 shards under load). On Redis
+    Cluster (no probe across slots) and for one shard, this is ``pop``."""
     if not ops.cross_slot or len(shards) < 2:
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
@@ -192,16 +192,22 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     vis_ms = validate.to_ms(visibility)
     first: list[Message] = []
     ranks: dict[int, int] = {}
-    unseen = shards
-    if backlog and not ops.ranked:
-        first, rest, _ = yield from ops.take(shards[0], count, 0, vis_ms, consumer=consumer)
+    unseen: Sequence[int] = shards
+    hint = -1.0
+    if backlog:  # (after priorities above 0, the others bound it: see QueueOps._pass)
+        ahead = shards[1:] if ops.ranked else []
+        first, rest, hint, seen = yield from ops.take(
+            shards[0], count, ANY if ahead else 0, vis_ms, consumer=consumer, others=ahead)
         if len(first) >= count:
+            ops.note(seen, first)
             return first, None
         count -= len(first)
         ranks[shards[0]] = rest
-        unseen = shards[1:]
-    found, hint = yield from ops.look(unseen)
-    ranks.update(found)
+        ranks.update(seen)
+        unseen = [] if ahead else shards[1:]
+    if unseen:
+        found, hint = yield from ops.look(unseen)
+        ranks.update(found)
     live = {s: r for s, r in ranks.items() if r > 0}
     if not live:
         ops.note(ranks, first)
@@ -213,7 +219,7 @@ def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float
     got = yield from together([
         ops.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
         for i, s in enumerate(ready[:k])])
-    msgs = first + [m for part, _, _ in got for m in part]
+    msgs = first + [m for part, *_ in got for m in part]
     ops.note(ranks, msgs)
     # Others may have taken them meanwhile: look again at once rather than wait.
     return msgs, None if msgs else 0.0

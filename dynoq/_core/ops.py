@@ -71,6 +71,7 @@ class QueueOps:
         self._push_keys = [_PUSH.key_list(k) for k in self.shard_keys]
         self._pop_keys = [_POP.key_list(k) for k in self.shard_keys]
         self._ack_keys = [_ACK.key_list(k) for k in self.shard_keys]
+        self._probe_keys = [_PROBE.key_list(k) for k in self.shard_keys]
         self._ordered = "1" if settings.ordered else "0"
         self._window_ms = validate.to_ms(settings.dedupe_window)
         self._rotation = itertools.count()
@@ -215,26 +216,31 @@ class QueueOps:
         until something may be deliverable (-1: unknown).
 
         A shard's *rank* is what it may deliver: 0 nothing, 1 + a lower bound of its next
-        message's priority (probe-3.lua, pop-10.lua). Priority 0 goes first anywhere, so
-        the first shard is asked for that alone before the others are seen: with every
-        priority 0 (the default), a pop is one call as before, and two on an empty queue
-        (that pop, then one probe of the others). Otherwise each pop's ceiling is the best
-        rank known, and each reply says what its shard still holds. When the last pass
-        saw priorities above 0, the pass looks at every shard first (probe, then pops):
-        two calls, where the optimistic first pop would make three."""
+        message's priority (lib/rank.lua). Priority 0 goes first anywhere, so the first
+        shard is asked for that alone before the others are seen: with every priority 0
+        (the default), a pop is one call as before, and two on an empty queue (that pop,
+        then one probe of the others). Otherwise each pop's ceiling is the best rank
+        known, and each reply says what its shard still holds. When the last pass saw
+        priorities above 0 (:attr:`ranked`), the first pop names the other shards' keys
+        on one server: it claims nothing above what they may deliver, and says what
+        they hold (one call when the first shard holds the best); on Redis Cluster the
+        pass probes every shard first (two calls, where the optimistic pop makes three)."""
         got: list[Message] = []
         hint = -1.0
         ranks: dict[int, int] = {}
         first, others = order[0], order[1:]
-        if others and self.ranked:
+        if others and self.ranked and not self.cross_slot:
             ranks, hint = yield from self.look(order)
         else:
-            msgs, ranks[first], hint = yield from self.take(
-                first, count, 0 if others else ANY, vis_ms, lease, margin_ms, consumer)
+            ahead = others if others and self.ranked else []
+            msgs, ranks[first], hint, seen = yield from self.take(
+                first, count, 0 if others and not ahead else ANY, vis_ms, lease, margin_ms,
+                consumer, others=ahead)
             got += msgs
+            ranks.update(seen)
             if ranks[first] < 0:  # a full batch, some unreadable: it may hold more
                 ranks[first] = 1
-            if len(got) < count and others:
+            if len(got) < count and others and not ahead:
                 more, h = yield from self.look(others)
                 ranks.update(more)
                 hint = _sooner(hint, h)
@@ -244,8 +250,8 @@ class QueueOps:
                 break
             best = min(live.values())
             shard = next(s for s in order if live.get(s) == best)
-            msgs, rest, h = yield from self.take(shard, count - len(got), best - 1, vis_ms,
-                                                 lease, margin_ms, consumer)
+            msgs, rest, h, _ = yield from self.take(shard, count - len(got), best - 1,
+                                                    vis_ms, lease, margin_ms, consumer)
             got += msgs
             hint = _sooner(hint, h)
             # rest > best, or 0: each shard is asked at most once per priority it holds
@@ -265,23 +271,33 @@ class QueueOps:
                         and (any(r > 1 for r in ranks.values()) or any(m.priority for m in got)))
 
     def take(self, shard: int, count: int, ceiling: int, vis_ms: int, lease: str = "",
-             margin_ms: int = 0, consumer: str = "") -> Flow[tuple[list[Message], int, float]]:
+             margin_ms: int = 0, consumer: str = "", *, others: Sequence[int] = (),
+             ) -> Flow[tuple[list[Message], int, float, dict[int, int]]]:
         """One pop of ``shard``: up to ``count`` messages of priority ``ceiling`` or a lower
-        value. Returns them, the shard's rank after (-1: not looked at, the batch was
-        full) and the ms until something may be deliverable there (-1: unknown)."""
+        value, and (one server only) no higher than what the shards ``others`` may
+        deliver. Returns them, the shard's rank after (-1: not looked at, the batch was
+        full), the ms until something may be deliverable (-1: unknown) and the ranks of
+        ``others``."""
         # A delivery token needs to differ between deliveries, not to be secret: random's
         # generator (reseeded in a forked child) instead of os.urandom, a system call
         # that hands the GIL to another thread at every pop.
         nonce = f"{random.getrandbits(32):08x}"
-        reply = yield Call(_POP, self._pop_keys[shard], [
+        keys = self._pop_keys[shard]
+        if others:
+            keys = keys + [k for s in others for k in self._probe_keys[s]]
+        reply = yield Call(_POP, keys, [
             count, vis_ms, nonce, self._ordered, lease, self.settings.max_retries,
             self.wake, margin_ms, ANY if self.settings.ordered else ceiling])
         if type(reply) is int:
             if reply == LEASED and not lease:
-                return [], 0, -1.0  # another consumer leases this ordered shard
+                return [], 0, -1.0, {}  # another consumer leases this ordered shard
             raise_for(reply, f"pop from shard {shard} of {self.name!r}")
+        seen: dict[int, int] = {}
+        if others:  # their ranks end the reply
+            seen = dict(zip(others, (int(r) for r in reply[-len(others):]), strict=True))
+            reply = reply[:-len(others)]
         if reply[0] == 0:
-            return [], int(reply[2]), float(reply[1])
+            return [], int(reply[2]), float(reply[1]), seen
         try:
             batch = self._decoded(reply, shard, nonce, lease)
         except RecordError:  # one or more unreadable: quarantine them, keep the rest
@@ -290,7 +306,7 @@ class QueueOps:
             sched = occurrence_of(m)
             if sched is not None:
                 yield from ScheduleOps(self).fire_next(sched, shard)
-        return batch, int(reply[1]), -1.0
+        return batch, int(reply[1]), -1.0, seen
 
     def look(self, shards: Sequence[int]) -> Flow[tuple[dict[int, int], float]]:
         """Each shard's rank (see :meth:`_pass`) and the ms until something may be
@@ -309,8 +325,7 @@ class QueueOps:
         """One read-only look at ``shards`` (one server: a cluster's keys must share a
         slot): a rank per shard (see :meth:`_pass`), then the ms until something may be
         deliverable (-1: unknown). See probe-3.lua."""
-        keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
-        return Call(_PROBE, keys, [])
+        return Call(_PROBE, [k for s in shards for k in self._probe_keys[s]], [])
 
     def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
         """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
