@@ -16,6 +16,8 @@ Cases, on 4 shards, each the median of --repeats runs:
   consumer, priority 0 a no-op consumer, concurrency 4, batch 100: start to last message
   consumer, priority 5 the same, every message priority 5
   consumer, 0..9       the same, priorities 0..9 at random
+  ordered consumer     bench_consumer's ordered case (8 shards, 64 keys, batch 10,
+                       concurrency 4; --n / 10 messages), which takes no priority
 Each case also counts its round trips (requests sent: a script call, a command or a
 pipeline) per message (per call for the empty pop): unlike a rate on a shared machine,
 that count does not move with the load. The tree to measure is the one on PYTHONPATH:
@@ -172,6 +174,29 @@ def consume(url: str, n: int, priorities: str) -> tuple[float, float]:
         cleanup(client)
 
 
+def consume_ordered(url: str, n: int) -> tuple[float, float]:
+    """bench_consumer's ordered case: 8 shards, 64 keys, batch 10, concurrency 4."""
+    client = fresh(url)
+    try:
+        q = client.queue("k", shards=8, ordered=True)
+        for i in range(0, n, 5000):
+            q.push_many([dynoq.Message("x" * 100, key=f"k{j % 64}")
+                         for j in range(i, min(i + 5000, n))])
+        c = client.consumer(q, lambda m: None, concurrency=4, batch_size=10)
+
+        def run() -> None:
+            c.start()
+            while c.stats().handled < n:
+                time.sleep(0.002)
+
+        try:
+            return measured(n, run)
+        finally:
+            c.stop()
+    finally:
+        cleanup(client)
+
+
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--n", type=int, default=20_000)
@@ -189,6 +214,7 @@ def main() -> None:
         "consumer, priority 0": lambda u: consume(u, n, "0"),
         "consumer, priority 5": lambda u: consume(u, n, "5"),
         "consumer, 0..9": lambda u: consume(u, n, "mixed"),
+        "ordered consumer": lambda u: consume_ordered(u, small),
     }
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
     with server_url(args.url) as url:

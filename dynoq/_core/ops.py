@@ -236,6 +236,8 @@ class QueueOps:
             msgs, ranks[first], hint, seen = yield from self.take(
                 first, count, 0 if others and not ahead else ANY, vis_ms, lease, margin_ms,
                 consumer, others=ahead)
+            if len(msgs) >= count and not ahead:
+                return msgs, hint  # the common case: priority 0, unbeatable (and unranked)
             got += msgs
             ranks.update(seen)
             if ranks[first] < 0:  # a full batch, some unreadable: it may hold more
