@@ -2,6 +2,7 @@
 same run (issue 25, item 12).
 
     python -m benchmarks.bench_priority [--url redis://...] [--n 20000] [--repeats 3]
+                                        [--only TEXT]
 
 Cases, on 4 shards, each the median of --repeats runs:
   raw drain            bench_core's baseline: a bare Lua pop of 100 + pipelined acks
@@ -200,6 +201,8 @@ def consume_ordered(url: str, n: int) -> tuple[float, float]:
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--n", type=int, default=20_000)
+    p.add_argument("--only", default="", metavar="TEXT",
+                   help="run only the cases whose name holds TEXT (and the raw drain)")
     args = p.parse_args()
     n, small = args.n, max(args.n // 10, 100)
     cases = {
@@ -216,6 +219,7 @@ def main() -> None:
         "consumer, 0..9": lambda u: consume(u, n, "mixed"),
         "ordered consumer": lambda u: consume_ordered(u, small),
     }
+    cases = {k: f for k, f in cases.items() if args.only in k or k == "raw drain"}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
     with server_url(args.url) as url:
         for _ in range(args.repeats):
