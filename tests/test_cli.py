@@ -136,6 +136,30 @@ def test_bytes_payload_shows_as_base64(run: Any, client: dynoq.Client) -> None:
     assert json.loads(ok(run("peek", "bin", "--json")))[0]["payload"] == {"$base64": "AP8="}
 
 
+def test_peek_and_dead_show_any_valid_payload(run: Any, client: dynoq.Client) -> None:
+    # bytes keys, bytes values, keys of mixed types, nested: JSON has no bytes keys,
+    # so they show as "$base64:..." (and bytes values as {"$base64": ...}).
+    payload = {b"k": b"\x00\xff", "n": [b"x", {1: "one", b"\x01": None}], "f": 1.5}
+    q = client.queue("any", shards=2)
+    q.push(payload, id="p")
+    shown = {"$base64:aw==": {"$base64": "AP8="},
+             "n": [{"$base64": "eA=="}, {"1": "one", "$base64:AQ==": None}], "f": 1.5}
+    assert json.loads(ok(run("peek", "any", "--json")))[0]["payload"] == shown
+    assert "$base64:aw==" in ok(run("peek", "any"))
+    [m] = q.pop()
+    dead_letter(q, m)
+    assert json.loads(ok(run("dead", "any", "--json")))[0]["payload"] == shown
+    assert "$base64:aw==" in ok(run("dead", "any"))
+
+
+def test_a_cluster_url_at_a_single_server_or_a_closed_port(embedded_server: Any) -> None:
+    single = f"redis+cluster://{embedded_server.host}:{embedded_server.port}"
+    failed(CliRunner().invoke(cli, ["--url", single, "stats"]), EXIT_UNREACHABLE,
+           "not a Redis Cluster")
+    failed(CliRunner().invoke(cli, ["--url", "redis+cluster://127.0.0.1:1", "stats"]),
+           EXIT_UNREACHABLE, "cannot reach Redis")
+
+
 def test_bad_arguments_exit_2(run: Any, client: dynoq.Client) -> None:
     client.queue("q")
     failed(run("peek", "q", "-n", "0"), EXIT_USAGE)

@@ -153,6 +153,33 @@ def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
     wait_for(lambda: rec.count() >= 100, what="every shard drained")
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_consumer_takes_lower_priority_values_first_across_shards(
+        client: dynoq.Client, consumers: list[Consumer], concurrency: int) -> None:
+    # Everything waits before the consumer starts: 20 at priority 50 pushed first, then
+    # 20 at priority 0, over 4 shards. No priority 50 is taken while a 0 waits.
+    q = client.queue("prio-consumer", shards=4)
+    q.push_many([dynoq.Message(i, id=f"late-{i}", priority=50) for i in range(20)])
+    q.push_many([dynoq.Message(i, id=f"soon-{i}", priority=0) for i in range(20)])
+    lock = threading.Lock()
+    seen: list[int] = []
+    zeros_waiting: list[int] = []  # when the first priority 50 was handled
+
+    def handle(msg: dynoq.Message) -> None:
+        with lock:
+            first_fifty = msg.priority == 50 and 50 not in seen
+            seen.append(msg.priority)
+        if first_fifty:
+            zeros_waiting.append(sum(m.priority == 0 for m in q.peek(100)))
+
+    consumers.append(client.consumer(q, handle, concurrency=concurrency, batch_size=5,
+                                     **FAST).start())
+    wait_for(lambda: len(seen) >= 40, what="40 handled")
+    assert zeros_waiting == [0]
+    if concurrency == 1:  # one batch at a time: strictly by priority
+        assert seen == [0] * 20 + [50] * 20
+
+
 def test_batch_handler_gets_lists(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("batch", shards=2)
     sizes: list[int] = []

@@ -157,7 +157,9 @@ class ConsumerSettings:
     1 s on ordered ones); lease_ttl: seconds a shard lease (and a heartbeat) lives, renewed
     every third of it; rebalance_interval: seconds between periodic rebalances (members
     joining or leaving trigger one at once); instance_id: this member's id (default
-    host:pid:random); mode: "clustering"; max_continuous_time: seconds a worker stays on
+    host:pid:random); mode: for a topic, "clustering" or "broadcasting" (None: as the
+    group is subscribed, else clustering; a mode that conflicts with the group's
+    subscription raises GroupConflict at start); max_continuous_time: seconds a worker stays on
     one ordered shard while others wait; idle_wait: longest blocking pop, seconds (pushes
     wake a waiting consumer at once; stop() too);
     visibility: seconds a popped message stays invisible (default: the queue's
@@ -183,7 +185,7 @@ class ConsumerSettings:
     lease_ttl: float = 30.0
     rebalance_interval: float = 20.0
     instance_id: str | None = None
-    mode: str = "clustering"
+    mode: str | None = None
     max_continuous_time: float = 60.0
     idle_wait: float = 5.0
     visibility: float | None = None
@@ -194,8 +196,9 @@ class ConsumerSettings:
     middleware: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES}")
+        if self.mode is not None and self.mode not in MODES:
+            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES} "
+                                  "(or None: as the group is subscribed)")
         validate.check_name(self.group, "group")
         validate.check_count(self.concurrency, "concurrency", high=1024)
         validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)

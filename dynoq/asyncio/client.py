@@ -140,7 +140,7 @@ class Client:
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,
                  instance_id: str | None = _D.instance_id,
-                 mode: str = _D.mode,
+                 mode: str | None = _D.mode,
                  max_continuous_time: float = _D.max_continuous_time,
                  idle_wait: float = _D.idle_wait,
                  visibility: float | None = _D.visibility,

@@ -19,6 +19,8 @@ from ..errors import (
 
 # What "the server is not reachable right now" looks like (transient: retry later).
 DROPPED: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+# Everything redis-py raises (its cluster errors are no RedisError): what translate takes.
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
 
 # What redis-py 5.0 to 8.x raise when a pool has no connection to give: a
 # BlockingConnectionPool after its timeout (sync and asyncio: a bare ConnectionError with
@@ -53,6 +55,10 @@ def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
                                     "docs/security.md, upgrading)")
         return PermissionDenied(f"the server refused this user: {text} (check the "
                                 "password and the user's ACL: see docs/security.md)")
+    if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in text.lower():
+        return ConnectionFailed("this server is not a Redis Cluster (cluster mode is not "
+                                "enabled): connect to a single server with redis://, to a "
+                                "cluster with redis+cluster://")
     if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
                                     and "cannot be connected" in text):
         return ConnectionFailed(f"Redis is unreachable or timed out: {text}")

@@ -15,13 +15,12 @@ import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from .._core.pool import PoolLimits
 from ..errors import DynoqError
-from .errors import refused_load, translate
+from .errors import CLIENT_ERRORS, refused_load, translate
 from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
 
@@ -76,7 +75,7 @@ class Backend:
                 raw = self.redis.execute_command(*request.args)
             else:
                 return self._batch(request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc, self.pool) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
@@ -91,7 +90,7 @@ class Backend:
     def _load(self, script: Script) -> None:
         try:
             self.redis.script_load(load_source(script, self.plain))
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise refused_load(exc) from exc
 
     def _batch(self, batch: Batch) -> Any:
@@ -145,7 +144,7 @@ class Backend:
         came (see Waiter)."""
         try:
             return self._waiter.wait(channel, timeout)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc, self.pool) from exc
 
     def release_thread(self) -> None:

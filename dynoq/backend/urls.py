@@ -17,7 +17,7 @@ from redis.sentinel import Sentinel
 from .._core.pool import PoolLimits, take_limits
 from ..errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import as_dynoq_cluster, cluster_url, open_cluster
-from .errors import translate
+from .errors import CLIENT_ERRORS, translate
 from .hosts import credentials, host_list, redact, sentinel_service
 from .pools import (
     BlockingSentinelPool,
@@ -91,9 +91,9 @@ def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
         options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
         options.setdefault("health_check_interval", 30)
         client = plain_client(url, options, limits)
-    except (redis.RedisError, ValueError) as exc:
-        if isinstance(exc, redis.RedisError):
-            raise translate(exc) from exc
+    except CLIENT_ERRORS as exc:
+        raise translate(exc) from exc
+    except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
     return Backend(client, url=url, display_url=redact(url), connect_options=given,
                    closer=lambda: close_client(client), pool=limits)

@@ -90,8 +90,9 @@ class HandlerNotFound(CliError):
 @click.option("--queue", default=None, help="Consume this (existing) queue.")
 @click.option("--topic", default=None, help="Consume this (existing) topic as --group.")
 @click.option("--group", default="default", show_default=True, help="Consumer group.")
-@click.option("--mode", type=click.Choice(["clustering", "broadcasting"]),
-              default="clustering", show_default=True, help="How a topic group shares.")
+@click.option("--mode", type=click.Choice(["clustering", "broadcasting"]), default=None,
+              help="How a topic group shares (default: as the group is subscribed, else "
+                   "clustering).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Worker threads.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=1, show_default=True,
@@ -118,7 +119,7 @@ class HandlerNotFound(CliError):
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines (--log-format json).")
 @pass_env
 def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: str,
-           mode: str, concurrency: int, batch_size: int, ordered_only: bool,
+           mode: str | None, concurrency: int, batch_size: int, ordered_only: bool,
            rate_limit: str | None, retry_delays: str | None, max_retries: int | None,
            processes: int, stop_timeout: float, connect_timeout: float | None,
            log_format: str, log_level: str, as_json: bool) -> None:

@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from ..._core.pool import PoolLimits
-from ...backend.errors import refused_load, translate
+from ...backend.errors import CLIENT_ERRORS, refused_load, translate
 from ...backend.pools import limits_of
 from ...backend.runner import eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
@@ -74,7 +73,7 @@ class AsyncBackend:
             if self._client is None:
                 try:
                     client, self._closer = await self._opener()
-                except redis.RedisError as exc:
+                except CLIENT_ERRORS as exc:
                     raise translate(exc, self.pool) from exc
                 self.pool = self.pool or limits_of(client)
                 self._hub = Hub(client)
@@ -103,7 +102,7 @@ class AsyncBackend:
                 raw = await r.execute_command(*request.args)
             else:
                 return await self._batch(r, request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise translate(exc, self.pool) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
@@ -118,7 +117,7 @@ class AsyncBackend:
     async def _load(self, r: Any, script: Script) -> None:
         try:
             await r.script_load(load_source(script, self.plain))
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             raise refused_load(exc) from exc
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
