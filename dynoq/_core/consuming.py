@@ -19,7 +19,7 @@ from typing import Any
 from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
-from . import codec, validate
+from . import codec, logs, validate
 from .calls import Batch, Call, Flow, together
 from .ops import ANY, QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
@@ -292,8 +292,8 @@ def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
         return "dead", 0.0
     if isinstance(error, Retry):
         return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
-    log.warning("dynoq: handler failed on message %s of %r (attempt %d): %r", msg.id, queue,
-                msg.attempts, error, exc_info=error)
+    logs.error(log, logging.WARNING, "dynoq: handler failed on message %s of %r (attempt %d)",
+               msg.id, queue, msg.attempts, exc=error)
     return "retry", policy.delay(msg.attempts)
 
 
@@ -348,7 +348,38 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
 
 def timed_out(timeout: float) -> ConsumeTimeout:
     return ConsumeTimeout(f"the handler ran longer than consume_timeout ({timeout:g}s): the "
-                          "message is treated as failed and its shard moves on")
+                          "message is treated as failed")
+
+
+def call_of(msgs: Sequence[Message]) -> str:
+    """How a log line names a handler call: its message's id and attempt, or a batch's
+    size and first id (never a payload)."""
+    if len(msgs) == 1:
+        return f"message {msgs[0].id} (attempt {msgs[0].attempts})"
+    return f"a batch of {len(msgs)} messages from {msgs[0].id if msgs else '-'}"
+
+
+def overran(log: logging.Logger, queue: str, msgs: Sequence[Message], timeout: float, *,
+            left: int | None, cap: int, shard: int | None) -> None:
+    """Log a handler call past consume_timeout (one line): ``left`` is how many calls
+    are left running now counting this one (None: at the cap, its worker waits for it);
+    ``shard``: the ordered shard it keeps blocked until it returns."""
+    then = (f"shard {shard} stays blocked until it returns" if shard is not None
+            else "the message fails now and is retried as any failure")
+    if left is None:
+        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+                    "%d calls are left running already (the most per consumer): its "
+                    "worker waits for it; %s", call_of(msgs), queue, timeout, cap, then)
+    else:
+        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+                    "its thread is left running (%d of at most %d) and another worker "
+                    "takes its place; %s", call_of(msgs), queue, timeout, left, cap, then)
+
+
+def returned(log: logging.Logger, queue: str, msgs: Sequence[Message],
+             seconds: float) -> None:
+    log.warning("dynoq: the handler call on %s of %r that ran past consume_timeout "
+                "returned after %.1fs", call_of(msgs), queue, seconds)
 
 
 class Counts:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._core import logs
 from .._core.calls import Cmd, Flow
 from .._core.consuming import check_mode, for_topic, resolve, settings_of
 from .._core.ops import QueueOps
@@ -97,6 +98,13 @@ class Consumer:
         self._assemble(queue)
         self._upkeep: Upkeep | None = None
         self._started = False
+        # The one stop: every stop() (and run()) waits for it to its end, whichever
+        # thread began it.
+        self._stop_lock = threading.Lock()
+        self._stop_begun = False
+        self._left = threading.Event()  # the group is left (a handler's stop() returns)
+        self._stopped = threading.Event()  # ... and every worker has ended
+        self._clean = True
 
     def _assemble(self, queue: Queue) -> None:
         """The parts that consume ``queue``; made again at start when a topic's group is
@@ -158,42 +166,92 @@ class Consumer:
     def stop(self, timeout: float = 30.0) -> bool:
         """Finish (and ack) in-flight work, release leases, leave the group. False if a
         worker was still busy after ``timeout`` seconds (its shards' leases then expire
-        on their own, so nobody else handles them meanwhile)."""
-        s = self._shared
-        if not self._started or s.stopping.is_set():
+        on their own, so nobody else handles them meanwhile).
+
+        A second call (or :meth:`run` ending) while a stop is under way in another
+        thread waits for that stop to finish and returns its result. A handler may stop
+        its own consumer: its call returns once the rest has stopped and the group is
+        left (the stop then waits for that handler to return, and its message to be
+        settled, before it is finished for everyone else); while another stop is under
+        way, a handler's call returns at once (that stop waits for the handler)."""
+        me = threading.current_thread()
+        with self._stop_lock:
+            first = self._started and not self._stop_begun
+            self._stop_begun = self._stop_begun or first
+        if not self._started:
             return True
+        own = self._workers.runs_in(me)
+        if first and own:  # it cannot wait for itself: the stop goes on in its own thread
+            threading.Thread(target=self._stop, args=(timeout, me), daemon=True,
+                             name=f"dynoq-{self.queue.name}-stop").start()
+        elif first:
+            self._stop(timeout, None)
+        elif own:
+            return True
+        (self._left if own else self._stopped).wait()
+        return self._clean
+
+    def _stop(self, timeout: float, caller: threading.Thread | None) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            try:
+                self._clean = self._wind_down(deadline, caller)
+            finally:
+                self._left.set()
+            if caller is not None:  # its handler returns now; then its message is settled
+                caller.join(max(deadline - time.monotonic(), 0.0))
+                self._clean = self._clean and not caller.is_alive()
+                try:
+                    self._release_free()
+                except DynoqError as exc:
+                    logs.error(log, logging.WARNING, "dynoq: could not release the leases "
+                               "of %r; they expire on their own", self.queue.name, exc=exc)
+        finally:
+            self._stopped.set()
+
+    def _wind_down(self, deadline: float, caller: threading.Thread | None) -> bool:
+        s = self._shared
         s.stopping.set()
         s.board.wake()
         s.idle.wake()
         with contextlib.suppress(DynoqError):  # else they return within idle_wait
             # the worker blocked on the wake-up channel returns at once
             s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
-        deadline = time.monotonic() + timeout
-        clean = self._workers.join(deadline)
+        clean = self._workers.join(deadline, caller)
         if self._upkeep is not None:
             self._upkeep.stop(deadline)
-        for _, batch in ([] if clean else s.deliveries.abandon_all()):
+        keep = None if caller is None else caller.ident
+        for _, batch in ([] if clean else s.deliveries.abandon_all(keep)):
             try:  # finish or give back: nothing stays in flight until its timeout
                 self._processor.give_back(batch)
                 if batch.shard is not None and s.board.done(batch.shard, found=True):
                     s.leases.release(batch.shard)
-            except DynoqError:
-                log.warning("dynoq: could not give back a batch on stop; it returns when its "
-                            "visibility times out", exc_info=True)
+            except DynoqError as exc:
+                logs.error(log, logging.WARNING, "dynoq: could not give back a batch of %r "
+                           "on stop; it returns when its visibility times out",
+                           self.queue.name, exc=exc)
         try:
-            if self.ordered:
-                for shard in s.board.leased() - s.board.busy():
-                    s.board.drop(shard)  # first: assignment never shows a released shard
-                    s.leases.release(shard)
+            self._release_free()
             s.membership.leave()  # tells the others to rebalance now
-        except DynoqError:
-            log.warning("dynoq: could not leave the group cleanly; leases and membership "
-                        "expire on their own", exc_info=True)
+        except DynoqError as exc:
+            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
+                       "cleanly; leases and membership expire on their own",
+                       self.queue.name, exc=exc)
         return clean
+
+    def _release_free(self) -> None:
+        """Release the leases of the shards no worker is on (ordered queues); a busy
+        shard's lease expires on its own, after its worker's handler returned."""
+        s = self._shared
+        if self.ordered:
+            for shard in s.board.leased() - s.board.busy():
+                s.board.drop(shard)  # first: assignment never shows a released shard
+                s.leases.release(shard)
 
     def run(self, stop_timeout: float = 30.0) -> None:
         """Start (unless started), block until SIGINT/SIGTERM or stop() from another
-        thread, then stop (``stop_timeout``: see :meth:`stop`)."""
+        thread, then stop (``stop_timeout``: see :meth:`stop`); returns when the stop has
+        finished (also one that another thread began)."""
         done = threading.Event()
         try:
             with StopOnSignals(done):

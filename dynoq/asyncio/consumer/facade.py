@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..._core import logs
 from ..._core.calls import Cmd, Flow
 from ..._core.consuming import Counts, check_mode, for_topic, resolve, settings_of
 from ..._core.middleware import chain
@@ -109,7 +110,10 @@ class Consumer:
         self._assemble(queue)
         self._upkeep: Upkeep | None = None
         self._started = False
-        self._stopped = False
+        # The one stop: every stop() (and run()) awaits it to its end, wherever it
+        # started; a handler that began it awaits only its first part (``_left``).
+        self._stopping: asyncio.Future[bool] | None = None
+        self._left: asyncio.Future[bool] | None = None
 
     def _assemble(self, queue: Queue) -> None:
         """The parts that consume ``queue``; made again at start when a topic's group is
@@ -123,11 +127,15 @@ class Consumer:
                               Leases(queue, token, self.settings.lease_ttl),
                               Membership(queue, self.settings.group, plan.instance_id,
                                          self.settings.lease_ttl))
-        invoker = Invoker(self.handler, chain(self.settings.middleware, self.settings.before,
-                                              self.settings.after),
-                          in_thread=self._in_thread, timeout=self.settings.consume_timeout)
-        self._workers = Workers(self._shared, Processor(queue, self.handler, invoker, plan,
-                                                        self._stats, self._shared.leases))
+        # A sync handler's pool: a thread per worker, and one per call that may be left
+        # running past consume_timeout (at most concurrency: see Workers.overran).
+        self._invoker = Invoker(self.handler, chain(self.settings.middleware,
+                                                    self.settings.before, self.settings.after),
+                                threads=2 * self.settings.concurrency if self._in_thread else 0,
+                                timeout=self.settings.consume_timeout,
+                                name=f"dynoq-{queue.name}")
+        self._workers = Workers(self._shared, Processor(queue, self.handler, self._invoker,
+                                                        plan, self._stats, self._shared.leases))
 
     def __repr__(self) -> str:
         return (f"<dynoq.asyncio.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -170,11 +178,51 @@ class Consumer:
     async def stop(self, timeout: float = 30.0) -> bool:
         """Finish (and ack) in-flight work, release leases, leave the group. False if a
         worker was still busy after ``timeout`` seconds: it is cancelled, and what it had
-        not handled goes back to the queue at once."""
-        s = self._shared
-        if not self._started or self._stopped:
+        not handled goes back to the queue at once.
+
+        A second call (or :meth:`run` ending) while a stop is under way waits for that
+        stop to finish and returns its result. The stop runs in a task of its own:
+        cancelling a caller does not cut it short. A handler may stop its own consumer:
+        its call returns once the rest has stopped and the group is left (the stop then
+        waits for that handler to return, and its message to be settled, before it is
+        finished for everyone else); while another stop is under way, a handler's call
+        returns at once (that stop waits for the handler)."""
+        if not self._started:
             return True
-        self._stopped = True
+        me = asyncio.current_task()
+        own = self._workers.runs(me)
+        if self._stopping is None:
+            self._left = asyncio.get_running_loop().create_future()
+            self._stopping = asyncio.ensure_future(self._stop(timeout, me if own else None))
+        elif own:
+            return True
+        assert self._left is not None
+        return await asyncio.shield(self._left if own else self._stopping)
+
+    async def _stop(self, timeout: float, caller: asyncio.Task[Any] | None) -> bool:
+        assert self._left is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        clean = False
+        try:
+            clean = await self._wind_down(deadline, caller)
+        finally:
+            self._left.set_result(clean)
+            if caller is None:
+                self._invoker.close()
+        if caller is not None:  # its handler returns now; then its message is settled
+            ended, _ = await asyncio.wait([caller], timeout=max(deadline - loop.time(), 0.0))
+            clean = clean and bool(ended)
+            self._invoker.close()
+            try:
+                await self._release_free()
+            except DynoqError as exc:
+                logs.error(log, logging.WARNING, "dynoq: could not release the leases of "
+                           "%r; they expire on their own", self.queue.name, exc=exc)
+        return clean
+
+    async def _wind_down(self, deadline: float, caller: asyncio.Task[Any] | None) -> bool:
+        s = self._shared
         s.stopping.set()
         s.board.wake()  # workers waiting for a shard see it at once
         s.idle.wake()
@@ -182,23 +230,30 @@ class Consumer:
             # the worker blocked on the wake-up channel returns at once
             await s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        clean = await self._workers.join(timeout)
+        clean = await self._workers.join(deadline - loop.time(), caller)
         if self._upkeep is not None:
             await self._upkeep.stop(deadline - loop.time())
         try:
-            if self.ordered:
-                for shard in s.board.leased() - s.board.busy():
-                    s.board.drop(shard)  # first: assignment never shows a released shard
-                    await s.leases.release(shard)
+            await self._release_free()
             await s.membership.leave()  # tells the others to rebalance now
-        except DynoqError:
-            log.warning("dynoq: could not leave the group cleanly; leases and membership "
-                        "expire on their own", exc_info=True)
+        except DynoqError as exc:
+            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
+                       "cleanly; leases and membership expire on their own",
+                       self.queue.name, exc=exc)
         return clean
 
+    async def _release_free(self) -> None:
+        """Release the leases of the shards no worker is on (ordered queues); a busy
+        shard's lease expires on its own."""
+        s = self._shared
+        if self.ordered:
+            for shard in s.board.leased() - s.board.busy():
+                s.board.drop(shard)  # first: assignment never shows a released shard
+                await s.leases.release(shard)
+
     async def run(self) -> None:
-        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop."""
+        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop;
+        returns when the stop has finished (also one that another task began)."""
         loop = asyncio.get_running_loop()
         stopping = self._shared.stopping
         signals: list[signal.Signals] = []
