@@ -129,8 +129,9 @@ def test_an_ordered_shard_never_moves_on_while_a_timed_out_call_runs(
     sampled.append(Sampler(c))
     q.push_many([Message(p, key=poison_key) for p in ("a", "poison", "b", "c")]
                 + [Message(i, key=other_key) for i in range(20)])
-    wait_for(lambda: len(calls.of("c")) == 1 and len(calls.of(19)) == 1, timeout=30,
-             what="both shards handled")
+    wait_for(lambda: len(calls.of("c")) == 1 and len(calls.of(19)) == 1
+             and len(calls.of("poison")) == 3 and calls.running == 0, timeout=30,
+             what="both shards handled, every call ended")
 
     assert calls.overlapping(lambda a, b: a.shard == b.shard) == []  # so no key either
     poison = calls.of("poison")
@@ -228,7 +229,7 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
     q.push_many([Message(p, key=hung_key) for p in ("first", "hang", "after-1", "after-2")]
                 + [Message(i, key=free_key) for i in range(5)])
     try:
-        wait_for(lambda: all(calls.of(i) for i in range(5)) and c.stats().timed_out == 1,
+        wait_for(lambda: all(calls.of(i) for i in range(5)),
                  what="the other shard handled by a new worker")
         # The first call is hung: for as long as we look (well past several timeouts
         # and retry delays), nothing after it in its shard is delivered.
@@ -237,7 +238,7 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
             assert not calls.of("after-1") and not calls.of("hang")
             assert q.stats().unacked == 1  # the hung message, still in flight
             time.sleep(0.05)
-        assert c.stats().abandoned == 1
+        assert c.stats().abandoned == 1 and c.stats().timed_out == 1
     finally:
         release.set()
     wait_for(lambda: len(calls.of("after-2")) == 1, what="the shard to move on")
