@@ -95,7 +95,7 @@ class LeaseLost(DynoqError):
 
 class ConsumeTimeout(DynoqError):
     """A handler ran longer than the consumer's ``consume_timeout``: its message is treated
-    as failed (retried or dead-lettered) and the shard moves on."""
+    as failed (retried or dead-lettered; on an ordered shard once the call has returned)."""
 
 
 class ReplicationError(DynoqError):

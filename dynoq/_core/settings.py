@@ -164,7 +164,8 @@ class ConsumerSettings:
     wake a waiting consumer at once; stop() too);
     visibility: seconds a popped message stays invisible (default: the queue's
     unack_timeout); consume_timeout: seconds one handler call may take before its message
-    is treated as failed and its shard moves on (RocketMQ's consumeTimeout, 15 minutes);
+    is treated as failed (RocketMQ's consumeTimeout, 15 minutes; an ordered shard waits
+    for the call to return first: docs/consumer.md);
     rate_limit: (count, period seconds): the whole group handles at most count messages
     per period, enforced in Redis across all members (None: no limit);
     before / after / middleware: hooks around each handler call; max_retries: retries

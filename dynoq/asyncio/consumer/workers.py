@@ -48,6 +48,8 @@ class Workers:
         # Ordered: workers waiting for a thread past consume_timeout while another took
         # their place (they end when its batch is settled).
         self._retired: set[asyncio.Task[Any]] = set()
+        # Concurrent: sync handler calls left running past consume_timeout.
+        self._left_running: set[asyncio.Future[Any]] = set()
         self._abandoned = Abandoned(shared.plan.settings.concurrency)
         self._count = 0
         processor.invoker.on_overrun = self.overran
@@ -95,11 +97,13 @@ class Workers:
         def returned(_: object = None) -> None:
             consuming.returned(log, s.queue.name, msgs,
                                settings.consume_timeout + time.monotonic() - t0)
+            self._left_running.discard(call)
             if left is not None:
                 self._abandoned.returned()
                 s.stats.add(abandoned=-1)
 
         if left is not None and not ordered:  # left running: this worker goes on
+            self._left_running.add(call)
             call.add_done_callback(returned)
             return
         if left is not None and me is not None:  # another worker takes this one's place
@@ -116,19 +120,21 @@ class Workers:
         returned()
 
     async def join(self, timeout: float, caller: asyncio.Task[Any] | None = None) -> bool:
-        """Wait up to ``timeout`` seconds for the workers (and those waiting for a call
-        past consume_timeout); True if all ended. Workers still busy then are cancelled
-        (their batches go back at once, unhandled). ``caller``: a worker whose handler
-        asked for the stop, which cannot wait for itself (it ends when its handler
-        returns)."""
+        """Wait up to ``timeout`` seconds for the workers (also those waiting for a call
+        past consume_timeout) and the calls left running; True if all ended. Workers
+        still busy then are cancelled (their batches go back at once, unhandled); a
+        call left running cannot be. ``caller``: a worker whose handler asked for the
+        stop, which cannot wait for itself (it ends when its handler returns)."""
         tasks = [t for t in [*self._tasks, *self._retired] if t is not caller]
-        if not tasks:
+        waited: list[asyncio.Future[Any]] = [*tasks, *self._left_running]
+        if not waited:
             return True
-        _, busy = await asyncio.wait(tasks, timeout=max(timeout, 0.0))
-        for t in busy:
+        _, busy = await asyncio.wait(waited, timeout=max(timeout, 0.0))
+        stuck = [t for t in tasks if t in busy]
+        for t in stuck:
             t.cancel()
-        if busy:
-            await asyncio.wait(busy)
+        if stuck:
+            await asyncio.wait(stuck)
         return not busy
 
     async def _guard(self, loop: Callable[[int], Awaitable[None]], me: int) -> None:
