@@ -21,6 +21,7 @@ from helpers import FAST, delete_prefix, wait_for
 import dynoq
 import dynoq.asyncio
 from dynoq import Message
+from dynoq._core.board import Abandoned, DeliveryState, InFlightBatch
 from dynoq._core.keys import shard_of
 
 FLAVORS = ("sync", "async")
@@ -288,3 +289,42 @@ def test_a_timed_out_coroutine_has_ended_before_its_shard_moves_on(
     assert events == [("start", "stubborn"), ("end", "stubborn"), ("start", "next"),
                       ("end", "next")]
     assert dead == ["ConsumeTimeout"] and timed_out == 1
+
+
+# -- the pure bookkeeping (dynoq._core.board) ---------------------------------------------
+
+def test_overdue_keeps_an_ordered_batch_with_its_worker() -> None:
+    # A running call is marked once; an ordered batch stays with its worker (still
+    # extended), a concurrent one is the watchdog's to settle.
+    state = DeliveryState()
+    ordered, concurrent = (InFlightBatch([Message(i)], 0, 0.0, 0) for i in range(2))
+    state.start(1, ordered)
+    state.start(2, concurrent)
+    assert state.overdue(100.0, 1.0, ordered=True) == []  # no call runs: nothing is late
+    ordered.call_started = concurrent.call_started = 10.0
+    assert state.overdue(10.5, 1.0, ordered=True) == []  # within the timeout
+    assert [w for w, _ in state.overdue(12.0, 1.0, ordered=True)] == [1, 2]
+    assert ordered.overran and not ordered.abandoned  # its worker settles it later
+    assert state.overdue(99.0, 1.0, ordered=True) == []  # once
+    assert state.slow(99.0, 1.0) == [ordered.msgs, concurrent.msgs]  # still extended
+    assert state.settle(1)  # the worker may settle it when the call returns
+    other = InFlightBatch([Message(9)], None, 0.0, 1)
+    state.start(3, other)
+    other.call_started = 10.0
+    [(_, late)] = state.overdue(12.0, 1.0, ordered=False)
+    assert late.overran and late.abandoned and not state.settle(3)  # the watchdog's now
+
+
+def test_abandon_all_spares_the_worker_that_stops_its_consumer() -> None:
+    state = DeliveryState()
+    for worker in (1, 2, 3):
+        state.start(worker, InFlightBatch([Message(worker)], None, 0.0, 0))
+    assert state.settle(3)  # being settled: too late to take
+    assert [w for w, _ in state.abandon_all(keep=1)] == [2]
+
+
+def test_calls_left_running_have_a_cap() -> None:
+    left = Abandoned(2)
+    assert left.take() and left.take() and not left.take()
+    left.returned()
+    assert left.take() and left.count == 2
