@@ -10,7 +10,7 @@ this state with a ``threading.Condition``, the asyncio one with an ``asyncio.Con
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..message import Message
@@ -135,7 +135,7 @@ class InFlightBatch:
         self.permits = permits  # flow-control permits it holds (concurrent queues)
         self.started = now  # for extending slow batches (restarts when extended)
         self.call_started = math.inf  # when the running handler call began (inf: none)
-        self.calling: list[Message] = []  # the messages of that call
+        self.calling: Sequence[Message] = ()  # the messages of that call
         self.results: list[tuple[Message, BaseException | None]] = []
         self.overran = False  # a handler call of it ran past consume_timeout
         self.abandoned = False  # the watchdog (or a stop) settles it, not its worker

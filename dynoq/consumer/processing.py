@@ -37,7 +37,7 @@ class Processor:
         self.me = plan.instance_id
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
-        batch.calling = list(msgs)
+        batch.calling = msgs
         batch.call_started = started = time.monotonic()
         try:
             if tracing.active():
