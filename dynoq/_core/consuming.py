@@ -286,9 +286,9 @@ def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
     if isinstance(error, RateLimited):
         return "back", error.delay
     if policy.spent(msg.attempts):
-        log.warning("dynoq: message %s of %r failed its retries (attempt %d, consumer's "
-                    "max_retries %s): dead-lettered: %r", msg.id, queue, msg.attempts,
-                    policy.max_retries, error)
+        logs.error(log, logging.WARNING, "dynoq: message %s of %r failed its retries "
+                   "(attempt %d, consumer's max_retries %s): dead-lettered", msg.id, queue,
+                   msg.attempts, policy.max_retries, exc=error)
         return "dead", 0.0
     if isinstance(error, Retry):
         return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
