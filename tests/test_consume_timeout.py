@@ -225,19 +225,22 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
     # (the fence never changes), while a new worker takes the other shard.
     q = client.queue("hung-ordered", shards=2, ordered=True, max_retries=1)
     hung_key, free_key = _keys(2)
-    release = threading.Event()
+    release, hung = threading.Event(), threading.Event()
     calls = Calls()
 
     def body(msg: dynoq.Message) -> None:
         if msg.payload == "hang":
+            hung.set()
             release.wait(20)
 
     c = client.consumer(q, calls.handler(body), consume_timeout=0.2, retry_delays=[0.05],
                         concurrency=1, **HELD)
     consumers.append(c.start())
-    q.push_many([Message(p, key=hung_key) for p in ("first", "hang", "after-1", "after-2")]
-                + [Message(i, key=free_key) for i in range(5)])
+    q.push_many([Message(p, key=hung_key) for p in ("first", "hang", "after-1", "after-2")])
     try:
+        assert hung.wait(15)
+        # The only worker is stuck: these are handled only if another takes its place.
+        q.push_many([Message(i, key=free_key) for i in range(5)])
         wait_for(lambda: all(calls.of(i) for i in range(5)),
                  what="the other shard handled by a new worker")
         # The first call is hung: for as long as we look (well past several timeouts
