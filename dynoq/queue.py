@@ -16,6 +16,7 @@ from typing import Any
 from . import tracing
 from ._core.ops import QueueOps
 from ._core.schedules import Schedule, ScheduleOps
+from ._core.validate import check_items
 from .errors import InvalidArgument
 from .message import Message, QueueStats
 from .settings import QueueSettings
@@ -73,7 +74,8 @@ class Queue:
         are validated before any is written. Returns their ids, in order. A repeated id
         is refused (InvalidArgument); errors otherwise as :meth:`push`."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "push_many()")]
             ids = self.ops.unique(outs)
             if outs:
                 self.backend.run(self.ops.push(outs))
@@ -121,7 +123,8 @@ class Queue:
 
     def extend(self, msg: Message | str, timeout: float) -> bool:
         """Set a delivery's visibility deadline to now + ``timeout`` seconds (Dyno's
-        setUnackTimeout); False if it is no longer in flight."""
+        setUnackTimeout; 0: deliverable again at once, as when its visibility runs out);
+        False if it is no longer in flight."""
         return self.backend.drive(self.ops.extend(msg, timeout))
 
     # -- by id -------------------------------------------------------------------------------

@@ -188,6 +188,10 @@ def test_a_role_without_info_connects_and_says_nothing(
 
             asyncio.run(main())
         assert warnings(caplog) == []
+        admin = redis.Redis.from_url(url)
+        refused = [e for e in admin.execute_command("ACL", "LOG") if e[b"username"] == b"tenant"]
+        admin.close()
+        assert refused == []  # a role is not even asked INFO: nothing fills the ACL LOG
         result = CliRunner().invoke(cli, ["--url", user_url, "--prefix", "t", "check",
                                           "--json"])
         out = json.loads(result.output)

@@ -101,6 +101,32 @@ def test_bad_delays_and_specs() -> None:
         RowSpec.of("id", payload_cols="a,b")
 
 
+@pytest.mark.parametrize("bad", [Decimal("sNaN"), Decimal("NaN"), Decimal("Infinity"),
+                                 Decimal("-Infinity")])
+def test_decimal_delays_that_are_no_seconds(bad: Decimal) -> None:
+    with pytest.raises(dynoq.InvalidArgument, match="delay column 'd' holds Decimal") as info:
+        to_messages(RowSpec.of("id", delay_col="d"), [{"id": 1, "d": bad}], never)
+    assert "row 0 of this batch" in str(info.value)
+
+
+class _Struct(tuple):  # what pyspark gives for a struct value: a Row, a tuple with asDict
+    def asDict(self) -> dict[str, Any]:
+        return {"x": self[0]}
+
+
+def test_a_map_keyed_by_structs_is_refused_naming_its_column() -> None:
+    rows = [{"id": 1, "ok": {"a": 1}, "m": {"k": 1}},
+            {"id": 2, "ok": {"b": 2}, "m": {_Struct((1,)): "one"}}]
+    with pytest.raises(dynoq.PayloadTypeError, match="column 'm' in row 1 of this batch: "
+                       "a map keyed by structs") as info:
+        to_messages(RowSpec.of("id"), rows, never)
+    assert isinstance(info.value, TypeError)
+    # A struct as a value, and keys of other kinds, are fine.
+    [m] = to_messages(RowSpec.of("id"), [{"id": 3, "m": {1: _Struct((2,)), b"k": None}}],
+                      never)
+    assert m.payload == {"id": 3, "m": {1: {"x": 2}, b"k": None}}
+
+
 def test_repeated_id_keeps_its_first_row() -> None:
     msgs = to_messages(RowSpec.of("id"), [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}], never)
     assert [m.payload["v"] for m in msgs] == ["a"]
@@ -148,4 +174,7 @@ def test_spark_module_imports_without_pyspark() -> None:
 
 def test_export_json_of_payloads() -> None:
     assert to_json({"b": b"\x00", "a": [1, None]}) == '{"a": [1, null], "b": {"$base64": "AA=="}}'
+    # Every valid payload exports: bytes keys, and keys of mixed types (sorted as text).
+    assert to_json({b"k": 1, 2: "two", "a": [{b"\x00": b"\x01"}]}) == (
+        '{"$base64:aw==": 1, "2": "two", "a": [{"$base64:AA==": {"$base64": "AQ=="}}]}')
     assert to_json(None) is None

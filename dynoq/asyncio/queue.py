@@ -14,6 +14,7 @@ from typing import Any
 from .. import tracing
 from .._core.ops import QueueOps
 from .._core.schedules import Schedule, ScheduleOps
+from .._core.validate import check_items
 from ..errors import InvalidArgument
 from ..message import Message, QueueStats
 from ..settings import QueueSettings
@@ -71,7 +72,8 @@ class Queue:
         are validated before any is written. Returns their ids, in order. A repeated id
         is refused (InvalidArgument); errors otherwise as :meth:`push`."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "push_many()")]
             ids = self.ops.unique(outs)
             if outs:
                 await self.backend.run(self.ops.push(outs))
@@ -119,7 +121,8 @@ class Queue:
 
     async def extend(self, msg: Message | str, timeout: float) -> bool:
         """Set a delivery's visibility deadline to now + ``timeout`` seconds (Dyno's
-        setUnackTimeout); False if it is no longer in flight."""
+        setUnackTimeout; 0: deliverable again at once, as when its visibility runs out);
+        False if it is no longer in flight."""
         return await self.backend.drive(self.ops.extend(msg, timeout))
 
     # -- by id -------------------------------------------------------------------------------

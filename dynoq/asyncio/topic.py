@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import tracing
 from .._core.topics import GroupBacklog, Subscription, TopicOps
+from .._core.validate import check_items
 from ..message import Message
 from ..settings import TopicSettings
 from .backend import AsyncBackend
@@ -50,7 +51,8 @@ class Topic:
         """Publish payloads or :class:`dynoq.Message` objects (with ``tag=``), at most
         100,000 per call; all are validated first. Returns their ids."""
         with tracing.span("publish", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "publish_many()")]
             if outs:
                 await self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]
@@ -81,8 +83,10 @@ class Topic:
         its stats, peek and dead letters."""
         return Queue(self.backend, self.ops.group_queue(group, member))
 
-    async def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
+    async def consumer_queue(self, group: str, mode: str | None, member: str) -> Queue:
         """The queue a consumer of ``group`` consumes (subscribing the group with tags "*"
-        if it is not subscribed yet, and a broadcasting member's own queue)."""
+        if it is not subscribed yet, and a broadcasting member's own queue). ``mode``
+        None: the group's stored mode, else clustering; a mode that conflicts with the
+        stored one raises GroupConflict."""
         return Queue(self.backend, await self.backend.drive(
             self.ops.consumer_queue(group, mode, member)))

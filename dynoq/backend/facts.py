@@ -50,10 +50,28 @@ def gather(backend: Backend, *, config: bool = True,
     return out
 
 
+def acl_user(client: Any) -> str | None:
+    """The ACL user a redis-py client (sync or asyncio, plain or cluster) connects as."""
+    for owner in (getattr(client, "connection_pool", None),
+                  getattr(client, "nodes_manager", None), client):
+        kw = getattr(owner, "connection_kwargs", None)
+        if isinstance(kw, dict) and kw.get("username"):
+            return str(kw["username"])
+    return None
+
+
+def asks_info(client: Any, where: str) -> bool:
+    """Whether the warning at connect may send INFO: not to an in-memory server, and not
+    as a named ACL user (dynoq's roles are not granted INFO, which Redis counts as
+    @dangerous: a refusal would only fill the server's ACL LOG). ``dynoq check``, run
+    as an operator, says the same."""
+    return not where.startswith("memory://") and acl_user(client) in (None, "default")
+
+
 def warn_if_evicting(backend: Backend) -> None:
     """Log once (logger ``dynoq``) that the server evicts keys, if it does; never fails:
     a role without INFO, or an in-memory server, says nothing."""
-    if backend.url.startswith("memory://"):
+    if not asks_info(backend.redis, backend.url):
         return
     try:
         nodes = gather(backend, config=False, section="memory")

@@ -10,4 +10,9 @@
 ]]
 local refused = gone(KEYS[10], ARGV[1])
 if refused then return refused end
-return redis.call('UNLINK', unpack(KEYS, 1, 9))
+-- One key a call, each named: dynoq.acl grants every write by the kind of its key.
+return redis.call('UNLINK', KEYS[1]) + redis.call('UNLINK', KEYS[2])
+  + redis.call('UNLINK', KEYS[3]) + redis.call('UNLINK', KEYS[4])
+  + redis.call('UNLINK', KEYS[5]) + redis.call('UNLINK', KEYS[6])
+  + redis.call('UNLINK', KEYS[7]) + redis.call('UNLINK', KEYS[8])
+  + redis.call('UNLINK', KEYS[9])

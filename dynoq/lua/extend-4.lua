@@ -3,6 +3,9 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] lease token of the caller ("" = none)  ARGV[3] timeout ms
   ARGV[4] id  ARGV[5] delivery token ("" = by id alone)
+  ARGV[6] wake channel: PUBLISHed when the timeout is 0 (visible again at once, as Dyno's
+          setUnackTimeout(id, 0): the next pop of the shard gives it back, as any expired
+          delivery, and a waiting consumer looks now)
   returns: 1 extended, 0 not in flight (or a stale token), or GONE or FENCED
            (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
@@ -14,5 +17,7 @@ if refused then return refused end
 local id = ARGV[4]
 if not redis.call('ZSCORE', unack, id) then return 0 end
 if not matches(redis.call('HGET', dlv, id), ARGV[5]) then return 0 end
-redis.call('ZADD', unack, now_ms() + tonumber(ARGV[3]), id)
+local timeout = tonumber(ARGV[3])
+redis.call('ZADD', unack, now_ms() + timeout, id)
+if timeout == 0 then redis.call('PUBLISH', ARGV[6], '1') end
 return 1

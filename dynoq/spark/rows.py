@@ -15,6 +15,9 @@ time                   ISO string; day-time interval (timedelta): float seconds
 struct (Row)           dict;  array: list;  map: dict;  binary: bytes
 =====================  =========================================================
 
+A map keyed by structs (or arrays) is refused, naming its column: a payload's dict keys
+are strings, numbers or bytes, and no faithful form exists for such a map.
+
 The delay column holds seconds (int, float or Decimal, >= 0, null = none) or a timestamp,
 turned into a delay against the Redis server's clock, so executors' clocks do not matter;
 a due time in the past means "due now".
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidType
+from ..errors import InvalidArgument, InvalidType, PayloadTypeError
 from ..message import Message
 
 _PASS = frozenset({str, int, float, bool, bytes, type(None)})
@@ -56,7 +59,16 @@ def plain(value: Any) -> Any:
     if hasattr(value, "asDict"):  # a pyspark Row (struct column)
         return plain(value.asDict())
     if isinstance(value, Mapping):
-        return {plain(k): plain(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = plain(k)
+            if isinstance(key, (dict, list)):
+                raise PayloadTypeError(
+                    "a map keyed by structs or arrays has no payload form (a payload's "
+                    "dict keys are strings, numbers or bytes): cast its keys to strings, "
+                    "or make it an array of entries (map_entries)")
+            out[key] = plain(v)
+        return out
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value  # anything else: the codec raises a clear PayloadTypeError
@@ -146,6 +158,9 @@ def _delay(value: object, col: str, index: int, server_now: Callable[[], float])
         when = value if value.tzinfo else value.astimezone()
         return max(0.0, when.timestamp() - server_now())
     if isinstance(value, Decimal):
+        if not value.is_finite():  # NaN, sNaN (float() refuses it), infinities
+            raise InvalidArgument(f"delay column {col!r} holds {value!r} in row {index} of "
+                                  "this batch: delays must be finite seconds >= 0")
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidType(f"delay column {col!r} holds a {type(value).__name__} ({value!r}) in "
@@ -154,6 +169,18 @@ def _delay(value: object, col: str, index: int, server_now: Callable[[], float])
         raise InvalidArgument(f"delay column {col!r} holds {value!r} in row {index} of this "
                               "batch: delays must be finite seconds >= 0")
     return float(value)
+
+
+def _payload_naming_the_column(row: Mapping[str, Any], cols: Iterable[str],
+                               index: int) -> dict[str, Any]:
+    """The payload of a row where some column has no payload form: raise naming it."""
+    payload = {}
+    for c in cols:
+        try:
+            payload[c] = plain(row[c])
+        except PayloadTypeError as exc:
+            raise PayloadTypeError(f"column {c!r} in row {index} of this batch: {exc}") from None
+    return payload
 
 
 def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
@@ -182,7 +209,10 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
             continue
         seen.add(msg_id)
         cols = row.keys() if payload_cols is None else payload_cols
-        payload = {c: plain(row[c]) for c in cols}
+        try:
+            payload = {c: plain(row[c]) for c in cols}
+        except PayloadTypeError:
+            payload = _payload_naming_the_column(row, cols, index)
         key = None if key_col is None else row[key_col]
         delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col, index,
                                                      cached_now)

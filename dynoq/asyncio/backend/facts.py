@@ -11,13 +11,14 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 
 from ..._core.risks import NodeFacts, eviction_warning
+from ...backend.facts import asks_info
 
 log = logging.getLogger("dynoq")
 
 
 async def warn_if_evicting(client: Any, where: str) -> None:
     """Log once (logger ``dynoq``) that the server evicts keys, if it does; never fails."""
-    if where.startswith("memory://"):
+    if not asks_info(client, where):
         return
     try:
         if isinstance(client, RedisCluster):
