@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,13 +59,19 @@ class Ledger:
 def write_files(src: Path) -> None:
     src.mkdir()
     seq = 0
+    start = time.time() - FILES
     for f in range(FILES):
         lines = []
         for _ in range(ROWS):
             lines.append(json.dumps({"event_id": f"e{seq}", "key": f"k{seq % KEYS}",
                                      "seq": seq}))
             seq += 1
-        (src / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        path = src / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        # Spark's file source takes new files in modification-time order (ms): files
+        # written within one ms were taken in any order, and a later file's keys then
+        # came first (the test's own flake, not the queue's). A second apart each.
+        os.utime(path, (start + f, start + f))
 
 
 def test_killed_driver_restarts_from_checkpoint_exactly_once(
