@@ -208,3 +208,32 @@ def test_format_dynoq_from_a_thread_pool(spark: Any, sclient: dynoq.Client) -> N
         counts = list(pool.map(job, range(4)))
     assert threading.main_thread().name not in names
     assert q.size() == 400 and max(counts) == 400
+
+
+# -- a queue recreated under the executors ----------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="needs QueueGone from i25-state (DESIGN §2.12): "
+                                       "executors keep the queue they opened")
+def test_a_write_after_the_queue_was_recreated_strands_no_row(
+        spark: Any, sclient: dynoq.Client, server_url: str) -> None:
+    """The executors' Python workers opened the queue with 4 shards (and keep it); it is
+    deleted and made again with 2 by a fresh client. A write must not push rows into
+    shards the new queue does not have: it is refused (QueueGone), or it re-reads the
+    queue and every row lands in it."""
+    from helpers import delete_prefix
+
+    opts = {**source_options(sclient, "gone"), "idCol": "id"}
+    sclient.queue("gone", shards=4)
+    spark.range(0, 60, 1, 2).write.format("dynoq").options(**opts).mode("append").save()
+    delete_prefix(server_url, sclient.prefix)  # the server lost the queue
+    with dynoq.connect(server_url, prefix=sclient.prefix) as fresh:
+        q = fresh.queue("gone", shards=2)
+        try:
+            (spark.range(60, 120, 1, 2).write.format("dynoq").options(**opts)
+             .mode("append").save())
+        except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
+            assert "QueueGone" in str(exc)
+        else:
+            assert q.size() == 60
+        stranded = [k for k in fresh.redis.scan_iter(f"{fresh.prefix}:{{gone:[23]}}:*")]
+        assert not stranded, stranded
