@@ -36,3 +36,11 @@ def test_every_command_is_documented() -> None:
     page = (DOCS / "cli.md").read_text()
     for name in cli.commands:
         assert f"`{name}" in page, name
+
+
+def test_every_spark_data_source_option_is_documented() -> None:
+    from dynoq.spark import datasource
+
+    page = (DOCS / "spark.md").read_text().lower()
+    for name in datasource._TARGET | datasource._WRITE | datasource._READ:
+        assert f"| `{name}` |" in page, name

@@ -32,6 +32,7 @@ with the (query, batch id), and ``commit`` records the batch as done
 
 from __future__ import annotations
 
+import importlib
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -55,7 +56,7 @@ from .._core.scan import DEFAULT_STATES, check_states
 from .._core.validate import check_seconds
 from ..client import Client
 from ..errors import InvalidArgument
-from .export import COLUMNS, SCHEMA, scan_shard
+from .export import SCHEMA, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
 from .target import Target, int_option
@@ -244,20 +245,38 @@ class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
 # -- reads -----------------------------------------------------------------------------------
 
 class QueueReader(DataSourceReader):
-    """One partition per shard; each scans its shard read-only (claims nothing)."""
+    """One partition per shard; each scans its shard read-only (claims nothing), a page
+    at a time, and hands Spark each page as one Arrow record batch."""
 
-    def __init__(self, target: Target, states: tuple[str, ...], shards: int) -> None:
+    def __init__(self, target: Target, states: tuple[str, ...], shards: int,
+                 schema: Any) -> None:
         self.target = target
         self.states = states
         self.shards = shards
+        self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(shard) for shard in range(self.shards)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
+        arrow = _arrow_schema(self.schema)
         q = self.target.open()
-        for row in scan_shard(q, int(partition.value), self.states):
-            yield tuple(row[c] for c in COLUMNS)
+        for found in pages(q, int(partition.value), self.states):
+            cols = columns(found)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow)
+
+
+def _arrow_schema(schema: Any) -> Any:
+    """The Arrow schema Spark expects record batches of ``schema`` in (its own
+    conversion: string/large_string and timestamp units follow its settings)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark versions without the timezone argument
+        return to_arrow_schema(schema)
 
 
 # -- the data source -------------------------------------------------------------------------
@@ -279,7 +298,7 @@ class DynoqDataSource(DataSource):
         states = check_states(s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES))
                               .split(",") if s.strip())
         target = Target.from_spark_options(opts)
-        return QueueReader(target, states, target.open().settings.shards)
+        return QueueReader(target, states, target.open().settings.shards, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         writer, arrow = write_settings(self.options, schema.jsonValue())

@@ -84,7 +84,10 @@ def spark_session(app: str = "dynoq", master: str | None = None, *, quiet: bool 
     if given.get("spark.app.name", "pyspark-shell") == "pyspark-shell":
         builder = builder.appName(app)  # spark-submit's --name (or its file name) stays
     for key, value in DEFAULTS.items():
-        if not given.contains(key):
+        if not given.contains(key) or (key == "spark.ui.showConsoleProgress" and not submitted
+                                       and not _named(key)):
+            # (a JVM started from Python is a "pyspark-shell", which spark-submit gives
+            # console progress bars by default: not a choice anyone made)
             builder = builder.config(key, value)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -108,11 +111,14 @@ def _master_chosen(jvm_master: str | None) -> bool:
         return True
     if "--master" in shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
         return True
-    return _defaults_name_master()
+    return _named("spark.master")
 
 
-def _defaults_name_master() -> bool:
-    """Whether spark-defaults.conf sets spark.master (to local[*], as the JVM says)."""
+def _named(key: str) -> bool:
+    """Whether PYSPARK_SUBMIT_ARGS or spark-defaults.conf sets ``key`` (to the value the
+    JVM has anyway, so only the files tell)."""
+    if key in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
     folder = os.environ.get("SPARK_CONF_DIR")
     if not folder:
         home = os.environ.get("SPARK_HOME")
@@ -123,7 +129,7 @@ def _defaults_name_master() -> bool:
         folder = os.path.join(home, "conf")
     try:
         with open(os.path.join(folder, "spark-defaults.conf"), encoding="utf-8") as f:
-            return any(line.strip().replace("=", " ").split(None, 1)[:1] == ["spark.master"]
+            return any(line.strip().replace("=", " ").split(None, 1)[:1] == [key]
                        for line in f)
     except OSError:
         return False
