@@ -19,7 +19,7 @@ import dynoq
 from dynoq.spark import QueueSink, Target
 from dynoq.spark.export import to_json
 from dynoq.spark.rows import RowSpec, plain, to_messages
-from dynoq.spark.types import plan
+from dynoq.spark.types import converters, plan
 from dynoq.spark.writer import RowWriter
 
 UTC = dt.timezone.utc
@@ -92,14 +92,17 @@ def test_delay_seconds_and_timestamps_use_the_server_clock() -> None:
     ({"id": "r", "d": Decimal("NaN")}, "d", "the delay is NaN"),
     ({"id": "r", "d": Decimal("sNaN")}, "d", "the delay is sNaN"),
     ({"id": "r", "d": "soon"}, "d", "the delay is a str"),
+    ({"id": "r", "p": 100}, "p", "the priority is 100: priorities are 0..99"),
+    ({"id": "r", "p": 1.5}, "p", "the priority is a float"),
 ])
 def test_a_bad_row_is_refused_with_its_position_and_column(
         row: dict[str, Any], column: str, text: str) -> None:
     """A row that makes no valid message is refused, with where and why; the others are
     made (the same in every writer: they all run this)."""
     spec = RowSpec.of("id", key_col="k" if "k" in row else None,
-                      delay_col="d" if "d" in row else None)
-    good = {"id": "ok-1", "k": "key", "d": 0}
+                      delay_col="d" if "d" in row else None,
+                      priority_col="p" if "p" in row else None)
+    good = {"id": "ok-1", "k": "key", "d": 0, "p": 5}
     rows = [{c: good[c] for c in row}, row, {**{c: good[c] for c in row}, "id": "ok-2"}]
     made = to_messages(spec, rows, never, ordered=True, start=700)
     assert [(i, m.id) for i, m in made.messages] == [(700, "ok-1"), (702, "ok-2")]
@@ -253,7 +256,7 @@ def test_every_type_converts_the_same_from_rows_and_from_arrow() -> None:
               ("none", T.NullType())]
     p = plan(_schema([T.StructField(n, t) for n, t in fields]), [n for n, _ in fields],
              id_col="s")
-    conv = p.converters()
+    conv = converters(p)
     instant = dt.datetime(2024, 5, 1, 10, 0, 0, 250000, tzinfo=UTC)
     local = instant.astimezone().replace(tzinfo=None)  # what a Row holds
     wall = dt.datetime(2024, 5, 1, 12, 0)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from .._core.validate import MAX_PRIORITY
 from ..errors import InvalidArgument, InvalidType
 from ..message import Message
-from .types import Plan
+from .types import Plan, converters
 
 _PASS = frozenset({str, int, float, bool, bytes, type(None)})
 MAX_ID_LENGTH = 512
@@ -202,6 +203,17 @@ def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
     return float(value)
 
 
+def _priority(value: object, col: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Refused(col, f"the priority is a {type(value).__name__} ({value!r}): "
+                            "priorities are integers 0..99")
+    if not 0 <= value <= MAX_PRIORITY:
+        raise _Refused(col, f"the priority is {value}: priorities are 0..99 (lower first)")
+    return value
+
+
 def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
                 server_now: Callable[[], float], *, plan: Plan | None = None,
                 ordered: bool = False, start: int = 0) -> Made:
@@ -223,7 +235,7 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
     seen: set[str] = set()
     id_col, key_col, delay_col, prio_col = (spec.id_col, spec.key_col, spec.delay_col,
                                             spec.priority_col)
-    convs = None if plan is None else plan.converters()
+    convs = None if plan is None else converters(plan)
     payload_cols = spec.payload_cols
     for index, row in enumerate(rows, start):
         if index == start:
@@ -241,12 +253,13 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
             key = None if key_col is None else _key(row[key_col], key_col, ordered)
             delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col,
                                                          cached_now)
-            priority = 0 if prio_col is None or row[prio_col] is None else row[prio_col]
+            priority = 0 if prio_col is None else _priority(row[prio_col], prio_col)
         except _Refused as bad:
             made.rejected.append(Rejection(index, bad.column, bad.reason))
             continue
         except (TypeError, ValueError, ArithmeticError) as exc:  # a value no converter takes
-            made.rejected.append(Rejection(index, None, f"{type(exc).__name__}: {exc}"))
+            made.rejected.append(Rejection(index, None, "a value cannot be stored "
+                                                        f"({type(exc).__name__}: {exc})"))
             continue
         seen.add(msg_id)
         made.messages.append((index, Message(payload, id=msg_id, delay=delay,

@@ -39,6 +39,7 @@ geometry/geography and user-defined types (cast them to one of the types above).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -87,9 +88,13 @@ class Plan:
     columns: tuple[tuple[str, str], ...]  # (name, Spark JSON type) of the payload columns
     delay: str | None = None  # "seconds", "timestamp" or "interval"
 
-    def converters(self) -> dict[str, Convert | None]:
-        """Column name -> converter (None: the value is stored as it is)."""
-        return {name: converter(json.loads(text)) for name, text in self.columns}
+
+
+@functools.lru_cache(maxsize=64)
+def converters(plan: Plan) -> dict[str, Convert | None]:
+    """Column name -> converter (None: the value is stored as it is), made once per plan
+    and process (kept out of the plan, which travels pickled)."""
+    return {name: converter(json.loads(text)) for name, text in plan.columns}
 
 
 def plan(schema: Mapping[str, Any], payload_cols: Sequence[str], *, id_col: str,
