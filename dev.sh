@@ -4,6 +4,7 @@
 #   ./dev.sh demo    the demo (a private embedded server unless DYNOQ_URL is set)
 #   ./dev.sh test    lint, type check and the test suite
 #   ./dev.sh bench   the core benchmark
+#   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 PY=${PYTHON:-python3}
@@ -22,14 +23,16 @@ case "${1:-test}" in
     exec .venv/bin/dynoq demo "$@" ;;
   test)
     shift || true
-    .venv/bin/ruff check dynoq tests benchmarks spark examples
+    .venv/bin/ruff check dynoq tests benchmarks spark examples scripts
     .venv/bin/mypy
     # Three workers: most tests wait on servers, subprocesses and timers, not the CPU.
     exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup "$@" ;;
   bench)
     shift || true
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
+  unasync)
+    exec .venv/bin/python scripts/unasync.py ;;
   *)
-    echo "usage: ./dev.sh demo|test|bench [args]" >&2
+    echo "usage: ./dev.sh demo|test|bench|unasync [args]" >&2
     exit 2 ;;
 esac

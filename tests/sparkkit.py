@@ -20,12 +20,14 @@ import dynoq
 def spark() -> Iterator[Any]:
     from dynoq.spark import spark_session
 
-    # Spark's Python workers import test helpers (spark_gate) from this folder.
+    # Spark's Python workers import test helpers (spark_gate) from this folder. Their
+    # PYTHONPATH is the JVM's (fixed when it started: maybe by a doc block, earlier in
+    # this worker) and spark.executorEnv's.
     here = str(Path(__file__).parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    session, started = spark_session("dynoq-tests", "local[2,4]",
-                                     config={"spark.default.parallelism": "2"})
+    session, started = spark_session("dynoq-tests", "local[2,4]", config={
+        "spark.default.parallelism": "2", "spark.executorEnv.PYTHONPATH": here})
     yield session
     if started:
         session.stop()

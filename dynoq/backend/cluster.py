@@ -14,6 +14,10 @@ shards spread over the slots and so over every master. What plain redis-py lacks
   :class:`ClusterBatch` sends each node one batch (nodes in parallel), follows MOVED and
   ASK, reloads scripts, backs off on TRYAGAIN/CLUSTERDOWN/dropped nodes, and puts a WAIT
   after each node's commands on that node's connection.
+- redis-py keeps one pool per node and fails at once when a node's pool is full (it has
+  no blocking pool for a cluster). A full pool is load, not a failover: the command
+  waits for a free connection, polling every few milliseconds without refreshing the
+  slot map, for up to ``pool_timeout`` seconds, then ``PoolExhausted`` (DESIGN §2.11).
 
 Every dynoq command is safe to resend (pushes are idempotent by id; a pop whose reply was
 lost is redelivered after its visibility timeout), which is what makes retrying sound.
@@ -46,10 +50,14 @@ from redis.exceptions import (
 )
 
 from .._core.lua import SOURCES
+from .._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
+from ..errors import ScriptsNotInstalled
+from .errors import pool_exhausted, refused_load
 from .hosts import credentials, host_list
 
 DEFAULT_RETRY_WINDOW = 30.0  # > a failover with the default cluster-node-timeout of 15 s
 PAUSE_FIRST, PAUSE_MAX = 0.02, 1.0  # backoff between retries, seconds
+POOL_PAUSE = 0.005  # seconds between looks at a node's full pool (jittered)
 MAX_PARALLEL = 16  # threads sending node batches at once
 
 # Transient while a slot migrates or a master fails over: retry after a pause.
@@ -72,12 +80,15 @@ def parse_nodes(url: str) -> list[ClusterNode]:
     return [ClusterNode(h, p) for h, p in host_list(url, "cluster node")]  # type: ignore[no-untyped-call]
 
 
-def open_cluster(url: str, options: dict[str, Any]) -> DynoqCluster:
-    """``options``: RedisCluster keyword arguments, plus ``cluster_retry_window`` (seconds)."""
+def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> DynoqCluster:
+    """``options``: RedisCluster keyword arguments, plus ``cluster_retry_window`` (seconds);
+    ``limits``: each node's pool size and how long a command waits for a connection."""
     window = options.pop("cluster_retry_window", DEFAULT_RETRY_WINDOW)
     credentials(url, options)
-    client = DynoqCluster(startup_nodes=parse_nodes(url), **options)
+    client = DynoqCluster(startup_nodes=parse_nodes(url), max_connections=limits.size,
+                          **options)
     client.retry_window = float(window)
+    client.pool_timeout = limits.timeout
     return client
 
 
@@ -114,15 +125,25 @@ class Pause:
 class Backoff:
     """The retry window of one command or batch (shared by the sync and asyncio
     clusters): each transient failure gets a Pause until ``window`` seconds after the
-    first one, then ClusterUnavailable."""
+    first one, then ClusterUnavailable. A node's full pool gets short pauses without a
+    slot map refresh until ``pool_timeout`` seconds after the first, then its own error
+    again (translated to PoolExhausted)."""
 
-    def __init__(self, window: float) -> None:
+    def __init__(self, window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT) -> None:
         self.window = window
         self.deadline = 0.0
         self.attempt = 0
+        self.pool_timeout = pool_timeout
+        self.pool_deadline = 0.0
 
     def next(self, exc: BaseException) -> Pause:
         now = time.monotonic()
+        if pool_exhausted(exc):
+            self.pool_deadline = self.pool_deadline or now + self.pool_timeout
+            left = self.pool_deadline - now
+            if left <= 0:
+                raise exc
+            return Pause(min(POOL_PAUSE * random.uniform(0.5, 1.5), left), False)
         self.deadline = self.deadline or now + self.window
         left = self.deadline - now
         if left <= 0:
@@ -137,6 +158,7 @@ class DynoqCluster(RedisCluster):
     """RedisCluster with a retry window and a per-node batching pipeline (see module doc)."""
 
     retry_window = DEFAULT_RETRY_WINDOW  # seconds (set before __init__ sends anything)
+    pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -148,7 +170,7 @@ class DynoqCluster(RedisCluster):
         self._pool_lock = threading.Lock()
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        backoff = Backoff(self.retry_window)
+        backoff = Backoff(self.retry_window, self.pool_timeout)
         while True:
             try:
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -210,24 +232,27 @@ class _Sent:
 
 @dataclass
 class Load:
-    """Load ``source`` into ``node``'s script cache (errors ignored: the call is resent)."""
+    """Load ``source`` into ``node``'s script cache; the driver sets ``error`` when that
+    failed (the call is resent, unless the node refused this user SCRIPT LOAD)."""
 
     node: Any
     source: str
+    error: Exception | None = None
 
 
 Step = list[_Sent] | Pause | Load
 
 
 def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, ask: Any,
-                 window: float) -> Generator[Step, None, list[int]]:
+                 window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+                 ) -> Generator[Step, None, list[int]]:
     """Send ``calls`` until each has a final reply (set on the call): yields the node
     batches to send (the driver fills in their replies or error), scripts to load and
     pauses; returns the WAIT replies. ``route(args)`` is the node of a command's slot,
     ``ask(host, port)`` the node an ASK names. MOVED, ASK, NOSCRIPT, TRYAGAIN and dropped
     nodes are retried within ``window`` seconds."""
     acked: list[int] = []
-    pending, backoff = calls, Backoff(window)
+    pending, backoff = calls, Backoff(window, pool_timeout)
     while pending:
         try:
             batches = _group(pending, route)
@@ -239,7 +264,7 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
         yield batches
         retry: list[_Call] = []
         transient: Exception | None = None
-        loaded: set[tuple[str, str]] = set()
+        loaded: dict[tuple[str, str], Exception | None] = {}
         for b in batches:
             if b.error is not None:
                 if not is_transient(b.error):
@@ -258,9 +283,16 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
                 elif isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
                         and str(c.args[1]) in SOURCES:
                     # A promoted replica or a restarted node has an empty script cache.
-                    if (b.node.name, str(c.args[1])) not in loaded:
-                        loaded.add((b.node.name, str(c.args[1])))
-                        yield Load(b.node, SOURCES[str(c.args[1])])
+                    where = (b.node.name, str(c.args[1]))
+                    if where not in loaded:
+                        load = Load(b.node, SOURCES[where[1]])
+                        yield load
+                        loaded[where] = load.error
+                    error = loaded[where]
+                    if error is not None and isinstance(
+                            refused := refused_load(error), ScriptsNotInstalled):
+                        c.result, c.done = refused, True  # a role: an admin loads them
+                        continue
                 elif not isinstance(r, TRANSIENT):
                     c.result, c.done = r, True
                     continue
@@ -352,15 +384,18 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
 
     def _run(self, calls: list[_Call], wait: tuple[Any, ...] | None) -> list[int]:
         cluster = self.cluster
-        rounds = batch_rounds(calls, wait, self._route, self._ask, cluster.retry_window)
+        rounds = batch_rounds(calls, wait, self._route, self._ask, cluster.retry_window,
+                              cluster.pool_timeout)
         try:
             step = next(rounds)
             while True:
                 if isinstance(step, Pause):
                     cluster.pause(step)
                 elif isinstance(step, Load):
-                    with contextlib.suppress(redis.RedisError):
+                    try:
                         cluster.get_redis_connection(step.node).script_load(step.source)
+                    except redis.RedisError as exc:
+                        step.error = exc
                 elif len(step) == 1:
                     self._send(step[0], wait)
                 else:

@@ -10,15 +10,18 @@ whether it talks to a cluster, only what the backend can do (:attr:`Backend.cros
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
+from .._core.pool import PoolLimits
 from ..errors import DynoqError
-from .errors import translate
+from .errors import CLIENT_ERRORS, refused_load, translate
+from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
 
 T = TypeVar("T")
@@ -32,12 +35,17 @@ class Backend:
     several hash tags (not on Redis Cluster). ``replicas``: ``WAIT`` means something (not
     in memory). ``plain``: send the scripts without their ``#!lua`` flags line (fakeredis
     reads none; see ``_core/lua.py``).
+
+    ``pool``: the limits of a pool dynoq built (it grows by what wake-up subscriptions
+    hold, see :mod:`.pools`); None for a client the caller built, whose pool is left as
+    it is (its limits are read for error messages only).
     """
 
     def __init__(self, client: Any, *, url: str, display_url: str,
                  closer: Callable[[], None] | None = None, cross_slot: bool = True,
                  replicas: bool = True, plain: bool = False,
-                 connect_options: dict[str, Any] | None = None) -> None:
+                 connect_options: dict[str, Any] | None = None,
+                 pool: PoolLimits | None = None) -> None:
         self.redis = client  # the redis-py client: for the user's own commands
         self.url = url
         self.display_url = display_url
@@ -45,8 +53,13 @@ class Backend:
         self.replicas = replicas
         self.plain = plain
         self.connect_options = dict(connect_options or {})
+        self.pool = pool or limits_of(client)
+        self._grows = pool is not None
+        self._room = 0  # connections the pool was grown by, for subscriptions
+        self._room_lock = threading.Lock()
+        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._closer = closer or client.close
-        self._waiter = Waiter(client)
+        self._waiter = Waiter(client, self._hold)
 
     def __repr__(self) -> str:
         return f"<dynoq backend {self.display_url}>"
@@ -62,8 +75,8 @@ class Backend:
                 raw = self.redis.execute_command(*request.args)
             else:
                 return self._batch(request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
-            raise translate(exc) from exc
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, self.pool) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
 
@@ -75,7 +88,10 @@ class Backend:
             return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
-        self.redis.script_load(load_source(script, self.plain))
+        try:
+            self.redis.script_load(load_source(script, self.plain))
+        except CLIENT_ERRORS as exc:
+            raise refused_load(exc) from exc
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
@@ -89,7 +105,7 @@ class Backend:
                 self._load(s)
             resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait),
                    batch.wait)
-        return finish(batch, replies)
+        return finish(batch, replies, self.pool)
 
     def _pipeline(self, calls: Any, wait: tuple[int, int] | None) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
@@ -128,8 +144,8 @@ class Backend:
         came (see Waiter)."""
         try:
             return self._waiter.wait(channel, timeout)
-        except redis.RedisError as exc:
-            raise translate(exc) from exc
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, self.pool) from exc
 
     def release_thread(self) -> None:
         """Close the calling thread's wake-up subscription (it stops waiting for good)."""
@@ -141,7 +157,20 @@ class Backend:
 
     def subscribe(self, channel: str) -> Subscription:
         """A subscription to ``channel`` that survives dropped connections."""
-        return Subscription(self.redis, channel)
+        return Subscription(self.redis, channel, self._hold, self._subscriptions)
+
+    def _hold(self) -> None:
+        """A wake-up subscription is about to take a connection for its lifetime: grow
+        the pool (one dynoq built) to the most ever held at once (counting this one), so
+        that what callers share stays ``max_connections``. Never shrinks: the room is
+        bounded by the peak, and a dropped subscription comes back."""
+        if not self._grows:
+            return
+        with self._room_lock:
+            held = self._waiter.open_count + len(self._subscriptions) + 1
+            if held > self._room:
+                make_room(self.redis, held - self._room)
+                self._room = held
 
     def close(self) -> None:
         self._waiter.close()
@@ -179,12 +208,12 @@ def resent(replies: list[Any], redo: list[int], again: list[Any],
         replies[-1] = min(int(replies[-1]), int(again[-1]))
 
 
-def finish(batch: Batch, replies: list[Any]) -> Any:
+def finish(batch: Batch, replies: list[Any], pool: PoolLimits | None = None) -> Any:
     """A batch's result from its raw replies: each parsed, errors translated."""
     out: list[Any] = []
     for call, reply in zip(batch.calls, replies, strict=False):
         if isinstance(reply, Exception):
-            raise translate(reply) from reply
+            raise translate(reply, pool) from reply
         out.append(reply if call.parse is None else call.parse(reply))
     if batch.wait is not None:
         out.append(replies[-1])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable, MutableSet
 from typing import Any
 
 from .errors import DROPPED, translate
@@ -24,10 +25,13 @@ CLOSED_UNDER: tuple[type[BaseException], ...] = (TypeError, ValueError, OSError)
 
 
 class Waiter:
-    """One wake-up subscription per thread, on whatever channels the thread waits on."""
+    """One wake-up subscription per thread, on whatever channels the thread waits on.
+    ``hold`` is called before a subscription takes a connection for good (the backend
+    makes room for it in the pool)."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, hold: Callable[[], None] | None = None) -> None:
         self._redis = redis
+        self._hold = hold
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()
@@ -43,6 +47,8 @@ class Waiter:
         """True when already subscribed to ``channel`` (so waiting is safe)."""
         pubsub = getattr(self._local, "pubsub", None)
         if pubsub is None:
+            if self._hold is not None:
+                self._hold()
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             self._local.pubsub = pubsub
             with self._lock:
@@ -102,18 +108,25 @@ class Waiter:
 
 
 class Subscription:
-    """A subscription to one channel that survives dropped connections."""
+    """A subscription to one channel that survives dropped connections; ``hold`` and
+    ``registry`` as for :class:`Waiter` (the registry counts the open ones)."""
 
-    def __init__(self, redis: Any, channel: str) -> None:
+    def __init__(self, redis: Any, channel: str, hold: Callable[[], None] | None = None,
+                 registry: MutableSet[Subscription] | None = None) -> None:
         self._redis = redis
         self._channel = channel
+        self._hold = hold
         self._pubsub: Any = None
         try:
             self._connect()
         except DROPPED as exc:
             raise translate(exc) from exc
+        if registry is not None:
+            registry.add(self)
 
     def _connect(self) -> bool:
+        if self._hold is not None:
+            self._hold()
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         try:
             pubsub.subscribe(self._channel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 import threading
@@ -42,7 +43,7 @@ class Consumer:
     Every option is described on :class:`dynoq.ConsumerSettings`; give them by name or as
     ``settings=`` (not both). ``queue`` may be a :class:`dynoq.Topic`: the group is
     subscribed (tags "*") at start if it is not yet, and ``mode`` says how its members
-    share its messages.
+    share its messages (default: as the group is subscribed, else clustering).
     """
 
     def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
@@ -55,10 +56,11 @@ class Consumer:
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
                  retry_delays: Sequence[float] | None = _D.retry_delays,
+                 max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,
                  instance_id: str | None = _D.instance_id,
-                 mode: str = _D.mode,
+                 mode: str | None = _D.mode,
                  max_continuous_time: float = _D.max_continuous_time,
                  idle_wait: float = _D.idle_wait,
                  visibility: float | None = _D.visibility,
@@ -75,7 +77,8 @@ class Consumer:
         named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
                      batch_handler=batch_handler, max_in_flight=max_in_flight,
                      strategy=strategy, strategy_options=strategy_options,
-                     retry_delays=retry_delays, lease_ttl=lease_ttl,
+                     retry_delays=retry_delays, max_retries=max_retries,
+                     lease_ttl=lease_ttl,
                      rebalance_interval=rebalance_interval, instance_id=instance_id,
                      mode=mode, max_continuous_time=max_continuous_time,
                      idle_wait=idle_wait, visibility=visibility,
@@ -83,29 +86,35 @@ class Consumer:
                      before=before, after=after,
                      middleware=middleware)
         self.settings = settings_of(settings, named)
-        self._joining: Flow[QueueOps] | None = None  # a topic's subscription, made at start
+        # a topic's subscription, read (and made if needed) at start
+        self._joining: Flow[tuple[str, QueueOps]] | None = None
         if isinstance(queue, Topic):
             self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
             queue = Queue(queue.backend, ops)
         check_mode(self.settings, queue.ops)
+        self.handler = handler
+        self._stats = StatsCounter()
+        self._assemble(queue)
+        self._upkeep: Upkeep | None = None
+        self._started = False
+
+    def _assemble(self, queue: Queue) -> None:
+        """The parts that consume ``queue``; made again at start when a topic's group is
+        subscribed in another mode than its consumer assumed (nothing ran yet)."""
         plan = resolve(self.settings, queue.settings)
         self.queue = queue
-        self.handler = handler
         self.instance_id = plan.instance_id
         self.ordered = plan.ordered
-        self._stats = StatsCounter()
         token = f"{plan.instance_id}:{secrets.token_hex(6)}"
         self._shared = Shared(queue, plan, self._stats,
                               Leases(queue, token, self.settings.lease_ttl),
                               Membership(queue, self.settings.group, plan.instance_id,
                                          self.settings.lease_ttl))
-        invoker = Invoker(handler, chain(self.settings.middleware, self.settings.before,
-                                         self.settings.after))
-        self._processor = Processor(queue, handler, invoker, plan, self._stats,
+        invoker = Invoker(self.handler, chain(self.settings.middleware, self.settings.before,
+                                              self.settings.after))
+        self._processor = Processor(queue, self.handler, invoker, plan, self._stats,
                                     self._shared.leases)
         self._workers = Workers(self._shared, self._processor)
-        self._upkeep: Upkeep | None = None
-        self._started = False
 
     def __repr__(self) -> str:
         return (f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -129,7 +138,11 @@ class Consumer:
         self._started = True
         s = self._shared
         if self._joining is not None:
-            s.queue.backend.drive(self._joining)
+            mode, ops = s.queue.backend.drive(self._joining)
+            self.settings = dataclasses.replace(self.settings, mode=mode)
+            if ops.keys != s.queue.ops.keys:  # the group's subscription decided
+                self._assemble(Queue(s.queue.backend, ops))
+                s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = s.queue.backend.subscribe(s.membership.channel)
         self._upkeep = Upkeep(s, subscription, self._workers, self._processor)

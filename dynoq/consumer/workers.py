@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .._core import consuming
 from .._core.consuming import pop_order
-from ..errors import LeaseLost
+from ..errors import DynoqError, LeaseLost
 from ..message import Message
 from ..retry import backoff
 from .context import Shared
@@ -91,10 +91,15 @@ class Workers:
                 try:
                     loop()
                     return
-                except Exception:
+                except Exception as exc:
                     failures += 1
                     pause = backoff(failures)
-                    log.exception("dynoq: consumer worker error; retrying in %.1fs", pause)
+                    # Expected (the server away, scripts not installed): one line; the
+                    # traceback only at debug level. Anything else is a bug: in full.
+                    expected = isinstance(exc, DynoqError)
+                    log.log(logging.WARNING if expected else logging.ERROR,
+                            "dynoq: consumer worker error; retrying in %.1fs: %s", pause, exc,
+                            exc_info=not expected or log.isEnabledFor(logging.DEBUG))
                     self.shared.stopping.wait(pause)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over

@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from .._core.validate import MAX_PRIORITY
-from ..errors import InvalidArgument, InvalidType
+from ..errors import InvalidArgument, InvalidType, PayloadTypeError
 from ..message import Message
 from .types import Plan, converters
 
@@ -55,7 +55,16 @@ def plain(value: Any) -> Any:
     if hasattr(value, "asDict"):  # a pyspark Row (struct column)
         return plain(value.asDict())
     if isinstance(value, Mapping):
-        return {plain(k): plain(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = plain(k)
+            if isinstance(key, (dict, list)):
+                raise PayloadTypeError(
+                    "a map keyed by structs or arrays has no payload form (a payload's "
+                    "dict keys are strings, numbers or bytes): cast its keys to strings, "
+                    "or make it an array of entries (map_entries)")
+            out[key] = plain(v)
+        return out
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value  # anything else: the codec raises a clear PayloadTypeError
@@ -203,6 +212,17 @@ def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
     return float(value)
 
 
+def _plain_payload(row: Mapping[str, Any], cols: Iterable[str]) -> dict[str, Any]:
+    """A row's payload by Python type; a column with no payload form is refused by name."""
+    payload = {}
+    for c in cols:
+        try:
+            payload[c] = plain(row[c])
+        except PayloadTypeError as exc:
+            raise _Refused(c, str(exc)) from None
+    return payload
+
+
 def _priority(value: object, col: str) -> int:
     if value is None:
         return 0
@@ -248,8 +268,8 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
             if convs is not None:
                 payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
             else:
-                cols = row.keys() if payload_cols is None else payload_cols
-                payload = {c: plain(row[c]) for c in cols}
+                payload = _plain_payload(row, row.keys() if payload_cols is None
+                                         else payload_cols)
             key = None if key_col is None else _key(row[key_col], key_col, ordered)
             delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col,
                                                          cached_now)

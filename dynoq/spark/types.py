@@ -26,14 +26,14 @@ timestamp_ntz                              ISO 8601 without zone (``"2024-05-01T
 time                                       ISO 8601 time (``"08:30:00"``)
 interval day to second (any fields)        float seconds
 array                                      list
-map (keys atomic, not binary)              dict (keys converted as above)
+map (keys atomic)                          dict (keys converted as above)
 struct                                     dict of its fields
 void (null)                                None; every null is None
 =========================================  ===========================================
 
-Refused, with the column's name: a map keyed by a struct, array, map or binary (no
-payload or JSON form keeps such a key), year-month and calendar intervals, variant,
-geometry/geography and user-defined types (cast them to one of the types above).
+Refused, with the column's name: a map keyed by a struct or an array (no payload form
+keeps such a key), year-month and calendar intervals, variant, geometry/geography and
+user-defined types (cast them to one of the types above).
 """
 
 from __future__ import annotations
@@ -149,12 +149,12 @@ def _check_payload(t: Any, col: str, path: str) -> None:
             _check_payload(f["type"], col, f"{path}.{f['name']}")
     elif kind == "map":
         key = t["keyType"]
-        if not isinstance(key, str) or not _atomic(key)[0] or key == "binary":
+        if not isinstance(key, str) or not _atomic(key)[0]:
             raise InvalidType(
                 f"column {col!r}{_at(col, path)} is a map keyed by {_describe(key)}: a "
-                "payload's dict keys are strings, numbers, booleans or dates and times, "
-                "so such a map has no faithful payload form; turn it into an array of "
-                "key/value structs (map_entries) or cast its keys to string")
+                "payload's dict keys are strings, numbers, bytes, or dates and times as "
+                "text, so such a map has no faithful payload form; turn it into an array "
+                "of key/value structs (map_entries) or cast its keys to string")
         _check_payload(t["valueType"], col, f"{path}{{}}")
     else:
         raise InvalidType(f"column {col!r}{_at(col, path)} is {_describe(t)}, which has no "

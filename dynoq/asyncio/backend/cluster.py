@@ -17,6 +17,7 @@ import redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from ..._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
 from ...backend.cluster import (
     DEFAULT_RETRY_WINDOW,
     TRANSIENT,
@@ -34,15 +35,17 @@ from ...backend.errors import DROPPED
 from ...backend.hosts import credentials, host_list
 
 
-def open_cluster(url: str, options: dict[str, Any]) -> AsyncDynoqCluster:
+def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncDynoqCluster:
     """``options``: redis.asyncio RedisCluster keyword arguments, plus
-    ``cluster_retry_window`` (seconds). No I/O: the cluster is asked for its slots on
-    first use."""
+    ``cluster_retry_window`` (seconds); ``limits``: each node's connections and how long
+    a command waits for one (see :class:`~dynoq.backend.cluster.Backoff`). No I/O: the
+    cluster is asked for its slots on first use."""
     window = float(options.pop("cluster_retry_window", DEFAULT_RETRY_WINDOW))
     credentials(url, options)
     nodes = [ClusterNode(host, port) for host, port in host_list(url, "cluster node")]
-    client = AsyncDynoqCluster(startup_nodes=nodes, **options)
+    client = AsyncDynoqCluster(startup_nodes=nodes, max_connections=limits.size, **options)
     client.retry_window = window
+    client.pool_timeout = limits.timeout
     return client
 
 
@@ -50,9 +53,10 @@ class AsyncDynoqCluster(RedisCluster):
     """RedisCluster (asyncio) retrying transient failures for ``retry_window`` seconds."""
 
     retry_window = DEFAULT_RETRY_WINDOW
+    pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        backoff = Backoff(self.retry_window)
+        backoff = Backoff(self.retry_window, self.pool_timeout)
         while True:
             try:
                 return await super().execute_command(*args, **kwargs)
@@ -93,15 +97,18 @@ async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
         return cluster.get_node(host=host, port=port)
 
     window = getattr(cluster, "retry_window", DEFAULT_RETRY_WINDOW)  # also a plain client
-    rounds = batch_rounds(calls, wait, route, ask, window)
+    rounds = batch_rounds(calls, wait, route, ask, window,
+                          getattr(cluster, "pool_timeout", DEFAULT_POOL_TIMEOUT))
     try:
         step = next(rounds)
         while True:
             if isinstance(step, Pause):
                 await pause(cluster, step)
             elif isinstance(step, Load):
-                with contextlib.suppress(redis.RedisError):
+                try:
                     await step.node.execute_command("SCRIPT", "LOAD", step.source)
+                except redis.RedisError as exc:
+                    step.error = exc
             else:
                 await asyncio.gather(*(_send(b, wait) for b in step))
             step = next(rounds)

