@@ -1,9 +1,10 @@
 """``format("dynoq")``: a Spark 4 Python data source for dynoq queues.
 
-Register it once per session (``dynoq.spark.spark_session()`` does it for you)::
+Register it once per session, and in every thread of yours that uses it
+(``dynoq.spark.register(spark)``; ``dynoq.spark.spark_session()`` does it for you)::
 
-    from dynoq.spark import DynoqDataSource, source_options
-    spark.dataSource.register(DynoqDataSource)
+    from dynoq.spark import register, source_options
+    register(spark)
 
     opts = source_options(client, "orders")          # url, prefix, connection options
     df.write.format("dynoq").options(**opts).option("idCol", "event_id")
@@ -19,15 +20,18 @@ Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix
 push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
 batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
 restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
-``states`` (comma-separated, default "ready,delayed,dead"). Options are checked on the
-driver, and so is the queue (it must exist; ``keyCol`` needs an ordered queue), before
-any task starts.
+``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
+only when named). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
+and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
 
-Each write task returns its partition's counts (pushed, skipped as duplicates, refused)
-as its commit message; the driver logs them per partition and in total (logger
-``dynoq.spark``). A streaming micro-batch is exactly-once: its pushes record their ids
-with the (query, batch id), and ``commit`` records the batch as done
-(:mod:`dynoq._core.batches`). A read has one partition per shard.
+Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
+invalid) and first refused rows as its commit message; the commit, which Spark runs in a
+Python worker, sends the write's report to the driver (:mod:`.report`), whose
+``dynoq.spark`` logger and Prometheus counter take it, for a batch write and for each
+micro-batch. A streaming micro-batch is exactly-once: its pushes record their ids with
+the (query, batch id), and ``commit`` records the batch as done
+(:mod:`dynoq._core.batches`). A read has one partition per shard, and hands Spark one
+Arrow record batch per page of a shard. All of it: docs/spark.md.
 """
 
 from __future__ import annotations
