@@ -18,6 +18,7 @@ import logging
 import threading
 import uuid
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,8 @@ class WriteResult:
         return self.total.invalid
 
     @classmethod
-    def of(cls, parts: Any, rejected: Any = ()) -> WriteResult:
+    def of(cls, parts: Iterable[tuple[int, Counts]],
+           rejected: Iterable[tuple[int, Rejection]] = ()) -> WriteResult:
         """From (partition, Counts) pairs (a partition may repeat: they add up) and
         (partition, Rejection) pairs."""
         merged: dict[int, Counts] = {}

@@ -83,10 +83,9 @@ def _is_number(t: Any) -> bool:
 @dataclass(frozen=True)
 class Plan:
     """What the executors need to convert rows: each payload column's Spark type (JSON
-    text, as ``StructType.jsonValue()`` writes it) and how the delay column is read."""
+    text, as ``StructType.jsonValue()`` writes it)."""
 
     columns: tuple[tuple[str, str], ...]  # (name, Spark JSON type) of the payload columns
-    delay: str | None = None  # "seconds", "timestamp" or "interval"
 
 
 
@@ -112,16 +111,10 @@ def plan(schema: Mapping[str, Any], payload_cols: Sequence[str], *, id_col: str,
         raise InvalidType(f"priority column {priority_col!r} is "
                           f"{_describe(fields[priority_col])}: priorities are integers "
                           "0..99; cast the column to int")
-    delay = None
     if delay_col is not None:
         t = fields[delay_col]
-        if _is_number(t):
-            delay = "seconds"
-        elif t == "timestamp":
-            delay = "timestamp"
-        elif isinstance(t, str) and _DAY_TIME.match(t):
-            delay = "interval"
-        else:
+        if not (_is_number(t) or t == "timestamp"
+                or (isinstance(t, str) and _DAY_TIME.match(t))):
             hint = (" (a timestamp without time zone is no instant: cast it to timestamp)"
                     if t == "timestamp_ntz" else "")
             raise InvalidType(f"delay column {delay_col!r} is {_describe(t)}{hint}: a delay "
@@ -129,8 +122,7 @@ def plan(schema: Mapping[str, Any], payload_cols: Sequence[str], *, id_col: str,
                               "interval; cast the column")
     for col in payload_cols:
         _check_payload(fields[col], col, col)
-    return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols),
-                delay)
+    return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols))
 
 
 def _check_payload(t: Any, col: str, path: str) -> None:
@@ -172,7 +164,7 @@ def _atomic(t: str) -> tuple[bool, Convert | None]:
         return True, None
     found: Convert | None = (
         str if _DECIMAL.match(t) else _binary if t == "binary"
-        else _iso if t == "date" or _TIME.match(t) else timestamp if t == "timestamp"
+        else _iso if t == "date" or _TIME.match(t) else _instant if t == "timestamp"
         else _wall_clock if t == "timestamp_ntz" else _seconds if _DAY_TIME.match(t)
         else None)
     return found is not None, found
@@ -180,7 +172,7 @@ def _atomic(t: str) -> tuple[bool, Convert | None]:
 
 # -- the executors' conversions ----------------------------------------------------------------
 
-def timestamp(value: dt.datetime) -> str:
+def _instant(value: dt.datetime) -> str:
     """An instant as ISO 8601 in UTC. Naive datetimes are local time, as PySpark hands
     over ``timestamp`` values in Rows; Arrow's carry their zone."""
     if value.tzinfo is None:
