@@ -303,7 +303,7 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         writer = RowWriter(Target.of(urls["spark"], "feed", {"prefix": p}),
                            RowSpec.of("id"), query="q1")
         clients["spark"].queue("feed", shards=2, dedupe_window=60)
-        assert writer.push_rows([{"id": i} for i in range(5)], batch=0).pushed == 5
+        assert writer.push_rows([{"id": i} for i in range(5)], batch=0).counts.pushed == 5
         assert writer.commit(0) and writer.progress().committed == 0
         # dashboard(-actions): read everything; replay and purge dead letters
         looking = clients["dashboard"].open_existing("jobs")
