@@ -7,9 +7,11 @@ consumption and consumer groups.
 
 from __future__ import annotations
 
+from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
 from .client import Client, connect
 from .consumer import Consumer, Middleware
+from .consumer.many import Consumers
 from .errors import (
     ConnectionFailed,
     DynoqError,
@@ -25,14 +27,20 @@ from .errors import (
     PoolExhausted,
     QueueConfigError,
     ReplicationError,
+    ResultNotKept,
+    ResultTimeout,
     ServerError,
     ServerFull,
+    TaskArgumentError,
+    TaskCancelled,
+    TaskFailed,
 )
 from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
 from .settings import ConsumerSettings, QueueSettings, TopicSettings
 from .sweeper import Sweeper
+from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
 __version__ = "0.2.0"
@@ -43,6 +51,7 @@ __all__ = [
     "Consumer",
     "ConsumerSettings",
     "ConsumerStats",
+    "Consumers",
     "DeadLetter",
     "DynoqError",
     "GroupConflict",
@@ -63,12 +72,22 @@ __all__ = [
     "QueueStats",
     "RateLimited",
     "ReplicationError",
+    "ResultNotKept",
+    "ResultTimeout",
     "Retry",
     "ServerError",
     "ServerFull",
     "ShardStats",
     "Subscription",
     "Sweeper",
+    "Task",
+    "TaskArgumentError",
+    "TaskCancelled",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskState",
+    "Tasks",
     "Topic",
     "TopicSettings",
     "connect",

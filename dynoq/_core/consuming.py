@@ -20,7 +20,7 @@ from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import codec
-from .calls import Batch, Call, Flow, together
+from .calls import Batch, Call, Cmd, Flow, together
 from .ops import QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
@@ -261,11 +261,13 @@ def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
                queue: str) -> tuple[str, float]:
     """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
     picks the delay, anything else takes the policy's next delay; past the policy's own
-    max_retries it is dead-lettered."""
+    max_retries it is dead-lettered. The policy is the message's own (``policy.of``: a
+    task's, on a task queue)."""
     if isinstance(error, DeadLetter):
         return "dead", 0.0
     if isinstance(error, RateLimited):
         return "back", error.delay
+    policy = policy.of(msg)
     if policy.spent(msg.attempts):
         log.warning("dynoq: message %s of %r failed its retries (attempt %d, consumer's "
                     "max_retries %s): dead-lettered: %r", msg.id, queue, msg.attempts,
@@ -285,17 +287,28 @@ def _failure_call(ops: QueueOps, msg: Message, error: BaseException, policy: Ret
     return ops.nack_call(msg, delay=delay, mode=mode, why=why)
 
 
+def keeps(done: Sequence[Message]) -> list[Cmd]:
+    """The writes handled messages asked for with their ack (``Message.keep``: a task's
+    kept result), each a ``SET key record PX ttl`` sent just before the acks in the same
+    round trip: a task's id is always stored somewhere (its message, or then its kept
+    record), so an ``apply(id=...)`` never finds it absent in between. Nothing for
+    messages that asked for nothing (no command, no cost)."""
+    return [Cmd(("SET", k[0], k[1], "PX", k[2])) for m in done if (k := m.keep) is not None]
+
+
 def settle(ops: QueueOps, ok: Sequence[Message],
            failed: Sequence[tuple[Message, BaseException]], policy: RetryPolicy,
            consumer: str, back: Sequence[Message] = ()) -> Flow[Tally]:
     """Concurrent queues: ack what succeeded, retry or dead-letter each failure on its own
     (recording why), give back what was not handled (no attempt counted); one round trip
-    for all of it."""
-    calls: list[Call] = ops.ack_calls(ok)
-    acks = len(calls)
+    for all of it, with what the messages asked to keep (:func:`keeps`) before their acks."""
+    kept = keeps(ok)
+    acking = ops.ack_calls(ok)
+    acks = len(acking)
+    calls: list[Call | Cmd] = [*kept, *acking]
     calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
     calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
-    replies = yield Batch(calls)
+    replies = (yield Batch(calls))[len(kept):]
     tally = Tally(handled=sum(replies[:acks]),
                   failed=sum(not isinstance(e, RateLimited) for _, e in failed))
     for given, buried in replies[acks:acks + len(failed)]:
@@ -311,12 +324,14 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
     failure of the next one, which is then retried in place (blocking its shard) or
     dead-lettered, while the messages after it go back to their places unhandled (no
     attempt counted). Returns (tally, True when the shard now waits for a retry)."""
-    calls: list[Call] = ops.ack_calls(msgs[:done])
-    acks = len(calls)
+    kept = keeps(msgs[:done])
+    acking = ops.ack_calls(msgs[:done])
+    acks = len(acking)
+    calls: list[Call | Cmd] = [*kept, *acking]
     if error is not None:
         calls.append(_failure_call(ops, msgs[done], error, policy, consumer))
         calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1:]]
-    replies = yield Batch(calls)
+    replies = (yield Batch(calls))[len(kept):]
     tally = Tally(handled=sum(replies[:acks]))
     blocked = False
     if error is not None:
@@ -349,3 +364,11 @@ class Counts:
     def snapshot(self) -> ConsumerStats:
         return ConsumerStats(**{k: (x if k == "handler_seconds" else int(x))  # type: ignore[arg-type]
                                 for k, x in self._values.items()})
+
+
+def summed(stats: Sequence[ConsumerStats]) -> ConsumerStats:
+    """Several consumers' counts added up (a task worker's, one consumer per queue)."""
+    out = Counts()
+    for s in stats:
+        out.add(**asdict(s))
+    return out.snapshot()
