@@ -24,9 +24,11 @@ _QUEUE_READS = {"PING", "TIME", "SISMEMBER", "SMEMBERS", "HGETALL", "HGET", "HMG
 _DASHBOARD_READS = frozenset(_QUEUE_READS | {"ZSCORE", "ZCARD", "SCARD", "SSCAN", "GET",
                                               "PTTL", "LRANGE"})
 ROLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    # push, ensure, open queues, read their state
+    # push, ensure, open queues, read their state; send tasks and see, cancel or
+    # reschedule them (dynoq.Tasks: task-push, task-state, task-cancel, reschedule)
     "producer": (frozenset({"open", "push", "publish", "peek", "stats", "push-batch",
-                            "batch-commit"}),
+                            "batch-commit", "task-push", "task-state", "task-cancel",
+                            "reschedule"}),
                  frozenset(_QUEUE_READS | {"SADD", "WAIT"})),
     # pop, ack, nack, extend, leases, consumer groups; the queue operations by id
     "consumer": (frozenset({"open", "push", "pop", "probe", "ack", "nack", "extend",
@@ -34,9 +36,12 @@ ROLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                             "stats", "remove", "reschedule", "replay", "purge-dead",
                             "lease-acquire", "lease-renew", "lease-release",
                             "group-heartbeat", "group-leave", "group-history", "publish",
-                            "subscription", "rate-take", "schedule-fire"}),
+                            "subscription", "rate-take", "schedule-fire",
+                            "task-push", "task-state", "task-cancel"}),
+                 # SET: a task's kept result, written with its ack (keep_result)
                  frozenset(_QUEUE_READS | {"SADD", "WAIT", "PUBLISH", "SUBSCRIBE",
-                                           "UNSUBSCRIBE", "DEL", "HSCAN", "ZMSCORE"})),
+                                           "UNSUBSCRIBE", "DEL", "HSCAN", "ZMSCORE",
+                                           "SET"})),
     # the web dashboard, read-only: counts, pages of sorted sets, leases, groups, topics
     "dashboard": (frozenset({"stats", "peek"}), _DASHBOARD_READS),
     # the dashboard with --allow-actions: also replay and purge dead letters
