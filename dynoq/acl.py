@@ -30,18 +30,17 @@ ROLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                             "batch-commit", "task-push", "task-state", "task-cancel",
                             "reschedule"}),
                  frozenset(_QUEUE_READS | {"SADD", "WAIT"})),
-    # pop, ack, nack, extend, leases, consumer groups; the queue operations by id
+    # pop, ack, nack, extend, leases, consumer groups; the queue operations by id; run
+    # tasks (dynoq.Tasks: task-keep keeps their results with the ack)
     "consumer": (frozenset({"open", "push", "pop", "probe", "ack", "nack", "extend",
                             "requeue", "peek",
                             "stats", "remove", "reschedule", "replay", "purge-dead",
                             "lease-acquire", "lease-renew", "lease-release",
                             "group-heartbeat", "group-leave", "group-history", "publish",
                             "subscription", "rate-take", "schedule-fire",
-                            "task-push", "task-state", "task-cancel"}),
-                 # SET: a task's kept result, written with its ack (keep_result)
+                            "task-push", "task-state", "task-cancel", "task-keep"}),
                  frozenset(_QUEUE_READS | {"SADD", "WAIT", "PUBLISH", "SUBSCRIBE",
-                                           "UNSUBSCRIBE", "DEL", "HSCAN", "ZMSCORE",
-                                           "SET"})),
+                                           "UNSUBSCRIBE", "DEL", "HSCAN", "ZMSCORE"})),
     # the web dashboard, read-only: counts, pages of sorted sets, leases, groups, topics
     "dashboard": (frozenset({"stats", "peek"}), _DASHBOARD_READS),
     # the dashboard with --allow-actions: also replay and purge dead letters

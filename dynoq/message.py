@@ -47,8 +47,8 @@ class Message:
     lease: str | None = field(default=None, repr=False, compare=False)
     fence: int | None = field(default=None, compare=False)
     failure: Failure | None = field(default=None, compare=False)
-    # Set by a handler that wants something written with the ack (a task's kept result):
-    # (key, record, ttl ms), sent just before the ack, in its round trip.
+    # Set by a handler that wants something kept with the ack (a task's kept result):
+    # (key, record, ms to keep it), written just before the ack, in its round trip.
     keep: tuple[str, bytes, int] | None = field(default=None, repr=False, compare=False)
 
 

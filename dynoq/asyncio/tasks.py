@@ -15,19 +15,17 @@ from __future__ import annotations
 import asyncio  # unasync: import time
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from .._core import tasks as core
 from .._core import validate
 from .._core.tasks import TaskInfo, TaskOptions, TaskState
 from ..errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
-from ..message import Message
+from ..message import ConsumerStats, Message
 from ..settings import ConsumerSettings
+from .client import Client, connect
 from .consumer.many import Consumers
 from .queue import Queue
-
-if TYPE_CHECKING:
-    from .client import Client
 
 ASYNC = True  # unasync: ASYNC = False
 
@@ -144,11 +142,32 @@ class Tasks:
         base = core.worker_settings(settings, options)
         client = self._client()
         made = []
+        keeping = {o.queue for o in self.registry.options() if o.keep_ms}
         for name in self.registry.pick(queues):
             q = await self.queue(name)
+            if name in keeping:
+                await q.backend.run(core.load_keep(q.ops))
             made.append(client.consumer(q, Runner(self, q), settings=self.registry
                                         .consumer_settings(name, base, q.settings.ordered)))
         return Consumers(made)
+
+    async def serve(self, url: str | None = None, *, prefix: str = "dq",
+                    queues: Iterable[str] | None = None, stop_timeout: float = 30.0,
+                    ready: Callable[[Consumers], Any] | None = None,
+                    redis_options: dict[str, Any] | None = None,
+                    **options: Any) -> ConsumerStats:
+        """Run a worker of this app (:meth:`worker`, with ``queues`` and ``options``) on a
+        connection of its own to ``url`` under ``prefix``, until SIGTERM or SIGINT, then
+        stop it (``stop_timeout``); what ``dynoq worker --tasks`` runs. The app is bound
+        to that connection, so a task that sends another sends it there. ``ready`` is
+        called with the worker before it starts. Returns the worker's counts."""
+        async with connect(url, prefix=prefix, **(redis_options or {})) as client:
+            self.bind(client)
+            worker = await self.worker(queues=queues, **options)
+            if ready is not None:
+                ready(worker)
+            await worker.run(stop_timeout=stop_timeout)
+            return worker.stats()
 
 
 class Task:
@@ -164,7 +183,7 @@ class Task:
         self.options = options
         self.name = options.name
         self.keep_ms = options.keep_ms
-        self._signature = core.signature_of(fn)
+        self._arguments = core.Arguments(options.name, fn)
         self.run = fn
         if options.run_in_thread:  # a sync function of an asyncio app: in a thread
             self.run = functools.partial(asyncio.to_thread, fn)  # unasync: self.run = fn
@@ -190,7 +209,7 @@ class Task:
         arguments that do not fit the function (InvalidType): nothing is sent then."""
         payload = core.call_payload(self.name, args, kwargs)
         kw = payload["kwargs"]
-        core.check_call(self.name, self._signature, args, kw)
+        self._arguments.check(args, kw)
         if key is None and self.options.key is not None:
             key = self.options.key(*args, **kw)
         q = await self.app.queue(self.options.queue)
@@ -206,7 +225,7 @@ class Task:
                 task_id = validate.check_id(id, "task id")
                 await q.ensure(payload, id=task_id, delay=delay, priority=priority, key=key)
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._signature, args, kw, q.ops.limit,
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
                                exc) from None
         return TaskHandle(self.app, task_id, task=self, queue=q, key=validate.check_key(key))
 
@@ -219,7 +238,7 @@ class Task:
         per schedule when a task has several). Returns the first tick (server clock)."""
         payload = core.call_payload(self.name, args, kwargs)
         kw = payload["kwargs"]
-        core.check_call(self.name, self._signature, args, kw)
+        self._arguments.check(args, kw)
         if key is None and self.options.key is not None:
             key = self.options.key(*args, **kw)
         q = await self.app.queue(self.options.queue)
@@ -227,7 +246,7 @@ class Task:
             return await q.schedule(self.name if id is None else id, payload, every=every,
                                     cron=cron, key=key)
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._signature, args, kw, q.ops.limit,
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
                                exc) from None
 
     async def unschedule(self, id: str | None = None) -> bool:
