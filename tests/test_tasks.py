@@ -257,6 +257,35 @@ def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
         core.call_of(dynoq.Message({"task": 1}, id="m"))
 
 
+@pytest.mark.sync_only
+def test_the_argument_check_agrees_with_binding(flavor: str) -> None:
+    """The counting fast path of delay's argument check says what Signature.bind says."""
+    def a(x, y): ...  # type: ignore[no-untyped-def]
+    def b(x, y=1): ...  # type: ignore[no-untyped-def]
+    def c(x, *rest): ...  # type: ignore[no-untyped-def]
+    def d(x, *, k): ...  # type: ignore[no-untyped-def]
+    def e(*, k=1): ...  # type: ignore[no-untyped-def]
+    def f(x, /, y, **kw): ...  # type: ignore[no-untyped-def]
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1,), {"y": 2}),
+        ((1,), {"k": 2}), ((), {"k": 2}), ((1, 2), {"z": 3}), ((), {"x": 1, "y": 2})]
+    for fn in (a, b, c, d, e, f, len):
+        check = core.Arguments(fn.__name__, fn)
+        for args, kwargs in calls:
+            try:
+                inspect.signature(fn).bind(*args, **kwargs)
+                fits = True
+            except TypeError:
+                fits = False
+            except ValueError:  # no signature (a builtin): nothing is checked
+                fits = True
+            if fits:
+                check.check(args, kwargs)
+            else:
+                with pytest.raises(InvalidType, match=fn.__name__):
+                    check.check(args, kwargs)
+
+
 # -- in one process, on every backend --------------------------------------------------
 
 def test_delay_runs_once_with_its_arguments(setup: Setup) -> None:

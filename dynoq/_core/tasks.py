@@ -65,6 +65,12 @@ class TaskState(str, enum.Enum):
     def ended(self) -> bool:
         return self in (TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED)
 
+    def __str__(self) -> str:  # "waiting", as it compares (h.status() == "waiting")
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
 
 @dataclass(frozen=True)
 class TaskInfo:
