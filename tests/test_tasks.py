@@ -828,3 +828,21 @@ def test_worker_tasks_errors_are_one_line(flavor: str, embedded_server: Any, pre
         delete_prefix(url, prefix)
     assert done.returncode == code, done.stderr
     assert text in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_worker_stops_every_queue_at_once(setup: Setup) -> None:
+    """stop() tells every queue's consumer at once: one finishing a long run must not
+    keep the others taking new work meanwhile."""
+    running = setup.task("gated").delay("stop")
+    w = setup.worker(queues=[task_apps.QUEUE, task_apps.TIMED])
+    wait_for(lambda: running.status() == "running", what="a run in flight")
+    stopper = threading.Thread(target=w.stop, args=(30,))
+    stopper.start()
+    try:
+        consumers = [c._target if isinstance(c, Synced) else c for c in w.consumers]
+        wait_for(lambda: all(c._shared.stopping.is_set() for c in consumers), timeout=5,
+                 what="every consumer told to stop")
+    finally:
+        setup.open_gate("stop")
+        stopper.join(30)
+    assert running.result(timeout=10) == "stop"  # the run in flight finished
