@@ -63,6 +63,11 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("fussy", n)
         raise ValueError(f"fussy {n} refused")
 
+    @app.task(name="again", max_retries=1, retry_delays=(3600,), keep_result=30)
+    def again(n: int) -> None:  # retrying for an hour, unless rescheduled
+        log("again", n)
+        raise RuntimeError(f"again {n} failed")
+
     @app.task(name="gated", keep_result=30)
     def gated(name: str) -> str:
         log("gated", name, "start")
@@ -130,6 +135,11 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def fussy(n: int) -> None:
         await log("fussy", n)
         raise ValueError(f"fussy {n} refused")
+
+    @app.task(name="again", max_retries=1, retry_delays=(3600,), keep_result=30)
+    async def again(n: int) -> None:
+        await log("again", n)
+        raise RuntimeError(f"again {n} failed")
 
     @app.task(name="gated", keep_result=30)
     async def gated(name: str) -> str:

@@ -322,10 +322,17 @@ def test_status_through_every_state(setup: Setup) -> None:
     assert later.cancel() and later.status() == "cancelled"  # kept: add keeps results
     with pytest.raises(dynoq.TaskCancelled):
         later.result(timeout=5)
+    r = setup.task("again").delay(5)  # fails, then waits an hour to retry
+    wait_for(lambda: r.status() == "retrying", what="retrying")
+    info = r.info()
+    assert info.attempts == 1 and info.due_at is not None
+    assert info.failure is not None and (info.failure.error_type, info.failure.error) == (
+        "RuntimeError", "again 5 failed")
+    assert r.reschedule(delay=0)  # retry now: fails again, its retries are spent
+    with pytest.raises(dynoq.TaskFailed, match="again 5 failed"):
+        r.result(timeout=20)
+    assert r.status() == "dead" and r.info().attempts == 2
     f = flaky.delay(1)  # fails 3 times (max_retries=2), 50 ms apart
-    wait_for(lambda: f.status() == "retrying", what="retrying")
-    info = f.info()
-    assert info.failure is not None and info.failure.error_type == "RuntimeError"
     wait_for(lambda: f.status() == "dead", what="dead")
     assert f.info().attempts == 3
     with pytest.raises(dynoq.ResultNotKept, match="keep_result=0"):
@@ -712,6 +719,9 @@ def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str,
     later = s.task("add").apply((40, 2), delay=60)
     assert (once.status(), later.status()) == ("waiting", "delayed")
     assert cancelled.cancel()
+    kept_cancel = s.task("add").apply((0, 0), delay=60)
+    assert kept_cancel.cancel() and kept_cancel.status() == "cancelled"
+    retried = s.task("again").delay(9)
     log = tmp_path / "worker.log"
     app = "sync_app" if flavor == "sync" else "async_app"
     p = _worker(s.url, s.prefix, app, log, "--concurrency", "4", "--stop-timeout", "10")
@@ -719,6 +729,10 @@ def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str,
         wait_for(lambda: gated.status() == "running", timeout=60, what="the worker started")
         assert moved.reschedule(delay=0)
         assert later.reschedule(delay=0)
+        wait_for(lambda: retried.status() == "retrying", timeout=30, what="retrying")
+        assert retried.reschedule(delay=0)
+        with pytest.raises(dynoq.TaskFailed, match="again 9 failed"):
+            retried.result(timeout=30)
         assert later.result(timeout=30) == 42
         wait_for(lambda: flaky.status() == "dead" and fussy.status() == "dead", timeout=30,
                  what="the failing ones dead")
