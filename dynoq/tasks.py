@@ -377,7 +377,7 @@ class Runner:
 
     def __call__(self, msg: Message) -> None:
         name, args, kwargs = core.call_of(msg)
-        task = self.registry.runnable(name, self.queue)
+        task = self.registry.runnable(name)
         value = task.run(*args, **kwargs)
         if task.keep_ms:
             msg.keep = core.keep_success(self.ops, msg, name, value, task.keep_ms)

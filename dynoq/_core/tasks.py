@@ -276,17 +276,15 @@ class Registry(Generic[T]):
         found = self._tasks.get(name)
         return None if found is None else found[1]
 
-    def runnable(self, name: str, queue: str) -> T:
-        """The task a worker of ``queue`` runs for a message naming ``name``; an unknown
-        name (or a task of another queue) is dead-lettered, with the reason, at once."""
+    def runnable(self, name: str) -> T:
+        """The task a worker runs for a message naming ``name`` (whatever queue it came
+        from: a task moved to another queue still runs the calls waiting on its old one);
+        an unknown name is dead-lettered, with the reason, at once."""
         found = self._tasks.get(name)
         if found is None:
             raise DeadLetter(f"unknown task {name!r}: no task of that name is declared in "
                              f"this worker's app (a newer version's task? deploy the "
                              f"workers, then replay the dead letters)")
-        if found[0].queue != queue:
-            raise DeadLetter(f"task {name!r} was found on queue {queue!r}, but it is "
-                             f"declared on queue {found[0].queue!r}")
         return found[1]
 
     def options(self) -> list[TaskOptions]:
@@ -324,8 +322,7 @@ class Registry(Generic[T]):
         own = {o.name: RetryPolicy(o.retry_delays or default.delays,
                                    default.max_retries if o.max_retries is None
                                    else o.max_retries)
-               for o in self.options()
-               if o.queue == queue and (o.retry_delays is not None or o.max_retries is not None)}
+               for o in self.options() if o.retry_delays is not None or o.max_retries is not None}
         spec = self.spec(queue)
         return dataclasses.replace(
             base, retry_delays=TaskRetries(default.delays, default.max_retries, own),
