@@ -43,9 +43,10 @@ _REGISTER = {"SADD": frozenset({"registries"})}  # a first open registers the na
 
 ROLES: dict[str, Role] = {
     "producer": Role("open queues and topics, push, ensure, publish, peek, stats; send "
-                     "tasks and read, cancel or reschedule them (dynoq.Tasks)",
-                     _OPEN | {"push", "publish", "task-push", "task-state", "task-cancel",
-                              "reschedule"}, _REGISTER),
+                     "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
+                     "its message: the consumer's)",
+                     _OPEN | {"push", "publish", "task-push", "task-state", "reschedule"},
+                     _REGISTER),
     "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
                   _OPEN | {"push", "publish", "push-batch", "batch-commit"}, _REGISTER),
     "consumer": Role(

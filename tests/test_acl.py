@@ -39,6 +39,7 @@ from dynoq._core.keys import (
     ShardKeys,
     TopicKeys,
     registry_key,
+    result_key,
     topic_registry_key,
 )
 from dynoq._core.lua import SCRIPTS
@@ -125,6 +126,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     tag = QueueKeys(p, "q").shard(0).msgs.rsplit(":", 1)[0]
     add(f"{tag}:commit:query", "commit")
     add(f"{tag}:wrote:query", "wrote")
+    add(result_key(p, "q", 0, "task-1"), "result")
     return {k: frozenset(v) for k, v in out.items()}
 
 

@@ -630,8 +630,9 @@ def test_keep_result_zero_adds_no_redis_command(flavor: str, prefix: str,
 
 @pytest.mark.sync_only
 def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server: Any) -> None:
-    """A producer user sends tasks and asks about, cancels and reschedules them; a
-    consumer user runs a worker whose tasks keep results (dynoq.acl roles)."""
+    """A producer user sends tasks and asks about and reschedules them, and may not cancel
+    one (that deletes its message); a consumer user cancels them and runs a worker whose
+    tasks keep results (dynoq.acl roles, once an admin installed dynoq's scripts)."""
     import redis
 
     from dynoq import acl
@@ -645,6 +646,7 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
         admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
                               *acl.rules(prefix, role))
         urls[role] = (name, f"redis://{name}:{password}@{plain[8:]}")
+    acl.install(admin)
 
     def app(client: dynoq.Client) -> dynoq.Tasks:
         tasks = dynoq.Tasks(client)
@@ -659,7 +661,10 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
             later = add.apply((1, 1), id="later", delay=60)
             assert later.reschedule(delay=120) and later.status() == "delayed"
             assert add.apply((0, 0), id="later").id == "later"
-            assert later.cancel() and later.status() == "cancelled"
+            with pytest.raises(dynoq.PermissionDenied):
+                later.cancel()
+            mine = app(consumer_client).handle("later", task="add")
+            assert mine.cancel() and later.status() == "cancelled"
             with app(consumer_client).worker(**FAST):
                 assert h.result(timeout=20) == 5
             assert app(consumer_client).get("add").delay(1, 2).status() == "waiting"

@@ -7,9 +7,9 @@
   flags: allow-oom
 ]]
 local kept = 0
-for i, key in ipairs(KEYS) do
+for i, result in ipairs(KEYS) do
   if ARGV[2 * i - 1] ~= '0' then
-    redis.call('SET', key, ARGV[2 * i], 'PX', ARGV[2 * i - 1])
+    redis.call('SET', result, ARGV[2 * i], 'PX', ARGV[2 * i - 1])
     kept = kept + 1
   end
 end
