@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 
+from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
 from .client import Client, connect
 from .consumer import Consumer, Middleware
+from .consumer.many import Consumers
 from .errors import (
     ConnectionFailed,
     DynoqError,
@@ -28,15 +30,21 @@ from .errors import (
     QueueConfigError,
     QueueGone,
     ReplicationError,
+    ResultNotKept,
+    ResultTimeout,
     ScriptsNotInstalled,
     ServerError,
     ServerFull,
+    TaskArgumentError,
+    TaskCancelled,
+    TaskFailed,
 )
 from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
 from .settings import ConsumerSettings, QueueSettings, TopicSettings
 from .sweeper import Sweeper
+from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
 __version__ = "0.2.0"
@@ -52,6 +60,7 @@ __all__ = [
     "Consumer",
     "ConsumerSettings",
     "ConsumerStats",
+    "Consumers",
     "DeadLetter",
     "DynoqError",
     "GroupConflict",
@@ -73,6 +82,8 @@ __all__ = [
     "QueueStats",
     "RateLimited",
     "ReplicationError",
+    "ResultNotKept",
+    "ResultTimeout",
     "Retry",
     "ScriptsNotInstalled",
     "ServerError",
@@ -80,6 +91,14 @@ __all__ = [
     "ShardStats",
     "Subscription",
     "Sweeper",
+    "Task",
+    "TaskArgumentError",
+    "TaskCancelled",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskState",
+    "Tasks",
     "Topic",
     "TopicSettings",
     "connect",

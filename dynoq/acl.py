@@ -43,15 +43,19 @@ _OPEN = frozenset({"open", "epoch-set", "peek", "stats"})
 _REGISTER = {"SADD": frozenset({"registries"})}  # a first open registers the name
 
 ROLES: dict[str, Role] = {
-    "producer": Role("open queues and topics, push, ensure, publish, peek, stats",
-                     _OPEN | {"push", "publish"}, _REGISTER),
+    "producer": Role("open queues and topics, push, ensure, publish, peek, stats; send "
+                     "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
+                     "its message: the consumer's)",
+                     _OPEN | {"push", "publish", "task-push", "task-state", "reschedule"},
+                     _REGISTER),
     "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
                   _OPEN | {"push", "publish", "push-batch", "batch-commit"}, _REGISTER),
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
-        "purge dead letters, schedules",
+        "purge dead letters, schedules; run task workers, with kept results",
         _OPEN | {"push", "publish", "pop", "probe", "ack", "nack", "extend", "requeue",
+                 "task-push", "task-state", "task-cancel", "task-keep",
                  "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
                  "lease-renew", "lease-release", "group-heartbeat", "group-leave",
                  "group-history", "subscription", "rate-take", "schedule-fire"},

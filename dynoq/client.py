@@ -13,6 +13,7 @@ from .backend import Backend, open_backend, wrap
 from .backend.facts import warn_if_evicting
 from .consumer import Consumer
 from .queue import Queue
+from .retry import RetryPolicy
 from .settings import ConsumerSettings
 from .sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL, Sweeper
 from .topic import Topic
@@ -133,7 +134,7 @@ class Client:
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | None = _D.retry_delays,
+                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
                  max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,

@@ -110,6 +110,42 @@ class QueueGone(DynoqError):
     first open does when it no longer exists."""
 
 
+class TaskArgumentError(PayloadTypeError):
+    """A task's argument cannot be sent (msgpack cannot carry it; never pickle): refused
+    by ``delay``/``apply`` with nothing pushed. ``argument`` names it (``"to"``, or
+    ``"#2"`` for a positional one whose name is unknown)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class TaskFailed(DynoqError):
+    """``TaskHandle.result()`` of a task that failed for good (dead-lettered): its last
+    error's type and message (and traceback, when the worker recorded one)."""
+
+    def __init__(self, message: str, error_type: str = "", error: str = "",
+                 traceback: str = "") -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.error = error
+        self.traceback = traceback
+
+
+class TaskCancelled(TaskFailed):
+    """``TaskHandle.result()`` of a task that was cancelled before it ran."""
+
+
+class ResultNotKept(DynoqError):
+    """``TaskHandle.result()`` when there is no result to wait for: the task keeps none
+    (``keep_result=0``, the default), its kept result expired, its return value could not
+    be kept, or no task of that id is known."""
+
+
+class ResultTimeout(DynoqError, TimeoutError):
+    """``TaskHandle.result(timeout=...)``: the task had not ended within the timeout."""
+
+
 # Refusals: a script refuses with a bare negative integer (lua/lib/refusal.lua); no normal
 # reply is one. LEASED (another consumer leases the shard) is not an error for a pop that
 # holds no lease: it skips the shard. Every other code maps to a typed error here.

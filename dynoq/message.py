@@ -28,7 +28,8 @@ class Message:
     delivery, so a stale ack cannot remove a newer delivery. ``fence`` (a consumer's
     message of an ordered shard) grows at every lease takeover of the shard, so a handler
     writing elsewhere can refuse a write from an older holder. ``failure`` says why a
-    dead-lettered (or retried) message failed.
+    dead-lettered (or retried) message failed. ``keep`` is set by a task's worker (a
+    result to keep with the ack, see dynoq.Tasks).
     """
 
     payload: Any
@@ -46,6 +47,9 @@ class Message:
     lease: str | None = field(default=None, repr=False, compare=False)
     fence: int | None = field(default=None, compare=False)
     failure: Failure | None = field(default=None, compare=False)
+    # Set by a handler that wants something kept with the ack (a task's kept result):
+    # (key, record, ms to keep it), written just before the ack, in its round trip.
+    keep: tuple[str, bytes, int] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = {
     "dynoq/asyncio/queue.py": "dynoq/queue.py",
     "dynoq/asyncio/topic.py": "dynoq/topic.py",
+    "dynoq/asyncio/tasks.py": "dynoq/tasks.py",
 }
 # Applied in order to every line (outside the `# unasync:` overrides).
 SUBS: list[tuple[str, str]] = [

@@ -39,6 +39,7 @@ from dynoq._core.keys import (
     ShardKeys,
     TopicKeys,
     registry_key,
+    result_key,
     topic_registry_key,
 )
 from dynoq._core.lua import SCRIPTS
@@ -126,6 +127,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     tag = QueueKeys(p, "q").shard(0).msgs.rsplit(":", 1)[0]
     add(f"{tag}:commit:query", "commit")
     add(f"{tag}:wrote:query", "wrote")
+    add(result_key(p, "q", 0, "task-1"), "result")
     return {k: frozenset(v) for k, v in out.items()}
 
 
@@ -304,7 +306,7 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         writer = RowWriter(Target.of(urls["spark"], "feed", {"prefix": p}),
                            RowSpec.of("id"), query="q1")
         clients["spark"].queue("feed", shards=2, dedupe_window=60)
-        assert writer.push_rows([{"id": i} for i in range(5)], batch=0).pushed == 5
+        assert writer.push_rows([{"id": i} for i in range(5)], batch=0).counts.pushed == 5
         assert writer.commit(0) and writer.progress().committed == 0
         # dashboard(-actions): read everything; replay and purge dead letters
         looking = clients["dashboard"].open_existing("jobs")

@@ -170,11 +170,12 @@ def test_consumer_options_are_named_keywords_with_the_settings_defaults() -> Non
 
 
 def test_every_script_names_its_keys_in_its_header() -> None:
-    from dynoq._core import batches, keys, lua
+    from dynoq._core import batches, keys, lua, tasks
 
     known = ({f.name for f in dataclasses.fields(keys.ShardKeys)}
              | {f.name for f in dataclasses.fields(keys.GroupKeys)}
-             | {f.name for f in dataclasses.fields(batches.BatchKeys)} | {"meta", "subs"})
+             | {f.name for f in dataclasses.fields(batches.BatchKeys)}
+             | {f.name for f in dataclasses.fields(tasks.TaskKeys)} | {"meta", "subs"})
     for script in lua.SCRIPTS.values():
         assert script.keys and set(script.keys) <= known, script.name
         assert (ROOT / "lua" / f"{script.name}-{len(script.keys)}.lua").is_file(), script.name

@@ -57,3 +57,11 @@ def test_every_command_option_is_documented() -> None:
                     if opt not in ("-h", "--help"):
                         assert f"`{opt}" in page or f" {opt} " in page or f"[{opt}" in page, (
                             command.name, opt)
+
+
+def test_every_spark_data_source_option_is_documented() -> None:
+    from dynoq.spark import datasource
+
+    page = (DOCS / "spark.md").read_text().lower()
+    for name in datasource._TARGET | datasource._WRITE | datasource._READ:
+        assert f"| `{name}` |" in page, name

@@ -21,8 +21,9 @@ EXPECT = {  # a line each example prints when it did what it says
     "ordered_events.py": "handled in order: ['created', 'paid', 'shipped']",
     "consumer_group.py": "handled per worker:",
     "spark_sink.py": "queued 100 emails",
+    "tasks.py": "sent 3 emails; retried: ['bob@flaky.example.org']",
 }
-PREFIXES = ("shop", "timers", "ordered", "group-demo", "spark-demo")
+PREFIXES = ("shop", "timers", "ordered", "group-demo", "spark-demo", "tasks-demo")
 
 
 def test_every_example_is_checked() -> None:

@@ -300,7 +300,7 @@ def test_a_spark_writer_with_a_stale_view_is_refused_then_reads_again(
         driver.queue("rows", shards=4, ordered=True)
         writer = RowWriter(Target.of(driver, "rows"), RowSpec.of("id", key_col="k"))
         rows = [{"id": f"r{i}", "k": f"k{i % 12}", "n": i} for i in range(60)]
-        assert writer.push_rows(rows[:30]).pushed == 30
+        assert writer.push_rows(rows[:30]).counts.pushed == 30
         wipe(driver, prefix)
         with dynoq.connect(real_url, prefix=prefix) as other:
             fresh = other.queue("rows", shards=2, ordered=True)
@@ -310,7 +310,7 @@ def test_a_spark_writer_with_a_stale_view_is_refused_then_reads_again(
                 k for k in keys_of(driver, prefix) if "{rows:2}" not in k
                 and "{rows:3}" not in k)
             # Spark retries the task: this time it reads the queue again.
-            assert writer.push_rows(rows[30:]).pushed == 30
+            assert writer.push_rows(rows[30:]).counts.pushed == 30
             assert fresh.size() == 30
             assert not [k for k in keys_of(driver, prefix)
                         if "{rows:2}" in k or "{rows:3}" in k]
@@ -349,3 +349,23 @@ def test_after_a_restart_without_persistence_pushes_recreate_nothing(
         assert again.size() == 1
     finally:
         client.close()
+
+
+@pytest.mark.sync_only
+def test_tasks_are_refused_on_a_vanished_queue_then_sent_to_it_anew(
+        make_client: Callable[..., Any], prefix: str, flavor: str) -> None:
+    # A Tasks app keeps the queues it opened (and a handle its task's queue): after the
+    # queue vanished they are refused, and the app opens it again at the next call,
+    # creating it with the app's settings as a first open does.
+    client = make_client()
+    app = dynoq.Tasks(client, queue="jobs")
+    add = app.task(name="add", keep_result=60)(lambda a, b: a + b)
+    handle = add.apply((1, 2), id="first", delay=60)
+    wipe(client, prefix)
+    with pytest.raises(dynoq.QueueGone):
+        add.apply((3, 4), id="second")  # task-push: push-if-absent with a kept result
+    with pytest.raises(dynoq.QueueGone):
+        handle.cancel()  # task-cancel
+    assert keys_of(client, prefix) == []
+    assert add.delay(5, 6).status() == "waiting"  # the app's queue, created anew
+    assert client.open_existing("jobs") is not None

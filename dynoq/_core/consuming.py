@@ -21,12 +21,14 @@ from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import codec, logs, validate
 from .calls import Batch, Call, Flow, together
+from .lua import script
 from .ops import ANY, QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .topics import TopicOps
 
 log = logging.getLogger("dynoq.consumer")
+_KEEP = script("task-keep")
 
 
 def default_instance_id() -> str:
@@ -280,11 +282,13 @@ def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
                queue: str) -> tuple[str, float]:
     """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
     picks the delay, anything else takes the policy's next delay; past the policy's own
-    max_retries it is dead-lettered."""
+    max_retries it is dead-lettered. The policy is the message's own (``policy.of``: a
+    task's, on a task queue)."""
     if isinstance(error, DeadLetter):
         return "dead", 0.0
     if isinstance(error, RateLimited):
         return "back", error.delay
+    policy = policy.of(msg)
     if policy.spent(msg.attempts):
         logs.error(log, logging.WARNING, "dynoq: message %s of %r failed its retries "
                    "(attempt %d, consumer's max_retries %s): dead-lettered", msg.id, queue,
@@ -304,17 +308,36 @@ def _failure_call(ops: QueueOps, msg: Message, error: BaseException, policy: Ret
     return ops.nack_call(msg, delay=delay, mode=mode, why=why)
 
 
+def keeps(done: Sequence[Message]) -> list[Call]:
+    """What handled messages asked to keep with their ack (``Message.keep``: a task's
+    kept result): one task-keep script per shard, sent just before the acks in their
+    round trip, so that a task's id is always stored somewhere (its message, then its
+    kept record) and an ``apply(id=...)`` never finds it absent in between. (One script
+    for a batch's records costs the client a third of a SET each: bench_tasks.) Nothing
+    for messages that ask for nothing: no command, no cost."""
+    groups: dict[int | None, tuple[list[str], list[Any]]] = {}
+    for m in done:
+        k = m.keep
+        if k is not None:
+            keys, args = groups.setdefault(m.shard, ([], []))
+            keys.append(k[0])
+            args += (k[2], k[1])
+    return [Call(_KEEP, keys, args) for keys, args in groups.values()]
+
+
 def settle(ops: QueueOps, ok: Sequence[Message],
            failed: Sequence[tuple[Message, BaseException]], policy: RetryPolicy,
            consumer: str, back: Sequence[Message] = ()) -> Flow[Tally]:
     """Concurrent queues: ack what succeeded, retry or dead-letter each failure on its own
     (recording why), give back what was not handled (no attempt counted); one round trip
-    for all of it."""
-    calls: list[Call] = ops.ack_calls(ok)
-    acks = len(calls)
+    for all of it, with what the messages asked to keep (:func:`keeps`) before their acks."""
+    kept = keeps(ok)
+    acking = ops.ack_calls(ok)
+    acks = len(acking)
+    calls: list[Call] = [*kept, *acking]
     calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
     calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
-    replies = yield Batch(calls)
+    replies = (yield Batch(calls))[len(kept):]
     tally = Tally(handled=sum(replies[:acks]),
                   failed=sum(not isinstance(e, RateLimited) for _, e in failed))
     for given, buried in replies[acks:acks + len(failed)]:
@@ -330,12 +353,14 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
     failure of the next one, which is then retried in place (blocking its shard) or
     dead-lettered, while the messages after it go back to their places unhandled (no
     attempt counted). Returns (tally, True when the shard now waits for a retry)."""
-    calls: list[Call] = ops.ack_calls(msgs[:done])
-    acks = len(calls)
+    kept = keeps(msgs[:done])
+    acking = ops.ack_calls(msgs[:done])
+    acks = len(acking)
+    calls: list[Call] = [*kept, *acking]
     if error is not None:
         calls.append(_failure_call(ops, msgs[done], error, policy, consumer))
         calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1:]]
-    replies = yield Batch(calls)
+    replies = (yield Batch(calls))[len(kept):]
     tally = Tally(handled=sum(replies[:acks]))
     blocked = False
     if error is not None:
@@ -399,3 +424,11 @@ class Counts:
     def snapshot(self) -> ConsumerStats:
         return ConsumerStats(**{k: (x if k == "handler_seconds" else int(x))  # type: ignore[arg-type]
                                 for k, x in self._values.items()})
+
+
+def summed(stats: Sequence[ConsumerStats]) -> ConsumerStats:
+    """Several consumers' counts added up (a task worker's, one consumer per queue)."""
+    out = Counts()
+    for s in stats:
+        out.add(**asdict(s))
+    return out.snapshot()

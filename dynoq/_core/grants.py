@@ -57,6 +57,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "history": ("group:{*}:*:history",),
     "registry": ("groups:{*}",),  # the queue's set of consumer groups
     "claim": ("claim:{*}",),
+    "result": ("result:{*}:*",),  # a task's kept state and result (dynoq.Tasks)
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
     # Every key of broadcasting members' queues (their names hold two ':'), which the

@@ -120,6 +120,15 @@ class GroupKeys:
     history: str  # list, newest first: "<ms> <json>" per rebalance that changed something
 
 
+def result_key(prefix: str, queue: str, shard: int, task_id: str) -> str:
+    """A task's kept state and result (a string with a TTL: dynoq.Tasks' keep_result):
+    ``<prefix>:result:{<queue>:<shard>}:<id>``. Its hash tag is the shard's, so the ack
+    that ends the task and the scripts that read or cancel it reach it on Redis Cluster.
+    No other key has "result" after the prefix, and the tag ends at the first '}' (a
+    queue name holds none), so the id after it, whatever it holds, names one key."""
+    return f"{prefix}:result:{{{queue}:{shard}}}:{task_id}"
+
+
 def registry_key(prefix: str) -> str:
     """The set of queue names under a prefix (the sweeper walks it)."""
     return f"{prefix}:queues"

@@ -82,6 +82,7 @@ class QueueOps:
         self.keys = keys or QueueKeys(prefix, name)
         self.epoch = epoch
         self.on_gone = on_gone
+        self.lost = False  # a shard refused this epoch: a cache of Queue objects reopens
         self._parsers: dict[tuple[str, int, Any], Callable[[Any], Any]] = {}
         # What a refusal names: a topic's group queue lives and dies with its topic.
         self.what = (f"topic {self.keys.tag!r}" if self.keys.sub
@@ -119,6 +120,7 @@ class QueueOps:
 
     def gone(self, context: str) -> QueueGone:
         """The QueueGone to raise (and ``on_gone`` told) when a shard refused this epoch."""
+        self.lost = True
         if self.on_gone is not None:
             self.on_gone()
         return gone_error(self.what, context)

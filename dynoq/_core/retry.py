@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import DynoqError, InvalidArgument, InvalidType
+from ..message import Message
 from . import validate
 
 # RocketMQ's delay levels: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
@@ -72,12 +73,21 @@ class RetryPolicy:
     max_retries: int | None = None
 
     @classmethod
-    def make(cls, delays: Sequence[float] | None, *, ordered: bool,
+    def make(cls, delays: Sequence[float] | RetryPolicy | None, *, ordered: bool,
              max_retries: int | None = None) -> RetryPolicy:
+        """The policy of ``retry_delays`` (a sequence of seconds, None for the queue kind's
+        defaults, or a RetryPolicy, taken as it is)."""
+        if isinstance(delays, RetryPolicy):
+            return delays
         if delays is None:
             return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS,
                        max_retries)
         return cls(check_delays(delays), max_retries)
+
+    def of(self, msg: Message) -> RetryPolicy:
+        """The policy for one failed message: this one. A subclass may pick one per
+        message (a task queue's consumer takes each task's own: dynoq.Tasks)."""
+        return self
 
     def spent(self, attempts: int) -> bool:
         """Whether a message that failed its ``attempts``-th delivery has used up this

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import InvalidArgument, InvalidType, QueueConfigError
 from . import validate
+from .retry import RetryPolicy
 
 SCHEMA_VERSION = 1
 
@@ -154,14 +155,16 @@ class ConsumerSettings:
     finished messages per consumer (default concurrency * batch_size); strategy: a name in
     ``dynoq.allocation.STRATEGIES`` or a function, with strategy_options; retry_delays:
     seconds before each retry (default RocketMQ's levels from 10 s on concurrent queues,
-    1 s on ordered ones); lease_ttl: seconds a shard lease (and a heartbeat) lives, renewed
-    every third of it; rebalance_interval: seconds between periodic rebalances (members
-    joining or leaving trigger one at once); instance_id: this member's id (default
-    host:pid:random); mode: for a topic, "clustering" or "broadcasting" (None: as the
-    group is subscribed, else clustering; a mode that conflicts with the group's
-    subscription raises GroupConflict at start); max_continuous_time: seconds a worker stays on
-    one ordered shard while others wait; idle_wait: longest blocking pop, seconds (pushes
-    wake a waiting consumer at once; stop() too);
+    1 s on ordered ones; or a :class:`dynoq.retry.RetryPolicy`, whose ``of(msg)`` may pick
+    a policy per message, as a task queue's does); lease_ttl: seconds a shard lease (and
+    a heartbeat) lives, renewed every third of it; rebalance_interval: seconds between
+    periodic rebalances (members joining or leaving trigger one at once); instance_id:
+    this member's id (default host:pid:random); mode: for a topic, "clustering" or
+    "broadcasting" (None: as the group is subscribed, else clustering; a mode that
+    conflicts with the group's subscription raises GroupConflict at start);
+    max_continuous_time: seconds a worker stays on one ordered shard while others wait;
+    idle_wait: longest blocking pop, seconds (pushes wake a waiting consumer at once;
+    stop() too);
     visibility: seconds a popped message stays invisible (default: the queue's
     unack_timeout); consume_timeout: seconds one handler call may take before its message
     is treated as failed (RocketMQ's consumeTimeout, 15 minutes; an ordered shard waits
@@ -181,7 +184,7 @@ class ConsumerSettings:
     max_in_flight: int | None = None
     strategy: str | Callable[..., list[int]] = "averagely"
     strategy_options: Mapping[str, Any] | None = None
-    retry_delays: Sequence[float] | None = None
+    retry_delays: Sequence[float] | RetryPolicy | None = None
     max_retries: int | None = None
     lease_ttl: float = 30.0
     rebalance_interval: float = 20.0

@@ -10,6 +10,9 @@ consumers and sweeper, every operation awaited::
         for msg in await q.pop(count=10, wait=5.0):
             await q.ack(msg)
 
+Tasks too: ``tasks = dynoq.asyncio.Tasks(client)``, ``@tasks.task`` on ``async def``
+functions, ``await fn.delay(...)`` (see docs/tasks.md).
+
 Topics too: ``await client.topic("events")``, ``await topic.publish(..., tag=...)`` and
 ``client.consumer(topic, handler, group=...)``.
 
@@ -20,8 +23,11 @@ and asyncio clients work on the same queues. See docs/asyncio.md.
 from .._core.middleware import Middleware
 from .client import Client, connect
 from .consumer import Consumer
+from .consumer.many import Consumers
 from .queue import Queue
 from .sweeper import Sweeper
+from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
-__all__ = ["Client", "Consumer", "Middleware", "Queue", "Sweeper", "Topic", "connect"]
+__all__ = ["Client", "Consumer", "Consumers", "Middleware", "Queue", "Sweeper", "Task",
+           "TaskHandle", "Tasks", "Topic", "connect"]

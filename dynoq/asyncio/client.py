@@ -15,6 +15,7 @@ from .._core import codec, ops, topics, validate
 from .._core.calls import Cmd, server_time
 from .._core.catalog import Catalog
 from .._core.sweep import DEFAULT_INTERVAL, REFRESH_INTERVAL, SweepObserver
+from ..retry import RetryPolicy
 from ..settings import ConsumerSettings
 from .backend import AsyncBackend, open_backend, wrap
 from .consumer import Consumer
@@ -135,7 +136,7 @@ class Client:
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | None = _D.retry_delays,
+                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
                  max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,

@@ -19,6 +19,7 @@ from ..queue import Queue
 from ..signals import StopOnSignals
 from ..sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL
 from ..topic import Topic
+from . import task_worker
 from .base import EXIT_IMPORT, JSON_OPTION, CliError, Env, UsageFailure, cli, pass_env
 from .worker import HandlerImportError, import_handler, setup_logging, supervise
 
@@ -86,7 +87,13 @@ class HandlerNotFound(CliError):
 
 
 @cli.command()
-@click.argument("handler")
+@click.argument("handler", required=False)
+@click.option("--tasks", "tasks_app", default=None, metavar="MODULE:APP",
+              help="Run every task of this dynoq.Tasks (or dynoq.asyncio.Tasks) app, one "
+                   "consumer per task queue, instead of a HANDLER.")
+@click.option("--queues", default=None, metavar="NAME,...",
+              help="With --tasks: only the tasks of these queues [default: every task "
+                   "queue of the app].")
 @click.option("--queue", default=None, help="Consume this (existing) queue.")
 @click.option("--topic", default=None, help="Consume this (existing) topic as --group.")
 @click.option("--group", default="default", show_default=True, help="Consumer group.")
@@ -118,18 +125,29 @@ class HandlerNotFound(CliError):
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines (--log-format json).")
 @pass_env
-def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: str,
+def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | None,
+           queue: str | None, topic: str | None, group: str,
            mode: str | None, concurrency: int, batch_size: int, ordered_only: bool,
            rate_limit: str | None, retry_delays: str | None, max_retries: int | None,
            processes: int, stop_timeout: float, connect_timeout: float | None,
            log_format: str, log_level: str, as_json: bool) -> None:
-    """Run HANDLER (module:function) on a queue or topic until SIGTERM/SIGINT.
+    """Run HANDLER (module:function) on a queue or topic, or every task of a tasks app
+    (--tasks module:app), until SIGTERM/SIGINT.
 
     Waits for Redis at start (retrying with backoff; --connect-timeout bounds it). Exit
     codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable, 4 the
-    handler cannot be imported."""
+    handler (or tasks app) cannot be imported."""
     setup_logging("json" if as_json else log_format, log_level)
-    if (queue is None) == (topic is None):
+    if tasks_app is not None:
+        if handler is not None or queue is not None or topic is not None:
+            raise UsageFailure("give a HANDLER with --queue or --topic, or --tasks "
+                               "MODULE:APP (with --queues), not both")
+    elif handler is None:
+        raise UsageFailure("give a HANDLER (module:function) with --queue or --topic, or "
+                           "--tasks MODULE:APP")
+    elif queues is not None:
+        raise UsageFailure("--queues goes with --tasks (a HANDLER takes --queue)")
+    elif (queue is None) == (topic is None):
         raise UsageFailure("give exactly one of --queue and --topic")
     limit = _rate_limit(rate_limit)
     delays = _retry_delays(retry_delays)
@@ -138,6 +156,16 @@ def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: 
             os.environ["DYNOQ_URL"] = env.url
         argv = ["--prefix", env.prefix, *_worker_args(click.get_current_context())]
         sys.exit(supervise(argv, processes, stop_timeout))
+    if tasks_app is not None:
+        options = {"group": group, "concurrency": concurrency, "batch_size": batch_size,
+                   "rate_limit": limit, "retry_delays": delays, "max_retries": max_retries}
+        try:
+            task_worker.run(env, tasks_app, queues, options, stop_timeout=stop_timeout,
+                            connect_timeout=connect_timeout, ordered_only=ordered_only)
+        except HandlerImportError as exc:
+            raise HandlerNotFound(str(exc)) from None
+        return
+    assert handler is not None
     try:
         fn = import_handler(handler)
     except HandlerImportError as exc:
@@ -192,11 +220,13 @@ def _retry_delays(text: str | None) -> tuple[float, ...] | None:
 
 def _worker_args(ctx: click.Context) -> list[str]:
     """The worker command line of one process (for the supervisor's children)."""
-    out = ["worker", ctx.params["handler"]]
+    handler = ctx.params["handler"]
+    out = ["worker", *([handler] if handler is not None else [])]
+    flags = {p.name: p.opts[0] for p in ctx.command.params if isinstance(p, click.Option)}
     for name, value in ctx.params.items():
         if name in ("handler", "processes") or value is None or value is False:
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = flags[name]  # as typed (--tasks for tasks_app, --json for as_json)
         out += [flag] if value is True else [flag, str(value)]
     return [*out, "--processes", "1"]
 

@@ -56,12 +56,12 @@ class HandlerImportError(Exception):
     """The handler named on the command line cannot be imported."""
 
 
-def import_handler(spec: str) -> Callable[..., Any]:
-    """``package.module:function`` (or ``module:object.method``), imported from the
-    current directory first."""
+def import_target(spec: str, what: str = "handler", form: str = "module:function") -> Any:
+    """``package.module:name`` (or ``module:object.attr``), imported from the current
+    directory first."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise HandlerImportError(f"handler {spec!r} must be module:function")
+        raise HandlerImportError(f"{what} {spec!r} must be {form}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -69,7 +69,14 @@ def import_handler(spec: str) -> Callable[..., Any]:
         for part in attr.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise HandlerImportError(f"cannot import handler {spec!r}: {exc}") from None
+        raise HandlerImportError(f"cannot import {what} {spec!r}: {exc}") from None
+    return target
+
+
+def import_handler(spec: str) -> Callable[..., Any]:
+    """``package.module:function`` (or ``module:object.method``), imported from the
+    current directory first."""
+    target = import_target(spec)
     if not callable(target):
         raise HandlerImportError(f"handler {spec!r} is not callable")
     return target  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ from .._core.ops import QueueOps
 from ..errors import DynoqError, InvalidType, QueueGone
 from ..message import ConsumerStats
 from ..queue import Queue
+from ..retry import RetryPolicy
 from ..settings import ConsumerSettings
 from ..signals import StopOnSignals
 from ..topic import Topic
@@ -56,7 +57,7 @@ class Consumer:
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | None = _D.retry_delays,
+                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
                  max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,

@@ -1,0 +1,383 @@
+"""Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
+as a thin layer on the queue.
+
+A task is a message ``{"task": name, "args": [...], "kwargs": {...}}`` (msgpack, never
+pickle) on one of the app's queues; a worker runs one consumer per queue, whose handler
+runs each message's task. Delays, ordered queues and keys, retries, dead letters with
+their reasons, rate limits and schedules are the queue's and the consumer's own; the
+decisions of this layer are in :mod:`dynoq._core.tasks`, shared by both flavors. The
+asyncio shell (``dynoq/asyncio/tasks.py``) is written by hand; the sync one is generated
+from it (scripts/unasync.py).
+"""
+
+from __future__ import annotations
+
+import asyncio  # unasync: import time
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, overload
+
+from .._core import tasks as core
+from .._core import validate
+from .._core.tasks import TaskInfo, TaskOptions, TaskState
+from ..errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
+from ..message import ConsumerStats, Message
+from ..settings import ConsumerSettings
+from .client import Client, connect
+from .consumer.many import Consumers
+from .queue import Queue
+
+ASYNC = True  # unasync: ASYNC = False
+
+
+def _now() -> float:
+    """Monotonic seconds."""
+    return asyncio.get_running_loop().time()  # unasync: return time.monotonic()
+
+
+class Tasks:
+    """An app's tasks, sent through ``client`` (a :class:`dynoq.asyncio.Client`; None
+    until :meth:`bind`). ``queue``: where a task goes unless it names its own.
+
+    ``@tasks.task`` declares one; ``await fn.delay(...)`` sends a call;
+    ``await tasks.worker()`` runs them (or ``dynoq worker --tasks module:tasks``)."""
+
+    def __init__(self, client: Client | None = None, *, queue: str = "default") -> None:
+        self.client = client
+        self.registry: core.Registry[Task] = core.Registry(queue)
+        self._queues: dict[str, Queue] = {}
+
+    def __repr__(self) -> str:
+        count = len(self.registry.options())
+        return f"<dynoq.asyncio.Tasks {count} task(s) on {self.registry.queues()}>"
+
+    def bind(self, client: Client) -> None:
+        """Send and run this app's tasks through ``client`` from now on (``dynoq worker
+        --tasks`` binds the app to the worker's own connection, so a task that delays
+        another sends it there too)."""
+        self.client = client
+        self._queues = {}
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, name: str | None = None, queue: str | None = None,
+             retry_delays: Sequence[float] | None = None, max_retries: int | None = None,
+             timeout: float | None = None, rate_limit: tuple[int, float] | None = None,
+             key: Callable[..., Any] | None = None, keep_result: float = 0.0,
+             ordered: bool | str | None = None,
+             run_in_thread: bool = False) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+             queue: str | None = None, retry_delays: Sequence[float] | None = None,
+             max_retries: int | None = None, timeout: float | None = None,
+             rate_limit: tuple[int, float] | None = None,
+             key: Callable[..., Any] | None = None, keep_result: float = 0.0,
+             ordered: bool | str | None = None,
+             run_in_thread: bool = False) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Declare a task: ``@tasks.task`` or ``@tasks.task(...)`` with its options.
+
+        name: default ``module.qualname``; queue: default the app's; retry_delays /
+        max_retries: seconds before each retry, and retries after the first run before it
+        is dead-lettered (default: the worker's options, then the queue's; the queue's
+        max_retries caps it); timeout: seconds one run may take, and rate_limit: (count,
+        period seconds), both for the whole queue (its consumer's consume_timeout and
+        rate_limit: a task that needs its own goes on its own queue); key: a function of
+        the call's arguments giving its ordering key (ordered queues); keep_result:
+        seconds its end state and return value are kept (0: nothing kept, no cost);
+        ordered: the queue's setting when this app first opens it; run_in_thread: a sync
+        function of an asyncio app runs in a thread. Bad options raise InvalidArgument /
+        InvalidType, and so do a name already taken and a queue option that contradicts
+        another task's."""
+        def declare(f: Callable[..., Any]) -> Task:
+            core.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
+            options = TaskOptions(
+                name=core.task_name(f) if name is None else name,
+                queue=self.registry.default_queue if queue is None else queue,
+                retry_delays=None if retry_delays is None else tuple(retry_delays),
+                max_retries=max_retries, timeout=timeout, rate_limit=rate_limit, key=key,
+                keep_result=keep_result, ordered=ordered, run_in_thread=run_in_thread)
+            declared = Task(self, f, options)
+            self.registry.add(options, declared)
+            return declared
+
+        return declare if fn is None else declare(fn)
+
+    def get(self, name: str) -> Task | None:
+        """The task declared under ``name``, or None."""
+        return self.registry.get(name)
+
+    def handle(self, id: str, *, task: Task | str | None = None,
+               key: str | None = None) -> TaskHandle:
+        """A handle on the task of this id, from any process: give its ``task`` (or its
+        name) when you know it (else every task queue of the app is looked at), and its
+        ordering ``key`` when it has one (else every shard of an ordered queue is)."""
+        found = self.get(task) if isinstance(task, str) else task
+        if isinstance(task, str) and found is None:
+            raise InvalidArgument(f"no task named {task!r} in this app")
+        return TaskHandle(self, validate.check_id(id, "task id"), task=found,
+                          key=validate.check_key(key))
+
+    async def queue(self, name: str) -> Queue:
+        """One of the app's queues, opened (created on first use) through its client;
+        opened again once an operation found it gone (QueueGone), so the next call
+        creates it anew with the app's settings."""
+        q = self._queues.get(name)
+        if q is None or q.ops.lost:
+            q = await self._client().queue(name, **self.registry.spec(name).settings())
+            self._queues[name] = q
+        return q
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise InvalidArgument("this Tasks has no client: make it with Tasks(client), or "
+                                  "call tasks.bind(client) first")
+        return self.client
+
+    async def worker(self, *, queues: Iterable[str] | None = None,
+                     settings: ConsumerSettings | None = None, **options: Any) -> Consumers:
+        """A worker of the app's tasks: one consumer per task queue (``queues``: these
+        only), each with the consumer ``options`` (as ``client.consumer`` takes them, or
+        ``settings=``) and its tasks' timeout, rate limit and retry policies. Start it,
+        stop it, or ``run()`` it until SIGTERM."""
+        base = core.worker_settings(settings, options)
+        client = self._client()
+        made = []
+        keeping = {o.queue for o in self.registry.options() if o.keep_ms}
+        for name in self.registry.pick(queues):
+            q = await self.queue(name)
+            if name in keeping:
+                await q.backend.run(core.load_keep(q.ops))
+            made.append(client.consumer(q, Runner(self, q), settings=self.registry
+                                        .consumer_settings(name, base, q.settings.ordered)))
+        return Consumers(made)
+
+    async def serve(self, url: str | None = None, *, prefix: str = "dq",
+                    queues: Iterable[str] | None = None, stop_timeout: float = 30.0,
+                    ready: Callable[[Consumers], Any] | None = None,
+                    redis_options: dict[str, Any] | None = None,
+                    **options: Any) -> ConsumerStats:
+        """Run a worker of this app (:meth:`worker`, with ``queues`` and ``options``) on a
+        connection of its own to ``url`` under ``prefix``, until SIGTERM or SIGINT, then
+        stop it (``stop_timeout``); what ``dynoq worker --tasks`` runs. The app is bound
+        to that connection, so a task that sends another sends it there. ``ready`` is
+        called with the worker before it starts. Returns the worker's counts."""
+        async with connect(url, prefix=prefix, **(redis_options or {})) as client:
+            self.bind(client)
+            worker = await self.worker(queues=queues, **options)
+            if ready is not None:
+                ready(worker)
+            await worker.run(stop_timeout=stop_timeout)
+            return worker.stats()
+
+
+class Task:
+    """A function declared as a task. Calling it calls the function, here and now;
+    :meth:`delay` and :meth:`apply` send the call to a worker."""
+
+    run: Callable[..., Any]  # what a worker calls (a sync function of an asyncio app: in a thread)
+
+    def __init__(self, app: Tasks, fn: Callable[..., Any], options: TaskOptions) -> None:
+        functools.update_wrapper(self, fn)
+        self.app = app
+        self.fn = fn
+        self.options = options
+        self.name = options.name
+        self.keep_ms = options.keep_ms
+        self._arguments = core.Arguments(options.name, fn)
+        self.run = fn
+        if options.run_in_thread:  # a sync function of an asyncio app: in a thread
+            self.run = functools.partial(asyncio.to_thread, fn)  # unasync: self.run = fn
+
+    def __repr__(self) -> str:
+        return f"<dynoq.asyncio.Task {self.name!r} on queue {self.options.queue!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    async def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        """Send this call to a worker now; a handle on it."""
+        return await self.apply(args, kwargs)
+
+    async def apply(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
+                    delay: float = 0.0, id: str | None = None, key: str | None = None,
+                    priority: int = 0) -> TaskHandle:
+        """Send a call: after ``delay`` seconds, with ``priority`` (0..99, lower first), an
+        ordering ``key`` (default: the task's key function of the arguments). With an
+        ``id`` it is pushed only if no task of that id waits, runs, is dead-lettered or
+        has its result kept (push-if-absent: calling twice sends once). Arguments msgpack
+        cannot carry are refused (TaskArgumentError naming the argument), and so are
+        arguments that do not fit the function (InvalidType): nothing is sent then."""
+        payload = core.call_payload(self.name, args, kwargs)
+        kw = payload["kwargs"]
+        self._arguments.check(args, kw)
+        if key is None and self.options.key is not None:
+            key = self.options.key(*args, **kw)
+        q = await self.app.queue(self.options.queue)
+        try:
+            if id is None:
+                task_id = await q.push(payload, delay=delay, priority=priority, key=key)
+            elif self.keep_ms:
+                task_id = validate.check_id(id, "task id")
+                out = q.ops.prepare(Message(payload, id=task_id, delay=delay,
+                                            priority=priority, key=key))
+                await q.backend.run(core.push_if_absent(q.ops, out))
+            else:
+                task_id = validate.check_id(id, "task id")
+                await q.ensure(payload, id=task_id, delay=delay, priority=priority, key=key)
+        except PayloadTypeError as exc:
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
+                               exc) from None
+        return TaskHandle(self.app, task_id, task=self, queue=q, key=validate.check_key(key))
+
+    async def schedule(self, *, every: float | None = None, cron: str | None = None,
+                       args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                       id: str | None = None, key: str | None = None) -> float:
+        """Run this call again and again: ``every`` seconds or on a ``cron`` expression
+        (UTC), one run per tick however many workers run (the queue's schedules, see
+        ``Queue.schedule``). ``id``: the schedule's (default the task's name: give one
+        per schedule when a task has several). Returns the first tick (server clock)."""
+        payload = core.call_payload(self.name, args, kwargs)
+        kw = payload["kwargs"]
+        self._arguments.check(args, kw)
+        if key is None and self.options.key is not None:
+            key = self.options.key(*args, **kw)
+        q = await self.app.queue(self.options.queue)
+        try:
+            return await q.schedule(self.name if id is None else id, payload, every=every,
+                                    cron=cron, key=key)
+        except PayloadTypeError as exc:
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
+                               exc) from None
+
+    async def unschedule(self, id: str | None = None) -> bool:
+        """Stop a schedule of this task (default id: the task's name); False if unknown."""
+        q = await self.app.queue(self.options.queue)
+        return await q.unschedule(self.name if id is None else id)
+
+    def handle(self, id: str, *, key: str | None = None) -> TaskHandle:
+        """A handle on this task's call of this id (as :meth:`Tasks.handle`)."""
+        return self.app.handle(id, task=self, key=key)
+
+
+class TaskHandle:
+    """A sent call: its ``id``, and what can be asked or done about it from any process
+    (``tasks.handle(id)`` makes one anew)."""
+
+    def __init__(self, app: Tasks, id: str, *, task: Task | None = None,
+                 queue: Queue | None = None, key: str | None = None) -> None:
+        self.app = app
+        self.id = id
+        self.task = task
+        self.key = key
+        self._where: tuple[Queue, int] | None = None
+        if queue is not None:
+            self._where = (queue, core.routing(queue.ops, id, key))
+
+    def __repr__(self) -> str:
+        return f"<dynoq.asyncio.TaskHandle {self.id!r} of {self._label()}>"
+
+    def _label(self) -> str:
+        name = "a task" if self.task is None else f"task {self.task.name!r}"
+        return f"{name} (id {self.id!r})"
+
+    async def _place(self) -> tuple[Queue, int] | None:
+        """Where the task lives (its queue and shard), found once (None: not found)."""
+        if self._where is None:
+            await self.info()
+        return self._where
+
+    async def info(self) -> TaskInfo:
+        """Its state, attempts, last failure, due time and kept result (one round trip)."""
+        if self._where is not None:
+            q, shard = self._where
+            info: TaskInfo = await q.backend.run(core.state(q.ops, shard, self.id))
+            return info
+        names = ([self.task.options.queue] if self.task is not None
+                 else self.app.registry.queues() or [self.app.registry.default_queue])
+        places: list[tuple[Queue, int]] = []
+        for name in names:
+            q = await self.app.queue(name)
+            ops = q.ops
+            if ops.settings.ordered and self.key is None and ops.settings.shards > 1:
+                places += [(q, s) for s in range(ops.settings.shards)]  # routed by a key
+            else:
+                places.append((q, core.routing(ops, self.id, self.key)))
+        if len(places) == 1:
+            self._where = places[0]
+            return await self.info()
+        i, found = await places[0][0].backend.run(
+            core.locate([(q.ops, s) for q, s in places], self.id))
+        if i >= 0:
+            self._where = places[i]
+        return found  # type: ignore[no-any-return]
+
+    async def status(self) -> TaskState:
+        """waiting, delayed, running, retrying, succeeded, dead, cancelled or unknown
+        (an ended task is unknown unless its task keeps results: keep_result)."""
+        info = await self.info()
+        return info.state
+
+    async def cancel(self) -> bool:
+        """Take the task off its queue if it has not started: it will never run (True).
+        False if it runs, ended or is unknown (nothing changes then)."""
+        where = await self._place()
+        if where is None:
+            return False
+        q, shard = where
+        name, keep = (None, 0) if self.task is None else (self.task.name, self.task.keep_ms)
+        return bool(await q.backend.run(core.cancel(q.ops, shard, self.id, name, keep)))
+
+    async def reschedule(self, *, delay: float) -> bool:
+        """Run it ``delay`` seconds from now instead, if it has not started (True); False
+        otherwise. Refused on ordered queues (OrderedQueueError)."""
+        where = await self._place()
+        if where is None:
+            return False
+        return await where[0].reschedule(self.id, delay=delay)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the end (up to ``timeout`` seconds; None: no limit) and return what
+        the task returned. Raises TaskFailed (its last error) when it is dead,
+        TaskCancelled when it was cancelled, ResultTimeout when it had not ended in time,
+        and ResultNotKept at once when its task keeps no result (keep_result=0) or
+        nothing is known of it (its kept result expired, or it never was)."""
+        if self.task is not None and not self.task.keep_ms:
+            raise ResultNotKept(f"{self._label()} keeps no result (keep_result=0): declare "
+                                "it with @tasks.task(keep_result=seconds) to wait for one")
+        if timeout is not None:
+            timeout = validate.check_seconds(timeout, "timeout")
+        start, nap = _now(), 0.005
+        while True:
+            info = await self.info()
+            if info.state.ended or info.state is TaskState.UNKNOWN:
+                return core.outcome(info, self._label())
+            left = None if timeout is None else timeout - (_now() - start)
+            if left is not None and left <= 0:
+                raise ResultTimeout(f"{self._label()} had not ended within {timeout:g}s "
+                                    f"(it is {info.state.value})")
+            wait = nap if left is None else min(nap, left)
+            await asyncio.sleep(wait)  # unasync: time.sleep(wait)
+            nap = min(nap * 2, 0.2)
+
+
+class Runner:
+    """The handler of a task queue's consumer: runs each message's task (a message whose
+    task this app does not declare is dead-lettered at once, with the reason) and leaves
+    what its task keeps with the message, for the ack."""
+
+    def __init__(self, app: Tasks, queue: Queue) -> None:
+        self.registry = app.registry
+        self.ops = queue.ops
+        self.queue = queue.name
+
+    def __repr__(self) -> str:
+        return f"<dynoq.asyncio tasks of queue {self.queue!r}>"
+
+    async def __call__(self, msg: Message) -> None:
+        name, args, kwargs = core.call_of(msg)
+        task = self.registry.runnable(name)
+        value = await task.run(*args, **kwargs)
+        if task.keep_ms:
+            msg.keep = core.keep_success(self.ops, msg, name, value, task.keep_ms)

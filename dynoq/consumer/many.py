@@ -1,0 +1,83 @@
+"""Several consumers run as one service (a task worker runs one consumer per queue):
+started together, stopped together (in parallel, under one deadline), and run until
+SIGTERM or SIGINT. The asyncio twin (``dynoq/asyncio/consumer/many.py``) does the same
+with tasks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from .._core.consuming import summed
+from ..errors import InvalidType
+from ..message import ConsumerStats
+from ..signals import StopOnSignals
+from .facade import Consumer
+
+
+class Consumers:
+    """Start, stop and run ``consumers`` as one (``Tasks.worker()`` makes one)."""
+
+    def __init__(self, consumers: Sequence[Consumer]) -> None:
+        if not all(isinstance(c, Consumer) for c in consumers):
+            raise InvalidType("Consumers takes dynoq.Consumer objects")
+        self.consumers = list(consumers)
+        self._stopping = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"<dynoq.Consumers of {[c.queue.name for c in self.consumers]!r}>"
+
+    def start(self) -> Consumers:
+        """Start every consumer; if one fails to start, stop those already started and
+        raise its error."""
+        started: list[Consumer] = []
+        try:
+            for c in self.consumers:
+                c.start()
+                started.append(c)
+        except BaseException:
+            _stop_all(started, 5.0)
+            raise
+        return self
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop every consumer at once (each finishes or gives back its in-flight work
+        within ``timeout`` seconds); False if any was still busy then."""
+        self._stopping.set()
+        return _stop_all(self.consumers, timeout)
+
+    def run(self, stop_timeout: float = 30.0) -> None:
+        """Start, block until SIGINT/SIGTERM or :meth:`stop` from another thread, then
+        stop (``stop_timeout``: see :meth:`stop`)."""
+        with StopOnSignals(self._stopping):
+            self.start()
+            try:
+                self._stopping.wait()
+            finally:
+                _stop_all(self.consumers, stop_timeout)
+
+    def stats(self) -> ConsumerStats:
+        """The consumers' counts, added up."""
+        return summed([c.stats() for c in self.consumers])
+
+    def __enter__(self) -> Consumers:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _stop_all(consumers: Sequence[Consumer], timeout: float) -> bool:
+    """Stop consumers side by side (one stopping must not keep the others popping)."""
+    clean = [True] * len(consumers)
+
+    def stop(i: int) -> None:
+        clean[i] = consumers[i].stop(timeout)
+
+    threads = [threading.Thread(target=stop, args=(i,), name="dynoq-stop", daemon=True)
+               for i in range(len(consumers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return all(clean)

@@ -1,0 +1,26 @@
+--[[ task-cancel: take a waiting task off its queue, so that it never runs, and keep
+  "cancelled" for a while when its task keeps results (dynoq.Tasks: TaskHandle.cancel).
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] msgs  KEYS[4] dlv  KEYS[5] why
+  KEYS[6] result (the task's kept record, keys.result_key)
+  KEYS[7] epoch (the queue's epoch: lib/refusal.lua gone())
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] id  ARGV[3] ms to keep the record (0 = keep nothing)  ARGV[4] the record
+  ARGV[5] wake channel (PUBLISHed: on an ordered shard a cancelled retry unblocks it)
+  returns: 1 cancelled; 0 not waiting (running, dead-lettered, ended or unknown: nothing
+           was changed); GONE (nothing was changed)
+  uses: lib/refusal.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[7], ARGV[1])
+if refused then return refused end
+local delayed, ready, msgs, dlv, why = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id = ARGV[2]
+if redis.call('ZREM', ready, id) == 0 and redis.call('ZREM', delayed, id) == 0 then
+  return 0
+end
+redis.call('HDEL', msgs, id)
+redis.call('HDEL', dlv, id)
+redis.call('HDEL', why, id)
+if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[6], ARGV[4], 'PX', ARGV[3]) end
+redis.call('PUBLISH', ARGV[5], '1')
+return 1

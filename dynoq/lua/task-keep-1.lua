@@ -1,0 +1,16 @@
+--[[ task-keep: keep what ended tasks leave (dynoq.Tasks' keep_result), each record for its
+  own time; sent with the tasks' acks, just before them, in their round trip.
+  KEYS[1] result (repeated: one per task, every one in the slot of one shard)
+  ARGV pairs, one per key: ms to keep it (0: write nothing: a call that only makes the
+       server load this script, see dynoq/_core/tasks.py load_keep), the record
+  returns: how many were kept
+  flags: allow-oom
+]]
+local kept = 0
+for i, result in ipairs(KEYS) do
+  if ARGV[2 * i - 1] ~= '0' then
+    redis.call('SET', result, ARGV[2 * i], 'PX', ARGV[2 * i - 1])
+    kept = kept + 1
+  end
+end
+return kept

@@ -1,0 +1,22 @@
+--[[ task-push: push a task by id unless a task of that id waits, runs or has its result
+  kept (dynoq.Tasks: apply(id=...) of a task with keep_result).
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs
+  KEYS[5] dlv      KEYS[6] dead   KEYS[7] seq    KEYS[8] done
+  KEYS[9] counts   KEYS[10] result (the task's kept record, keys.result_key)
+  KEYS[11] epoch (the queue's epoch: lib/refusal.lua gone())
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] dedupe window in ms (as push-10.lua's)
+  ARGV[3] wake channel (PUBLISHed when push_into says a waiter may need it)
+  ARGV[4] id  ARGV[5] delay ms  ARGV[6] priority  ARGV[7] msgpack body
+  returns: 1 pushed, 0 skipped (the id waits, runs, is dead-lettered or has a kept record),
+           or GONE (nothing was written)
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  flags: none
+]]
+local refused = gone(KEYS[11], ARGV[1])
+if refused then return refused end
+if redis.call('EXISTS', KEYS[10]) == 1 then return 0 end
+local out, _, wake = push_into(KEYS, true, tonumber(ARGV[2]), now_ms(), ARGV, 4)
+if wake then redis.call('PUBLISH', ARGV[3], '1') end
+if out[1] == 1 then return 1 end
+return 0

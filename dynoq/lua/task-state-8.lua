@@ -1,0 +1,27 @@
+--[[ task-state: where a task's message is and what is kept of it, read-only
+  (dynoq.Tasks: TaskHandle.status and info; the state is derived in dynoq/_core/tasks.py).
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
+  KEYS[6] dlv      KEYS[7] why    KEYS[8] result (the task's kept record, keys.result_key)
+  ARGV[1] task id (its message id)
+  returns: {where, score, attempts, why, kept, now}: where is "unack", "dead", "delayed",
+           "ready", "msgs" (stored, in none of those) or "" (not stored); score its score
+           there ("" when none); attempts from its delivery state; why its failure
+           (lib/why.lua) or false; kept its kept record or false; now the server's ms
+  uses: lib/clock.lua lib/delivery.lua
+  flags: no-writes
+]]
+local id = ARGV[1]
+local where, score = '', ''
+if redis.call('HEXISTS', KEYS[5], id) == 1 then
+  where = 'msgs'
+  for _, set in ipairs({{'unack', KEYS[3]}, {'dead', KEYS[4]}, {'delayed', KEYS[1]},
+                        {'ready', KEYS[2]}}) do
+    local s = redis.call('ZSCORE', set[2], id)
+    if s then
+      where, score = set[1], s
+      break
+    end
+  end
+end
+return {where, score, attempts(redis.call('HGET', KEYS[6], id)),
+        redis.call('HGET', KEYS[7], id), redis.call('GET', KEYS[8]), now_ms()}
