@@ -60,7 +60,7 @@ def _connect_until(env: Env, stop: threading.Event) -> Client | None:
     failures = 0
     while not stop.is_set():
         try:
-            return connect(env.url, prefix=env.prefix, **env.options(timeout=10.0))
+            return connect(env.url, prefix=env.prefix)
         except ConnectionFailed as exc:
             failures += 1
             delay = backoff(failures)

@@ -11,26 +11,20 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import redis
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
-from redis.backoff import ExponentialBackoff
 
+from ..._core import timeouts
+from ...backend.bounds import bounded, sentinel_options
 from ...backend.hosts import redact
-from ...backend.urls import memory_server, resolve, sentinel_target, url_of
+from ...backend.urls import SENTINEL_RETRY_ON, memory_server, resolve, sentinel_target, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
 from .runner import AsyncBackend, send_pipeline
 
 Closer = Callable[[], Awaitable[None]]
-
-
-def default_retry() -> Retry:
-    # As the sync client's: every script is safe to resend after a dropped connection.
-    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
 
 
 def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
@@ -41,25 +35,26 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     given = dict(options)
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
+        timeouts.take(options)  # no socket to bound, but the options are checked alike
         return AsyncBackend(lambda: _memory(url, options), url=url, display_url=url,
                             send=send_pipeline, replicas=False, plain=True)
-    if scheme == "embedded":
-        return AsyncBackend(lambda: _embedded(options), url="embedded://",
-                            display_url="embedded://", send=send_pipeline,
-                            connect_options=given)
     if scheme == "redis+cluster":
-        open_cluster(url, dict(options))  # checks the URL and options now (no I/O)
+        checked = open_cluster(url, dict(options))  # checks the URL and options (no I/O)
 
         async def cluster() -> tuple[Any, Closer]:
             rc = open_cluster(url, dict(options))
             return rc, rc.aclose
 
         return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
-                            cross_slot=False, connect_options=given)
+                            cross_slot=False, connect_options=given,
+                            timeouts=checked.timeouts)
     if scheme == "redis+sentinel":
         return _sentinel(url, options)
-    options.setdefault("retry", default_retry())
-    options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
+    bounds = bounded(options, aio=True)
+    if scheme == "embedded":
+        return AsyncBackend(lambda: _embedded(options), url="embedded://",
+                            display_url="embedded://", send=send_pipeline,
+                            connect_options=given, timeouts=bounds)
     try:
         aredis.Redis.from_url(url, **options)  # checks the URL and options now (no I/O)
     except ValueError as exc:
@@ -71,7 +66,7 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
         return r, r.aclose
 
     return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given)
+                        connect_options=given, timeouts=bounds)
 
 
 def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
@@ -79,11 +74,11 @@ def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
     client's (:func:`dynoq.backend.urls._sentinel`)."""
     given = dict(options)
     hosts, service, db, sentinel_kwargs = sentinel_target(url, options)  # checks the URL
-    options.setdefault("retry", default_retry())
+    bounds = bounded(options, aio=True)
+    sentinels = sentinel_options(options, sentinel_kwargs, aio=True)
 
     async def master() -> tuple[Any, Closer]:
-        sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
-                            socket_timeout=options.get("socket_timeout"))
+        sentinel = Sentinel(hosts, sentinel_kwargs=sentinels)  # type: ignore[no-untyped-call]
         client = sentinel.master_for(service, db=db, **options)
 
         async def close() -> None:
@@ -94,7 +89,7 @@ def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
         return client, close
 
     return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given)
+                        connect_options=given, timeouts=bounds, retry_on=SENTINEL_RETRY_ON)
 
 
 def wrap(client: Any) -> AsyncBackend:
@@ -124,7 +119,8 @@ def wrap(client: Any) -> AsyncBackend:
 
     return AsyncBackend(given, url="memory://" if fake else url,
                         display_url="memory://" if fake else redact(url), send=send_pipeline,
-                        replicas=not fake, plain=fake)
+                        replicas=not fake, plain=fake,
+                        timeouts=timeouts.of(client.connection_pool.connection_kwargs))
 
 
 async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:
