@@ -4,6 +4,7 @@
 #   ./dev.sh demo    the demo (a private embedded server unless DYNOQ_URL is set)
 #   ./dev.sh test    lint, type check and the test suite
 #   ./dev.sh bench   the core benchmark
+#   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 PY=${PYTHON:-python3}
@@ -29,7 +30,17 @@ case "${1:-test}" in
   bench)
     shift || true
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
+  floor)
+    # The bounds on every connection (tests/test_halfopen.py) on the floor redis-py: that
+    # one package in a directory of its own, put in front of the venv's.
+    shift || true
+    floor=$(sed -n 's/.*"redis\[hiredis\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
+    dir=.venv/redis-$floor
+    [ -d "$dir" ] || .venv/bin/python -m pip install -q --no-deps --target "$dir" "redis==$floor"
+    PYTHONPATH=$dir .venv/bin/python -c "import redis; assert redis.__version__ == '$floor', redis.__version__"
+    PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py \
+      -n "${DYNOQ_TEST_WORKERS:-3}" "$@" ;;
   *)
-    echo "usage: ./dev.sh demo|test|bench [args]" >&2
+    echo "usage: ./dev.sh demo|test|bench|floor [args]" >&2
     exit 2 ;;
 esac

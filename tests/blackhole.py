@@ -40,6 +40,8 @@ class Blackhole:
         self._cut = False
         self._peers: dict[socket.socket, socket.socket] = {}  # forwarded, both directions
         self._held: list[socket.socket] = []  # never read, never written, never closed
+        self._reset = False  # close every forwarded connection (on the loop's next turn)
+        self._drop = 0  # close this many new connections at once (their handshakes fail)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="blackhole", daemon=True)
@@ -67,6 +69,13 @@ class Blackhole:
         with self._lock:
             self._cut = False
 
+    def reset(self, drop_next: int = 0) -> None:
+        """Close every forwarded connection (as a server that drops its clients), and the
+        next ``drop_next`` new ones as soon as they are made (before their handshake)."""
+        with self._lock:
+            self._reset = True
+            self._drop = drop_next
+
     def __enter__(self) -> Blackhole:
         return self.start()
 
@@ -93,9 +102,11 @@ class Blackhole:
         try:
             while not self._stop.is_set():
                 with self._lock:
-                    cut = self._cut
+                    cut, reset, self._reset = self._cut, self._reset, False
                 if cut and self._peers:
                     self._hold_all(sel)
+                if reset:
+                    self._close_all(sel)
                 for key, _ in sel.select(TICK):
                     sock: Any = key.fileobj
                     if sock is self._listener:
@@ -112,6 +123,12 @@ class Blackhole:
             return
         self.accepted += 1
         conn.setblocking(True)
+        with self._lock:
+            drop = self._drop > 0
+            self._drop -= drop
+        if drop:
+            conn.close()
+            return
         if cut:
             with self._lock:
                 self._held.append(conn)
@@ -141,6 +158,16 @@ class Blackhole:
                 sel.unregister(s)
             with self._lock:
                 self._peers.pop(s, None)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def _close_all(self, sel: selectors.BaseSelector) -> None:
+        with self._lock:
+            socks = list(self._peers)
+            self._peers.clear()
+        for s in socks:
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(s)
             with contextlib.suppress(OSError):
                 s.close()
 

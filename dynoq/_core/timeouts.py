@@ -78,8 +78,9 @@ def take(options: dict[str, Any], *, cluster: bool = False) -> Timeouts:
                     _seconds(options, "socket_timeout"), window)
 
 
-def of(kwargs: Mapping[str, Any], window: float = RETRY_WINDOW) -> Timeouts:
-    """The bounds a redis-py client made by the caller has (its connection kwargs)."""
+def of(kwargs: Mapping[str, Any], window: float) -> Timeouts:
+    """The bounds a redis-py client made by the caller has (its connection kwargs); such
+    a client keeps its own retries, so dynoq's window is usually 0 there."""
     return Timeouts(kwargs.get("socket_connect_timeout"), kwargs.get("socket_timeout"),
                     window)
 

@@ -97,7 +97,7 @@ def wrap(client: Any) -> Backend:
     return Backend(client, url="memory://" if fake else url,
                    display_url="memory://" if fake else url, replicas=not fake, plain=fake,
                    connect_options={} if fake else reusable_options(client),
-                   timeouts=timeouts.of(client.connection_pool.connection_kwargs))
+                   timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
 
 
 def url_of(client: Any) -> tuple[str, bool]:

@@ -14,6 +14,7 @@ import contextlib
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import RedisClusterException
 
@@ -66,6 +67,19 @@ class AsyncDynoqCluster(RedisCluster):
                 if not is_transient(exc):
                     raise
                 await pause(self, backoff.next(exc))
+
+
+def pubsub(client: Any, **options: Any) -> Any:
+    """A pub/sub of ``client``. redis.asyncio's RedisCluster has none before redis-py 8:
+    then a plain client of one node serves (classic pub/sub is broadcast over the cluster
+    bus, so one node hears every channel), the default node or, before the slot map is
+    read, a startup node; if it goes away the subscription drops and is made again."""
+    if hasattr(client, "pubsub"):
+        return client.pubsub(**options)
+    node = client.get_default_node() or next(iter(client.nodes_manager.startup_nodes.values()))
+    pool = aredis.ConnectionPool(connection_class=node.connection_class,
+                                 **node.connection_kwargs)
+    return aredis.Redis(connection_pool=pool).pubsub(**options)
 
 
 async def pause(cluster: RedisCluster, step: Pause) -> None:

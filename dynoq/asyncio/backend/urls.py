@@ -120,7 +120,7 @@ def wrap(client: Any) -> AsyncBackend:
     return AsyncBackend(given, url="memory://" if fake else url,
                         display_url="memory://" if fake else redact(url), send=send_pipeline,
                         replicas=not fake, plain=fake,
-                        timeouts=timeouts.of(client.connection_pool.connection_kwargs))
+                        timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
 
 
 async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:

@@ -21,6 +21,7 @@ from ..._core.timeouts import Liveness, Timeouts
 from ...backend.errors import DROPPED
 from ...errors import ConnectionFailed
 from ..events import wait_event
+from .cluster import pubsub
 
 RESUBSCRIBE_PAUSE = 0.1  # seconds to wait after a failed subscription (no spinning)
 CLOSE_WAIT = 1.0  # seconds close() waits for the reader task to end
@@ -51,7 +52,7 @@ class Hub:
                 return False  # made by another task meanwhile: the caller re-checks
             try:
                 if self._pubsub is None:
-                    self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub = pubsub(self._redis, ignore_subscribe_messages=True)
                 await self._pubsub.subscribe(channel)
             except DROPPED:
                 await self._drop()
