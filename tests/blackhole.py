@@ -110,20 +110,21 @@ class Blackhole:
                 for key, _ in sel.select(TICK):
                     sock: Any = key.fileobj
                     if sock is self._listener:
-                        self._accept(sel, cut)
+                        self._accept(sel)
                     elif sock in self._peers:
                         self._pump(sel, sock)
         finally:
             sel.close()
 
-    def _accept(self, sel: selectors.BaseSelector, cut: bool) -> None:
+    def _accept(self, sel: selectors.BaseSelector) -> None:
         try:
             conn, _ = self._listener.accept()
         except (BlockingIOError, OSError):
             return
         self.accepted += 1
         conn.setblocking(True)
-        with self._lock:
+        with self._lock:  # the switch as it is now: a restore a moment ago counts
+            cut = self._cut
             drop = self._drop > 0
             self._drop -= drop
         if drop:
