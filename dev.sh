@@ -4,6 +4,7 @@
 #   ./dev.sh demo    the demo (a private embedded server unless DYNOQ_URL is set)
 #   ./dev.sh test    lint, type check and the test suite
 #   ./dev.sh bench   the core benchmark
+#   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py)
 #   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -23,13 +24,15 @@ case "${1:-test}" in
     exec .venv/bin/dynoq demo "$@" ;;
   test)
     shift || true
-    .venv/bin/ruff check dynoq tests benchmarks spark examples
+    .venv/bin/ruff check dynoq tests benchmarks spark examples scripts
     .venv/bin/mypy
     # Three workers: most tests wait on servers, subprocesses and timers, not the CPU.
     exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup "$@" ;;
   bench)
     shift || true
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
+  unasync)
+    exec .venv/bin/python scripts/unasync.py ;;
   floor)
     # The bounds on every connection (tests/test_halfopen.py) on the floor redis-py: that
     # one package in a directory of its own, put in front of the venv's.
@@ -41,6 +44,6 @@ case "${1:-test}" in
     PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py \
       -n "${DYNOQ_TEST_WORKERS:-3}" "$@" ;;
   *)
-    echo "usage: ./dev.sh demo|test|bench|floor [args]" >&2
+    echo "usage: ./dev.sh demo|test|bench|unasync|floor [args]" >&2
     exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_spark                      # 300,000 rows, embedded server
     python -m benchmarks.bench_spark --rows 100000 --repeats 5 --url redis://127.0.0.1:6379/0
+    python -m benchmarks.bench_spark --read 1000000 --repeats 5     # reads instead
 
 Every row (~100 bytes of msgpack payload) goes in, in one Spark job per method, in the
 same Spark session and on the same server:
@@ -16,12 +17,21 @@ The DataFrame is cached first and every method writes once, untimed, before the 
 Each round runs every method once, in a rotating order, on an emptied server; reported:
 the median rows/s over the rounds, the median of each round's ratio to raw, and Redis
 memory per message (INFO used_memory delta / rows, last round).
+
+With --read N: N messages (~100 bytes) are pushed into a 4-shard queue and into a
+1-shard queue, and each round reads each queue whole with spark.read.format("dynoq")
+into Spark's "noop" sink (every row made, nothing kept); reported: the median rows/s,
+and the peak resident memory of Spark's Python workers during the reads (sampled every
+20 ms from /proc), beside the same for a queue of --small messages: a read holds a page,
+so the two should be about the same.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -66,9 +76,115 @@ def clear(r: redis.Redis, prefix: str, keep: Iterable[str] = ()) -> None:
         time.sleep(0.1)
 
 
+def _worker_pids() -> list[int]:
+    """Spark's Python daemon and the workers it forked (they share its command line)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"pyspark.daemon" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class PeakWorkerMemory:
+    """The highest resident memory of any one Spark Python worker while it runs."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            for pid in _worker_pids():
+                self.peak = max(self.peak, _rss_mib(pid))
+
+    def __enter__(self) -> PeakWorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def fill(q: dynoq.Queue, n: int, chunk: int = 5000) -> None:
+    for start in range(0, n, chunk):
+        q.push_many([dynoq.Message({"customer": f"customer-{i % 99991:08d}",
+                                    "amount": (i % 10007) / 100.0, "status": "created",
+                                    "note": f"order {i}".ljust(30)}, id=str(i))
+                     for i in range(start, min(n, start + chunk))])
+
+
+def read_main(args: Any, spark: Any) -> int:
+    with server_url(args.url) as url:
+        client = dynoq.connect(url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        r = redis.Redis.from_url(url)
+        try:
+            queues = {"4 shards": client.queue("read4", shards=4),
+                      "1 shard": client.queue("read1", shards=1),
+                      "small": client.queue("small", shards=1)}
+            for name, q in queues.items():
+                fill(q, args.small if name == "small" else args.read)
+
+            def read(q: dynoq.Queue) -> None:
+                (spark.read.format("dynoq").options(**source_options(client, q.name)).load()
+                 .write.format("noop").mode("overwrite").save())
+
+            for q in queues.values():
+                read(q)  # untimed: Python workers, the data source planner
+            print(f"{args.read:,} messages a queue (and {args.small:,} in 'small'), "
+                  f"{spark.sparkContext.master}, {args.repeats} rounds, server {client!r}",
+                  flush=True)
+            rates: dict[str, list[float]] = {n: [] for n in queues}
+            peaks: dict[str, list[float]] = {n: [] for n in queues}
+            for rnd in range(args.repeats):
+                for name, q in queues.items():
+                    n = args.small if name == "small" else args.read
+                    with PeakWorkerMemory() as mem:
+                        start = time.perf_counter()
+                        read(q)
+                        rates[name].append(n / (time.perf_counter() - start))
+                    peaks[name].append(mem.peak)
+                print(f"round {rnd + 1}: " + ", ".join(
+                    f"{n} {rates[n][-1]:,.0f} rows/s, {peaks[n][-1]:.0f} MiB"
+                    for n in queues), flush=True)
+        finally:
+            clear(r, client.prefix)
+            client.close()
+            r.close()
+            spark.stop()
+    rows = [("queue", "messages", "rows/s (median)", "peak worker RSS MiB (median)")]
+    for name in queues:
+        n = args.small if name == "small" else args.read
+        rows.append((name, f"{n:,}", f"{statistics.median(rates[name]):,.0f}",
+                     f"{statistics.median(peaks[name]):.0f}"))
+    print(table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--rows", type=int, default=300_000)
+    p.add_argument("--read", type=int, default=0,
+                   help="benchmark reads of a queue of this many messages instead")
+    p.add_argument("--small", type=int, default=10_000,
+                   help="messages of the small queue a --read compares memory with")
     p.add_argument("--master", default="local[2]",
                    help="Spark master (local[2]: the 2 cores of this machine)")
     p.add_argument("--partitions", type=int, default=4)
@@ -77,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     methods = args.only.split(",")
     spark, _ = spark_session("bench-spark", args.master, quiet=True)
+    if args.read:
+        return read_main(args, spark)
     from pyspark.sql import functions as F
 
     with server_url(args.url) as url:

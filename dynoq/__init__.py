@@ -7,6 +7,8 @@ consumption and consumer groups.
 
 from __future__ import annotations
 
+import logging
+
 from ._core.topics import Subscription
 from .client import Client, connect
 from .consumer import Consumer, Middleware
@@ -22,8 +24,10 @@ from .errors import (
     PayloadTooLarge,
     PayloadTypeError,
     PermissionDenied,
+    PoolExhausted,
     QueueConfigError,
     ReplicationError,
+    ScriptsNotInstalled,
     ServerError,
     ServerFull,
 )
@@ -35,6 +39,11 @@ from .sweeper import Sweeper
 from .topic import Topic
 
 __version__ = "0.2.0"
+
+# A library adds no handler of its own but this one: without it, Python's last-resort
+# handler prints every WARNING dynoq logs to stderr of an application that configured no
+# logging. The application's own configuration decides where dynoq's records go.
+logging.getLogger("dynoq").addHandler(logging.NullHandler())
 
 __all__ = [
     "Client",
@@ -55,6 +64,7 @@ __all__ = [
     "PayloadTooLarge",
     "PayloadTypeError",
     "PermissionDenied",
+    "PoolExhausted",
     "Queue",
     "QueueConfigError",
     "QueueSettings",
@@ -62,6 +72,7 @@ __all__ = [
     "RateLimited",
     "ReplicationError",
     "Retry",
+    "ScriptsNotInstalled",
     "ServerError",
     "ServerFull",
     "ShardStats",

@@ -133,10 +133,11 @@ class Client:
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
                  retry_delays: Sequence[float] | None = _D.retry_delays,
+                 max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,
                  instance_id: str | None = _D.instance_id,
-                 mode: str = _D.mode,
+                 mode: str | None = _D.mode,
                  max_continuous_time: float = _D.max_continuous_time,
                  idle_wait: float = _D.idle_wait,
                  visibility: float | None = _D.visibility,
@@ -149,13 +150,15 @@ class Client:
         one member of consumer group ``group``; see :class:`dynoq.ConsumerSettings` for
         every option. Give the options by name, or all at once as ``settings=`` (not
         both). On a topic the group is subscribed (tags "*") if it is not yet, and
-        ``mode`` says how its members share its messages."""
+        ``mode`` says how its members share its messages (default: as the group is
+        subscribed, else clustering)."""
         q = self.queue(queue) if isinstance(queue, str) else queue
         return Consumer(q, handler, settings=settings, group=group, concurrency=concurrency,
                         batch_size=batch_size, batch_handler=batch_handler,
                         max_in_flight=max_in_flight, strategy=strategy,
                         strategy_options=strategy_options, retry_delays=retry_delays,
-                        lease_ttl=lease_ttl, rebalance_interval=rebalance_interval,
+                        max_retries=max_retries, lease_ttl=lease_ttl,
+                        rebalance_interval=rebalance_interval,
                         instance_id=instance_id, mode=mode,
                         max_continuous_time=max_continuous_time, idle_wait=idle_wait,
                         visibility=visibility, consume_timeout=consume_timeout,

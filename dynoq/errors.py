@@ -51,8 +51,26 @@ class ConnectionFailed(DynoqError, ConnectionError):
     """The server could not be reached, or a URL names an unusable backend."""
 
 
+class PoolExhausted(DynoqError):
+    """Every connection of the client's pool stayed in use for ``pool_timeout`` seconds
+    (a ``connect()`` option, default 10 s): the call was not sent. The message names the
+    pool size and how to raise it (``max_connections``, ``pool_timeout``).
+
+    Not a :class:`ConnectionFailed`: the server is fine, this client has more concurrent
+    callers than connections, so code that treats ConnectionFailed as "Redis is down"
+    (a circuit breaker, the CLI's exit code 3, the dashboard's 503) does not mistake
+    load for an outage. Retrying later, or a bigger pool, helps; reconnecting does not."""
+
+
 class PermissionDenied(DynoqError):
     """The server refused a command or key to this user (Redis ACL, or a bad password)."""
+
+
+class ScriptsNotInstalled(PermissionDenied):
+    """dynoq's scripts are not in the server's script cache (a restart, a failover, a
+    fresh server) and this user may not load them (a least-privilege ACL role): an admin
+    runs ``dynoq acl install`` (docs/security.md). Transient: consumers and the sweeper
+    retry, and the next call works once the scripts are back."""
 
 
 class RecordError(DynoqError):
@@ -77,7 +95,7 @@ class LeaseLost(DynoqError):
 
 class ConsumeTimeout(DynoqError):
     """A handler ran longer than the consumer's ``consume_timeout``: its message is treated
-    as failed (retried or dead-lettered) and the shard moves on."""
+    as failed (retried or dead-lettered; on an ordered shard once the call has returned)."""
 
 
 class ReplicationError(DynoqError):

@@ -105,7 +105,9 @@ class ConsumerStats:
     handled: handler returned (acked); failed: handler (or a before hook) raised;
     retried: given back for a later retry; dead_lettered: sent to the dead-letter set;
     handler_seconds: total time inside handlers; lease_lost: shards whose lease was gone;
-    rebalances: allocations computed."""
+    rebalances: allocations computed; timed_out: handler calls that ran past
+    consume_timeout; abandoned: such calls still running now in a thread no worker waits
+    for (another worker took its place), at most ``concurrency``."""
 
     handled: int = 0
     failed: int = 0
@@ -114,3 +116,5 @@ class ConsumerStats:
     handler_seconds: float = 0.0
     lease_lost: int = 0
     rebalances: int = 0
+    timed_out: int = 0
+    abandoned: int = 0

@@ -168,10 +168,11 @@ def default_metrics() -> Metrics:
         return _default
 
 
-def start_metrics_server(port: int, *, addr: str = "0.0.0.0",
+def start_metrics_server(port: int, *, addr: str = "127.0.0.1",
                          registry: CollectorRegistry | None = None,
                          client: Client | None = None) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``registry`` (default: the global one) on ``addr:port`` in a daemon thread.
+    """Serve ``registry`` (default: the global one) on ``addr:port`` in a daemon thread
+    (loopback by default: pass ``addr="0.0.0.0"`` for a scraper on another host).
     With ``client``, queue depths are added (read from Redis on each scrape). Port 0 picks
     a free port: read it from ``server.server_port``. Stop with ``server.shutdown()``."""
     reg = REGISTRY if registry is None else registry

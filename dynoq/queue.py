@@ -1,8 +1,11 @@
+# Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file, then run
+# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
-multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared with
-``dynoq.asyncio``; this class only runs them on a backend.
+multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared by both flavors; this
+class only runs them on a backend. The asyncio shell (``dynoq/asyncio/queue.py``) is
+written by hand; the sync one is generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from typing import Any
 from . import tracing
 from ._core.ops import QueueOps
 from ._core.schedules import Schedule, ScheduleOps
-from .backend import Backend
+from ._core.validate import check_items
 from .errors import InvalidArgument
 from .message import Message, QueueStats
 from .settings import QueueSettings
+from .backend import Backend
 
 
 class Queue:
-    """A delay (or ordered) queue of ``settings.shards`` shards. Safe to share between
-    threads. Get one with ``client.queue(name, ...)``."""
+    """A delay (or ordered) queue of ``settings.shards`` shards. Get one with
+    ``client.queue(name, ...)``. Safe to share between threads (sync client) or
+    between the tasks of its client's event loop (asyncio)."""
 
     def __init__(self, backend: Backend, ops: QueueOps) -> None:
         self.backend = backend  # the seam the consumer and sweeper run on
@@ -69,7 +74,8 @@ class Queue:
         are validated before any is written. Returns their ids, in order. A repeated id
         is refused (InvalidArgument); errors otherwise as :meth:`push`."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "push_many()")]
             ids = self.ops.unique(outs)
             if outs:
                 self.backend.run(self.ops.push(outs))
@@ -91,9 +97,11 @@ class Queue:
         Each stays invisible to other consumers for ``visibility`` seconds (default: the
         queue's unack_timeout); ack, nack or extend it before then, or it is delivered
         again with ``attempts`` incremented. ``wait``: seconds to block for the first
-        message (woken by pushes, not polling). Returns [] when nothing came."""
+        message (woken by pushes, not polling). Returns [] when nothing came. On asyncio,
+        cancelling a task that waits here claims nothing."""
         with tracing.span("receive", self.name):
-            return self.backend.drive(self.ops.pop(count, wait=wait, visibility=visibility))
+            return self.backend.drive(self.ops.pop(count, wait=wait,
+                                                   visibility=visibility))
 
     def ack(self, msg: Message | str) -> bool:
         """Finish a delivery (a popped message, or an id: slower on ordered queues). False
@@ -115,7 +123,8 @@ class Queue:
 
     def extend(self, msg: Message | str, timeout: float) -> bool:
         """Set a delivery's visibility deadline to now + ``timeout`` seconds (Dyno's
-        setUnackTimeout); False if it is no longer in flight."""
+        setUnackTimeout; 0: deliverable again at once, as when its visibility runs out);
+        False if it is no longer in flight."""
         return self.backend.drive(self.ops.extend(msg, timeout))
 
     # -- by id -------------------------------------------------------------------------------
@@ -151,7 +160,8 @@ class Queue:
 
     def size(self) -> int:
         """Waiting messages (ready + delayed), not in flight, not dead."""
-        return self.stats().size
+        stats = self.stats()
+        return stats.size
 
     def stats(self) -> QueueStats:
         """Ready, delayed, in-flight (unacked) and dead messages, per shard and summed."""
@@ -180,8 +190,8 @@ class Queue:
         is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
         existing id replaces it. Returns the first tick (seconds, server clock)."""
         return self.backend.drive(ScheduleOps(self.ops).schedule(
-            id, payload, every=every, cron=cron, priority=priority, key=key,
-            headers=headers))
+                  id, payload, every=every, cron=cron, priority=priority, key=key,
+                  headers=headers))
 
     def unschedule(self, id: str) -> bool:
         """Stop a recurring message (its waiting occurrence is removed); False if unknown."""

@@ -1,9 +1,13 @@
+# Generated from dynoq/asyncio/topic.py by scripts/unasync.py: edit that file, then run
+# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
 """A topic: publish/subscribe with consumer groups (RocketMQ's model; see _core.topics).
 
 Every subscribed group gets every message whose tag matches its expression; a clustering
 group shares one queue among its members, a broadcasting group gives each live member a
 queue of its own. Get one with ``client.topic(name, ...)``; consume it with
-``client.consumer(topic, handler, group=...)``.
+``client.consumer(topic, handler, group=...)``. The asyncio shell
+(``dynoq/asyncio/topic.py``) is written by hand; the sync one is generated from it
+(scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from typing import Any
 
 from . import tracing
 from ._core.topics import GroupBacklog, Subscription, TopicOps
-from .backend import Backend
+from ._core.validate import check_items
 from .message import Message
-from .queue import Queue
 from .settings import TopicSettings
+from .backend import Backend
+from .queue import Queue
 
 
 class Topic:
-    """A topic of ``settings.shards`` shards. Safe to share between threads."""
+    """A topic of ``settings.shards`` shards. Safe to share between threads (sync client)
+    or between the tasks of its client's event loop (asyncio)."""
 
     def __init__(self, backend: Backend, ops: TopicOps) -> None:
         self.backend = backend
@@ -47,12 +53,14 @@ class Topic:
         """Publish payloads or :class:`dynoq.Message` objects (with ``tag=``), at most
         100,000 per call; all are validated first. Returns their ids."""
         with tracing.span("publish", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "publish_many()")]
             if outs:
                 self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]
 
-    def subscribe(self, group: str, *, mode: str = "clustering", tags: str = "*") -> None:
+    def subscribe(self, group: str, *, mode: str = "clustering",
+                  tags: str = "*") -> None:
         """Subscribe consumer group ``group``: from now on it gets every message published
         whose tag matches ``tags`` ("*", or tags joined by "||": "paid || refunded").
         ``mode``: "clustering" (members share the group's messages) or "broadcasting"
@@ -77,8 +85,10 @@ class Topic:
         its stats, peek and dead letters."""
         return Queue(self.backend, self.ops.group_queue(group, member))
 
-    def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
+    def consumer_queue(self, group: str, mode: str | None, member: str) -> Queue:
         """The queue a consumer of ``group`` consumes (subscribing the group with tags "*"
-        if it is not subscribed yet, and a broadcasting member's own queue)."""
-        return Queue(self.backend, self.backend.drive(self.ops.consumer_queue(group, mode,
-                                                                              member)))
+        if it is not subscribed yet, and a broadcasting member's own queue). ``mode``
+        None: the group's stored mode, else clustering; a mode that conflicts with the
+        stored one raises GroupConflict."""
+        return Queue(self.backend, self.backend.drive(
+            self.ops.consumer_queue(group, mode, member)))

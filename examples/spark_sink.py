@@ -23,7 +23,8 @@ with dynoq.connect(os.environ.get("DYNOQ_URL", "embedded://"), prefix="spark-dem
         rows = [(f"mail-{i}", f"user{i}@example.com", i % 3 * 10.0) for i in range(100)]
         df = spark.createDataFrame(rows, "mail_id string, to string, delay_s double")
         df.foreachPartition(partition_sink(client.url, "emails", id_col="mail_id",
-                                           delay_col="delay_s", prefix=client.prefix))
+                                           delay_col="delay_s", prefix=client.prefix,
+                                           schema=df.schema))  # types checked here
         df.foreachPartition(partition_sink(client.url, "emails", id_col="mail_id",
                                            prefix=client.prefix))  # a re-run adds nothing
     finally:

@@ -8,7 +8,8 @@ are skipped, so a re-run pushes nothing twice; ids acked since come back unless 
 has a dedupe window), --key-col its ordering key (ordered queues), --delay-col
 its delay (seconds or a due timestamp), --priority-col its priority; the payload is the
 dict of --payload-cols (default: every column). --rename is applied first, so every other
-option names the renamed columns.
+option names the renamed columns. A row that makes no valid message (a null id, key or
+delay, ...) is refused and listed, and the others are written.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--id-col", required=True, help="column of message ids (str or int)")
     p.add_argument("--key-col", help="column of ordering keys (ordered queues route by it)")
-    p.add_argument("--delay-col", help="column of delays: seconds or a due timestamp")
+    p.add_argument("--delay-col", help="column of delays: seconds, a due timestamp or a "
+                                       "day-time interval (a row with none is refused)")
     p.add_argument("--priority-col", help="column of priorities, 0..99 (lower first)")
     p.add_argument("--payload-cols", help="comma-separated payload columns (default: all)")
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
@@ -84,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             done = write(df, client, args.queue, id_col=args.id_col, key_col=args.key_col,
                          delay_col=args.delay_col, priority_col=args.priority_col,
                          payload_cols=columns(args.payload_cols), batch_size=args.batch_size)
-        print(f"{args.queue}: pushed {done.pushed} messages, skipped {done.skipped} already "
-              f"present, refused {done.refused} acked within the dedupe window "
-              f"({len(done.partitions)} partitions)")
+        print(f"{args.queue}: pushed {done.pushed} messages, skipped {done.skipped} "
+              f"duplicates, refused {done.refused - done.invalid} acked within the dedupe "
+              f"window and {done.invalid} invalid rows ({len(done.partitions)} partitions)")
+        for part, rejection in done.rejected:
+            print(f"  refused: partition {part} {rejection}")
         return 0
     finally:
         if started:

@@ -3,10 +3,12 @@
     python -m spark.export --queue orders --output /tmp/orders-audit.parquet
 
 Columns: id, state (ready, delayed, unacked, dead), shard, key, priority, attempts,
-enqueued_at, deliver_at, dead_at (UTC timestamps), payload and headers (JSON text; bytes
-as {"$base64": ...}). It reads with spark.read.format("dynoq"), one partition per
-shard, read-only (HSCAN + ZMSCORE on the executors): nothing is claimed, so it is safe on
-a live queue, but it is no snapshot.
+enqueued_at, deliver_at, dead_at, visibility_deadline (UTC timestamps), payload and
+headers (JSON text; bytes as {"$base64": ...}), error_type and error (why it last
+failed). In-flight (unacked) messages are exported only when --states names them. It
+reads with spark.read.format("dynoq"), one partition per shard, read-only, a page at a
+time on the executors: nothing is claimed, so it is safe on a live queue, but it is no
+snapshot (docs/spark.md, "Reading").
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from helpers import delete_prefix
 
 import dynoq
 
+pytest_plugins = ["sparkkit"]  # the Spark modules' shared session and server fixtures
+
 CLUSTER = ([pytest.param("cluster", marks=pytest.mark.cluster)]
            if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0" else [])
 REAL: list[Any] = ["embedded", *CLUSTER] + (["redis"] if os.environ.get("REDIS_URL") else [])

@@ -65,3 +65,72 @@ class GatedDataSource(DynoqDataSource):
             del self.options[k]
         inner = super().streamWriter(schema, overwrite)
         return GatedWriter(inner, opts["url"], gate[0], int(gate[1]), int(gate[2]))
+
+
+# -- format("dynoq-staged"): a streaming driver held at one stage of one micro-batch ----------
+
+STAGES = ("before-write", "mid-write", "after-write", "after-commit")
+HOLD = 120.0  # seconds a held stage waits to be killed before it gives up (and fails)
+
+
+class StagedWriter(DataSourceStreamArrowWriter):
+    """Holds the driver at ``stage`` of micro-batch ``batch``: before a task pushes its
+    first row, once it pushed ``mid_rows`` rows, when every task has written but dynoq has
+    not committed, or when dynoq committed and Spark has not. It records that it got
+    there (Redis key ``<key>:reached`` = "<stage>:<batch>") and waits to be killed."""
+
+    def __init__(self, inner: Any, url: str, key: str, stage: str, batch: int,
+                 mid_rows: int = 100) -> None:
+        self.inner, self.url, self.key = inner, url, key
+        self.stage, self.batch, self.mid_rows = stage, batch, mid_rows
+
+    def _hold(self, stage: str, batch: int) -> None:
+        if (stage, batch) != (self.stage, self.batch):
+            return
+        redis.Redis.from_url(self.url).set(f"{self.key}:reached", f"{stage}:{batch}")
+        deadline = time.monotonic() + HOLD
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise RuntimeError(f"held at {stage} of batch {batch}, and nobody killed the driver")
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        ctx = TaskContext.get()
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId")) if ctx else -1
+        self._hold("before-write", batch)
+
+        def gated() -> Iterator[Any]:
+            rows = 0
+            for rb in iterator:
+                yield rb  # the writer pushes it before it asks for the next
+                rows += rb.num_rows
+                if rows >= self.mid_rows:
+                    self._hold("mid-write", batch)
+
+        return self.inner.write(gated())
+
+    def commit(self, messages: Any, batchId: int) -> None:
+        self._hold("after-write", batchId)
+        self.inner.commit(messages, batchId)
+        self._hold("after-commit", batchId)
+
+    def abort(self, messages: Any, batchId: int) -> None:
+        self.inner.abort(messages, batchId)
+
+
+class StagedDataSource(DynoqDataSource):
+    """Option ``stopAt`` = "<stage>:<batch>:<redis key>" (or "" to run through)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dynoq-staged"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        stop = {k.lower(): v for k, v in self.options.items()}.get("stopat", "")
+        for k in [k for k in self.options if k.lower() == "stopat"]:
+            del self.options[k]
+        inner = super().streamWriter(schema, overwrite)
+        if not stop:
+            return inner
+        stage, batch, key = stop.split(":", 2)
+        assert stage in STAGES, stage
+        return StagedWriter(inner, inner.writer.target.url, key, stage, int(batch))

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
 import pytest
 
 import dynoq
+import dynoq.asyncio
 from dynoq import Message
+
+FLAVORS = ("sync", "async")
 
 
 def _untouched(q: dynoq.Queue) -> None:
@@ -108,6 +112,7 @@ def test_bad_pop_and_ops_arguments(client: dynoq.Client) -> None:
     for call in (lambda: q.pop(0), lambda: q.pop(-1), lambda: q.pop(wait=-1),
                  lambda: q.pop(visibility=0), lambda: q.peek(0),
                  lambda: q.nack("x", delay=-1), lambda: q.extend("x", math.inf),
+                 lambda: q.extend("x", -0.5), lambda: q.extend("x", math.nan),
                  lambda: q.reschedule("x", delay=-5), lambda: q.ops.pop(shards=[7])):
         with pytest.raises(ValueError):
             call()
@@ -133,3 +138,64 @@ def test_min_replicas_refused_in_memory() -> None:
         with pytest.raises(dynoq.QueueConfigError, match="replicas"):
             c.queue("durable", min_replicas=1)
         assert "durable" not in c.queue_names()
+
+
+def test_list_arguments_that_are_no_lists(client: dynoq.Client) -> None:
+    q = client.queue("bad-lists", shards=2)
+    t = client.topic("bad-lists-topic", shards=2)
+    for call in (lambda: q.push_many(None), lambda: q.push_many("abc"),
+                 lambda: q.push_many(5), lambda: q.ensure_many(None),
+                 lambda: q.ack_many(None), lambda: q.ack_many(b"x"),
+                 lambda: q.replay_dead(5), lambda: t.publish_many(None)):
+        with pytest.raises(dynoq.InvalidType, match="takes a list") as info:
+            call()
+        assert isinstance(info.value, TypeError)
+    with pytest.raises(dynoq.InvalidArgument, match="at most 100000"):
+        q.push_many(iter(range(10**9)))  # read no further than the bound
+    _untouched(q)
+
+
+def test_a_lone_surrogate_is_refused_wherever_text_goes_to_redis(
+        client: dynoq.Client) -> None:
+    q = client.queue("surrogates", shards=2)
+    t = client.topic("surrogate-topic", shards=2)
+    bad = "a\udc80b"  # what errors="surrogateescape" decoding makes of a stray byte
+    for call in (lambda: q.push("x", id=bad), lambda: q.push("x", key=bad),
+                 lambda: q.get(bad), lambda: q.contains(bad), lambda: q.remove(bad),
+                 lambda: q.ack(bad), lambda: q.push_many([Message(1, id=bad)]),
+                 lambda: client.queue(bad), lambda: t.publish("x", tag=bad)):
+        with pytest.raises(dynoq.InvalidArgument, match="lone surrogate") as info:
+            call()
+        assert isinstance(info.value, ValueError)
+    with pytest.raises(dynoq.PayloadTypeError):
+        q.push(bad)
+    _untouched(q)
+
+
+def test_ack_of_a_message_from_a_queue_with_more_shards(client: dynoq.Client) -> None:
+    big, small = client.queue("eight", shards=8), client.queue("two", shards=2)
+    big.push_many(range(40))
+    far = next(m for m in big.pop(40) if m.shard is not None and m.shard >= 2)
+    for call in (lambda: small.ack(far), lambda: small.ack_many([far]),
+                 lambda: small.nack(far), lambda: small.extend(far, 5)):
+        with pytest.raises(dynoq.InvalidArgument, match="popped from shard"):
+            call()
+    assert big.ack(far)
+
+
+def test_a_cluster_url_at_a_single_server_or_a_closed_port(embedded_server: Any) -> None:
+    single = f"redis+cluster://{embedded_server.host}:{embedded_server.port}"
+    closed = "redis+cluster://127.0.0.1:1"
+    with pytest.raises(dynoq.ConnectionFailed, match="not a Redis Cluster"):
+        dynoq.connect(single)
+    with pytest.raises(dynoq.ConnectionFailed, match="unreachable"):
+        dynoq.connect(closed)
+
+    async def first_use(url: str) -> None:
+        async with dynoq.asyncio.connect(url) as client:  # lazy: the first call connects
+            await client.queue("x")
+
+    with pytest.raises(dynoq.ConnectionFailed, match="not a Redis Cluster"):
+        asyncio.run(first_use(single))
+    with pytest.raises(dynoq.ConnectionFailed, match="unreachable"):
+        asyncio.run(first_use(closed))

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from helpers import dead_letter
 
 import dynoq
 from dynoq.cli import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE, cli
+from dynoq.cli.base import EXIT_CODES, CliError
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
 
@@ -131,6 +136,30 @@ def test_bytes_payload_shows_as_base64(run: Any, client: dynoq.Client) -> None:
     assert json.loads(ok(run("peek", "bin", "--json")))[0]["payload"] == {"$base64": "AP8="}
 
 
+def test_peek_and_dead_show_any_valid_payload(run: Any, client: dynoq.Client) -> None:
+    # bytes keys, bytes values, keys of mixed types, nested: JSON has no bytes keys,
+    # so they show as "$base64:..." (and bytes values as {"$base64": ...}).
+    payload = {b"k": b"\x00\xff", "n": [b"x", {1: "one", b"\x01": None}], "f": 1.5}
+    q = client.queue("any", shards=2)
+    q.push(payload, id="p")
+    shown = {"$base64:aw==": {"$base64": "AP8="},
+             "n": [{"$base64": "eA=="}, {"1": "one", "$base64:AQ==": None}], "f": 1.5}
+    assert json.loads(ok(run("peek", "any", "--json")))[0]["payload"] == shown
+    assert "$base64:aw==" in ok(run("peek", "any"))
+    [m] = q.pop()
+    dead_letter(q, m)
+    assert json.loads(ok(run("dead", "any", "--json")))[0]["payload"] == shown
+    assert "$base64:aw==" in ok(run("dead", "any"))
+
+
+def test_a_cluster_url_at_a_single_server_or_a_closed_port(embedded_server: Any) -> None:
+    single = f"redis+cluster://{embedded_server.host}:{embedded_server.port}"
+    failed(CliRunner().invoke(cli, ["--url", single, "stats"]), EXIT_UNREACHABLE,
+           "not a Redis Cluster")
+    failed(CliRunner().invoke(cli, ["--url", "redis+cluster://127.0.0.1:1", "stats"]),
+           EXIT_UNREACHABLE, "cannot reach Redis")
+
+
 def test_bad_arguments_exit_2(run: Any, client: dynoq.Client) -> None:
     client.queue("q")
     failed(run("peek", "q", "-n", "0"), EXIT_USAGE)
@@ -163,15 +192,73 @@ def test_demo_calls_dynoq_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
 
     seen: list[str | None] = []
 
-    def fake_main(url: str | None = None) -> int:
-        seen.append(url)
+    def fake_main(url: str | None = None, *, as_json: bool = False) -> int:
+        seen.append((url, as_json))
         return 0 if url else 1
 
     monkeypatch.setattr(dynoq.cli.demo, "main", fake_main)
     ok(CliRunner().invoke(cli, ["--url", "redis://h:1/0", "demo"]))
+    ok(CliRunner().invoke(cli, ["--url", "redis://h:1/0", "demo", "--json"]))
     result = CliRunner().invoke(cli, ["demo"], env={"DYNOQ_URL": ""})
     assert result.exit_code == 1
-    assert seen == ["redis://h:1/0", None]
+    assert seen == [("redis://h:1/0", False), ("redis://h:1/0", True), (None, False)]
+
+
+def test_demo_json_is_the_report(embedded_server: Any,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from dynoq.cli import demo
+
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
+    cfg = demo.DemoConfig(orders=20, cancel_after=0.3, use_spark=False, consumers=2)
+    assert demo.main(url, cfg, as_json=True) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # stdout is the JSON alone; progress went to stderr
+    assert "starting" in err
+    assert report["ok"] is True and report["orders"] == 20
+    assert report["handled"] == report["events"] and report["out_of_order"] == 0
+    assert report["cancelled"] == report["unpaid"] == 4
+    assert [p["pushed"] for p in report["produced"]] == [report["events"], 20]
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    found = []
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += _commands(command, (*path, name))
+        else:
+            found.append((" ".join((*path, name)), command))
+    return found
+
+
+def test_every_command_takes_json() -> None:
+    """docs/cli.md promises --json on every command: machine-readable output (or, for
+    the services, JSON log lines)."""
+    missing = [name for name, command in _commands(cli)
+               if not any("--json" in p.opts for p in command.params)]
+    assert not missing, missing
+
+
+def test_help_lists_every_exit_code() -> None:
+    text = " ".join(ok(CliRunner().invoke(cli, ["--help"])).split())
+    for code, meaning in EXIT_CODES.items():
+        assert f"{code} {meaning}" in text, (code, meaning, text)
+    used = {c.exit_code for c in _subclasses(CliError)} | {CliError.exit_code}
+    assert used <= set(EXIT_CODES), used - set(EXIT_CODES)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [s for c in cls.__subclasses__() for s in (c, *_subclasses(c))]
+
+
+def test_push_to_a_missing_queue_says_how_to_create_it(run: Any, prefix: str,
+                                                       client: dynoq.Client) -> None:
+    text = failed(run("push", "invoices", "1"), EXIT_FAILURE, "no queue 'invoices'")
+    hint = re.search(r"create it with: (dynoq .*? queue create invoices)", text)
+    assert hint is not None, text
+    assert hint.group(1) == f"dynoq --prefix {prefix} queue create invoices"
+    ok(run("queue", "create", "invoices", "--shards", "2"))  # the command it names works
+    ok(run("push", "invoices", "1"))
+    assert client.queue("invoices").size() == 1
 
 
 # -- real entry points --------------------------------------------------------------------
@@ -207,6 +294,28 @@ def test_unreachable_server_subprocess() -> None:
     assert "cannot reach Redis" in done.stderr and "Traceback" not in done.stderr
     done = dynoq_cmd("peek", "x", env={"DYNOQ_URL": UNREACHABLE})
     assert done.returncode == EXIT_UNREACHABLE
+
+
+@pytest.mark.slow
+def test_dashboard_json_says_where_it_listens(real_url: str, prefix: str) -> None:
+    p = subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, "dashboard",
+                          "--port", "0", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "DYNOQ_URL": real_url})
+    try:
+        assert p.stdout is not None
+        ready = json.loads(p.stdout.readline())
+        assert ready["prefix"] == prefix and ready["allow_actions"] is False
+        assert ready["token_required"] is False
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", ready["url"]), ready
+        with urllib.request.urlopen(ready["url"], timeout=30) as page:
+            assert page.status == 200
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
 
 
 @pytest.mark.slow

@@ -153,6 +153,33 @@ def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
     wait_for(lambda: rec.count() >= 100, what="every shard drained")
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_consumer_takes_lower_priority_values_first_across_shards(
+        client: dynoq.Client, consumers: list[Consumer], concurrency: int) -> None:
+    # Everything waits before the consumer starts: 20 at priority 50 pushed first, then
+    # 20 at priority 0, over 4 shards. No priority 50 is taken while a 0 waits.
+    q = client.queue("prio-consumer", shards=4)
+    q.push_many([dynoq.Message(i, id=f"late-{i}", priority=50) for i in range(20)])
+    q.push_many([dynoq.Message(i, id=f"soon-{i}", priority=0) for i in range(20)])
+    lock = threading.Lock()
+    seen: list[int] = []
+    zeros_waiting: list[int] = []  # when the first priority 50 was handled
+
+    def handle(msg: dynoq.Message) -> None:
+        with lock:
+            first_fifty = msg.priority == 50 and 50 not in seen
+            seen.append(msg.priority)
+        if first_fifty:
+            zeros_waiting.append(sum(m.priority == 0 for m in q.peek(100)))
+
+    consumers.append(client.consumer(q, handle, concurrency=concurrency, batch_size=5,
+                                     **FAST).start())
+    wait_for(lambda: len(seen) >= 40, what="40 handled")
+    assert zeros_waiting == [0]
+    if concurrency == 1:  # one batch at a time: strictly by priority
+        assert seen == [0] * 20 + [50] * 20
+
+
 def test_batch_handler_gets_lists(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("batch", shards=2)
     sizes: list[int] = []
@@ -223,6 +250,31 @@ def test_dead_letter_after_max_retries(client: dynoq.Client, consumers: list[Con
     wait_for(lambda: c.stats().dead_lettered == 1)
     s = c.stats()
     assert (s.failed, s.retried, s.dead_lettered) == (3, 2, 1)
+
+
+def test_consumer_max_retries_dead_letters_sooner(client: dynoq.Client,
+                                                  consumers: list[Consumer]) -> None:
+    """RocketMQ's maxReconsumeTimes: the consumer's own limit, under the queue's (16)."""
+    q = client.queue("consumer-limit", shards=2)
+    rec = Recorder(fail=lambda m: ValueError("always"))
+    q.push("bad", id="m1")
+    c = client.consumer(q, rec.handler(), retry_delays=[0.02], max_retries=1, **FAST)
+    consumers.append(c.start())
+    wait_for(lambda: q.stats().dead == 1, what="dead-lettered")
+    assert rec.attempts["bad"] == [1, 2]  # max_retries=1: two deliveries in all
+    [dead] = q.dead()
+    assert dead.id == "m1" and dead.failure is not None and "always" in dead.failure.error
+    wait_for(lambda: c.stats().dead_lettered == 1)
+    assert (c.stats().failed, c.stats().retried) == (2, 1)
+
+
+@pytest.mark.parametrize(("value", "error"), [(-1, dynoq.InvalidArgument),
+                                              (True, dynoq.InvalidType),
+                                              (1.5, dynoq.InvalidType)])
+def test_consumer_max_retries_is_checked(client: dynoq.Client, value: object,
+                                         error: type[Exception]) -> None:
+    with pytest.raises(error, match="max_retries"):
+        client.consumer(client.queue("checked"), lambda m: None, max_retries=value)
 
 
 def test_explicit_retry_and_dead_letter(client: dynoq.Client,

@@ -238,10 +238,40 @@ def test_fetch_after_a_full_batch_with_nothing_else_due() -> None:
     assert len(msgs) == 7 and hint is None
     flow = fetch(_ops(4), 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
     next(flow)
-    flow.send([0, 40])  # pop: nothing
+    flow.send([0, 40, 0])  # pop: nothing
     with pytest.raises(StopIteration) as stop:
         flow.send([0, 0, 0, 40])  # probe: due in 40 ms
     assert stop.value.value == ([], 40.0)
+
+
+def test_fetch_of_a_default_backlog_asks_the_first_shard_for_priority_0_alone() -> None:
+    # Nothing beats priority 0: the first shard's pop needs no look at the others.
+    flow = fetch(_ops(4), 100, [0, 1, 2, 3], visibility=30.0, consumer="c", backlog=True)
+    first = next(flow)
+    assert isinstance(first, Call) and first.script.name == "pop"
+    assert len(first.keys) == 10 and first.args[-1] == 0  # ten keys, ceiling 0
+
+
+def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> None:
+    # After a look that saw priorities above 0, a backlog's first pop names the other
+    # shards (one server): it claims nothing they beat, and says what they hold.
+    ops = _ops(4)
+    ops.note({0: 6}, [])  # the last look saw priority 5
+    assert ops.ranked
+    flow = fetch(ops, 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
+    first = next(flow)
+    assert isinstance(first, Call) and first.script.name == "pop"
+    assert len(first.keys) == 10 + 3 * 3 and first.args[-1] == 99
+    assert first.keys[10:13] == [ops.shard_keys[3].ready, ops.shard_keys[3].delayed,
+                                 ops.shard_keys[3].unack]
+    # Shard 2 holds priority 5 (claimed nothing above what shard 0 may deliver: 1);
+    # shards 3, 0, 1 may deliver 5, 1 and nothing.
+    pop = flow.send([0, -1, 6, 6, 2, 0])
+    assert isinstance(pop, Call) and pop.script.name == "pop"  # no probe
+    assert pop.keys == ops._pop_keys[0] and pop.args[-1] == 1  # the best shard alone
+    with pytest.raises(StopIteration) as stop:
+        flow.send(_popped(0, 3))
+    assert len(stop.value.value[0]) == 3
 
 
 def test_fetch_on_redis_cluster_is_pop() -> None:
@@ -263,11 +293,11 @@ def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
     # that long (no margin: see consuming.nap), at most what is left of `wait`.
     flow = _ops(1).pop(1, wait=5.0, shards=[0])
     assert isinstance(next(flow), Call)
-    wake = flow.send([0, 250])
+    wake = flow.send([0, 250, 0])
     assert isinstance(wake, Wake) and wake.timeout == pytest.approx(0.25)
     again = flow.send(True)  # quiet: nothing published, but the hint said something falls due
     assert isinstance(again, Call) and again.script.name == "pop"
-    wake = flow.send([0, -1])  # nothing waiting at all: the rest of `wait`
+    wake = flow.send([0, -1, 0])  # nothing waiting at all: the rest of `wait`
     assert isinstance(wake, Wake) and 4.5 < wake.timeout <= 5.0
 
 

@@ -310,6 +310,7 @@ def test_the_dashboard_acl_roles_are_enough(embedded_server: Any) -> None:
         admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
                               *acl.rules(prefix, role))
         users[role] = (name, f"redis://{name}:{password}@{plain[8:]}")
+    acl.install(admin)  # roles call dynoq's scripts but may not load them
     try:
         with dynoq.connect(plain, prefix=prefix) as owner:
             s = scene(owner)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
+
+import click
 
 import dynoq
 from dynoq.cli import cli
@@ -36,3 +39,29 @@ def test_every_command_is_documented() -> None:
     page = (DOCS / "cli.md").read_text()
     for name in cli.commands:
         assert f"`{name}" in page, name
+
+
+def _commands(group: click.Group) -> Iterator[click.Command]:
+    for command in group.commands.values():
+        yield command
+        if isinstance(command, click.Group):
+            yield from _commands(command)
+
+
+def test_every_command_option_is_documented() -> None:
+    page = (DOCS / "cli.md").read_text()
+    for command in [cli, *_commands(cli)]:
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                for opt in [*param.opts, *param.secondary_opts]:
+                    if opt not in ("-h", "--help"):
+                        assert f"`{opt}" in page or f" {opt} " in page or f"[{opt}" in page, (
+                            command.name, opt)
+
+
+def test_every_spark_data_source_option_is_documented() -> None:
+    from dynoq.spark import datasource
+
+    page = (DOCS / "spark.md").read_text().lower()
+    for name in datasource._TARGET | datasource._WRITE | datasource._READ:
+        assert f"| `{name}` |" in page, name

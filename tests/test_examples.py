@@ -44,6 +44,10 @@ def test_example_runs(script: Path, embedded_server: Any) -> None:
             delete_prefix(url, prefix)
     assert done.returncode == 0, done.stderr[-3000:]
     assert EXPECT[script.name] in done.stdout, done.stdout
+    if script.name == "quickstart.py":  # the lower priority value first, across shards
+        got = [line for line in done.stdout.splitlines() if line.startswith("got")]
+        assert got == ["got {'order': 7, 'vip': True}", "got {'order': 8}",
+                       "got {'order': 9}"], done.stdout
 
 
 def test_readme_quick_start_is_the_example_verbatim() -> None:

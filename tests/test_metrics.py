@@ -114,7 +114,7 @@ def test_sweeper_process_serves_metrics(real_client: dynoq.Client, real_url: str
     q.push_many(list(range(7)))
     pop_all(q, 7, visibility=0.3)
     p = Proc(real_url, prefix, tmp_path / "sweeper.log", "--interval", "0.05",
-             "--metrics-port", "0", "--metrics-addr", "127.0.0.1")
+             "--metrics-port", "0")  # on loopback by default
     try:
         _check_scrapes(p)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -71,6 +72,62 @@ def test_fifo_within_priority_for_a_large_batch(client: dynoq.Client) -> None:
     q.push_many(range(1200))
     got = [m.payload for m in q.pop(1000) + q.pop(1000)]  # 1000: pop's most per call
     assert got == list(range(1200))
+
+
+def _fifty_then_zero(q: dynoq.Queue) -> None:
+    """The issue's scenario: 20 pushes at priority 50, then 20 at priority 0, the ids
+    spread over every shard of the queue."""
+    q.push_many([Message(i, id=f"late-{i}", priority=50) for i in range(20)])
+    q.push_many([Message(i, id=f"soon-{i}", priority=0) for i in range(20)])
+    shards = q.settings.shards
+    assert {q.shard_for(f"soon-{i}") for i in range(20)} == set(range(shards))
+    assert {q.shard_for(f"late-{i}") for i in range(20)} == set(range(shards))
+
+
+def test_priority_holds_across_shards_one_pop_at_a_time(client: dynoq.Client) -> None:
+    q = client.queue("prio-shards", shards=4)
+    _fifty_then_zero(q)
+    first = [m for _ in range(20) for m in q.pop(count=1)]
+    assert [m.priority for m in first] == [0] * 20
+    rest = [m for _ in range(20) for m in q.pop(count=1)]
+    assert [m.priority for m in rest] == [50] * 20 and q.pop() == []
+
+
+def test_priority_holds_across_shards_in_batches(client: dynoq.Client) -> None:
+    q = client.queue("prio-batches", shards=4)
+    _fifty_then_zero(q)
+    assert [m.priority for m in q.pop(count=10)] == [0] * 10
+    assert [m.priority for m in q.pop(count=15)] == [0] * 10 + [50] * 5
+    assert [m.priority for m in q.pop(count=100)] == [50] * 15
+    _fifty_then_zero(q)
+    assert sorted(m.priority for m in q.pop(count=30)) == [0] * 20 + [50] * 10
+
+
+def test_priority_across_shards_counts_due_delayed_messages(client: dynoq.Client) -> None:
+    # Due delayed messages are only ranked once a pop brings them into `ready`: a shard
+    # holding some must be asked before a worse priority is taken from another one.
+    q = client.queue("prio-due", shards=4)
+    q.push_many([Message(i, id=f"late-{i}", priority=50) for i in range(20)])
+    q.push_many([Message(i, id=f"due-{i}", priority=3, delay=0.05) for i in range(12)])
+    q.push_many([Message(i, id=f"soon-{i}", priority=7) for i in range(12)])
+    time.sleep(0.1)
+    got = [m for _ in range(24) for m in q.pop(count=1)]
+    assert [m.priority for m in got] == [3] * 12 + [7] * 12
+
+
+def test_priority_across_shards_after_a_look_that_saw_priorities(
+        client: dynoq.Client) -> None:
+    # After a pop that saw priorities above 0 the next one looks at every shard first
+    # (a hint for the cost only): a priority 0 pushed since then still goes first, and
+    # an all-zero queue again pops from one shard.
+    q = client.queue("prio-hint", shards=4)
+    q.push_many([Message(i, id=f"five-{i}", priority=5) for i in range(8)])
+    assert [m.priority for m in q.pop(count=2)] == [5, 5]
+    q.push("now", id="zero", priority=0)
+    assert [m.payload for m in q.pop(count=1)] == ["now"]
+    assert [m.priority for m in q.pop(count=10)] == [5] * 6
+    q.push_many(range(8))
+    assert [m.priority for m in q.pop(count=3)] == [0, 0, 0]
 
 
 def test_pop_spreads_over_shards_and_wait(client: dynoq.Client) -> None:
@@ -275,6 +332,38 @@ def test_extend_moves_the_deadline(client: dynoq.Client) -> None:
     assert q.requeue_expired() == 0 and q.pop() == []
     assert q.ack(m) is True
     assert q.extend(m, 5.0) is False
+
+
+def test_extend_to_zero_makes_a_delivery_visible_again_at_once(client: dynoq.Client) -> None:
+    # Dyno-queues' own test (RedisDynoQueueTest.testSetUnackTimeout): setUnackTimeout(id,
+    # 10 s) keeps it away, setUnackTimeout(id, 0) gives it back to the next pop.
+    q = client.queue("extend-zero", shards=2)
+    msg_id = q.push("x")
+    [m] = q.pop(visibility=30)
+    assert q.extend(m, 10) is True and q.pop() == []
+    assert q.extend(m, 0) is True
+    [again] = q.pop()
+    assert (again.id, again.attempts) == (msg_id, 2)
+    assert q.ack(m) is False  # the delivery it replaced
+    assert q.extend(again, 0.0) is True and q.extend(msg_id, 0) is True  # by id, too
+    [third] = q.pop()
+    assert q.ack(third) is True and q.extend(third, 0) is False  # no longer in flight
+    assert q.size() == 0 and q.stats().unacked == 0
+
+
+def test_extend_to_zero_wakes_a_waiting_pop(client: dynoq.Client) -> None:
+    # A pop waiting for news would otherwise sleep until the old deadline (60 s), and
+    # then its wait (10 s) would be over: it returns the message at once instead.
+    q = client.queue("extend-wake", shards=1)
+    q.push("x")
+    [m] = q.pop(visibility=60)
+    got: list[Message] = []
+    waiter = threading.Thread(target=lambda: got.extend(q.pop(wait=10.0)))
+    waiter.start()
+    time.sleep(0.3)  # usually waiting by then (if not, its first look finds the message)
+    assert q.extend(m, 0) is True
+    waiter.join(15)
+    assert [g.payload for g in got] == ["x"]
 
 
 def test_reschedule_remove_get_contains(client: dynoq.Client) -> None:

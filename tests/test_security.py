@@ -81,6 +81,7 @@ def acl_users(locked_server: Any) -> dict[str, str]:
         admin.execute_command("ACL", "SETUSER", f"{role}-u", "reset", "on", f">{role}-pw",
                               *acl.rules("tenant", role))
         urls[role] = _url(locked_server, f"{role}-u", f"{role}-pw")
+    acl.install(admin)  # the admin step: roles may call dynoq's scripts, never load them
     admin.close()
     return urls
 

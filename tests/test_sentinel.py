@@ -176,3 +176,20 @@ def test_asyncio_client_finds_the_new_master_after_a_failover(
             direct.close()
 
     asyncio.run(main())
+
+
+def test_acl_install_loads_the_master_and_its_replicas(sentinel_setup: dict[str, Any]) -> None:
+    """``dynoq acl install`` through Sentinel: the master and every replica it knows, so
+    a failover promotes a replica that has dynoq's scripts already (docs/security.md)."""
+    from dynoq import acl
+    from dynoq._core.lua import SCRIPTS
+
+    ports = sentinel_setup
+    url = f"redis+sentinel://127.0.0.1:{ports['sentinel']}/{SERVICE}"
+    done = acl.install(url)
+    assert f"127.0.0.1:{ports['replica']}" in done.nodes and len(done.nodes) == 2
+    assert not done.failed and done.loaded == 2 * len(SCRIPTS)
+    for port in (ports["master"], ports["replica"]):
+        with redis.Redis(port=port) as r:
+            assert all(r.script_exists(*(s.sha for s in SCRIPTS.values()))), port
+    assert acl.install(url).loaded == 0

@@ -33,39 +33,6 @@ from pyspark import TaskContext  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from dynoq.spark import spark_session
-
-    # Spark's Python workers import test helpers (spark_gate) from this folder.
-    here = str(Path(__file__).parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    session, started = spark_session("dynoq-tests", "local[2,4]",
-                                     config={"spark.default.parallelism": "2"})
-    yield session
-    if started:
-        session.stop()
-
-
-@pytest.fixture(scope="module")
-def server_url(request: pytest.FixtureRequest) -> str:
-    """One real server for the Spark tests: $REDIS_URL if set, else the embedded one."""
-    if os.environ.get("REDIS_URL"):
-        return os.environ["REDIS_URL"]
-    server = request.getfixturevalue("embedded_server")
-    return f"redis://{server.host}:{server.port}/0"
-
-
-@pytest.fixture
-def sclient(server_url: str) -> Iterator[dynoq.Client]:
-    prefix = f"dqt-{uuid.uuid4().hex[:12]}"
-    c = dynoq.connect(server_url, prefix=prefix)
-    yield c
-    c.close()
-    delete_prefix(server_url, prefix)
-
-
 def rows_df(spark: Any, n: int, parts: int = 4) -> Any:
     return (spark.range(0, n, numPartitions=parts)
             .withColumn("name", F.concat(F.lit("item-"), F.col("id").cast("string")))
@@ -145,9 +112,11 @@ def test_delay_column_of_timestamps(spark: Any, sclient: dynoq.Client) -> None:
         .when(F.col("id") == 1, F.expr("current_timestamp() - INTERVAL 1 HOUR")))
     df.where("id < 10").foreachPartition(partition_sink(sclient, "timers", id_col="id",
                                                         delay_col="due"))
-    write(df.where("id >= 10"), sclient, "timers", id_col="id", delay_col="due")
+    result = write(df.where("id >= 10"), sclient, "timers", id_col="id", delay_col="due")
     stats = q.stats()
-    assert (stats.delayed, stats.ready) == (10, 10)
+    assert (stats.delayed, stats.ready) == (10, 1)  # the rows with no due time: refused
+    assert result.total == Counts(5, 0, 5, 5)
+    assert {r.column for _, r in result.rejected} == {"due"}
     for i in (4, 12):
         m = q.get(str(i))
         assert m is not None and m.delay == pytest.approx(3600, abs=120)
@@ -425,38 +394,23 @@ def test_sinks_from_a_tls_client_keep_its_prefix_and_options(
         assert not any(password in text for text in shown), shown
 
 
-# Each bad row fails its task four times (local[2,4] retries it): two cases here, the rest
-# of the id checks without Spark in test_spark_rows.
-@pytest.mark.parametrize(("case", "text"), [
-    ("missing", "id_col names column 'event_id', which is not in the data"),
-    ("null", "id column 'event_id' is null in row"),
-])
-def test_bad_ids_fail_the_task_and_write_nothing(spark: Any, sclient: dynoq.Client,
-                                                 case: str, text: str) -> None:
+def test_a_missing_id_column_fails_on_the_driver(spark: Any, sclient: dynoq.Client) -> None:
     q = sclient.queue("bad", shards=2)
-    ids: list[Any] = [f"ok-{i}" for i in range(50)]
-    schema = "event_id string, v int"
-    if case == "null":
-        ids[25] = None
-    elif case == "empty":
-        ids[25] = ""
-    elif case == "float":
-        ids, schema = [float(i) for i in range(50)], "event_id double, v int"
-    df = spark.createDataFrame([(x, i) for i, x in enumerate(ids)], schema).coalesce(1)
-    if case == "missing":
-        df = df.withColumnRenamed("event_id", "id")
-    sink = partition_sink(sclient, "bad", id_col="event_id")
-    with pytest.raises(Exception, match=r"dynoq\.errors\.Invalid") as info:
-        df.foreachPartition(sink)
-    assert text in str(info.value)
-    with pytest.raises(dynoq.DynoqError if case == "missing" else Exception,
-                       match=text):  # write() checks the columns on the driver
+    df = spark.createDataFrame([(f"ok-{i}", i) for i in range(50)], "id string, v int")
+    text = "id_col names column 'event_id', which is not in the data"
+    with pytest.raises(dynoq.InvalidArgument, match=text):
+        partition_sink(sclient, "bad", id_col="event_id", schema=df.schema)
+    with pytest.raises(dynoq.InvalidArgument, match=text):
         write(df, sclient, "bad", id_col="event_id")
+    sink = partition_sink(sclient, "bad", id_col="event_id")  # no schema: the task finds out
+    with pytest.raises(Exception, match=r"dynoq\.errors\.InvalidArgument") as info:
+        df.coalesce(1).foreachPartition(sink)
+    assert text in str(info.value)
     assert q.size() == 0 and not all_messages(q)
 
 
-def test_enqueue_job_from_parquet_and_csv(spark: Any, sclient: dynoq.Client,
-                                          tmp_path: Path) -> None:
+def test_enqueue_job_from_parquet_and_csv(spark: Any, sclient: dynoq.Client, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     from spark import enqueue
 
     rows = [(f"o{i}", f"cust-{i % 3}", i * 1.5, "2024-05-01") for i in range(30)]
@@ -475,14 +429,18 @@ def test_enqueue_job_from_parquet_and_csv(spark: Any, sclient: dynoq.Client,
                                                                   "total": 6.0}
 
     csv = tmp_path / "timers.csv"
-    csv.write_text("id,delay,note\n1,3600,later\n2,0,now\n3,,now too\n")
+    csv.write_text("id,delay,note\n1,3600,later\n2,0,now\n3,,no delay: refused\n")
+    capsys.readouterr()
     assert enqueue.main([str(csv), "--queue", "timers", "--id-col", "id",
                          "--delay-col", "delay", *common]) == 0
+    out = capsys.readouterr().out
+    assert "pushed 2 messages" in out and "1 invalid rows" in out
+    assert "refused: partition 0 row 2, column 'delay': the delay is null" in out
     assert enqueue.main([str(csv), "--queue", "timers", "--id-col", "id",
                          "--delay-col", "delay", *common]) == 0  # a re-run adds nothing
     t = sclient.queue("timers")
     stats = t.stats()
-    assert (stats.ready, stats.delayed) == (2, 1)
+    assert (stats.ready, stats.delayed) == (1, 1)
     later = t.get("1")
     assert later is not None and later.payload == {"id": 1, "delay": 3600, "note": "later"}
     assert later.delay == pytest.approx(3600, abs=1)

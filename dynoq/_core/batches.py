@@ -68,15 +68,19 @@ class BatchKeys:
 
 @dataclass(frozen=True)
 class Counts:
-    """What a write did with its rows."""
+    """What a write did with its rows: each row is counted once, as pushed, skipped or
+    refused."""
 
     pushed: int = 0  # new messages
-    skipped: int = 0  # already in the queue, or already handled by this batch
-    refused: int = 0  # acked within the dedupe window, or their batch was committed
+    skipped: int = 0  # duplicates: the id is in the queue, this batch already handled
+    #                   it, or an earlier row of the same write had it
+    refused: int = 0  # acked within the dedupe window, their batch was committed, or
+    #                   invalid
+    invalid: int = 0  # of the refused: rows that make no valid message (a null id, ...)
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(self.pushed + other.pushed, self.skipped + other.skipped,
-                      self.refused + other.refused)
+                      self.refused + other.refused, self.invalid + other.invalid)
 
     @property
     def rows(self) -> int:

@@ -9,7 +9,9 @@ this state with a ``threading.Condition``, the asyncio one with an ``asyncio.Con
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..message import Message
 
@@ -115,10 +117,16 @@ class BoardState:
 class InFlightBatch:
     """A batch a worker is handling. The worker writes ``call_started`` and ``results``
     without a lock (single assignments and appends are atomic); the abandon / settle
-    decision is taken under the registry's lock (threads) or on the event loop (asyncio)."""
+    decision is taken under the registry's lock (threads) or on the event loop (asyncio).
 
-    __slots__ = ("abandoned", "call_started", "msgs", "permits", "results", "settling",
-                 "shard", "started")
+    A handler call past consume_timeout makes the batch ``overran``. On a concurrent
+    queue the watchdog then settles it at once (``abandoned``: its worker must not). On an
+    ordered shard it stays with its worker, in flight and extended, so that nothing later
+    of its shard is delivered while the call may still run; the worker settles it (the
+    call failed with ConsumeTimeout) when the call returns."""
+
+    __slots__ = ("abandoned", "call_started", "calling", "msgs", "overran", "permits",
+                 "results", "settling", "shard", "started")
 
     def __init__(self, msgs: list[Message], shard: int | None, now: float,
                  permits: int) -> None:
@@ -126,9 +134,11 @@ class InFlightBatch:
         self.shard = shard
         self.permits = permits  # flow-control permits it holds (concurrent queues)
         self.started = now  # for extending slow batches (restarts when extended)
-        self.call_started = now  # the handler call running now
+        self.call_started = math.inf  # when the running handler call began (inf: none)
+        self.calling: Sequence[Message] = ()  # the messages of that call
         self.results: list[tuple[Message, BaseException | None]] = []
-        self.abandoned = False  # the watchdog took it over (consume_timeout)
+        self.overran = False  # a handler call of it ran past consume_timeout
+        self.abandoned = False  # the watchdog (or a stop) settles it, not its worker
         self.settling = False  # the worker is settling it (too late to abandon)
 
 
@@ -164,16 +174,48 @@ class DeliveryState:
                 out.append(batch.msgs)
         return out
 
-    def overdue(self, now: float, timeout: float) -> list[tuple[int, InFlightBatch]]:
+    def overdue(self, now: float, timeout: float, *,
+                ordered: bool) -> list[tuple[int, InFlightBatch]]:
         """The batches whose running handler call started more than ``timeout`` seconds
-        ago and that are not being settled: marked abandoned, for the caller to settle."""
+        ago and that are not being settled: marked overran, and (concurrent queues)
+        abandoned, for the caller to settle now."""
         out = []
         for worker, batch in self._by_worker.items():
-            if not batch.abandoned and not batch.settling and now - batch.call_started > timeout:
+            if (not batch.overran and not batch.abandoned and not batch.settling
+                    and now - batch.call_started > timeout):
+                batch.overran = True
+                batch.abandoned = not ordered
+                out.append((worker, batch))
+        return out
+
+    def abandon_all(self, keep: Any = None) -> list[tuple[int, InFlightBatch]]:
+        """Every batch not being settled (but ``keep``'s, a worker that stops its own
+        consumer), marked abandoned: the consumer stops, and gives them back."""
+        out = []
+        for worker, batch in self._by_worker.items():
+            if worker != keep and not batch.abandoned and not batch.settling:
                 batch.abandoned = True
                 out.append((worker, batch))
         return out
 
-    def abandon_all(self) -> list[tuple[int, InFlightBatch]]:
-        """Every batch not being settled, marked abandoned (the consumer stops)."""
-        return self.overdue(float("inf"), -1.0)
+
+class Abandoned:
+    """Handler calls left running past consume_timeout while another worker takes the
+    place of theirs: at most ``cap`` at a time (a thread cannot be stopped; without a
+    bound a handler that always hangs would make one thread per delivery). At the cap
+    a worker whose call overruns is not replaced: it waits for its call, so a consumer
+    whose every worker is stuck stops fetching until one returns."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.count = 0
+
+    def take(self) -> bool:
+        """True: one more call is abandoned (its worker is replaced); False: at the cap."""
+        if self.count >= self.cap:
+            return False
+        self.count += 1
+        return True
+
+    def returned(self) -> None:
+        self.count -= 1

@@ -215,9 +215,35 @@ def json_default(value: object) -> Any:
 
 
 def to_json(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
-    """JSON text of a payload (or anything made of what payloads hold)."""
-    return json.dumps(value, default=json_default, ensure_ascii=False, indent=indent,
-                      sort_keys=sort_keys)
+    """JSON text of a payload (or anything made of what payloads hold): every valid
+    payload shows. Bytes become ``{"$base64": "..."}``; a dict key JSON has no form for
+    (bytes) becomes ``"$base64:..."``, and with ``sort_keys`` keys of mixed types are
+    sorted as the text JSON writes for them."""
+    try:
+        return json.dumps(value, default=json_default, ensure_ascii=False, indent=indent,
+                          sort_keys=sort_keys)
+    except TypeError:  # rare: a bytes key, or keys of mixed types to sort (a second pass)
+        return json.dumps(_text_keys(value), default=json_default, ensure_ascii=False,
+                          indent=indent, sort_keys=sort_keys)
+
+
+def _text_keys(value: Any) -> Any:
+    """``value`` with every dict key as the text JSON writes for it (a bytes key as
+    ``"$base64:..."``)."""
+    if isinstance(value, dict):
+        return {_key_text(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_text_keys(v) for v in value]
+    return value
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return "$base64:" + base64.b64encode(bytes(key)).decode()
+    text: str = json.dumps(key, default=json_default)
+    return text
 
 
 def message_json(m: Message) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from typing import Any
 from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
-from . import codec
+from . import codec, logs, validate
 from .calls import Batch, Call, Flow, together
-from .ops import QueueOps
+from .ops import ANY, QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .topics import TopicOps
@@ -73,7 +73,8 @@ def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
     fn(list(range(queue.shards)), [me], me, **options)
     return Plan(settings=settings, ordered=queue.ordered, shards=queue.shards, strategy=fn,
                 strategy_options=options,
-                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered),
+                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered,
+                                       max_retries=settings.max_retries),
                 instance_id=me, in_flight=settings.in_flight_limit,
                 visibility=settings.visibility or queue.unack_timeout,
                 max_retries=queue.max_retries)
@@ -96,16 +97,19 @@ def settings_of(settings: ConsumerSettings | None, named: dict[str, Any]) -> Con
 
 
 def for_topic(settings: ConsumerSettings,
-              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[QueueOps]]:
+              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[tuple[str, QueueOps]]]:
     """A topic consumer's settings (with its instance id fixed: a broadcasting member's
-    queue is named by it), the queue it consumes, and the flow that subscribes its group
-    (tags "*") if it is not yet, to run when it starts."""
+    queue is named by it), the queue it would consume in its mode (None: clustering
+    until the start says otherwise), and the flow to run when it starts: it reads the
+    group's subscription (whose mode decides when ``settings.mode`` is None; an explicit
+    conflicting one raises GroupConflict), subscribes it if needed, and returns the mode
+    and queue to consume (``TopicOps.join``)."""
     if settings.instance_id is None:
         settings = dataclasses.replace(settings, instance_id=default_instance_id())
     me = settings.instance_id
     assert me is not None
     queue = topic.group_queue(settings.group, me if settings.mode == "broadcasting" else None)
-    return settings, queue, topic.consumer_queue(settings.group, settings.mode, me)
+    return settings, queue, topic.join(settings.group, settings.mode, me)
 
 
 def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:
@@ -164,44 +168,60 @@ def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
 def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float,
           consumer: str, backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
     """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in two
-    round trips however many shards: one read-only ``probe`` says which shards have
-    something deliverable (and in how many ms something may be, when none has), then
-    their pops go out together, ``count`` shared between them, the first of ``shards``
-    first. (``pop`` asks shards one after another, one round trip each, and returns at
-    the end: under a steady stream of due messages what it found on the first shards
-    waited for the last ones, several ms on 16 shards, more while other workers' passes
-    compete for the server.) Returns the messages and, when there were none, the ms
-    until something may be deliverable (-1: nothing is waiting); None when unknown.
+    round trips however many shards: one read-only ``probe`` says what each shard has
+    deliverable (and in how many ms something may be, when none has), then the pops of
+    the shards holding the lowest priority value go out together, ``count`` shared
+    between them, the first of ``shards`` first. (``pop`` asks shards one after another,
+    one round trip each, and returns at the end: under a steady stream of due messages
+    what it found on the first shards waited for the last ones, several ms on 16 shards,
+    more while other workers' passes compete for the server.) Returns the messages and,
+    when there were none, the ms until something may be deliverable (-1: nothing is
+    waiting); None when unknown.
 
     With a ``backlog`` (the last look filled its batch) the first shard is asked for the
-    whole ``count`` first: a deep queue fills the batch there, in one pop (sharing it
-    out would cost throughput), and a broad shallow one (every shard a few messages
-    behind, as after a pause of the process) gets the rest with a probe and the ready
-    shards' pops together: three round trips, not one per shard as ``pop`` would take
-    (40-75 ms for 16 shards under load). On Redis Cluster (no probe across
-    slots) and for one shard, this is ``pop``."""
+    whole ``count`` of priority 0 first (nothing goes before priority 0; after a look that
+    saw priorities above 0, of what the other shards cannot beat): a deep queue
+    fills the batch there, in one pop (sharing it out would cost throughput), and a broad
+    shallow one (every shard a few messages behind, as after a pause of the process) gets
+    the rest with a probe and the ready shards' pops together: three round trips, not one
+    per shard as ``pop`` would take (40-75 ms for 16 shards under load). On Redis
+    Cluster (no probe across slots) and for one shard, this is ``pop``."""
     if not ops.cross_slot or len(shards) < 2:
         msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
                                   consumer=consumer)
         return msgs, None
+    vis_ms = validate.to_ms(visibility)
     first: list[Message] = []
-    if backlog:
-        first = yield from ops.pop(count, visibility=visibility, shards=shards[:1],
-                                   consumer=consumer)
+    ranks: dict[int, int] = {}
+    unseen: Sequence[int] = shards
+    hint = -1.0
+    if backlog:  # (after priorities above 0, the others bound it: see QueueOps._pass)
+        ahead = shards[1:] if ops.ranked else []
+        first, rest, hint, seen = yield from ops.take(
+            shards[0], count, ANY if ahead else 0, vis_ms, consumer=consumer, others=ahead)
         if len(first) >= count:
+            ops.note(seen, first)
             return first, None
         count -= len(first)
-        shards = shards[1:]
-    *flags, hint = yield ops.probe(shards)
-    ready = [s for s, f in zip(shards, flags, strict=True) if f]
+        ranks[shards[0]] = rest
+        ranks.update(seen)
+        unseen = [] if ahead else shards[1:]
+    if unseen:
+        found, hint = yield from ops.look(unseen)
+        ranks.update(found)
+    live = {s: r for s, r in ranks.items() if r > 0}
+    if not live:
+        ops.note(ranks, first)
+        return first, None if first else hint
+    best = min(live.values())  # a round takes the lowest priority value only
+    ready = [s for s in shards if live.get(s) == best]
     k = min(len(ready), count)
-    if k == 0:
-        return first, None if first else float(hint)
     share, extra = divmod(count, k)
     got = yield from together([
-        ops.pop(share + (i < extra), visibility=visibility, shards=[s], consumer=consumer)
+        ops.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
         for i, s in enumerate(ready[:k])])
-    msgs = first + [m for part in got for m in part]
+    msgs = first + [m for part, *_ in got for m in part]
+    ops.note(ranks, msgs)
     # Others may have taken them meanwhile: look again at once rather than wait.
     return msgs, None if msgs else 0.0
 
@@ -259,15 +279,21 @@ class Tally:
 def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
                queue: str) -> tuple[str, float]:
     """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
-    picks the delay, anything else takes the policy's next delay."""
+    picks the delay, anything else takes the policy's next delay; past the policy's own
+    max_retries it is dead-lettered."""
     if isinstance(error, DeadLetter):
         return "dead", 0.0
     if isinstance(error, RateLimited):
         return "back", error.delay
+    if policy.spent(msg.attempts):
+        logs.error(log, logging.WARNING, "dynoq: message %s of %r failed its retries "
+                   "(attempt %d, consumer's max_retries %s): dead-lettered", msg.id, queue,
+                   msg.attempts, policy.max_retries, exc=error)
+        return "dead", 0.0
     if isinstance(error, Retry):
         return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
-    log.warning("dynoq: handler failed on message %s of %r (attempt %d): %r", msg.id, queue,
-                msg.attempts, error, exc_info=error)
+    logs.error(log, logging.WARNING, "dynoq: handler failed on message %s of %r (attempt %d)",
+               msg.id, queue, msg.attempts, exc=error)
     return "retry", policy.delay(msg.attempts)
 
 
@@ -322,7 +348,38 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
 
 def timed_out(timeout: float) -> ConsumeTimeout:
     return ConsumeTimeout(f"the handler ran longer than consume_timeout ({timeout:g}s): the "
-                          "message is treated as failed and its shard moves on")
+                          "message is treated as failed")
+
+
+def call_of(msgs: Sequence[Message]) -> str:
+    """How a log line names a handler call: its message's id and attempt, or a batch's
+    size and first id (never a payload)."""
+    if len(msgs) == 1:
+        return f"message {msgs[0].id} (attempt {msgs[0].attempts})"
+    return f"a batch of {len(msgs)} messages from {msgs[0].id if msgs else '-'}"
+
+
+def overran(log: logging.Logger, queue: str, msgs: Sequence[Message], timeout: float, *,
+            left: int | None, cap: int, shard: int | None) -> None:
+    """Log a handler call past consume_timeout (one line): ``left`` is how many calls
+    are left running now counting this one (None: at the cap, its worker waits for it);
+    ``shard``: the ordered shard it keeps blocked until it returns."""
+    then = (f"shard {shard} stays blocked until it returns" if shard is not None
+            else "the message fails now and is retried as any failure")
+    if left is None:
+        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+                    "%d calls are left running already (the most per consumer): its "
+                    "worker waits for it; %s", call_of(msgs), queue, timeout, cap, then)
+    else:
+        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+                    "its thread is left running (%d of at most %d) and another worker "
+                    "takes its place; %s", call_of(msgs), queue, timeout, left, cap, then)
+
+
+def returned(log: logging.Logger, queue: str, msgs: Sequence[Message],
+             seconds: float) -> None:
+    log.warning("dynoq: the handler call on %s of %r that ran past consume_timeout "
+                "returned after %.1fs", call_of(msgs), queue, seconds)
 
 
 class Counts:

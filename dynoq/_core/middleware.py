@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import InvalidType
 from ..message import Message
+from . import logs
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -93,6 +94,7 @@ def invocation(handler: Callable[..., Any], middleware: Sequence[Middleware], ar
         for msg in msgs:
             try:
                 yield Step(m.after, (msg, error, seconds))
-            except Exception:
-                log.exception("dynoq: an after-hook raised; ignored")
+            except Exception as exc:  # noqa: BLE001 - a hook's failure is logged, not raised
+                logs.error(log, logging.ERROR, "dynoq: an after-hook raised (ignored)",
+                           exc=exc)
     return error, seconds

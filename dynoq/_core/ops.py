@@ -37,6 +37,7 @@ from .settings import QueueSettings, merge
 PUSH_CHUNK = 500  # messages per push call: bounded script time, few round trips
 IDS_CHUNK = 1000  # ids per ack / replay call
 SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
+ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
 
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
@@ -51,7 +52,8 @@ def _decode_str(value: bytes | str) -> str:
 
 
 class QueueOps:
-    """One queue's operations. Thread-safe: it holds no state but a pop rotation."""
+    """One queue's operations. Thread-safe: it holds no state but a pop rotation and
+    whether the last look saw priorities (a hint for the cost of the next one)."""
 
     def __init__(self, prefix: str, name: str, settings: QueueSettings,
                  max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
@@ -69,9 +71,11 @@ class QueueOps:
         self._push_keys = [_PUSH.key_list(k) for k in self.shard_keys]
         self._pop_keys = [_POP.key_list(k) for k in self.shard_keys]
         self._ack_keys = [_ACK.key_list(k) for k in self.shard_keys]
+        self._probe_keys = [_PROBE.key_list(k) for k in self.shard_keys]
         self._ordered = "1" if settings.ordered else "0"
         self._window_ms = validate.to_ms(settings.dedupe_window)
         self._rotation = itertools.count()
+        self._ranked = False  # see the ranked property
 
     @classmethod
     def of_keys(cls, keys: QueueKeys, settings: QueueSettings,
@@ -139,7 +143,7 @@ class QueueOps:
     def prepare_ensure(self, items: Iterable[Any]) -> list[codec.Outgoing]:
         """The messages of an ensure_many: each a Message with an id."""
         outs = []
-        for item in items:
+        for item in validate.check_items(items, "ensure_many()"):
             if not isinstance(item, Message) or item.id is None:
                 raise InvalidArgument("ensure_many() takes dynoq.Message objects, each "
                                       "with an id")
@@ -192,46 +196,8 @@ class QueueOps:
              margin_ms: int, consumer: str, until_woken: bool) -> Flow[list[Message]]:
         deadline = time.monotonic() + wait
         woken = False
-        args_tail = [self._ordered, lease, self.settings.max_retries, self.wake, margin_ms]
         while True:
-            got: list[Message] = []
-            hint = -1.0
-            todo, i, probed = order, 0, not self.cross_slot
-            while i < len(todo):
-                shard = todo[i]
-                i += 1
-                # A delivery token needs to differ between deliveries, not to be secret:
-                # random's generator (reseeded in a forked child) instead of os.urandom,
-                # a system call that hands the GIL to another thread at every pop.
-                nonce = f"{random.getrandbits(32):08x}"
-                reply = yield Call(_POP, self._pop_keys[shard],
-                                   [count - len(got), vis_ms, nonce, *args_tail])
-                if type(reply) is int:
-                    if reply == LEASED and not lease:
-                        continue  # another consumer leases this ordered shard
-                    raise_for(reply, f"pop from shard {shard} of {self.name!r}")
-                if reply[0] == 0:
-                    hint = _sooner(hint, float(reply[1]))
-                    if not probed and len(todo) - i > 1:
-                        # One read of every other shard instead of a pop each: an idle or
-                        # sparse queue costs two calls a pass, not one per shard.
-                        probed = True
-                        *flags, h = yield self.probe(todo[i:])
-                        hint = _sooner(hint, float(h))
-                        todo = todo[:i] + [s for s, f in zip(todo[i:], flags, strict=True) if f]
-                    continue
-                try:
-                    batch = self._decoded(reply, shard, nonce, lease)
-                except RecordError:  # one or more unreadable: quarantine them, keep the rest
-                    batch = yield from self._quarantine(reply, shard, nonce, lease,
-                                                        consumer)
-                for m in batch:  # a recurring message's occurrence: push the next one now
-                    sched = occurrence_of(m)
-                    if sched is not None:
-                        yield from ScheduleOps(self).fire_next(sched, shard)
-                got += batch
-                if len(got) >= count:
-                    break
+            got, hint = yield from self._pass(count, vis_ms, order, lease, margin_ms, consumer)
             left = deadline - time.monotonic()
             if got or left <= 0 or (woken and until_woken):
                 return got
@@ -243,11 +209,125 @@ class QueueOps:
                 return got
             woken = quiet is not True
 
+    def _pass(self, count: int, vis_ms: int, order: list[int], lease: str, margin_ms: int,
+              consumer: str) -> Flow[tuple[list[Message], float]]:
+        """One look at ``order``'s shards for up to ``count`` messages, the lowest
+        priority values first across shards (ties: in ``order``). Returns them and the ms
+        until something may be deliverable (-1: unknown).
+
+        A shard's *rank* is what it may deliver: 0 nothing, 1 + a lower bound of its next
+        message's priority (lib/rank.lua). Priority 0 goes first anywhere, so the first
+        shard is asked for that alone before the others are seen: with every priority 0
+        (the default), a pop is one call as before, and two on an empty queue (that pop,
+        then one probe of the others). Otherwise each pop's ceiling is the best rank
+        known, and each reply says what its shard still holds. When the last pass saw
+        priorities above 0 (:attr:`ranked`), the first pop names the other shards' keys
+        on one server: it claims nothing above what they may deliver, and says what
+        they hold (one call when the first shard holds the best); on Redis Cluster the
+        pass probes every shard first (two calls, where the optimistic pop makes three)."""
+        got: list[Message] = []
+        hint = -1.0
+        ranks: dict[int, int] = {}
+        first, others = order[0], order[1:]
+        if others and self.ranked and not self.cross_slot:
+            ranks, hint = yield from self.look(order)
+        else:
+            ahead = others if others and self.ranked else []
+            msgs, ranks[first], hint, seen = yield from self.take(
+                first, count, 0 if others and not ahead else ANY, vis_ms, lease, margin_ms,
+                consumer, others=ahead)
+            if len(msgs) >= count and not ahead:
+                return msgs, hint  # the common case: priority 0, unbeatable (and unranked)
+            got += msgs
+            ranks.update(seen)
+            if ranks[first] < 0:  # a full batch, some unreadable: it may hold more
+                ranks[first] = 1
+            if len(got) < count and others and not ahead:
+                more, h = yield from self.look(others)
+                ranks.update(more)
+                hint = _sooner(hint, h)
+        while len(got) < count:
+            live = {s: r for s, r in ranks.items() if r > 0}
+            if not live:
+                break
+            best = min(live.values())
+            shard = next(s for s in order if live.get(s) == best)
+            msgs, rest, h, _ = yield from self.take(shard, count - len(got), best - 1,
+                                                    vis_ms, lease, margin_ms, consumer)
+            got += msgs
+            hint = _sooner(hint, h)
+            # rest > best, or 0: each shard is asked at most once per priority it holds
+            ranks[shard] = rest if rest >= 0 else best
+        self.note(ranks, got)
+        return got, hint
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the last look saw a priority above 0 (then a look across shards starts
+        with a probe: see :meth:`_pass`). A hint for the cost, never for the order."""
+        return self._ranked
+
+    def note(self, ranks: dict[int, int], got: Sequence[Message]) -> None:
+        """Remember whether a look saw priorities above 0 (shard ranks, messages)."""
+        self._ranked = (not self.settings.ordered
+                        and (any(r > 1 for r in ranks.values()) or any(m.priority for m in got)))
+
+    def take(self, shard: int, count: int, ceiling: int, vis_ms: int, lease: str = "",
+             margin_ms: int = 0, consumer: str = "", *, others: Sequence[int] = (),
+             ) -> Flow[tuple[list[Message], int, float, dict[int, int]]]:
+        """One pop of ``shard``: up to ``count`` messages of priority ``ceiling`` or a lower
+        value, and (one server only) no higher than what the shards ``others`` may
+        deliver. Returns them, the shard's rank after (-1: not looked at, the batch was
+        full), the ms until something may be deliverable (-1: unknown) and the ranks of
+        ``others``."""
+        # A delivery token needs to differ between deliveries, not to be secret: random's
+        # generator (reseeded in a forked child) instead of os.urandom, a system call
+        # that hands the GIL to another thread at every pop.
+        nonce = f"{random.getrandbits(32):08x}"
+        keys = self._pop_keys[shard]
+        if others:
+            keys = keys + [k for s in others for k in self._probe_keys[s]]
+        reply = yield Call(_POP, keys, [
+            count, vis_ms, nonce, self._ordered, lease, self.settings.max_retries,
+            self.wake, margin_ms, ANY if self.settings.ordered else ceiling])
+        if type(reply) is int:
+            if reply == LEASED and not lease:
+                return [], 0, -1.0, {}  # another consumer leases this ordered shard
+            raise_for(reply, f"pop from shard {shard} of {self.name!r}")
+        seen: dict[int, int] = {}
+        if others:  # their ranks end the reply
+            seen = dict(zip(others, (int(r) for r in reply[-len(others):]), strict=True))
+            reply = reply[:-len(others)]
+        if reply[0] == 0:
+            return [], int(reply[2]), float(reply[1]), seen
+        try:
+            batch = self._decoded(reply, shard, nonce, lease)
+        except RecordError:  # one or more unreadable: quarantine them, keep the rest
+            batch = yield from self._quarantine(reply, shard, nonce, lease, consumer)
+        for m in batch:  # a recurring message's occurrence: push the next one now
+            sched = occurrence_of(m)
+            if sched is not None:
+                yield from ScheduleOps(self).fire_next(sched, shard)
+        return batch, int(reply[1]), -1.0, seen
+
+    def look(self, shards: Sequence[int]) -> Flow[tuple[dict[int, int], float]]:
+        """Each shard's rank (see :meth:`_pass`) and the ms until something may be
+        deliverable (-1: unknown): one probe call, or on Redis Cluster (a script's keys
+        share a slot) one probe per shard, pipelined."""
+        if self.cross_slot:
+            *ranks, hint = yield self.probe(shards)
+            return dict(zip(shards, (int(r) for r in ranks), strict=True)), float(hint)
+        replies = yield Batch([self.probe([s]) for s in shards])
+        hint = -1.0
+        for _, h in replies:
+            hint = _sooner(hint, float(h))
+        return {s: int(r[0]) for s, r in zip(shards, replies, strict=True)}, hint
+
     def probe(self, shards: Sequence[int]) -> Call:
-        """One read-only look at ``shards``: a flag per shard (something deliverable), then
-        the ms until something may be (-1: unknown). See probe-3.lua."""
-        keys = [k for s in shards for k in _PROBE.key_list(self.shard_keys[s])]
-        return Call(_PROBE, keys, [])
+        """One read-only look at ``shards`` (one server: a cluster's keys must share a
+        slot): a rank per shard (see :meth:`_pass`), then the ms until something may be
+        deliverable (-1: unknown). See probe-3.lua."""
+        return Call(_PROBE, [k for s in shards for k in self._probe_keys[s]], [])
 
     def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
         """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
@@ -269,13 +349,23 @@ class QueueOps:
                                       lease, 0.0, "dead", codec.why(exc, consumer))
         return good
 
+    def _shard_of(self, msg: Message) -> int:
+        """The shard a message was popped from, which must be one of this queue's."""
+        shard = msg.shard
+        if msg.id is None or shard is None:
+            raise InvalidArgument("this message was not popped: ack, nack and extend "
+                                  "take a popped message or an id")
+        if type(shard) is not int or not 0 <= shard < self.settings.shards:
+            raise InvalidArgument(
+                f"message {msg.id!r} was popped from shard {shard!r}, which queue "
+                f"{self.name!r} ({self.settings.shards} shards) does not have: ack, nack "
+                "and extend a message on the queue it was popped from")
+        return shard
+
     def _delivery(self, msg: Message | str) -> tuple[int | None, str, str, str]:
         """(shard or None when it must be located, id, delivery token, lease token)."""
         if isinstance(msg, Message):
-            if msg.id is None or msg.shard is None:
-                raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                      "take a popped message or an id")
-            return msg.shard, msg.id, msg.token or "", msg.lease or ""
+            return self._shard_of(msg), msg.id or "", msg.token or "", msg.lease or ""
         msg_id = validate.check_id(msg)
         return self.home(msg_id), msg_id, "", ""
 
@@ -316,10 +406,7 @@ class QueueOps:
         each reply is how many were acked."""
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for m in msgs:
-            if m.shard is None or m.id is None:
-                raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                      "take a popped message or an id")
-            groups[(m.shard, m.lease or "")] += (m.id, m.token or "")
+            groups[(self._shard_of(m), m.lease or "")] += (m.id or "", m.token or "")
         return self._ack_calls(groups)
 
     def _ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
@@ -335,10 +422,7 @@ class QueueOps:
 
     def ack_many(self, msgs: Iterable[Message | str]) -> Flow[int]:
         """Ack deliveries (popped messages or ids; one round trip); returns how many."""
-        items = list(msgs)
-        if len(items) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per ack_many, "
-                                  f"got {len(items)}")
+        items = validate.check_items(msgs, "ack_many()")
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for shard, msg_id, token, lease in (yield from self._located(items)):
             groups[(shard, lease)] += (msg_id, token)
@@ -349,11 +433,8 @@ class QueueOps:
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
         """A nack of a popped message (mode "retry", "dead" or "back", see nack-7.lua)
         with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
-        if msg.shard is None or msg.id is None:
-            raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                  "take a popped message or an id")
-        return self._nack_call(msg.shard, msg.id, msg.token or "", msg.lease or "",
-                               delay, mode, why)
+        return self._nack_call(self._shard_of(msg), msg.id or "", msg.token or "",
+                               msg.lease or "", delay, mode, why)
 
     def _nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
                    mode: str, why: bytes = b"") -> Call:
@@ -380,11 +461,12 @@ class QueueOps:
         return bool(back + buried > 0)
 
     def extend(self, msg: Message | str, timeout: float) -> Flow[bool]:
-        """Set the delivery's visibility deadline to now + ``timeout`` seconds."""
-        timeout = validate.check_seconds(timeout, "timeout", minimum=0.001)
+        """Set the delivery's visibility deadline to now + ``timeout`` seconds (0: it is
+        given back at once, as when its visibility runs out; Dyno's setUnackTimeout)."""
+        timeout = validate.check_seconds(timeout, "timeout")
         [(shard, msg_id, token, lease)] = yield from self._located([msg])
         reply = yield Call(_EXTEND, _EXTEND.key_list(self.shard_keys[shard]),
-                           [lease, validate.to_ms(timeout), msg_id, token])
+                           [lease, validate.to_ms(timeout), msg_id, token, self.wake])
         raise_for(reply, f"extend on shard {shard} of {self.name!r}")
         return int(reply) == 1
 
@@ -529,9 +611,7 @@ class QueueOps:
             return total
         if isinstance(ids, (str, bytes)):
             raise InvalidType("ids must be a list of message ids, not one string")
-        wanted = [validate.check_id(i) for i in ids]
-        if len(wanted) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} ids per replay_dead")
+        wanted = [validate.check_id(i) for i in validate.check_items(ids, "replay_dead()")]
         by_shard: dict[int, list[str]] = defaultdict(list)
         for shard, msg_id in zip((yield from self.locate(wanted)), wanted, strict=True):
             by_shard[shard].append(msg_id)

@@ -64,15 +64,25 @@ def check_delays(delays: object, what: str = "retry_delays") -> tuple[float, ...
 @dataclass(frozen=True)
 class RetryPolicy:
     """The delay before each retry: ``delays[n - 1]`` after the n-th failed delivery,
-    the last delay repeated once the schedule is spent."""
+    the last delay repeated once the schedule is spent; past ``max_retries`` retries (when
+    set) a failed message is dead-lettered instead (RocketMQ's maxReconsumeTimes: the
+    consumer's own limit; the queue's max_retries still applies in Redis)."""
 
     delays: tuple[float, ...]
+    max_retries: int | None = None
 
     @classmethod
-    def make(cls, delays: Sequence[float] | None, *, ordered: bool) -> RetryPolicy:
+    def make(cls, delays: Sequence[float] | None, *, ordered: bool,
+             max_retries: int | None = None) -> RetryPolicy:
         if delays is None:
-            return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS)
-        return cls(check_delays(delays))
+            return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS,
+                       max_retries)
+        return cls(check_delays(delays), max_retries)
+
+    def spent(self, attempts: int) -> bool:
+        """Whether a message that failed its ``attempts``-th delivery has used up this
+        policy's retries (as the queue's limit counts: deliveries beyond the first)."""
+        return self.max_retries is not None and attempts > self.max_retries
 
     def delay(self, attempts: int) -> float:
         """Seconds to wait before redelivering a message that failed its ``attempts``-th

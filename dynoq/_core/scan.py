@@ -1,25 +1,35 @@
 """A read-only walk over a queue's messages (for exports and audits; pure: no I/O).
 
-Each page walks a shard's message hash with HSCAN and asks the state sets about the page's
-ids (one ZMSCORE per set, one HMGET of delivery states), so it claims nothing, runs no
-script and holds no large reply. It is not a snapshot: a message that changes state
-during the walk is reported in one of its states (or, if it is removed, not at all).
+A walk reads one shard state by state, each state's sorted set in its order (score, then
+id), a page at a time: the page starts right after the last entry of the one before
+(found again by its rank, so a page costs O(log n + page) whatever the set's size), and
+the page's records, delivery states and failure reasons come in one round trip of
+HMGETs. It claims nothing, runs no script, holds no large reply, and remembers one entry
+per state between pages: memory is bounded by a page, not by the shard.
+
+It is not a snapshot: a message that stays in its state during the walk is met exactly
+once; one that moves (popped, acked, retried, promoted) may be met in its old state, its
+new one, both or neither. A delayed message already due counts as ready, as in
+``q.stats()`` (a pop promotes it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, RecordError
 from ..message import Message
 from . import codec
-from .calls import Batch, Cmd, Flow
+from .calls import Batch, Cmd, Flow, pairs, server_time
 from .ops import QueueOps
 
 STATES = ("ready", "delayed", "unacked", "dead")
 DEFAULT_STATES = ("ready", "delayed", "dead")  # waiting + dead: what an audit wants
 PAGE = 1000
+_SETS = {"ready": "ready", "delayed": "delayed", "unacked": "unack", "dead": "dead"}
 
 
 def check_states(states: Iterable[str]) -> tuple[str, ...]:
@@ -32,35 +42,103 @@ def check_states(states: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Found:
-    """One message met by a scan."""
+    """One message met by a walk, its state, and the time (seconds, server clock) of that
+    state: the due time (delayed), the visibility deadline (unacked), when it was
+    dead-lettered (dead); None when ready."""
 
     message: Message
     state: str
-    dead_at: float | None  # seconds, for dead letters
+    at: float | None
 
 
-def scan_page(q: QueueOps, shard: int, cursor: int,
-              states: Iterable[str] = DEFAULT_STATES) -> Flow[tuple[int, list[Found]]]:
-    """One page of a shard's messages in ``states``; returns (next cursor, found), the
-    walk being over when the cursor is 0. A page may repeat an id of an earlier one (HSCAN
-    may, while the hash rehashes): callers that care drop repeats."""
+Anchor = tuple[float, bytes]  # (score, member) of the last entry a page returned
+
+
+def walk_sets(states: Iterable[str] = DEFAULT_STATES) -> list[str]:
+    """The sorted sets a walk over ``states`` reads, in order (a due delayed message is
+    ready, so "ready" reads the delayed set too)."""
+    chosen = set(check_states(states))
+    return [s for s in STATES if s in chosen or (s == "delayed" and "ready" in chosen)]
+
+
+def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
+              states: Iterable[str] = DEFAULT_STATES
+              ) -> Flow[tuple[list[Found], Anchor | None]]:
+    """One page of sorted set ``zset`` ("ready", "delayed", "unacked" or "dead") of a
+    shard, after ``after`` (None: from the start); returns (the messages of the page in
+    ``states``, the anchor of the next page, None at the end)."""
     wanted = set(check_states(states))
+    key = getattr(q.shard_keys[shard], _SETS[zset])
+    start = 0 if after is None else (yield from _rank_after(key, after))
+    got = pairs((yield Cmd(("ZRANGE", key, start, start + PAGE - 1, "WITHSCORES"))))
+    entries = [(float(score), _bytes(member)) for member, score in got]
+    if after is not None:
+        # The set may have changed between finding the rank and reading: never go back.
+        entries = [e for e in entries if e > after]
+    nxt = (entries[-1] if entries else after) if len(got) == PAGE else None
+    live = [(s, m) for s, m in entries if s != math.inf]  # lua/lib/pin.lua's entry
+    if not live:
+        return [], nxt
+    now = (yield server_time()) if zset == "delayed" else 0.0
+    ids = [m.decode() for _, m in live]
     keys = q.shard_keys[shard]
-    cursor, page = yield Cmd(("HSCAN", keys.msgs, cursor, "COUNT", PAGE))
-    records = {(k.decode() if isinstance(k, bytes) else k): v for k, v in page.items()}
-    if not records:
-        return int(cursor), []
-    ids = list(records)
-    sets = (keys.ready, keys.delayed, keys.unack, keys.dead)
-    *scores, dlvs = yield Batch([*(Cmd(("ZMSCORE", key, *ids)) for key in sets),
-                                 Cmd(("HMGET", keys.dlv, *ids))])
+    records, dlvs, whys = yield Batch([Cmd(("HMGET", keys.msgs, *ids)),
+                                       Cmd(("HMGET", keys.dlv, *ids)),
+                                       Cmd(("HMGET", keys.why, *ids))])
     found = []
-    for i, msg_id in enumerate(ids):
-        state = next((s for s, col in zip(STATES, scores, strict=True) if col[i] is not None),
-                     None)
-        if state is None or state not in wanted:
+    for (score, _), msg_id, record, dlv, why in zip(live, ids, records, dlvs, whys,
+                                                    strict=True):
+        state, at = _state(zset, score, now)
+        if record is None or state not in wanted:
             continue
-        m = codec.decode(msg_id, records[msg_id], shard=shard,
-                         attempts=codec.attempts_of(dlvs[i]))
-        found.append(Found(m, state, scores[3][i] / 1000 if state == "dead" else None))
-    return int(cursor), found
+        try:
+            m = codec.decode(msg_id, record, shard=shard, attempts=codec.attempts_of(dlv),
+                             limit=q.limit)
+        except RecordError:
+            if why is None:
+                raise
+            m = Message(None, id=msg_id, shard=shard, attempts=codec.attempts_of(dlv))
+        m.failure = codec.failure(why)
+        found.append(Found(m, state, at))
+    if zset == "delayed" and "delayed" not in wanted and live[-1][0] / 1000 > now:
+        nxt = None  # read for its due messages only, and the rest are not due
+    return found, nxt
+
+
+def _state(zset: str, score: float, now: float) -> tuple[str, float | None]:
+    if zset == "ready":
+        return "ready", None
+    if zset == "delayed":
+        return ("ready", None) if score / 1000 <= now else ("delayed", score / 1000)
+    return zset, score / 1000
+
+
+def _rank_after(key: str, after: Anchor) -> Flow[int]:
+    """The rank of the first entry after ``after`` in sorted set ``key``: right after the
+    anchor when it is still there, else found by score and, among entries of the same
+    score (ordered by member), by a binary search: O(log n) round trips, never a scan."""
+    score, member = after
+    rank = yield Cmd(("ZRANK", key, member))
+    if rank is not None:
+        return int(rank) + 1
+    low = int((yield Cmd(("ZCOUNT", key, "-inf", f"({_num(score)}"))))
+    high = low + int((yield Cmd(("ZCOUNT", key, _num(score), _num(score)))))
+    while low < high:
+        mid = (low + high) // 2
+        got = pairs((yield Cmd(("ZRANGE", key, mid, mid, "WITHSCORES"))))
+        if not got:
+            break
+        here = (float(got[0][1]), _bytes(got[0][0]))
+        if here > after:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def _num(score: float) -> str:
+    return repr(score) if score != math.inf else "+inf"
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()

@@ -157,15 +157,21 @@ class ConsumerSettings:
     1 s on ordered ones); lease_ttl: seconds a shard lease (and a heartbeat) lives, renewed
     every third of it; rebalance_interval: seconds between periodic rebalances (members
     joining or leaving trigger one at once); instance_id: this member's id (default
-    host:pid:random); mode: "clustering"; max_continuous_time: seconds a worker stays on
+    host:pid:random); mode: for a topic, "clustering" or "broadcasting" (None: as the
+    group is subscribed, else clustering; a mode that conflicts with the group's
+    subscription raises GroupConflict at start); max_continuous_time: seconds a worker stays on
     one ordered shard while others wait; idle_wait: longest blocking pop, seconds (pushes
     wake a waiting consumer at once; stop() too);
     visibility: seconds a popped message stays invisible (default: the queue's
     unack_timeout); consume_timeout: seconds one handler call may take before its message
-    is treated as failed and its shard moves on (RocketMQ's consumeTimeout, 15 minutes);
+    is treated as failed (RocketMQ's consumeTimeout, 15 minutes; an ordered shard waits
+    for the call to return first: docs/consumer.md);
     rate_limit: (count, period seconds): the whole group handles at most count messages
     per period, enforced in Redis across all members (None: no limit);
-    before / after / middleware: hooks around each handler call.
+    before / after / middleware: hooks around each handler call; max_retries: retries
+    after which a message this consumer fails is dead-lettered (RocketMQ's
+    maxReconsumeTimes; None: the queue's max_retries, which always applies too: the
+    smaller wins).
     """
 
     group: str = "default"
@@ -176,10 +182,11 @@ class ConsumerSettings:
     strategy: str | Callable[..., list[int]] = "averagely"
     strategy_options: Mapping[str, Any] | None = None
     retry_delays: Sequence[float] | None = None
+    max_retries: int | None = None
     lease_ttl: float = 30.0
     rebalance_interval: float = 20.0
     instance_id: str | None = None
-    mode: str = "clustering"
+    mode: str | None = None
     max_continuous_time: float = 60.0
     idle_wait: float = 5.0
     visibility: float | None = None
@@ -190,8 +197,9 @@ class ConsumerSettings:
     middleware: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES}")
+        if self.mode is not None and self.mode not in MODES:
+            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES} "
+                                  "(or None: as the group is subscribed)")
         validate.check_name(self.group, "group")
         validate.check_count(self.concurrency, "concurrency", high=1024)
         validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
@@ -206,6 +214,8 @@ class ConsumerSettings:
         if self.strategy_options is not None and not isinstance(self.strategy_options,
                                                                 Mapping):
             raise InvalidType("strategy_options must be a mapping of option names")
+        if self.max_retries is not None:
+            validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
         if self.instance_id is not None:
             validate.check_text(self.instance_id, "instance_id")
         for name in ("lease_ttl", "rebalance_interval", "max_continuous_time", "idle_wait"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from ..errors import ConnectionFailed, DynoqError, InvalidArgument
-from . import validate
+from . import logs, validate
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
 from .lua import script
@@ -329,9 +329,9 @@ class Progress:
         unexpected = not isinstance(exc, DynoqError)
         level = (logging.WARNING if self._failures == 1 or self._failures % 10 == 0
                  else logging.DEBUG)
-        log.log(logging.ERROR if unexpected else level,
-                "sweep failed (attempt %d, retrying in %.1fs): %s", self._failures, delay, exc,
-                exc_info=unexpected)
+        logs.error(log, logging.ERROR if unexpected else level,
+                   "sweep failed (attempt %d, retrying in %.1fs)", self._failures, delay,
+                   exc=exc)
         return delay
 
     def done(self, report: SweepReport) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import STALE, InvalidArgument, raise_for
+from ..errors import STALE, GroupConflict, InvalidArgument, raise_for
 from ..message import Message, QueueStats
 from . import codec, validate
 from .calls import Batch, Call, Cmd, Flow, pairs
@@ -126,8 +126,7 @@ class TopicOps:
         current = yield from self.subscriptions()
         known = next((s for s in current if s.group == group), None)
         if known is not None and known.mode != mode:
-            raise InvalidArgument(f"group {group!r} is subscribed to topic {self.name!r} in "
-                                  f"{known.mode} mode, not {mode}; unsubscribe it first")
+            raise self._conflict(group, known.mode, mode)
         spec = f"{mode}|{' || '.join(parsed) or '*'}"
         pairs = [f"~g:{group}", spec]
         if mode == "clustering" or member is not None:
@@ -137,15 +136,35 @@ class TopicOps:
                      for s in range(self.settings.shards)])
         self._cache.clear()
 
-    def consumer_queue(self, group: str, mode: str, member: str) -> Flow[QueueOps]:
-        """The queue a consumer of ``group`` consumes: the group is subscribed (tags "*")
-        if it is not yet, and a broadcasting member gets its own queue."""
+    def _conflict(self, group: str, stored: str, asked: str) -> GroupConflict:
+        return GroupConflict(
+            f"group {group!r} is subscribed to topic {self.name!r} in {stored} mode, not "
+            f"{asked}: consume it without mode= (the subscription decides) or with "
+            f"mode={stored!r}, or unsubscribe the group first")
+
+    def consumer_queue(self, group: str, mode: str | None, member: str) -> Flow[QueueOps]:
+        """The queue a consumer of ``group`` consumes (see :meth:`join`)."""
+        _, ops = yield from self.join(group, mode, member)
+        return ops
+
+    def join(self, group: str, mode: str | None,
+             member: str) -> Flow[tuple[str, QueueOps]]:
+        """The mode and queue of a consumer of ``group``. A subscribed group's stored mode
+        decides (``mode`` None), and an explicit ``mode`` that differs raises
+        GroupConflict; a group not subscribed yet is subscribed (tags "*") in ``mode``,
+        by default clustering. A broadcasting member gets a queue of its own, which
+        receives what is published from then on."""
+        if mode is not None and mode not in MODES:
+            raise InvalidArgument(f"mode must be one of {MODES}, got {mode!r}")
         subs = yield from self.subscriptions()
         known = {s.group: s for s in subs}.get(group)
+        if known is not None and mode is not None and known.mode != mode:
+            raise self._conflict(group, known.mode, mode)
+        mode = known.mode if known is not None else mode or "clustering"
         tags = known.tags if known is not None else "*"
         if known is None or mode == "broadcasting":
             yield from self.subscribe(group, mode=mode, tags=tags, member=member)
-        return self.group_queue(group, member if mode == "broadcasting" else None)
+        return mode, self.group_queue(group, member if mode == "broadcasting" else None)
 
     def unsubscribe(self, group: str, member: str | None = None) -> Flow[bool]:
         """Drop a group's subscription (with ``member``: only that broadcasting member's

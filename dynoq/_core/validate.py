@@ -7,8 +7,11 @@ else in dynoq validates these kinds by hand.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+from collections.abc import Iterable
+from typing import Any
 
 from ..errors import InvalidArgument, InvalidType
 
@@ -27,6 +30,19 @@ MAX_SHARDS = 16384
 _NAME_RE = re.compile(rf"[^{{}}:\s\x00-\x1f\x7f]{{1,{MAX_NAME_LENGTH}}}")
 
 
+def _utf8(text: str, what: str) -> str:
+    """``text`` if it can be written as UTF-8 (Redis keys and values are bytes): a lone
+    surrogate (from ``errors="surrogateescape"`` decoding, say) cannot."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(f"{what} holds a lone surrogate ({text[exc.start]!r} at "
+                                  f"position {exc.start}), which UTF-8 cannot encode: "
+                                  "pass valid Unicode text") from None
+    return text
+
+
 def check_name(value: object, what: str) -> str:
     """A prefix, queue, group or topic name: 1-200 characters without whitespace, control
     characters, ':' or braces. ':' separates the parts of a key and braces are Redis Cluster
@@ -38,7 +54,7 @@ def check_name(value: object, what: str) -> str:
             f"{what} {value!r} is invalid: use 1-{MAX_NAME_LENGTH} characters without "
             "whitespace, ':', '{' or '}' (':' separates the parts of a key: a name holding "
             "one could share keys with another queue or tenant)")
-    return value
+    return _utf8(value, what)
 
 
 def check_id(value: object, what: str = "message id") -> str:
@@ -48,7 +64,7 @@ def check_id(value: object, what: str = "message id") -> str:
     text = str(value)
     if not text or len(text) > MAX_ID_LENGTH:
         raise InvalidArgument(f"{what} must be 1-{MAX_ID_LENGTH} characters long")
-    return text
+    return _utf8(text, what)
 
 
 def check_key(value: object) -> str | None:
@@ -57,7 +73,7 @@ def check_key(value: object) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InvalidType(f"key must be a str or int, got {type(value).__name__}")
-    return str(value)
+    return _utf8(str(value), "key")
 
 
 def check_int(value: object, what: str, *, low: int | None = None,
@@ -105,7 +121,7 @@ def check_text(value: object, what: str, *, max_length: int = MAX_NAME_LENGTH) -
     if not 1 <= len(value) <= max_length or not value.isprintable():
         raise InvalidArgument(f"{what} must be 1-{max_length} printable characters, "
                               f"got {value!r}")
-    return value
+    return _utf8(value, what)
 
 
 _TAG_RE = re.compile(r"[^|\s\x00-\x1f\x7f]{1,128}")
@@ -119,7 +135,7 @@ def check_tag(value: object) -> str:
     if not _TAG_RE.fullmatch(value):
         raise InvalidArgument(f"tag {value!r} is invalid: use 1-128 characters without "
                               "whitespace or '|'")
-    return value
+    return _utf8(value, "tag")
 
 
 def check_tags(value: object) -> tuple[str, ...]:
@@ -137,6 +153,19 @@ def check_tags(value: object) -> tuple[str, ...]:
     if len(tags) > 64:
         raise InvalidArgument("a subscription may name at most 64 tags")
     return tuple(sorted(set(tags)))
+
+
+def check_items(value: object, what: str) -> list[Any]:
+    """The items of a list argument (any iterable but a str, bytes or dict), at most
+    MAX_ITEMS: an iterator is read no further than one item past that."""
+    if isinstance(value, (str, bytes, bytearray, dict)) or not isinstance(value, Iterable):
+        raise InvalidType(f"{what} takes a list (or another iterable) of items, got "
+                          f"{type(value).__name__}")
+    items = list(itertools.islice(value, MAX_ITEMS + 1))
+    if len(items) > MAX_ITEMS:
+        raise InvalidArgument(f"{what} takes at most {MAX_ITEMS} items per call: split "
+                              "them into several calls")
+    return items
 
 
 def check_bool(value: object, what: str) -> bool:

@@ -25,16 +25,20 @@ class Overran(Exception):
 
 
 async def within(awaitable: Awaitable[T], seconds: float) -> T:
-    """Await ``awaitable``, cancelling it after ``seconds`` (then Overran)."""
+    """Await ``awaitable``, cancelling it after ``seconds`` (then Overran, once it has
+    ended: also when it swallowed the cancellation and returned)."""
     if sys.version_info >= (3, 11):  # a timer on this task, not a task per call
         limit = asyncio.timeout(seconds)
         try:
             async with limit:
-                return await awaitable
+                result = await awaitable
         except TimeoutError:
             if limit.expired():
                 raise Overran from None
             raise
+        if limit.expired():
+            raise Overran
+        return result
     task = asyncio.current_task()
     assert task is not None
     fired = False
@@ -46,13 +50,16 @@ async def within(awaitable: Awaitable[T], seconds: float) -> T:
 
     timer = asyncio.get_running_loop().call_later(seconds, fire)
     try:
-        return await awaitable
+        result = await awaitable
     except asyncio.CancelledError:
         if fired:
             raise Overran from None
         raise
     finally:
         timer.cancel()
+    if fired:  # it swallowed the cancellation, but ran over
+        raise Overran
+    return result
 
 
 class Watch:

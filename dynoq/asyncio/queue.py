@@ -1,9 +1,9 @@
-"""A queue for asyncio: every operation of :class:`dynoq.Queue`, awaited.
+"""A queue: the Dyno-queues operations, each an atomic script on one shard.
 
-A shell like the sync one: the decisions are in :class:`dynoq._core.ops.QueueOps`, and
-each method only awaits them on an :class:`~dynoq.asyncio.backend.AsyncBackend`. The
-arguments, results and errors of each method are those of the same method of
-:class:`dynoq.Queue`.
+Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
+multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared by both flavors; this
+class only runs them on a backend. The asyncio shell (``dynoq/asyncio/queue.py``) is
+written by hand; the sync one is generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from .. import tracing
 from .._core.ops import QueueOps
 from .._core.schedules import Schedule, ScheduleOps
+from .._core.validate import check_items
 from ..errors import InvalidArgument
 from ..message import Message, QueueStats
 from ..settings import QueueSettings
@@ -21,12 +22,13 @@ from .backend import AsyncBackend
 
 
 class Queue:
-    """A delay (or ordered) queue, for asyncio. Get one with ``await client.queue(...)``.
-    Use it from the event loop its client runs on."""
+    """A delay (or ordered) queue of ``settings.shards`` shards. Get one with
+    ``await client.queue(name, ...)``. Safe to share between threads (sync client) or
+    between the tasks of its client's event loop (asyncio)."""
 
     def __init__(self, backend: AsyncBackend, ops: QueueOps) -> None:
-        self.backend = backend
-        self.ops = ops
+        self.backend = backend  # the seam the consumer and sweeper run on
+        self.ops = ops  # the pure operations of this queue
         self.name = ops.name
         self.settings: QueueSettings = ops.settings
 
@@ -38,7 +40,16 @@ class Queue:
     async def push(self, payload: Any, *, id: str | None = None, delay: float = 0.0,
                    priority: int = 0, key: str | None = None,
                    headers: dict[str, Any] | None = None) -> str:
-        """Add a message; return its id (see :meth:`dynoq.Queue.push`)."""
+        """Add a message; return its id.
+
+        payload: bytes, str, numbers, bools, None, and lists or dicts of those (msgpack).
+        id: the message id (default: a random one); a message with the same id is
+        replaced (Dyno's upsert), and its current delivery becomes stale. delay: seconds
+        before it is due (>= 0). priority: 0..99, lower first. key: the ordering key
+        (ordered queues route by it). headers: a dict stored with the message.
+        Raises InvalidArgument / InvalidType for bad arguments, PayloadTypeError /
+        PayloadTooLarge for a payload that cannot be stored, OrderedQueueError for a delay
+        or priority on an ordered queue, ConnectionFailed when Redis is unreachable."""
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                            key=key, headers=tracing.inject(headers)))
@@ -47,7 +58,9 @@ class Queue:
 
     async def ensure(self, payload: Any, *, id: str, delay: float = 0.0, priority: int = 0,
                      key: str | None = None, headers: dict[str, Any] | None = None) -> bool:
-        """Push unless the id exists; True if pushed (see :meth:`dynoq.Queue.ensure`)."""
+        """Push unless a message with this id exists (or was acked within the queue's
+        dedupe window); True if it was pushed. Atomic: of concurrent callers with one id,
+        exactly one pushes. Arguments and errors as :meth:`push`."""
         if id is None:
             raise InvalidArgument("ensure() needs an id: it pushes only if that id is absent")
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
@@ -55,16 +68,21 @@ class Queue:
         return bool(await self.backend.run(self.ops.push([out], mode="ensure")))
 
     async def push_many(self, items: Iterable[Any]) -> list[str]:
-        """Push payloads or Messages; their ids (see :meth:`dynoq.Queue.push_many`)."""
+        """Push payloads or :class:`dynoq.Message` objects (at most 100,000 per call); all
+        are validated before any is written. Returns their ids, in order. A repeated id
+        is refused (InvalidArgument); errors otherwise as :meth:`push`."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "push_many()")]
             ids = self.ops.unique(outs)
             if outs:
                 await self.backend.run(self.ops.push(outs))
         return ids
 
     async def ensure_many(self, items: Iterable[Message]) -> int:
-        """Push-if-absent for many Messages (see :meth:`dynoq.Queue.ensure_many`)."""
+        """Push-if-absent for many :class:`dynoq.Message` objects, each with an id (at most
+        100,000 per call); returns how many were pushed. If one call repeats an id, the
+        first copy wins."""
         outs = self.ops.prepare_ensure(items)
         return int(await self.backend.run(self.ops.push(outs, mode="ensure"))) if outs else 0
 
@@ -72,38 +90,51 @@ class Queue:
 
     async def pop(self, count: int = 1, *, wait: float = 0.0,
                   visibility: float | None = None) -> list[Message]:
-        """Claim up to ``count`` due messages, waiting up to ``wait`` seconds for the first
-        (woken by pushes, never polling; see :meth:`dynoq.Queue.pop`). Cancelling a task
-        that waits here claims nothing."""
+        """Claim up to ``count`` (1..1000) due messages.
+
+        Each stays invisible to other consumers for ``visibility`` seconds (default: the
+        queue's unack_timeout); ack, nack or extend it before then, or it is delivered
+        again with ``attempts`` incremented. ``wait``: seconds to block for the first
+        message (woken by pushes, not polling). Returns [] when nothing came. On asyncio,
+        cancelling a task that waits here claims nothing."""
         with tracing.span("receive", self.name):
             return await self.backend.drive(self.ops.pop(count, wait=wait,
                                                          visibility=visibility))
 
     async def ack(self, msg: Message | str) -> bool:
-        """Finish a delivery (see :meth:`dynoq.Queue.ack`)."""
+        """Finish a delivery (a popped message, or an id: slower on ordered queues). False
+        if it is no longer current (its visibility ran out and it was redelivered).
+        Raises LeaseLost when the popping consumer's shard lease is gone."""
         return await self.ack_many([msg]) == 1
 
     async def ack_many(self, msgs: Iterable[Message | str]) -> int:
-        """Ack many deliveries in one round trip (see :meth:`dynoq.Queue.ack_many`)."""
+        """Ack many deliveries (at most 100,000; one round trip); returns how many were
+        current. Errors as :meth:`ack`."""
         with tracing.span("ack", self.name):
             return await self.backend.drive(self.ops.ack_many(msgs))
 
     async def nack(self, msg: Message | str, *, delay: float = 0.0) -> bool:
-        """Give a delivery back now or later (see :meth:`dynoq.Queue.nack`)."""
+        """Give a delivery back now or after ``delay`` seconds; it counts as an attempt, and
+        once the queue's max_retries is spent the message is dead-lettered instead. False
+        if the delivery is no longer current."""
         return await self.backend.drive(self.ops.nack(msg, delay=delay))
 
     async def extend(self, msg: Message | str, timeout: float) -> bool:
-        """New visibility deadline now + ``timeout`` (see :meth:`dynoq.Queue.extend`)."""
+        """Set a delivery's visibility deadline to now + ``timeout`` seconds (Dyno's
+        setUnackTimeout; 0: deliverable again at once, as when its visibility runs out);
+        False if it is no longer in flight."""
         return await self.backend.drive(self.ops.extend(msg, timeout))
 
     # -- by id -------------------------------------------------------------------------------
 
     async def reschedule(self, id: str, *, delay: float) -> bool:
-        """Move a waiting message's due time (see :meth:`dynoq.Queue.reschedule`)."""
+        """Move a waiting message's due time to now + ``delay`` seconds (Dyno's setTimeout);
+        False if it is not waiting (unknown, in flight or dead). Refused on ordered queues
+        (OrderedQueueError)."""
         return await self.backend.drive(self.ops.reschedule(id, delay=delay))
 
     async def remove(self, id: str) -> bool:
-        """Delete a message wherever it is; False if unknown."""
+        """Delete a message wherever it is (waiting, in flight or dead); False if unknown."""
         return await self.backend.drive(self.ops.remove(id))
 
     async def get(self, id: str) -> Message | None:
@@ -121,15 +152,17 @@ class Queue:
     # -- whole queue -------------------------------------------------------------------------
 
     async def peek(self, count: int = 10) -> list[Message]:
-        """The next deliverable messages in delivery order, not claimed."""
+        """The next ``count`` (1..1000) deliverable messages in delivery order (lower
+        priority value first, then earlier ready time), without claiming them."""
         return await self.backend.run(self.ops.peek(count))  # type: ignore[no-any-return]
 
     async def size(self) -> int:
         """Waiting messages (ready + delayed), not in flight, not dead."""
-        return (await self.stats()).size
+        stats = await self.stats()
+        return stats.size
 
     async def stats(self) -> QueueStats:
-        """Ready, delayed, in-flight and dead messages, per shard and summed."""
+        """Ready, delayed, in-flight (unacked) and dead messages, per shard and summed."""
         return await self.backend.run(self.ops.stats())  # type: ignore[no-any-return]
 
     async def clear(self) -> None:
@@ -137,7 +170,9 @@ class Queue:
         await self.backend.run(self.ops.clear())
 
     async def requeue_expired(self) -> int:
-        """Give back every expired delivery, over all shards; returns how many."""
+        """Give back every delivery whose visibility ran out, over all shards (Dyno's
+        processUnacks); returns how many went back or to the dead letters. The sweeper
+        and every pop do this too."""
         return await self.backend.drive(self.ops.requeue_expired())
 
     # -- recurring messages ------------------------------------------------------------------
@@ -145,14 +180,19 @@ class Queue:
     async def schedule(self, id: str, payload: Any, *, every: float | None = None,
                        cron: str | None = None, priority: int = 0, key: str | None = None,
                        headers: dict[str, Any] | None = None) -> float:
-        """Push ``payload`` again and again, every ``every`` seconds or on a ``cron``
-        expression; returns the first tick (see :meth:`dynoq.Queue.schedule`)."""
+        """Push ``payload`` again and again: every ``every`` seconds, or on a ``cron``
+        expression (5 fields, UTC), exactly one occurrence per tick however many
+        consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
+        headers carry ``dynoq.schedule`` and ``dynoq.tick``. The next occurrence is pushed
+        when the current one is delivered (or by the sweeper); a tick up to a second late
+        is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
+        existing id replaces it. Returns the first tick (seconds, server clock)."""
         return await self.backend.drive(ScheduleOps(self.ops).schedule(
-            id, payload, every=every, cron=cron, priority=priority, key=key,
-            headers=headers))
+                  id, payload, every=every, cron=cron, priority=priority, key=key,
+                  headers=headers))
 
     async def unschedule(self, id: str) -> bool:
-        """Stop a recurring message; False if unknown."""
+        """Stop a recurring message (its waiting occurrence is removed); False if unknown."""
         return await self.backend.drive(ScheduleOps(self.ops).unschedule(id))
 
     async def schedules(self) -> list[Schedule]:
@@ -162,11 +202,12 @@ class Queue:
     # -- dead letters ------------------------------------------------------------------------
 
     async def dead(self, count: int = 100) -> list[Message]:
-        """Up to ``count`` dead-lettered messages, oldest first."""
+        """Up to ``count`` (1..1000) dead-lettered messages, oldest first."""
         return await self.backend.drive(self.ops.dead(count))
 
     async def replay_dead(self, ids: Iterable[str] | None = None) -> int:
-        """Put dead-lettered messages (all, or these ids) back; returns how many."""
+        """Put dead-lettered messages (all, or these ids: at most 100,000) back on the
+        queue with their attempts reset; returns how many."""
         return await self.backend.drive(self.ops.replay_dead(ids))
 
     async def purge_dead(self) -> int:

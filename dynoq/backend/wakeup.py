@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable, MutableSet
 from typing import Any
 
 import redis
@@ -55,10 +56,14 @@ def listen(pubsub: Any, live: Liveness, timeout: float) -> bool | None:
 
 
 class Waiter:
-    """One wake-up subscription per thread, on whatever channels the thread waits on."""
+    """One wake-up subscription per thread, on whatever channels the thread waits on.
+    ``hold`` is called before a subscription takes a connection for good (the backend
+    makes room for it in the pool); ``timeouts`` bound its liveness check."""
 
-    def __init__(self, redis: Any, timeouts: Timeouts | None = None) -> None:
+    def __init__(self, redis: Any, hold: Callable[[], None] | None = None,
+                 timeouts: Timeouts | None = None) -> None:
         self._redis = redis
+        self._hold = hold
         self._quiet = (timeouts or Timeouts()).subscription
         self._local = threading.local()
         self._all: list[Any] = []
@@ -75,6 +80,8 @@ class Waiter:
         """True when already subscribed to ``channel`` (so waiting is safe)."""
         pubsub = getattr(self._local, "pubsub", None)
         if pubsub is None:
+            if self._hold is not None:
+                self._hold()
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             self._local.pubsub = pubsub
             self._local.live = Liveness(self._quiet, self._quiet, time.monotonic())
@@ -131,11 +138,15 @@ class Waiter:
 
 
 class Subscription:
-    """A subscription to one channel that survives dropped connections."""
+    """A subscription to one channel that survives dropped connections; ``hold``,
+    ``registry`` (which counts the open ones) and ``timeouts`` as for :class:`Waiter`."""
 
-    def __init__(self, redis: Any, channel: str, timeouts: Timeouts | None = None) -> None:
+    def __init__(self, redis: Any, channel: str, hold: Callable[[], None] | None = None,
+                 registry: MutableSet[Subscription] | None = None,
+                 timeouts: Timeouts | None = None) -> None:
         self._redis = redis
         self._channel = channel
+        self._hold = hold
         self._quiet = (timeouts or Timeouts()).subscription
         self._pubsub: Any = None
         self._live = Liveness(self._quiet, self._quiet, time.monotonic())
@@ -143,8 +154,12 @@ class Subscription:
             self._connect()
         except DROPPED as exc:
             raise translate(exc) from exc
+        if registry is not None:
+            registry.add(self)
 
     def _connect(self) -> bool:
+        if self._hold is not None:
+            self._hold()
         # Subscribe messages are read (listen() counts them as signs of life, not as
         # wake-ups): the first is the confirmation this waits for.
         pubsub = self._redis.pubsub()

@@ -1,12 +1,14 @@
 """The command line's base: the ``dynoq`` group, where to connect, and how library
 errors become one-line messages and exit codes (0 ok, 1 failure, 2 bad arguments, 3 Redis
-unreachable, 4 handler not importable)."""
+unreachable, 4 handler not importable), and how a service waits for Redis at start."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +19,11 @@ from ..backend import redact
 from ..client import Client, connect
 from ..errors import ConnectionFailed, DynoqError, InvalidArgument, InvalidType
 from ..queue import Queue
+from ..retry import backoff
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 1, 2, 3, 4
+EXIT_CODES = {0: "ok", EXIT_FAILURE: "failure", EXIT_USAGE: "bad arguments",
+              EXIT_UNREACHABLE: "Redis unreachable", EXIT_IMPORT: "handler not importable"}
 
 log = logging.getLogger("dynoq.cli")
 
@@ -68,6 +73,36 @@ class Env:
             click.get_current_context().call_on_close(self._client.close)
         return self._client
 
+    def client_when_reachable(self, stop: threading.Event,
+                              give_up_after: float | None) -> Client | None:
+        """Connect, retrying with backoff while the server is unreachable (a service may
+        start before Redis does), one warning per failed attempt. None once ``stop`` is
+        set; raises Unreachable after ``give_up_after`` seconds (None: never)."""
+        started, failures = time.monotonic(), 0
+        while not stop.is_set():
+            try:
+                client = connect(self.url, prefix=self.prefix)  # the library's bounds
+            except ConnectionFailed as exc:
+                failures += 1
+                waited = time.monotonic() - started
+                where = redact(self.url) if self.url else "the default server"
+                if give_up_after is not None and waited >= give_up_after:
+                    raise Unreachable(f"cannot reach Redis at {where} after {failures} "
+                                      f"attempt(s) in {waited:.1f}s: {exc}") from None
+                delay = backoff(failures)
+                if give_up_after is not None:
+                    delay = min(delay, max(give_up_after - waited, 0.0))
+                log.warning("cannot reach Redis at %s (attempt %d, retrying in %.1fs): %s",
+                            where, failures, delay, exc)
+                stop.wait(delay)
+                continue
+            if failures:
+                log.info("Redis reachable after %d failed attempt(s)", failures)
+            self._client = client
+            click.get_current_context().call_on_close(client.close)
+            return client
+        return None
+
     def queue(self, name: str) -> Queue:
         """Open a registered queue; never create one by a typo."""
         client = self.client()
@@ -75,8 +110,8 @@ class Env:
         if queue is None:
             known = ", ".join(client.queue_names()) or "none"
             raise CliError(f"no queue {name!r} under prefix {client.prefix!r} (known: {known}); "
-                           f"queues are created by opening them in code: "
-                           f"client.queue({name!r}, ...)")
+                           f"create it with: dynoq --prefix {client.prefix} queue create {name} "
+                           f"[--shards N] [--ordered] ...")
         return queue
 
 
@@ -93,7 +128,8 @@ pass_env = click.make_pass_decorator(Env)
 def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
     """dynoq: distributed delay queues and ordered queues on Redis.
 
-    Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 Redis unreachable."""
+    Every command takes --json. Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 Redis
+    unreachable, 4 handler not importable (worker)."""
     ctx.obj = Env(url, prefix)
 
 

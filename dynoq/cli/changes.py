@@ -1,4 +1,4 @@
-"""Commands that change things: replay, purge, clear, push, create, ACL rules."""
+"""Commands that change things: replay, purge, clear, push, create."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from ..acl import ROLES, rules
 from .base import (
     JSON_OPTION,
     YES_OPTION,
@@ -116,16 +115,3 @@ def queue_create(env: Env, name: str, shards: int | None, ordered: bool | None,
     kind = "topic" if is_topic else "queue"
     emit(as_json, {"name": name, "kind": kind, **vars(made.settings)},
          f"{kind} {name!r}: {made.settings}")
-
-
-@cli.command("acl")
-@click.argument("role", type=click.Choice(sorted(ROLES)))
-@JSON_OPTION
-@pass_env
-def acl_rules(env: Env, role: str, as_json: bool) -> None:
-    """Print the least-privilege Redis ACL rules of ROLE under --prefix (docs/security.md):
-    ACL SETUSER <name> on ><password> <these rules>."""
-    found = rules(env.prefix, role)
-    emit(as_json, {"prefix": env.prefix, "role": role, "rules": found}, " ".join(found))
-
-

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -222,6 +224,24 @@ class Report:
                 and c["wrong"] == c["missing"] == c["early"] == 0
                 and len(b.cancelled) + b.noop == self.cfg.orders)
 
+    def summary(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``dynoq demo --json``)."""
+        c, b, cfg = self._checks(), self.book, self.cfg
+        late = sorted(b.cancelled.values()) or [0]
+        return {"ok": self.ok, "finished": self.finished, "spark": self.with_spark,
+                "orders": cfg.orders, "events": self.events,
+                "unpaid": cfg.orders - c["paid"],
+                "produced": [{"what": p.what, "rows": p.rows, "seconds": round(p.seconds, 3),
+                              "pushed": p.pushed, "skipped": p.skipped, "refused": p.refused}
+                             for p in self.produced],
+                "handled": b.events, "drain_seconds": round(self.drain_seconds, 3),
+                "out_of_order": b.out_of_order, "handled_twice": b.twice,
+                "completed": c["completed"], "paid": c["paid"],
+                "cancelled": len(b.cancelled), "cancelled_by_mistake": c["wrong"],
+                "timers_noop": b.noop, "fired_early": c["early"],
+                "lateness_ms": {"median": statistics.median(late), "max": max(late)},
+                "errors": self.errors}
+
     def lines(self) -> list[str]:
         c, b, cfg = self._checks(), self.book, self.cfg
         unpaid = cfg.orders - c["paid"]
@@ -314,14 +334,17 @@ def _start_spark(cfg: DemoConfig, say: Callable[[str], None]) -> tuple[Any, bool
 
 
 def main(url: str | None = None, cfg: DemoConfig | None = None, *,
-         prefix: str = PREFIX) -> int:
+         prefix: str = PREFIX, as_json: bool = False) -> int:
     """Run the demo end to end (embedded server unless ``url`` or $DYNOQ_URL is set);
-    print the report; return 0 if every check passed, else 1."""
+    print the report (``as_json``: as one JSON object on stdout, progress on stderr);
+    return 0 if every check passed, else 1."""
     cfg = cfg or DemoConfig()
     url = url or os.environ.get("DYNOQ_URL") or "embedded://"
     start = time.monotonic()
     client = connect(url, prefix=prefix)
-    say = print
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr if as_json else sys.stdout)
     say(f"dynoq demo on {client!r}: starting ...")
     startup = [f"server    {url.split('://')[0]}:// ready in {time.monotonic() - start:.1f} s"]
     spark, started, line = _start_spark(cfg, say)
@@ -332,5 +355,8 @@ def main(url: str | None = None, cfg: DemoConfig | None = None, *,
         if started:
             spark.stop()
         client.close()
-    say("\n".join(report.lines()))
+    if as_json:
+        print(json.dumps(report.summary()))
+    else:
+        say("\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -10,18 +11,24 @@ from typing import Any
 
 import click
 
+from .._core.retry import check_delays
 from ..backend import redact
-from ..client import Client, connect
-from ..errors import ConnectionFailed
+from ..client import Client
+from ..errors import InvalidArgument
 from ..queue import Queue
-from ..retry import backoff
 from ..signals import StopOnSignals
 from ..sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL
 from ..topic import Topic
-from .base import EXIT_IMPORT, CliError, Env, UsageFailure, cli, pass_env
+from .base import EXIT_IMPORT, JSON_OPTION, CliError, Env, UsageFailure, cli, pass_env
 from .worker import HandlerImportError, import_handler, setup_logging, supervise
 
 log = logging.getLogger("dynoq.cli")
+
+
+CONNECT_TIMEOUT = click.option(
+    "--connect-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+    help="Give up (exit 3) when Redis is still unreachable this long after start "
+         "[default: keep retrying, with backoff, until SIGTERM/SIGINT].")
 
 
 @cli.command()
@@ -32,43 +39,30 @@ log = logging.getLogger("dynoq.cli")
               help="Seconds between re-reads of the queue registry and member reaping.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (0 = any free port).")
-@click.option("--metrics-addr", default="0.0.0.0", show_default=True,
-              help="Address the metrics endpoint listens on.")
+@click.option("--metrics-host", "--metrics-addr", "metrics_host", default="127.0.0.1",
+              show_default=True,
+              help="Address the metrics endpoint listens on (0.0.0.0: every interface).")
+@CONNECT_TIMEOUT
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines.")
 @pass_env
 def sweeper(env: Env, interval: float, refresh_interval: float, metrics_port: int | None,
-            metrics_addr: str, log_level: str, as_json: bool) -> None:
+            metrics_host: str, connect_timeout: float | None, log_level: str,
+            as_json: bool) -> None:
     """Run the background sweeper until SIGTERM or SIGINT (then exit 0)."""
     setup_logging("json" if as_json else "text", log_level)
     stop = threading.Event()
     with StopOnSignals(stop):
-        client = _connect_until(env, stop)
+        client = env.client_when_reachable(stop, connect_timeout)
         if client is None:
             return
         with client:
             metrics = None
             if metrics_port is not None:
-                metrics = _serve_metrics(client, metrics_port, metrics_addr)
+                metrics = _serve_metrics(client, metrics_port, metrics_host)
             client.sweeper(interval=interval, refresh_interval=refresh_interval,
                            observer=metrics).run_forever(stop)
-
-
-def _connect_until(env: Env, stop: threading.Event) -> Client | None:
-    """Connect, retrying while the server is unreachable (a sweeper may start first)."""
-    failures = 0
-    while not stop.is_set():
-        try:
-            return connect(env.url, prefix=env.prefix)
-        except ConnectionFailed as exc:
-            failures += 1
-            delay = backoff(failures)
-            if failures == 1 or failures % 10 == 0:
-                log.warning("cannot reach Redis (attempt %d, retrying in %.1fs): %s",
-                            failures, delay, exc)
-            stop.wait(delay)
-    return None
 
 
 def _serve_metrics(client: Client, port: int, addr: str) -> Any:
@@ -96,8 +90,9 @@ class HandlerNotFound(CliError):
 @click.option("--queue", default=None, help="Consume this (existing) queue.")
 @click.option("--topic", default=None, help="Consume this (existing) topic as --group.")
 @click.option("--group", default="default", show_default=True, help="Consumer group.")
-@click.option("--mode", type=click.Choice(["clustering", "broadcasting"]),
-              default="clustering", show_default=True, help="How a topic group shares.")
+@click.option("--mode", type=click.Choice(["clustering", "broadcasting"]), default=None,
+              help="How a topic group shares (default: as the group is subscribed, else "
+                   "clustering).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Worker threads.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=1, show_default=True,
@@ -106,10 +101,17 @@ class HandlerNotFound(CliError):
               help="Refuse to start unless the queue is ordered (a handler relying on order).")
 @click.option("--rate-limit", default=None, metavar="COUNT/SECONDS",
               help="Most messages the whole group handles per period, e.g. 100/1.")
+@click.option("--retry-delays", default=None, metavar="SECONDS,...",
+              help="Seconds before each retry of a failed message, e.g. 1,5,30 (the last "
+                   "repeats) [default: RocketMQ's levels from 10 s, 1 s on ordered queues].")
+@click.option("--max-retries", type=click.IntRange(0, 1_000_000), default=None,
+              help="Dead-letter a message after this many failed retries here "
+                   "[default: the queue's max_retries, which also caps this].")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes under one supervisor that restarts a crashed one.")
 @click.option("--stop-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to finish in-flight work on SIGTERM before giving it back.")
+@CONNECT_TIMEOUT
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--log-level", default="info", show_default=True,
@@ -117,17 +119,20 @@ class HandlerNotFound(CliError):
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines (--log-format json).")
 @pass_env
 def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: str,
-           mode: str, concurrency: int, batch_size: int, ordered_only: bool,
-           rate_limit: str | None, processes: int, stop_timeout: float, log_format: str,
-           log_level: str, as_json: bool) -> None:
+           mode: str | None, concurrency: int, batch_size: int, ordered_only: bool,
+           rate_limit: str | None, retry_delays: str | None, max_retries: int | None,
+           processes: int, stop_timeout: float, connect_timeout: float | None,
+           log_format: str, log_level: str, as_json: bool) -> None:
     """Run HANDLER (module:function) on a queue or topic until SIGTERM/SIGINT.
 
-    Exit codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable,
-    4 the handler cannot be imported."""
+    Waits for Redis at start (retrying with backoff; --connect-timeout bounds it). Exit
+    codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable, 4 the
+    handler cannot be imported."""
     setup_logging("json" if as_json else log_format, log_level)
     if (queue is None) == (topic is None):
         raise UsageFailure("give exactly one of --queue and --topic")
     limit = _rate_limit(rate_limit)
+    delays = _retry_delays(retry_delays)
     if processes > 1:
         if env.url:  # children read it from the environment: never on a command line
             os.environ["DYNOQ_URL"] = env.url
@@ -137,7 +142,13 @@ def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: 
         fn = import_handler(handler)
     except HandlerImportError as exc:
         raise HandlerNotFound(str(exc)) from None
-    client = env.client()
+    stop = threading.Event()
+    with StopOnSignals(stop):
+        found = env.client_when_reachable(stop, connect_timeout)
+    if found is None:
+        log.info("worker stopped before Redis was reachable")
+        return
+    client = found
     if topic is not None:
         source: Queue | Topic | None = client.open_existing_topic(topic)
         if source is None:
@@ -149,7 +160,8 @@ def worker(env: Env, handler: str, queue: str | None, topic: str | None, group: 
     if ordered_only and not ordered:
         raise CliError(f"{queue or topic!r} is not ordered, and --ordered-only was given")
     consumer = client.consumer(source, fn, group=group, mode=mode, concurrency=concurrency,
-                               batch_size=batch_size, rate_limit=limit)
+                               batch_size=batch_size, rate_limit=limit,
+                               retry_delays=delays, max_retries=max_retries)
     log.info("worker started: %s on %s %r, group %r, concurrency %d", handler,
              "topic" if topic else "queue", topic or queue, group, concurrency)
     consumer.run(stop_timeout=stop_timeout)
@@ -166,6 +178,16 @@ def _rate_limit(text: str | None) -> tuple[int, float] | None:
         return int(count), float(period or 1)
     except ValueError:
         raise UsageFailure(f"--rate-limit {text!r} is not COUNT/SECONDS") from None
+
+
+def _retry_delays(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return check_delays([float(part) for part in text.split(",")], "--retry-delays")
+    except (ValueError, InvalidArgument) as exc:
+        raise UsageFailure(f"--retry-delays {text!r}: give seconds separated by commas, "
+                           f"e.g. 1,5,30 ({exc})") from None
 
 
 def _worker_args(ctx: click.Context) -> list[str]:
@@ -191,9 +213,11 @@ def _worker_args(ctx: click.Context) -> list[str]:
                    "prefer the env var DYNOQ_DASHBOARD_TOKEN to the command line.")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
               help="Seconds between samples of the live numbers and charts.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON line on stdout once listening (url, prefix, ...).")
 @pass_env
 def dashboard(env: Env, host: str, port: int, allow_actions: bool, token: str | None,
-              interval: float) -> None:
+              interval: float, as_json: bool) -> None:
     """Serve the web dashboard (extra "dashboard") until SIGINT or SIGTERM."""
     try:
         from .. import dashboard as web
@@ -206,6 +230,13 @@ def dashboard(env: Env, host: str, port: int, allow_actions: bool, token: str | 
     mode = "actions allowed" if allow_actions else "read-only"
 
     def ready(url: str) -> None:
+        if as_json:  # stdout, flushed: a script reads the URL (with --port 0, the port)
+            click.echo(json.dumps({"url": url, "prefix": client.prefix,
+                                   "server": redact(client.url),
+                                   "allow_actions": allow_actions,
+                                   "token_required": bool(token)}))
+            sys.stdout.flush()
+            return
         click.echo(f"dynoq dashboard on {url} ({mode}; prefix {client.prefix!r} at "
                    f"{redact(client.url)}{'; token required' if token else ''})", err=True)
 
@@ -213,12 +244,14 @@ def dashboard(env: Env, host: str, port: int, allow_actions: bool, token: str | 
 
 
 @cli.command()
+@JSON_OPTION
 @pass_env
-def demo(env: Env) -> None:
-    """Run the end-to-end demo (default: a private embedded server; see dynoq.demo)."""
+def demo(env: Env, as_json: bool) -> None:
+    """Run the end-to-end demo (default: a private embedded server; see dynoq.demo);
+    exit 1 if a check failed. --json: the report as one JSON object."""
     from . import demo as demo_module
 
-    code = demo_module.main(env.url)
+    code = demo_module.main(env.url, as_json=as_json)
     if code:
         sys.exit(code)
 

@@ -167,10 +167,11 @@ class Deliveries:
         with self._lock:
             return self._state.slow(now, older_than)
 
-    def overdue(self, now: float, timeout: float) -> list[tuple[int, InFlightBatch]]:
+    def overdue(self, now: float, timeout: float, *,
+                ordered: bool) -> list[tuple[int, InFlightBatch]]:
         with self._lock:
-            return self._state.overdue(now, timeout)
+            return self._state.overdue(now, timeout, ordered=ordered)
 
-    def abandon_all(self) -> list[tuple[int, InFlightBatch]]:
+    def abandon_all(self, keep: int | None = None) -> list[tuple[int, InFlightBatch]]:
         with self._lock:
-            return self._state.abandon_all()
+            return self._state.abandon_all(keep)

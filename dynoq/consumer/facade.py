@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 import threading
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._core import logs
 from .._core.calls import Cmd, Flow
 from .._core.consuming import check_mode, for_topic, resolve, settings_of
 from .._core.ops import QueueOps
@@ -42,7 +44,7 @@ class Consumer:
     Every option is described on :class:`dynoq.ConsumerSettings`; give them by name or as
     ``settings=`` (not both). ``queue`` may be a :class:`dynoq.Topic`: the group is
     subscribed (tags "*") at start if it is not yet, and ``mode`` says how its members
-    share its messages.
+    share its messages (default: as the group is subscribed, else clustering).
     """
 
     def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
@@ -55,10 +57,11 @@ class Consumer:
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
                  retry_delays: Sequence[float] | None = _D.retry_delays,
+                 max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,
                  instance_id: str | None = _D.instance_id,
-                 mode: str = _D.mode,
+                 mode: str | None = _D.mode,
                  max_continuous_time: float = _D.max_continuous_time,
                  idle_wait: float = _D.idle_wait,
                  visibility: float | None = _D.visibility,
@@ -75,7 +78,8 @@ class Consumer:
         named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
                      batch_handler=batch_handler, max_in_flight=max_in_flight,
                      strategy=strategy, strategy_options=strategy_options,
-                     retry_delays=retry_delays, lease_ttl=lease_ttl,
+                     retry_delays=retry_delays, max_retries=max_retries,
+                     lease_ttl=lease_ttl,
                      rebalance_interval=rebalance_interval, instance_id=instance_id,
                      mode=mode, max_continuous_time=max_continuous_time,
                      idle_wait=idle_wait, visibility=visibility,
@@ -83,29 +87,42 @@ class Consumer:
                      before=before, after=after,
                      middleware=middleware)
         self.settings = settings_of(settings, named)
-        self._joining: Flow[QueueOps] | None = None  # a topic's subscription, made at start
+        # a topic's subscription, read (and made if needed) at start
+        self._joining: Flow[tuple[str, QueueOps]] | None = None
         if isinstance(queue, Topic):
             self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
             queue = Queue(queue.backend, ops)
         check_mode(self.settings, queue.ops)
+        self.handler = handler
+        self._stats = StatsCounter()
+        self._assemble(queue)
+        self._upkeep: Upkeep | None = None
+        self._started = False
+        # The one stop: every stop() (and run()) waits for it to its end, whichever
+        # thread began it.
+        self._stop_lock = threading.Lock()
+        self._stop_begun = False
+        self._left = threading.Event()  # the group is left (a handler's stop() returns)
+        self._stopped = threading.Event()  # ... and every worker has ended
+        self._clean = True
+
+    def _assemble(self, queue: Queue) -> None:
+        """The parts that consume ``queue``; made again at start when a topic's group is
+        subscribed in another mode than its consumer assumed (nothing ran yet)."""
         plan = resolve(self.settings, queue.settings)
         self.queue = queue
-        self.handler = handler
         self.instance_id = plan.instance_id
         self.ordered = plan.ordered
-        self._stats = StatsCounter()
         token = f"{plan.instance_id}:{secrets.token_hex(6)}"
         self._shared = Shared(queue, plan, self._stats,
                               Leases(queue, token, self.settings.lease_ttl),
                               Membership(queue, self.settings.group, plan.instance_id,
                                          self.settings.lease_ttl))
-        invoker = Invoker(handler, chain(self.settings.middleware, self.settings.before,
-                                         self.settings.after))
-        self._processor = Processor(queue, handler, invoker, plan, self._stats,
+        invoker = Invoker(self.handler, chain(self.settings.middleware, self.settings.before,
+                                              self.settings.after))
+        self._processor = Processor(queue, self.handler, invoker, plan, self._stats,
                                     self._shared.leases)
         self._workers = Workers(self._shared, self._processor)
-        self._upkeep: Upkeep | None = None
-        self._started = False
 
     def __repr__(self) -> str:
         return (f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -129,7 +146,11 @@ class Consumer:
         self._started = True
         s = self._shared
         if self._joining is not None:
-            s.queue.backend.drive(self._joining)
+            mode, ops = s.queue.backend.drive(self._joining)
+            self.settings = dataclasses.replace(self.settings, mode=mode)
+            if ops.keys != s.queue.ops.keys:  # the group's subscription decided
+                self._assemble(Queue(s.queue.backend, ops))
+                s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = s.queue.backend.subscribe(s.membership.channel)
         self._upkeep = Upkeep(s, subscription, self._workers, self._processor)
@@ -145,42 +166,92 @@ class Consumer:
     def stop(self, timeout: float = 30.0) -> bool:
         """Finish (and ack) in-flight work, release leases, leave the group. False if a
         worker was still busy after ``timeout`` seconds (its shards' leases then expire
-        on their own, so nobody else handles them meanwhile)."""
-        s = self._shared
-        if not self._started or s.stopping.is_set():
+        on their own, so nobody else handles them meanwhile).
+
+        A second call (or :meth:`run` ending) while a stop is under way in another
+        thread waits for that stop to finish and returns its result. A handler may stop
+        its own consumer: its call returns once the rest has stopped and the group is
+        left (the stop then waits for that handler to return, and its message to be
+        settled, before it is finished for everyone else); while another stop is under
+        way, a handler's call returns at once (that stop waits for the handler)."""
+        me = threading.current_thread()
+        with self._stop_lock:
+            first = self._started and not self._stop_begun
+            self._stop_begun = self._stop_begun or first
+        if not self._started:
             return True
+        own = self._workers.runs_in(me)
+        if first and own:  # it cannot wait for itself: the stop goes on in its own thread
+            threading.Thread(target=self._stop, args=(timeout, me), daemon=True,
+                             name=f"dynoq-{self.queue.name}-stop").start()
+        elif first:
+            self._stop(timeout, None)
+        elif own:
+            return True
+        (self._left if own else self._stopped).wait()
+        return self._clean
+
+    def _stop(self, timeout: float, caller: threading.Thread | None) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            try:
+                self._clean = self._wind_down(deadline, caller)
+            finally:
+                self._left.set()
+            if caller is not None:  # its handler returns now; then its message is settled
+                caller.join(max(deadline - time.monotonic(), 0.0))
+                self._clean = self._clean and not caller.is_alive()
+                try:
+                    self._release_free()
+                except DynoqError as exc:
+                    logs.error(log, logging.WARNING, "dynoq: could not release the leases "
+                               "of %r; they expire on their own", self.queue.name, exc=exc)
+        finally:
+            self._stopped.set()
+
+    def _wind_down(self, deadline: float, caller: threading.Thread | None) -> bool:
+        s = self._shared
         s.stopping.set()
         s.board.wake()
         s.idle.wake()
         with contextlib.suppress(DynoqError):  # else they return within idle_wait
             # the worker blocked on the wake-up channel returns at once
             s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
-        deadline = time.monotonic() + timeout
-        clean = self._workers.join(deadline)
+        clean = self._workers.join(deadline, caller)
         if self._upkeep is not None:
             self._upkeep.stop(deadline)
-        for _, batch in ([] if clean else s.deliveries.abandon_all()):
+        keep = None if caller is None else caller.ident
+        for _, batch in ([] if clean else s.deliveries.abandon_all(keep)):
             try:  # finish or give back: nothing stays in flight until its timeout
                 self._processor.give_back(batch)
                 if batch.shard is not None and s.board.done(batch.shard, found=True):
                     s.leases.release(batch.shard)
-            except DynoqError:
-                log.warning("dynoq: could not give back a batch on stop; it returns when its "
-                            "visibility times out", exc_info=True)
+            except DynoqError as exc:
+                logs.error(log, logging.WARNING, "dynoq: could not give back a batch of %r "
+                           "on stop; it returns when its visibility times out",
+                           self.queue.name, exc=exc)
         try:
-            if self.ordered:
-                for shard in s.board.leased() - s.board.busy():
-                    s.board.drop(shard)  # first: assignment never shows a released shard
-                    s.leases.release(shard)
+            self._release_free()
             s.membership.leave()  # tells the others to rebalance now
-        except DynoqError:
-            log.warning("dynoq: could not leave the group cleanly; leases and membership "
-                        "expire on their own", exc_info=True)
+        except DynoqError as exc:
+            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
+                       "cleanly; leases and membership expire on their own",
+                       self.queue.name, exc=exc)
         return clean
+
+    def _release_free(self) -> None:
+        """Release the leases of the shards no worker is on (ordered queues); a busy
+        shard's lease expires on its own, after its worker's handler returned."""
+        s = self._shared
+        if self.ordered:
+            for shard in s.board.leased() - s.board.busy():
+                s.board.drop(shard)  # first: assignment never shows a released shard
+                s.leases.release(shard)
 
     def run(self, stop_timeout: float = 30.0) -> None:
         """Start (unless started), block until SIGINT/SIGTERM or stop() from another
-        thread, then stop (``stop_timeout``: see :meth:`stop`)."""
+        thread, then stop (``stop_timeout``: see :meth:`stop`); returns when the stop has
+        finished (also one that another thread began)."""
         done = threading.Event()
         try:
             with StopOnSignals(done):

@@ -3,6 +3,8 @@ with the core's flows."""
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +17,8 @@ from ..queue import Queue
 from .lease import Leases
 from .middleware import Invoker
 from .stats import StatsCounter
+
+log = logging.getLogger("dynoq.consumer")
 
 # What handling a batch came to.
 DONE, BLOCKED, ABANDONED = "done", "blocked", "abandoned"
@@ -33,13 +37,19 @@ class Processor:
         self.me = plan.instance_id
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
-        batch.call_started = time.monotonic()
-        if tracing.active():
-            with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
-                              parent=msgs[0].headers if len(msgs) == 1 else None,
-                              consumer=True):
-                return self._invoke(arg, msgs)
-        return self._invoke(arg, msgs)
+        batch.calling = msgs
+        batch.call_started = started = time.monotonic()
+        try:
+            if tracing.active():
+                with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
+                                  parent=msgs[0].headers if len(msgs) == 1 else None,
+                                  consumer=True):
+                    return self._invoke(arg, msgs)
+            return self._invoke(arg, msgs)
+        finally:
+            batch.call_started = math.inf  # no call runs: nothing for the watchdog
+            if batch.overran:
+                consuming.returned(log, self.queue.name, msgs, time.monotonic() - started)
 
     def _invoke(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         if not self.invoker.middleware:
@@ -78,6 +88,9 @@ class Processor:
     def orderly(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
         """In order; a failing message blocks the shard and is retried in place (the
         messages after it go back untouched). BLOCKED when the shard waits for a retry.
+        A call that ran past consume_timeout failed with ConsumeTimeout, however it
+        ended: it is settled only now that it returned (the watchdog left the batch in
+        flight), so nothing later of the shard was delivered while it ran.
         Raises LeaseLost when the shard's lease is gone or too close to its end to start
         another handler call (what was handled is acked first, if the lease allows)."""
         msgs, shard = batch.msgs, batch.shard
@@ -90,7 +103,7 @@ class Processor:
                 done = len(msgs) if error is None else 0
         else:
             for msg in msgs:
-                if batch.abandoned:
+                if batch.abandoned or batch.overran:
                     break
                 if self.leases.left(shard) < self.plan.lease_margin:
                     short = True
@@ -98,11 +111,14 @@ class Processor:
                 error, s = self._call(batch, msg, (msg,))
                 seconds += s
                 batch.results.append((msg, error))
-                if error is not None:
+                if error is not None or batch.overran:
                     break
                 done += 1
         if not settle():
             return ABANDONED
+        if batch.overran:  # the call that ran over is the last one made
+            done = 0 if self.batch_handler else len(batch.results) - 1
+            error, short = consuming.timed_out(self.plan.settings.consume_timeout), False
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
             tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
                 self.queue.ops, msgs[:done] if short else msgs, done,
@@ -113,21 +129,15 @@ class Processor:
                             f"{self.plan.lease_margin:g}s left: not starting another handler")
         return BLOCKED if blocked else DONE
 
-    def give_up(self, batch: InFlightBatch) -> bool:
-        """Settle a batch whose handler call ran over consume_timeout (the watchdog's
-        part): what succeeded is acked, the running message failed (retried or
-        dead-lettered, with why), the rest go back unhandled. True when an ordered shard
-        now waits for a retry."""
+    def give_up(self, batch: InFlightBatch) -> None:
+        """Settle a concurrent queue's batch whose handler call ran over consume_timeout
+        (the watchdog's part): what succeeded is acked, the running message failed
+        (retried or dead-lettered, with why), the rest go back unhandled. (An ordered
+        batch is settled by its worker when the call returns: see ``orderly``.)"""
         results = list(batch.results)
         done = len(results)
         error = consuming.timed_out(self.plan.settings.consume_timeout)
         ops, policy = self.queue.ops, self.plan.retry
-        if batch.shard is not None and self.plan.ordered:
-            tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
-                ops, batch.msgs, sum(1 for _, e in results if e is None), error, policy,
-                self.me))
-            self.stats.add_tally(tally)
-            return bool(blocked)
         rest = batch.msgs[done:]
         running = rest if self.batch_handler else rest[:1]
         failed = [(m, e) for m, e in results if e is not None] + [(m, error) for m in running]
@@ -135,7 +145,6 @@ class Processor:
             ops, [m for m, e in results if e is None], failed, policy, self.me,
             back=[] if self.batch_handler else rest[1:]))
         self.stats.add_tally(tally)
-        return False
 
     def give_back(self, batch: InFlightBatch) -> None:
         """Settle a batch still running when the consumer stops (its worker overran the

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 
+from .._core import consuming
 from .._core.consuming import CHANNEL_TICK, UpkeepClock
 from ..backend.wakeup import Subscription
 from ..errors import DynoqError, LeaseLost
@@ -123,25 +124,25 @@ class Upkeep:
                               if retry_in < math.inf else math.inf)
 
     def _enforce_timeouts(self) -> None:
-        """Take over every batch whose running handler call went past consume_timeout:
-        settle it as failed, free its ordered shard, replace its stuck worker."""
+        """Every batch whose running handler call went past consume_timeout: replace its
+        stuck worker (up to the cap of calls left running). Concurrent queues: settle
+        it now, the running message failed. Ordered shards: it stays in flight (and
+        extended) with its worker, which settles it when the call returns, so nothing
+        later of the shard is delivered while the call may still run."""
         s = self.shared
-        timeout = s.plan.settings.consume_timeout
-        for worker, batch in s.deliveries.overdue(time.monotonic(), timeout):
-            log.error("dynoq: a handler of %r ran longer than consume_timeout (%gs); its "
-                      "message is failed and its worker replaced", s.queue.name, timeout)
-            self._workers.retire(worker)
+        settings = s.plan.settings
+        timeout = settings.consume_timeout
+        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=s.plan.ordered)
+        for worker, batch in overdue:
+            s.stats.add(timed_out=1)
+            left = self._workers.retire(worker)
+            consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
+                              cap=settings.concurrency,
+                              shard=batch.shard if s.plan.ordered else None)
+            if s.plan.ordered:
+                continue
             s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
-            blocked = False
-            try:
-                blocked = self._processor.give_up(batch)
-            except LeaseLost:
-                if batch.shard is not None:
-                    s.board.drop(batch.shard)
-            if batch.shard is not None and s.plan.ordered:
-                s.board.set_retrying(batch.shard, blocked)
-                if s.board.done(batch.shard, found=not blocked):
-                    s.release(batch.shard)
+            self._processor.give_up(batch)
 
     def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).

@@ -9,8 +9,11 @@ workers at 10,000 messages/s due, benchmarks/bench_delay.py); only a backlog's l
 
 Ordered queues: a worker claims one leased shard at a time from the board and handles it
 strictly in order; when every free shard was empty, one worker blocks in a pop on behalf
-of all of them. A worker whose handler ran over consume_timeout is retired (it ends when
-the handler returns) and replaced.
+of all of them.
+
+A worker whose handler call ran past consume_timeout is retired (it ends when the call
+returns; a thread cannot be stopped) and replaced, while fewer than ``concurrency``
+calls are left running so (``_core.board.Abandoned``); at that cap it is not replaced.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import time
 from collections.abc import Callable
 
 from .._core import consuming
+from .._core.board import Abandoned
 from .._core.consuming import pop_order
-from ..errors import LeaseLost
+from ..errors import DynoqError, LeaseLost
 from ..message import Message
 from ..retry import backoff
 from .context import Shared
@@ -40,7 +44,10 @@ class Workers:
         self.shared = shared
         self.processor = processor
         self._threads: dict[int, threading.Thread] = {}  # by ident
-        self._retired: set[int] = set()
+        # Workers left in a handler call past consume_timeout, by ident (they end when
+        # the call returns and its batch is settled).
+        self._retired: dict[int, threading.Thread] = {}
+        self._abandoned = Abandoned(shared.plan.settings.concurrency)
         self._lock = threading.Lock()
         self._count = 0
 
@@ -61,23 +68,38 @@ class Workers:
             assert t.ident is not None
             self._threads[t.ident] = t
 
-    def retire(self, worker: int) -> None:
-        """A worker is stuck in a handler: let it end when the handler returns, and start
-        another in its place."""
+    def retire(self, worker: int) -> int | None:
+        """A worker's handler call ran past consume_timeout: let the worker end when the
+        call returns, and start another in its place. Returns how many calls are left
+        running so now, or None at the cap (the worker is not replaced: it goes on when
+        its call returns)."""
         with self._lock:
-            self._retired.add(worker)
-            self._threads.pop(worker, None)
+            if worker not in self._threads or not self._abandoned.take():
+                return None
+            self._retired[worker] = self._threads.pop(worker)
+            left = self._abandoned.count
+        self.shared.stats.add(abandoned=1)
         if not self.shared.stopping.is_set():
             self._spawn()
+        return left
+
+    def runs_in(self, thread: threading.Thread) -> bool:
+        """Whether ``thread`` is one of the workers (a handler calling stop())."""
+        with self._lock:
+            return thread.ident in self._threads or thread.ident in self._retired
 
     def _active(self) -> bool:
         return (not self.shared.stopping.is_set()
                 and threading.get_ident() not in self._retired)
 
-    def join(self, deadline: float) -> bool:
-        """Wait until ``deadline`` (monotonic) for the workers; True if all ended."""
+    def join(self, deadline: float, caller: threading.Thread | None = None) -> bool:
+        """Wait until ``deadline`` (monotonic) for the workers, and for the calls left
+        running past consume_timeout; True if all ended. ``caller``: a worker whose
+        handler asked for the stop, which cannot wait for itself (it ends when its
+        handler returns)."""
         with self._lock:
-            threads = list(self._threads.values())
+            threads = [t for t in [*self._threads.values(), *self._retired.values()]
+                       if t is not caller]
         for t in threads:
             t.join(max(deadline - time.monotonic(), 0.0))
         return not any(t.is_alive() for t in threads)
@@ -91,16 +113,25 @@ class Workers:
                 try:
                     loop()
                     return
-                except Exception:
+                except Exception as exc:
                     failures += 1
                     pause = backoff(failures)
-                    log.exception("dynoq: consumer worker error; retrying in %.1fs", pause)
+                    # Expected (the server away, scripts not installed): one line; the
+                    # traceback only at debug level. Anything else is a bug: in full.
+                    expected = isinstance(exc, DynoqError)
+                    log.log(logging.WARNING if expected else logging.ERROR,
+                            "dynoq: consumer worker error; retrying in %.1fs: %s", pause, exc,
+                            exc_info=not expected or log.isEnabledFor(logging.DEBUG))
                     self.shared.stopping.wait(pause)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
             self.shared.queue.backend.release_thread()  # its wake-up subscription
             with self._lock:  # a new thread may get this ident: it is not retired
-                self._retired.discard(threading.get_ident())
+                retired = self._retired.pop(threading.get_ident(), None) is not None
+                if retired:
+                    self._abandoned.returned()
+            if retired:
+                self.shared.stats.add(abandoned=-1)
 
     def _concurrent_loop(self, k: int = 0) -> None:
         s = self.shared
@@ -207,7 +238,7 @@ class Workers:
                 batch = s.deliveries.start(me, msgs, shard)
                 outcome = self.processor.orderly(batch, lambda: s.deliveries.settle(me))
                 if outcome == ABANDONED:
-                    abandoned = True  # the watchdog settled it and freed the shard
+                    abandoned = True  # a stop that ran out of time gave it back
                     return
                 s.board.set_retrying(shard, outcome == BLOCKED)
                 if outcome == BLOCKED:

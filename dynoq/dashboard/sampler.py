@@ -15,7 +15,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from .._core import inspect
+from .._core import inspect, logs
 from ..errors import DynoqError
 from ..message import QueueStats
 from .data import Reader, Source, Sources
@@ -80,8 +80,8 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 self.sample()
-            except Exception:  # a bug must not stop the live numbers for good: log it
-                log.exception("dynoq dashboard: sample failed")
+            except Exception as exc:  # noqa: BLE001 - a bug must not stop the live numbers for good
+                logs.error(log, logging.ERROR, "dynoq dashboard: sample failed", exc=exc)
             self._stop.wait(self.interval)
 
     def sample(self) -> Snapshot:

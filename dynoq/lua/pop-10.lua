@@ -9,11 +9,22 @@
   ARGV[7] wake channel (PUBLISHed when expired deliveries were given back)
   ARGV[8] lease margin ms: with a lease token, a lease with less time left than this is
           treated as gone (the caller could not finish the batch before it ends)
-  returns: {1, -1, id, record, attempts, ...}  claimed messages; a delivery's token is
+  ARGV[9] ceiling: claim only messages of this priority or a lower value (99: any). The
+          caller passes the best priority any shard of the queue holds, so that a pop
+          across shards takes the lower values first (see QueueOps._pass)
+  Other shards (one server only: their keys are in other slots): after its ten keys, a
+  pop may name the ready, delayed and unack keys of other shards of the queue, three a
+  shard; then the ceiling is also at most the lowest priority they may deliver
+  (lib/rank.lua), and the reply ends with their ranks, one a shard, in that order.
+  returns: {1, rest, id, record, attempts, ...}  claimed messages; a delivery's token is
            "<nonce>.<attempts>", so the caller makes it from the nonce it sent
-           {0, hint}  nothing deliverable; hint = ms until something may be (-1 = unknown)
+           {0, hint, rest}  nothing claimed; hint = ms until something may be
+           deliverable (-1 = unknown), there or in the other shards named
+           rest: what the shard still holds ready: 0 nothing, 1 + p its next message's
+           priority p (above the ceiling), -1 not looked at (the batch was full)
            FENCED or LEASED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua lib/pin.lua
+        lib/record.lua lib/rank.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
@@ -34,8 +45,17 @@ if back > 0 then redis.call('PUBLISH', ARGV[7], '1') end
 -- Promote what is due (a message given back keeps its saved place).
 promote(delayed, ready, msgs, dlv, seq, now, 5000)
 
+-- The other shards named, if any: what they may deliver bounds what this pop claims.
+local ceiling, others, later = tonumber(ARGV[9]), {}, -1
+for g = 11, #KEYS, 3 do
+  local r, ms = rank_of(KEYS[g], KEYS[g + 1], KEYS[g + 2], now)
+  others[#others + 1] = r
+  if r > 0 and r - 1 < ceiling then ceiling = r - 1 end
+  if ms >= 0 and (later < 0 or ms < later) then later = ms end
+end
+
 local function hint()
-  local best = -1
+  local best = later
   for _, key in ipairs({delayed, unack}) do
     local first = head(key)
     if first[2] then
@@ -46,12 +66,33 @@ local function hint()
   return best
 end
 
+local function reply(out)  -- with the other shards' ranks at the end
+  for _, r in ipairs(others) do out[#out + 1] = r end
+  return out
+end
+
 -- An ordered shard delivers nothing while a message is in flight or waits for a retry.
 if ordered and (live(unack) > 0 or redis.call('ZCARD', delayed) > 0) then
-  return {0, hint()}
+  return reply({0, hint(), 0})
 end
 local popped = redis.call('ZPOPMIN', ready, count)
-if #popped == 0 then return {0, hint()} end
+-- Fewer than asked: ready is empty now. (Known for free: no command asks.)
+local rest = #popped < 2 * count and 0 or -1
+if ceiling < 99 and #popped > 0 and rank(popped[#popped]) > ceiling + 1 then
+  -- Some are above the ceiling (rare: priorities differ between shards): put them back
+  -- with their scores (the strings ZPOPMIN gave, exact) and say what the shard holds.
+  local cut = 1
+  while rank(popped[cut + 1]) <= ceiling + 1 do cut = cut + 2 end
+  rest = rank(popped[cut + 1])
+  local back = {}
+  for i = cut, #popped, 2 do
+    back[#back + 1] = popped[i + 1]
+    back[#back + 1] = popped[i]
+    popped[i], popped[i + 1] = nil, nil
+  end
+  bulk('ZADD', ready, back)
+end
+if #popped == 0 then return reply({0, hint(), rest}) end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = bulk_read('HMGET', msgs, ids)
@@ -64,7 +105,7 @@ if states_n > 1 or (states_n == 1 and redis.call('HEXISTS', dlv, PIN) == 0) then
 end
 -- One deadline string for the batch: a number argument is formatted again per message.
 local deadline = string.format('%d', now + vis)
-local out, unacks, states = {1, -1}, {'+inf', PIN}, {PIN, ''}
+local out, unacks, states = {1, rest}, {'+inf', PIN}, {PIN, ''}
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
@@ -81,4 +122,4 @@ for k, id in ipairs(ids) do
 end
 bulk('ZADD', unack, unacks)
 bulk('HSET', dlv, states)
-return out
+return reply(out)

@@ -9,9 +9,10 @@
 - :func:`queue_dataframe`: a queue's messages as a DataFrame (read-only).
 - :func:`spark_session`: the SparkSession dynoq's jobs, demo and tests use.
 
-Modules: ``target`` (where to write, secrets hidden), ``rows`` (rows to messages),
-``writer`` (the one write path), ``sink``, ``datasource``, ``export`` (the read-only scan),
-``session``.
+Modules: ``target`` (where to write, secrets hidden), ``types`` (Spark types to payload
+values, checked on the driver), ``rows`` (rows to messages), ``writer`` (the one write
+path), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
+``export`` (the read-only scan), ``session``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.batches import Counts, Progress
+from .report import WriteResult
+from .rows import Rejection
 from .sink import BatchSink, QueueSink, batch_sink, partition_sink, write
 from .target import Target, source_options
-from .writer import WriteResult
 
 _NEED_PYSPARK = {"DynoqDataSource": "datasource", "queue_dataframe": "datasource",
                  "register": "datasource", "spark_session": "session"}
@@ -37,6 +39,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-__all__ = ["BatchSink", "Counts", "DynoqDataSource", "Progress", "QueueSink", "Target",
-           "WriteResult", "batch_sink", "partition_sink", "queue_dataframe", "register",
-           "source_options", "spark_session", "write"]
+__all__ = ["BatchSink", "Counts", "DynoqDataSource", "Progress", "QueueSink", "Rejection",
+           "Target", "WriteResult", "batch_sink", "partition_sink", "queue_dataframe",
+           "register", "source_options", "spark_session", "write"]

@@ -1,9 +1,10 @@
 """``format("dynoq")``: a Spark 4 Python data source for dynoq queues.
 
-Register it once per session (``dynoq.spark.spark_session()`` does it for you)::
+Register it once per session, and in every thread of yours that uses it
+(``dynoq.spark.register(spark)``; ``dynoq.spark.spark_session()`` does it for you)::
 
-    from dynoq.spark import DynoqDataSource, source_options
-    spark.dataSource.register(DynoqDataSource)
+    from dynoq.spark import register, source_options
+    register(spark)
 
     opts = source_options(client, "orders")          # url, prefix, connection options
     df.write.format("dynoq").options(**opts).option("idCol", "event_id")
@@ -19,19 +20,25 @@ Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix
 push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
 batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
 restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
-``states`` (comma-separated, default "ready,delayed,dead"). Options are checked on the
-driver, and so is the queue (it must exist; ``keyCol`` needs an ordered queue), before
-any task starts.
+``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
+only when named). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
+and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
 
-Each write task returns its partition's counts (pushed, skipped as duplicates, refused)
-as its commit message; the driver logs them per partition and in total (logger
-``dynoq.spark``). A streaming micro-batch is exactly-once: its pushes record their ids
-with the (query, batch id), and ``commit`` records the batch as done
-(:mod:`dynoq._core.batches`). A read has one partition per shard.
+Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
+invalid) and first refused rows as its commit message; the commit, which Spark runs in a
+Python worker, sends the write's report to the driver (:mod:`.report`), whose
+``dynoq.spark`` logger and Prometheus counter take it, for a batch write and for each
+micro-batch. A streaming micro-batch is exactly-once: its pushes record their ids with
+the (query, batch id), and ``commit`` records the batch as done
+(:mod:`dynoq._core.batches`). A read has one partition per shard, and hands Spark one
+Arrow record batch per page of a shard. All of it: docs/spark.md.
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,10 +60,11 @@ from .._core.scan import DEFAULT_STATES, check_states
 from .._core.validate import check_seconds
 from ..client import Client
 from ..errors import InvalidArgument
-from .export import COLUMNS, SCHEMA, scan_shard
-from .rows import RowSpec
+from .export import SCHEMA, columns, pages
+from .report import Report, WriteResult, channel, send
+from .rows import Rejection, RowSpec
 from .target import Target, int_option
-from .writer import RowWriter, WriteResult, report
+from .writer import RowWriter
 
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
@@ -69,18 +77,26 @@ _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
 @dataclass
 class Written(WriterCommitMessage):
-    """A write task's commit message: its partition's counts (and the query it wrote
-    for, on a stream)."""
+    """A write task's commit message: its partition's counts, its first refused rows
+    (and the query it wrote for, on a stream)."""
 
     partition: int
     pushed: int
     skipped: int
     refused: int
     query: str = ""
+    invalid: int = 0
+    rejected: tuple[Rejection, ...] = ()
 
     @property
     def counts(self) -> Counts:
-        return Counts(self.pushed, self.skipped, self.refused)
+        return Counts(self.pushed, self.skipped, self.refused, self.invalid)
+
+    @classmethod
+    def of(cls, tally: Any, query: str = "") -> Written:
+        c = tally.counts
+        return cls(_partition(), c.pushed, c.skipped, c.refused, query, c.invalid,
+                   tuple(tally.rejected))
 
 
 def _options(options: Mapping[str, str], allowed: set[str]) -> dict[str, str]:
@@ -101,10 +117,11 @@ def _flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
-def write_settings(options: Mapping[str, str], columns: Iterable[str], *,
+def write_settings(options: Mapping[str, str], schema: Mapping[str, Any], *,
                    streaming: bool = False) -> tuple[RowWriter, bool]:
     """(the RowWriter, whether to use Arrow) from write options, checked on the driver
-    against the data's columns and the queue."""
+    against the data's schema (``StructType.jsonValue()``: its columns and their types)
+    and the queue."""
     opts = _options(options, _TARGET | _WRITE)
     if "idcol" not in opts:
         raise InvalidArgument('format("dynoq") writes need the option "idCol" (the column '
@@ -119,8 +136,8 @@ def write_settings(options: Mapping[str, str], columns: Iterable[str], *,
     writer = RowWriter(Target.from_spark_options(opts), spec,
                        int_option("batchSize", opts.get("batchsize", "1000")),
                        check_query(query) if query else "", retention)
-    writer.check(list(columns), streaming=streaming)
-    return writer, _flag(opts, "arrow", True)
+    writer.check([f["name"] for f in schema.get("fields", ())], streaming=streaming)
+    return writer.typed(schema), _flag(opts, "arrow", True)
 
 
 def _seconds(text: str) -> float:
@@ -136,43 +153,54 @@ def _partition() -> int:
 
 
 def _total(messages: Iterable[WriterCommitMessage | None]) -> WriteResult:
-    return WriteResult.of((m.partition, m.counts) for m in messages if isinstance(m, Written))
+    done = [m for m in messages if isinstance(m, Written)]
+    return WriteResult.of(((m.partition, m.counts) for m in done),
+                          ((m.partition, r) for m in done for r in m.rejected))
+
+
+class _Reporting:
+    """Spark runs a commit in a Python worker of its own: its report goes to the driver
+    through the session's channel (see :mod:`.report`)."""
+
+    writer: RowWriter
+    channel: Any
+
+    def _report(self, messages: list[WriterCommitMessage | None], what: str) -> None:
+        t = self.writer.target
+        send(self.channel, Report(t.queue, t.where, what, _total(messages)))
 
 
 # -- batch writes ----------------------------------------------------------------------------
 
-class _Commits:
-    writer: RowWriter
-
+class _Commits(_Reporting):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        report(self.writer.target, _total(messages), 'format("dynoq") write')
+        self._report(messages, 'format("dynoq") write')
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        report(self.writer.target, _total(messages), 'format("dynoq") write (aborted)')
+        self._report(messages, 'format("dynoq") write (aborted)')
 
 
 class RowsWriter(_Commits, DataSourceWriter):
-    def __init__(self, writer: RowWriter) -> None:
+    def __init__(self, writer: RowWriter, channel: Any = None) -> None:
         self.writer = writer
+        self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        c = self.writer.push_rows(row.asDict() for row in iterator)
-        return Written(_partition(), c.pushed, c.skipped, c.refused)
+        return Written.of(self.writer.push_rows(row.asDict() for row in iterator))
 
 
 class ArrowWriter(_Commits, DataSourceArrowWriter):
-    def __init__(self, writer: RowWriter) -> None:
+    def __init__(self, writer: RowWriter, channel: Any = None) -> None:
         self.writer = writer
+        self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        c = self.writer.push_arrow(iterator)
-        return Written(_partition(), c.pushed, c.skipped, c.refused)
+        return Written.of(self.writer.push_arrow(iterator))
 
 
 # -- streaming writes ------------------------------------------------------------------------
 
-class _StreamCommits:
-    writer: RowWriter
+class _StreamCommits(_Reporting):
 
     def _task_writer(self) -> tuple[RowWriter, int]:
         ctx = TaskContext.get()
@@ -188,60 +216,79 @@ class _StreamCommits:
         query = self.writer.query or (queries.pop() if len(queries) == 1 else "")
         if not query:
             return  # no task wrote anything: nothing to commit
-        writer = self.writer.for_query(query)
-        writer.commit(batchId)
-        report(writer.target, _total(messages), f"micro-batch {batchId} of query {query}")
+        self.writer.for_query(query).commit(batchId)
+        self._report(messages, f"micro-batch {batchId} of query {query}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # Nothing to undo: what the batch wrote is recorded with it, and its replay
         # skips those ids.
-        report(self.writer.target, _total(messages),
-               f"micro-batch {batchId} (aborted; its replay writes the rest)")
+        self._report(messages, f"micro-batch {batchId} (aborted; its replay writes the rest)")
 
 
 class RowsStreamWriter(_StreamCommits, DataSourceStreamWriter):
-    def __init__(self, writer: RowWriter) -> None:
+    def __init__(self, writer: RowWriter, channel: Any = None) -> None:
         self.writer = writer
+        self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
         writer, batch = self._task_writer()
-        c = writer.push_rows((row.asDict() for row in iterator), batch)
-        return Written(_partition(), c.pushed, c.skipped, c.refused, writer.query)
+        return Written.of(writer.push_rows((row.asDict() for row in iterator), batch),
+                          writer.query)
 
 
 class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
-    def __init__(self, writer: RowWriter) -> None:
+    def __init__(self, writer: RowWriter, channel: Any = None) -> None:
         self.writer = writer
+        self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
         writer, batch = self._task_writer()
-        c = writer.push_arrow(iterator, batch)
-        return Written(_partition(), c.pushed, c.skipped, c.refused, writer.query)
+        return Written.of(writer.push_arrow(iterator, batch), writer.query)
 
 
 # -- reads -----------------------------------------------------------------------------------
 
 class QueueReader(DataSourceReader):
-    """One partition per shard; each scans its shard read-only (claims nothing)."""
+    """One partition per shard; each scans its shard read-only (claims nothing), a page
+    at a time, and hands Spark each page as one Arrow record batch."""
 
-    def __init__(self, target: Target, states: tuple[str, ...], shards: int) -> None:
+    def __init__(self, target: Target, states: tuple[str, ...], shards: int,
+                 schema: Any) -> None:
         self.target = target
         self.states = states
         self.shards = shards
+        self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(shard) for shard in range(self.shards)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
+        arrow = _arrow_schema(self.schema)
         q = self.target.open()
-        for row in scan_shard(q, int(partition.value), self.states):
-            yield tuple(row[c] for c in COLUMNS)
+        for found in pages(q, int(partition.value), self.states):
+            cols = columns(found)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow)
+
+
+def _arrow_schema(schema: Any) -> Any:
+    """The Arrow schema Spark expects record batches of ``schema`` in (its own
+    conversion: string/large_string and timestamp units follow its settings)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark versions without the timezone argument
+        return to_arrow_schema(schema)
 
 
 # -- the data source -------------------------------------------------------------------------
 
 class DynoqDataSource(DataSource):
     """``format("dynoq")``: see the module docstring for its options."""
+
+    _channel: Any = None  # set on the class register() makes for a session
 
     @classmethod
     def name(cls) -> str:
@@ -255,17 +302,17 @@ class DynoqDataSource(DataSource):
         states = check_states(s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES))
                               .split(",") if s.strip())
         target = Target.from_spark_options(opts)
-        return QueueReader(target, states, target.open().settings.shards)
+        return QueueReader(target, states, target.open().settings.shards, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        writer, arrow = write_settings(self.options, schema.fieldNames())
+        writer, arrow = write_settings(self.options, schema.jsonValue())
         _no_overwrite(overwrite)
-        return ArrowWriter(writer) if arrow else RowsWriter(writer)
+        return (ArrowWriter if arrow else RowsWriter)(writer, self._channel)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        writer, arrow = write_settings(self.options, schema.fieldNames(), streaming=True)
+        writer, arrow = write_settings(self.options, schema.jsonValue(), streaming=True)
         _no_overwrite(overwrite)
-        return ArrowStreamWriter(writer) if arrow else RowsStreamWriter(writer)
+        return (ArrowStreamWriter if arrow else RowsStreamWriter)(writer, self._channel)
 
 
 def _no_overwrite(overwrite: bool) -> None:
@@ -274,9 +321,49 @@ def _no_overwrite(overwrite: bool) -> None:
                               'mode("append") (outputMode "append" for streams)')
 
 
+_sources: weakref.WeakKeyDictionary[Any, type[DynoqDataSource]] = weakref.WeakKeyDictionary()
+_sources_lock = threading.Lock()
+
+
 def register(spark: Any) -> None:
-    """Register ``format("dynoq")`` in ``spark`` (idempotent)."""
-    spark.dataSource.register(DynoqDataSource)
+    """Register ``format("dynoq")`` in ``spark`` and make ``spark`` the active session of
+    the calling thread (idempotent; call it once in every thread of yours that uses
+    ``format("dynoq")``: Spark looks data sources up in the thread's active session).
+
+    The registered class carries the session's report channel, so the counts of every
+    ``format("dynoq")`` write reach this process's ``dynoq.spark`` logger and Prometheus
+    registry (plain ``spark.dataSource.register(DynoqDataSource)`` works too, but its
+    commits log where Spark runs them, a Python worker)."""
+    spark.dataSource.register(_source_for(spark))
+    _activate(spark)
+
+
+def _source_for(spark: Any) -> type[DynoqDataSource]:
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect: no context, no accumulators
+        return DynoqDataSource
+    with _sources_lock:
+        found = _sources.get(context)
+        if found is None:
+            # A class made here is pickled by value (with its channel) when registered;
+            # DynoqDataSource itself would be pickled by reference, without one.
+            found = type("DynoqDataSource", (DynoqDataSource,),
+                         {"_channel": channel(context), "__module__": __name__,
+                          "__qualname__": "DynoqDataSource.for_session"})
+            _sources[context] = found
+    return found
+
+
+def _activate(spark: Any) -> None:
+    """Make ``spark`` the JVM's active session in this thread (classic PySpark; Spark
+    Connect sessions have no JVM here, and look data sources up on the server)."""
+    jvm, session = getattr(spark, "_jvm", None), getattr(spark, "_jsparkSession", None)
+    if jvm is None or session is None:
+        return
+    find = getattr(type(spark), "_get_j_spark_session_class", None)
+    cls = find(jvm) if find is not None else jvm.org.apache.spark.sql.SparkSession
+    cls.setActiveSession(session)
 
 
 def queue_dataframe(spark: Any, where: str | Client, queue: str, *,

@@ -2,22 +2,19 @@
 
 A row is any mapping of column name to value (``Row.asDict()``, or a dict from Arrow's
 ``RecordBatch.to_pylist()``). Its payload is the dict of ``payload_cols`` (default: every
-column), with values made msgpack-safe by :func:`plain`:
+column). When the writer knows the schema (every writer does, ``partition_sink`` when
+given ``schema=``), values are converted by their Spark type (:mod:`.types`, whose table
+says what each type is stored as), so every writer stores the same payload. Without a
+schema, :func:`plain` converts them by their Python type, to the same forms, except that
+a naive datetime is taken as local time (a ``timestamp_ntz`` would then be shifted).
 
-=====================  =========================================================
-Spark / Python value   payload value
-=====================  =========================================================
-timestamp (datetime)   ISO 8601 string in UTC, e.g. ``"2024-05-01T12:00:00+00:00"``
-                       (naive datetimes, as PySpark gives them, are local time)
-date                   ``"YYYY-MM-DD"``
-decimal (Decimal)      string, exact (``"12.30"``): a float would lose digits
-time                   ISO string; day-time interval (timedelta): float seconds
-struct (Row)           dict;  array: list;  map: dict;  binary: bytes
-=====================  =========================================================
-
-The delay column holds seconds (int, float or Decimal, >= 0, null = none) or a timestamp,
-turned into a delay against the Redis server's clock, so executors' clocks do not matter;
-a due time in the past means "due now".
+Every row is counted once: pushed, skipped (its id is in the queue, or came earlier in
+the same write) or refused. A row that makes no valid message is refused with the column
+and why (:class:`Rejection`), and the others are written: a null or empty id, a null key
+on an ordered queue, a null, negative or non-finite delay, a priority outside 0..99, a
+payload over the size limit. The delay column holds seconds, a due timestamp or a
+day-time interval, turned into a delay against the Redis server's clock, so executors'
+clocks do not matter; a due time in the past means "due now".
 """
 
 from __future__ import annotations
@@ -25,12 +22,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidType
+from .._core.validate import MAX_PRIORITY
+from ..errors import InvalidArgument, InvalidType, PayloadTypeError
 from ..message import Message
+from .types import Plan, converters
 
 _PASS = frozenset({str, int, float, bool, bytes, type(None)})
 MAX_ID_LENGTH = 512
@@ -56,7 +55,16 @@ def plain(value: Any) -> Any:
     if hasattr(value, "asDict"):  # a pyspark Row (struct column)
         return plain(value.asDict())
     if isinstance(value, Mapping):
-        return {plain(k): plain(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = plain(k)
+            if isinstance(key, (dict, list)):
+                raise PayloadTypeError(
+                    "a map keyed by structs or arrays has no payload form (a payload's "
+                    "dict keys are strings, numbers or bytes): cast its keys to strings, "
+                    "or make it an array of entries (map_entries)")
+            out[key] = plain(v)
+        return out
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value  # anything else: the codec raises a clear PayloadTypeError
@@ -122,46 +130,120 @@ class RowSpec:
                     f"{', '.join(sorted(columns)) or 'none'}); fix the column mapping")
 
 
-def _row_id(value: object, col: str, index: int) -> str:
-    where = f"row {index} of this batch"
+@dataclass(frozen=True)
+class Rejection:
+    """A row that makes no message, and why: its position in its partition (0-based),
+    the column at fault (None: the row as a whole, e.g. a payload over the size limit)."""
+
+    row: int
+    column: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"row {self.row}" + ("" if self.column is None else
+                                     f", column {self.column!r}")
+        return f"{where}: {self.reason}"
+
+
+@dataclass
+class Made:
+    """What :func:`to_messages` made of a chunk of rows: each message with its row's
+    position, the rows refused, and how many rows repeated an id of an earlier row of
+    the chunk (skipped: push-if-absent keeps the first)."""
+
+    messages: list[tuple[int, Message]] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    repeated: int = 0
+
+
+class _Refused(Exception):
+    def __init__(self, column: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.column = column
+        self.reason = reason
+
+
+def _row_id(value: object, col: str) -> str:
     if value is None:
-        raise InvalidArgument(f"id column {col!r} is null in {where}: every row needs an "
-                              "id (ids make retried Spark tasks push nothing twice)")
+        raise _Refused(col, "the id is null (every row needs an id: ids make retried "
+                            "Spark tasks push nothing twice)")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise InvalidType(f"id column {col!r} holds a {type(value).__name__} ({value!r}) in "
-                          f"{where}: ids must be strings or integers (cast the column)")
+        raise _Refused(col, f"the id is a {type(value).__name__} ({value!r}): ids are "
+                            "strings or integers (cast the column)")
     text = str(value)
     if not text.strip():
-        raise InvalidArgument(f"id column {col!r} is empty in {where}: every row needs an id")
+        raise _Refused(col, "the id is empty")
     if len(text) > MAX_ID_LENGTH:
-        raise InvalidArgument(f"id column {col!r} holds an id of {len(text)} characters in "
-                              f"{where}; ids may be at most {MAX_ID_LENGTH}")
+        raise _Refused(col, f"the id has {len(text)} characters; ids may have at most "
+                            f"{MAX_ID_LENGTH}")
     return text
 
 
-def _delay(value: object, col: str, index: int, server_now: Callable[[], float]) -> float:
+def _key(value: object, col: str, ordered: bool) -> str | None:
     if value is None:
-        return 0.0
+        if ordered:
+            raise _Refused(col, "the key is null: an ordered queue routes and orders every "
+                                "message by its key")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _Refused(col, f"the key is a {type(value).__name__} ({value!r}): keys are "
+                            "strings or integers")
+    return str(value)
+
+
+def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
+    if value is None:
+        raise _Refused(col, "the delay is null: give every row a delay (0 for none, "
+                            "e.g. coalesce(col, 0))")
     if isinstance(value, dt.datetime):
         when = value if value.tzinfo else value.astimezone()
         return max(0.0, when.timestamp() - server_now())
-    if isinstance(value, Decimal):
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise _Refused(col, f"the delay is {value}: delays are finite seconds >= 0")
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidType(f"delay column {col!r} holds a {type(value).__name__} ({value!r}) in "
-                          f"row {index} of this batch: use seconds or a timestamp")
+        raise _Refused(col, f"the delay is a {type(value).__name__} ({value!r}): use "
+                            "seconds, a due timestamp or a day-time interval")
     if not math.isfinite(value) or value < 0:
-        raise InvalidArgument(f"delay column {col!r} holds {value!r} in row {index} of this "
-                              "batch: delays must be finite seconds >= 0")
+        raise _Refused(col, f"the delay is {value!r}: delays are finite seconds >= 0")
     return float(value)
 
 
+def _plain_payload(row: Mapping[str, Any], cols: Iterable[str]) -> dict[str, Any]:
+    """A row's payload by Python type; a column with no payload form is refused by name."""
+    payload = {}
+    for c in cols:
+        try:
+            payload[c] = plain(row[c])
+        except PayloadTypeError as exc:
+            raise _Refused(c, str(exc)) from None
+    return payload
+
+
+def _priority(value: object, col: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Refused(col, f"the priority is a {type(value).__name__} ({value!r}): "
+                            "priorities are integers 0..99")
+    if not 0 <= value <= MAX_PRIORITY:
+        raise _Refused(col, f"the priority is {value}: priorities are 0..99 (lower first)")
+    return value
+
+
 def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
-                server_now: Callable[[], float]) -> list[Message]:
-    """Messages for a batch of rows, validating every row first (so a bad row fails the
-    batch before anything of it is written). A repeated id keeps its first row, as
-    push-if-absent does across batches. ``server_now`` (Redis time, in seconds) is called
-    at most once, and only when a delay column holds timestamps."""
+                server_now: Callable[[], float], *, plan: Plan | None = None,
+                ordered: bool = False, start: int = 0) -> Made:
+    """Messages for a chunk of rows (``start``: the position of its first row in the
+    partition). A row that makes no valid message is refused with the column and why; a
+    row repeating an id of an earlier row of the chunk is counted as repeated (push-if-
+    absent keeps the first, as it does across chunks). With a ``plan`` (the schema's,
+    checked on the driver) payload values are converted by their Spark type; without,
+    by their Python type (:func:`plain`). ``server_now`` (Redis time, in seconds) is
+    called at most once, and only when a delay column holds timestamps."""
     now: list[float] = []
 
     def cached_now() -> float:
@@ -169,23 +251,37 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
             now.append(server_now())
         return now[0]
 
-    out: list[Message] = []
+    made = Made()
     seen: set[str] = set()
     id_col, key_col, delay_col, prio_col = (spec.id_col, spec.key_col, spec.delay_col,
                                             spec.priority_col)
+    convs = None if plan is None else converters(plan)
     payload_cols = spec.payload_cols
-    for index, row in enumerate(rows):
-        if index == 0:
+    for index, row in enumerate(rows, start):
+        if index == start:
             spec.check_columns(row.keys())
-        msg_id = _row_id(row[id_col], id_col, index)
-        if msg_id in seen:
+        try:
+            msg_id = _row_id(row[id_col], id_col)
+            if msg_id in seen:
+                made.repeated += 1
+                continue
+            if convs is not None:
+                payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
+            else:
+                payload = _plain_payload(row, row.keys() if payload_cols is None
+                                         else payload_cols)
+            key = None if key_col is None else _key(row[key_col], key_col, ordered)
+            delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col,
+                                                         cached_now)
+            priority = 0 if prio_col is None else _priority(row[prio_col], prio_col)
+        except _Refused as bad:
+            made.rejected.append(Rejection(index, bad.column, bad.reason))
+            continue
+        except (TypeError, ValueError, ArithmeticError) as exc:  # a value no converter takes
+            made.rejected.append(Rejection(index, None, "a value cannot be stored "
+                                                        f"({type(exc).__name__}: {exc})"))
             continue
         seen.add(msg_id)
-        cols = row.keys() if payload_cols is None else payload_cols
-        payload = {c: plain(row[c]) for c in cols}
-        key = None if key_col is None else row[key_col]
-        delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col, index,
-                                                     cached_now)
-        priority = 0 if prio_col is None or row[prio_col] is None else row[prio_col]
-        out.append(Message(payload, id=msg_id, delay=delay, priority=priority, key=key))
-    return out
+        made.messages.append((index, Message(payload, id=msg_id, delay=delay,
+                                             priority=priority, key=key)))
+    return made

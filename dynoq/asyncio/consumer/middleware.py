@@ -1,13 +1,17 @@
 """The handler call inside the middleware, for asyncio: the hook order is the core's
 (:func:`dynoq._core.middleware.invocation`); a hook or handler that returns an awaitable
-is awaited, a sync handler the user allowed runs in a thread, and a handler call longer
-than consume_timeout is cancelled and fails its message."""
+is awaited, a sync handler the user allowed runs in a thread of the consumer's own pool,
+and a handler call longer than consume_timeout fails its message: a coroutine is
+cancelled (and has ended when the failure is settled); a thread cannot be stopped, so
+what happens to it is the workers' decision (``Workers.overran``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..._core.consuming import timed_out
@@ -15,17 +19,27 @@ from ..._core.middleware import Middleware, invocation
 from ...message import Message
 from ..events import Overran, within
 
+# What the consumer does with a call that ran past consume_timeout: the call still running
+# in its thread, or None (a coroutine, cancelled and ended), and the call's messages.
+OnOverrun = Callable[["asyncio.Future[Any] | None", Sequence[Message]], Awaitable[None]]
+
 
 class Invoker:
     """Awaits the user's handler (one message, or a list with a batch handler) inside the
-    middleware; returns the error it raised (or None) and the seconds it took."""
+    middleware; returns the error it raised (or None) and the seconds it took.
+    ``threads``: the size of the pool a sync handler runs in (0: an async handler)."""
 
     def __init__(self, handler: Callable[..., Any], middleware: Sequence[Middleware], *,
-                 in_thread: bool, timeout: float) -> None:
+                 threads: int, timeout: float, name: str = "dynoq") -> None:
         self.handler = handler
         self.middleware = list(middleware)
-        self.in_thread = in_thread
+        self.in_thread = threads > 0
+        # Its own pool: the loop's default one is shared with the application, and a call
+        # queued behind others would use up its consume_timeout before it started.
+        self.pool = (ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-h")
+                     if threads else None)
         self.timeout = timeout  # consume_timeout, seconds
+        self.on_overrun: OnOverrun | None = None  # set by the consumer's workers
 
     async def call(self, arg: Any, msgs: Sequence[Message]) -> tuple[Exception | None, float]:
         flow = invocation(self.handler, self.middleware, arg, msgs)
@@ -38,7 +52,7 @@ class Invoker:
             error = None
             try:
                 if step.handler:
-                    await self.handle(*step.args)
+                    await self.handle(step.args[0], msgs)
                 else:
                     result = step.fn(*step.args)
                     if inspect.isawaitable(result):
@@ -46,11 +60,40 @@ class Invoker:
             except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
                 error = exc
 
-    async def handle(self, arg: Any) -> None:
-        """One call of the handler, within consume_timeout (ConsumeTimeout after it: a
-        handler in a thread cannot be stopped, it is only no longer waited for)."""
-        call = asyncio.to_thread(self.handler, arg) if self.in_thread else self.handler(arg)
+    async def handle(self, arg: Any, msgs: Sequence[Message] = ()) -> None:
+        """One call of the handler, within consume_timeout (then ConsumeTimeout)."""
+        if self.pool is None:
+            try:
+                await within(self.handler(arg), self.timeout)
+            except Overran:
+                await self.overran(None, msgs)
+                raise timed_out(self.timeout) from None
+            return
+        job = self.pool.submit(contextvars.copy_context().run, self.handler, arg)
+        call = asyncio.wrap_future(job)
+        call.add_done_callback(_retrieve)  # also when nobody awaits it any more
         try:
-            await within(call, self.timeout)
+            await within(asyncio.shield(call), self.timeout)
+            return
         except Overran:
-            raise timed_out(self.timeout) from None
+            pass
+        # Still queued (cancelled now, it never runs), or running: it cannot be stopped.
+        await self.overran(None if job.cancel() else call, msgs)
+        raise timed_out(self.timeout) from None
+
+    async def overran(self, call: asyncio.Future[Any] | None,
+                      msgs: Sequence[Message]) -> None:
+        if self.on_overrun is not None:
+            await self.on_overrun(call, msgs)
+
+    def close(self) -> None:
+        """No new calls; the ones running end on their own (a thread cannot be stopped)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _retrieve(call: asyncio.Future[Any]) -> None:
+    # A call nobody awaits any more (left running past its timeout, or its worker was
+    # cancelled) must not make asyncio log "exception was never retrieved".
+    if not call.cancelled():
+        call.exception()

@@ -76,7 +76,7 @@ class Processor:
         if sys.version_info < (3, 11):
             for msg in msgs:
                 try:
-                    await self.invoker.handle(msg)
+                    await self.invoker.handle(msg, (msg,))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
                     failed.append((msg, exc))
                 else:
@@ -92,12 +92,17 @@ class Processor:
                 except asyncio.CancelledError:
                     if not watch.overran():
                         raise
+                    await self.invoker.overran(None, (msg,))
                     failed.append((msg, consuming.timed_out(timeout)))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
-                    failed.append((msg, consuming.timed_out(timeout) if watch.overran()
-                                   else exc))
+                    error: Exception = exc
+                    if watch.overran():
+                        await self.invoker.overran(None, (msg,))
+                        error = consuming.timed_out(timeout)
+                    failed.append((msg, error))
                 else:
                     if watch.overran():  # it swallowed the cancellation, but ran over
+                        await self.invoker.overran(None, (msg,))
                         failed.append((msg, consuming.timed_out(timeout)))
                     else:
                         ok.append(msg)

@@ -7,6 +7,13 @@ first; when the queue is empty one worker waits on the server for all (IdleGate)
 Ordered queues: a worker claims one leased shard at a time from the board and handles it
 strictly in order; when every free shard was empty, one worker waits in a pop on behalf
 of all of them.
+
+A coroutine handler past consume_timeout is cancelled (and has ended when its worker goes
+on). A sync handler's thread cannot be stopped (``overran``): on a concurrent queue its
+call is left running and its message fails at once; on an ordered shard its worker waits
+for it, so that nothing later of the shard is delivered meanwhile, and another worker
+task takes its place. At most ``concurrency`` calls are left running so (the thread
+consumer's rule, ``_core.board.Abandoned``); at that cap a worker waits for its call.
 """
 
 from __future__ import annotations
@@ -15,12 +22,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from ..._core import consuming
-from ..._core.board import InFlightBatch
+from ..._core.board import Abandoned, InFlightBatch
 from ..._core.consuming import pop_order
-from ...errors import LeaseLost
+from ...errors import DynoqError, LeaseLost
 from ...message import Message
 from ..events import wait_event
 from .context import Shared
@@ -37,24 +45,96 @@ class Workers:
         self.shared = shared
         self.processor = processor
         self._tasks: list[asyncio.Task[None]] = []
+        # Ordered: workers waiting for a thread past consume_timeout while another took
+        # their place (they end when its batch is settled).
+        self._retired: set[asyncio.Task[Any]] = set()
+        # Concurrent: sync handler calls left running past consume_timeout.
+        self._left_running: set[asyncio.Future[Any]] = set()
+        self._abandoned = Abandoned(shared.plan.settings.concurrency)
+        self._count = 0
+        processor.invoker.on_overrun = self.overran
 
     def start(self) -> None:
+        for _ in range(self.shared.plan.settings.concurrency):
+            self._spawn()
+
+    def _spawn(self) -> None:
         s = self.shared
         loop = self._ordered_loop if s.plan.ordered else self._concurrent_loop
-        self._tasks = [asyncio.create_task(self._guard(loop, i),
-                                           name=f"dynoq-{s.queue.name}-w{i}")
-                       for i in range(s.plan.settings.concurrency)]
+        k, self._count = self._count, self._count + 1
+        self._tasks.append(asyncio.create_task(self._guard(loop, k),
+                                               name=f"dynoq-{s.queue.name}-w{k}"))
 
-    async def join(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the workers; True if all ended. Workers
-        still busy then are cancelled (their batches go back at once, unhandled)."""
-        if not self._tasks:
+    def runs(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether ``task`` is one of the workers (a handler calling stop())."""
+        return task is not None and (task in self._tasks or task in self._retired)
+
+    def _active(self) -> bool:
+        return (not self.shared.stopping.is_set()
+                and asyncio.current_task() not in self._retired)
+
+    async def overran(self, call: asyncio.Future[Any] | None,
+                      msgs: Sequence[Message]) -> None:
+        """A handler call ran past consume_timeout; its message fails when this returns.
+        ``call``: a sync handler's call, still running in its thread (None: a coroutine,
+        cancelled, or a thread call that had not started)."""
+        s = self.shared
+        settings = s.plan.settings
+        s.stats.add(timed_out=1)
+        if call is None or call.done():
+            return
+        me = asyncio.current_task()
+        ordered = s.plan.ordered
+        left = None
+        if (not ordered or me in self._tasks) and self._abandoned.take():
+            left = self._abandoned.count
+            s.stats.add(abandoned=1)
+        consuming.overran(log, s.queue.name, msgs, settings.consume_timeout, left=left,
+                          cap=settings.concurrency,
+                          shard=msgs[0].shard if ordered and msgs else None)
+        t0 = time.monotonic()
+
+        def returned(_: object = None) -> None:
+            consuming.returned(log, s.queue.name, msgs,
+                               settings.consume_timeout + time.monotonic() - t0)
+            self._left_running.discard(call)
+            if left is not None:
+                self._abandoned.returned()
+                s.stats.add(abandoned=-1)
+
+        if left is not None and not ordered:  # left running: this worker goes on
+            self._left_running.add(call)
+            call.add_done_callback(returned)
+            return
+        if left is not None and me is not None:  # another worker takes this one's place
+            self._tasks.remove(me)
+            self._retired.add(me)
+            me.add_done_callback(self._retired.discard)
+            if not s.stopping.is_set():
+                self._spawn()
+        try:
+            await asyncio.wait([call])  # the shard stays blocked (or: at the cap)
+        except asyncio.CancelledError:  # a stop ran out of time: the call ends later
+            call.add_done_callback(returned)
+            raise
+        returned()
+
+    async def join(self, timeout: float, caller: asyncio.Task[Any] | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the workers (also those waiting for a call
+        past consume_timeout) and the calls left running; True if all ended. Workers
+        still busy then are cancelled (their batches go back at once, unhandled); a
+        call left running cannot be. ``caller``: a worker whose handler asked for the
+        stop, which cannot wait for itself (it ends when its handler returns)."""
+        tasks = [t for t in [*self._tasks, *self._retired] if t is not caller]
+        waited: list[asyncio.Future[Any]] = [*tasks, *self._left_running]
+        if not waited:
             return True
-        _, busy = await asyncio.wait(self._tasks, timeout=max(timeout, 0.0))
-        for t in busy:
+        _, busy = await asyncio.wait(waited, timeout=max(timeout, 0.0))
+        stuck = [t for t in tasks if t in busy]
+        for t in stuck:
             t.cancel()
-        if busy:
-            await asyncio.wait(busy)
+        if stuck:
+            await asyncio.wait(stuck)
         return not busy
 
     async def _guard(self, loop: Callable[[int], Awaitable[None]], me: int) -> None:
@@ -66,9 +146,12 @@ class Workers:
                 try:
                     await loop(me)
                     return
-                except Exception:
-                    log.exception("dynoq: consumer worker error; retrying in %gs",
-                                  ERROR_PAUSE)
+                except Exception as exc:
+                    # As the thread consumer's: an expected error in one line.
+                    expected = isinstance(exc, DynoqError)
+                    log.log(logging.WARNING if expected else logging.ERROR,
+                            "dynoq: consumer worker error; retrying in %gs: %s", ERROR_PAUSE,
+                            exc, exc_info=not expected or log.isEnabledFor(logging.DEBUG))
                     await wait_event(stopping, ERROR_PAUSE)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
@@ -127,9 +210,9 @@ class Workers:
     async def _ordered_loop(self, me: int) -> None:
         s = self.shared
         idle = s.plan.settings.idle_wait
-        while not s.stopping.is_set():
+        while self._active():
             shards, waiting = await s.board.claim(idle)
-            if s.stopping.is_set() or not shards or not waiting:
+            if not self._active() or not shards or not waiting:
                 for shard in shards:
                     await self._run_shard(me, shard, None)
                 continue
@@ -159,7 +242,7 @@ class Workers:
         try:
             while True:
                 if msgs is None:
-                    if s.stopping.is_set() or not s.board.still_mine(shard):
+                    if not self._active() or not s.board.still_mine(shard):
                         break
                     if time.monotonic() - started > settings.max_continuous_time:
                         s.board.wake()  # look at the other shards again, then come back

@@ -1,13 +1,9 @@
 --[[ lib/promote: move what is due from `delayed` to `ready`, in due-time order.
   uses: lib/delivery.lua lib/bulk.lua lib/record.lua
-  PRIO    2^46: a ready score is priority * PRIO + the shard's ready sequence (priority
-          0..99 and a sequence below 2^46 keep every score exact in a double, 2^53)
   promote(delayed, ready, msgs, dlv, seq, now, limit) -> number of messages promoted
     A message given back keeps the ready score saved in its delivery state (its old
     place); any other takes a fresh one, after everything that became ready before it.
 ]]
-local PRIO = 70368744177664
-
 local function promote(delayed, ready, msgs, dlv, seq, now, limit)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   if #due == 0 then return 0 end

@@ -6,7 +6,18 @@
   times(rec)        -> enqueued ms, due offset ms (numbers); nil when rec has no header
   priority(rec)     -> the priority (0 when rec has no header)
   retimed(rec, due) -> rec with its due offset set so that it is due at `due` (ms)
+  PRIO              2^46: a ready score is priority * PRIO + the shard's ready sequence
+                    (priority 0..99 and a sequence below 2^46 keep every score exact in a
+                    double, 2^53)
+  rank(score)       -> 1 + the priority of a ready score (a pop's and probe's replies say
+                    what a shard holds this way: 0 is "nothing")
 ]]
+local PRIO = 70368744177664
+
+local function rank(score)
+  return 1 + math.floor(tonumber(score) / PRIO)
+end
+
 local function stamp(now)  -- digits as byte codes, least significant first: no string per digit
   local b, i, n = {}, 0, now
   repeat

@@ -1,0 +1,237 @@
+"""Spark SQL types -> payload values, and the column checks made on the driver (pure: no
+I/O, no pyspark import).
+
+Every writer knows the data's schema on the driver (``format("dynoq")`` gets it from
+Spark; ``write``, ``batch_sink`` and ``QueueSink.write`` read ``df.schema``;
+``partition_sink(schema=df.schema)`` is told). :func:`plan` checks it there, before any
+task starts: the routing columns must have a type that can be an id, a key, a delay or a
+priority, and every payload column a type with one faithful payload form. The plan it
+returns (picklable: column names and Spark's JSON type descriptions) goes to the
+executors, which turn each value into its payload form by its Spark type, not by the
+Python type a writer happens to hand over (Arrow gives a map as a list of pairs and a
+timestamp with a zone, ``Row`` a dict and a naive local time), so every writer stores
+the same payload for the same row:
+
+=========================================  ===========================================
+Spark SQL type                             payload value
+=========================================  ===========================================
+string, char, varchar                      str
+boolean; byte, short, int, long            bool; int
+float, double                              float (NaN and infinities as they are)
+decimal(p, s)                              str, exact, with its scale (``"12.30"``)
+binary                                     bytes
+date                                       ``"YYYY-MM-DD"``
+timestamp                                  ISO 8601 in UTC (``"2024-05-01T10:00:00+00:00"``)
+timestamp_ntz                              ISO 8601 without zone (``"2024-05-01T12:00:00"``)
+time                                       ISO 8601 time (``"08:30:00"``)
+interval day to second (any fields)        float seconds
+array                                      list
+map (keys atomic)                          dict (keys converted as above)
+struct                                     dict of its fields
+void (null)                                None; every null is None
+=========================================  ===========================================
+
+Refused, with the column's name: a map keyed by a struct or an array (no payload form
+keeps such a key), year-month and calendar intervals, variant, geometry/geography and
+user-defined types (cast them to one of the types above).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidType
+
+UTC = dt.timezone.utc
+Convert = Callable[[Any], Any]
+
+_STRING = re.compile(r"(string( collate \S+)?|char\(\d+\)|varchar\(\d+\))$")
+_INTEGRAL = frozenset({"byte", "short", "integer", "long"})
+_FRACTIONAL = frozenset({"float", "double"})
+_DECIMAL = re.compile(r"decimal\(\d+,\s*-?\d+\)$")
+_DAY_TIME = re.compile(r"interval (day|hour|minute|second)( to (hour|minute|second))?$")
+_TIME = re.compile(r"time(\(\d\))?$")
+_CAST = "cast the column to a supported type first"
+
+
+def _describe(t: Any) -> str:
+    if isinstance(t, str):
+        return t
+    kind = t.get("type") if isinstance(t, Mapping) else None
+    if kind == "udt":
+        return f"a user-defined type ({t.get('pyClass') or t.get('class')})"
+    return str(kind)
+
+
+def _is_string(t: Any) -> bool:
+    return isinstance(t, str) and _STRING.match(t) is not None
+
+
+def _is_number(t: Any) -> bool:
+    return isinstance(t, str) and (t in _INTEGRAL or t in _FRACTIONAL
+                                   or _DECIMAL.match(t) is not None)
+
+
+# -- the driver's checks ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What the executors need to convert rows: each payload column's Spark type (JSON
+    text, as ``StructType.jsonValue()`` writes it)."""
+
+    columns: tuple[tuple[str, str], ...]  # (name, Spark JSON type) of the payload columns
+
+
+
+@functools.lru_cache(maxsize=64)
+def converters(plan: Plan) -> dict[str, Convert | None]:
+    """Column name -> converter (None: the value is stored as it is), made once per plan
+    and process (kept out of the plan, which travels pickled)."""
+    return {name: converter(json.loads(text)) for name, text in plan.columns}
+
+
+def plan(schema: Mapping[str, Any], payload_cols: Sequence[str], *, id_col: str,
+         key_col: str | None = None, delay_col: str | None = None,
+         priority_col: str | None = None) -> Plan:
+    """Check a schema (``StructType.jsonValue()``) for a write, on the driver; the plan
+    for the executors. Raises InvalidType naming the column whose type cannot be stored
+    or cannot route a message."""
+    fields = {f["name"]: f["type"] for f in schema.get("fields", ())}
+    for col, what in ((id_col, "id"), (key_col, "key")):
+        if col is not None and not (_is_string(fields[col]) or fields[col] in _INTEGRAL):
+            raise InvalidType(f"{what} column {col!r} is {_describe(fields[col])}: {what}s "
+                              "are strings or integers; cast the column (e.g. to string)")
+    if priority_col is not None and fields[priority_col] not in _INTEGRAL:
+        raise InvalidType(f"priority column {priority_col!r} is "
+                          f"{_describe(fields[priority_col])}: priorities are integers "
+                          "0..99; cast the column to int")
+    if delay_col is not None:
+        t = fields[delay_col]
+        if not (_is_number(t) or t == "timestamp"
+                or (isinstance(t, str) and _DAY_TIME.match(t))):
+            hint = (" (a timestamp without time zone is no instant: cast it to timestamp)"
+                    if t == "timestamp_ntz" else "")
+            raise InvalidType(f"delay column {delay_col!r} is {_describe(t)}{hint}: a delay "
+                              "is seconds (a number), a due timestamp or a day-time "
+                              "interval; cast the column")
+    for col in payload_cols:
+        _check_payload(fields[col], col, col)
+    return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols))
+
+
+def _check_payload(t: Any, col: str, path: str) -> None:
+    """Raise InvalidType when type ``t`` (at ``path`` of column ``col``) has no payload
+    form."""
+    if isinstance(t, str):
+        if _atomic(t)[0]:
+            return
+        raise InvalidType(f"column {col!r}{_at(col, path)} is {t}, which has no payload "
+                          f"form: {_CAST} (e.g. to string)")
+    kind = t.get("type")
+    if kind == "array":
+        _check_payload(t["elementType"], col, f"{path}[]")
+    elif kind == "struct":
+        for f in t["fields"]:
+            _check_payload(f["type"], col, f"{path}.{f['name']}")
+    elif kind == "map":
+        key = t["keyType"]
+        if not isinstance(key, str) or not _atomic(key)[0]:
+            raise InvalidType(
+                f"column {col!r}{_at(col, path)} is a map keyed by {_describe(key)}: a "
+                "payload's dict keys are strings, numbers, bytes, or dates and times as "
+                "text, so such a map has no faithful payload form; turn it into an array "
+                "of key/value structs (map_entries) or cast its keys to string")
+        _check_payload(t["valueType"], col, f"{path}{{}}")
+    else:
+        raise InvalidType(f"column {col!r}{_at(col, path)} is {_describe(t)}, which has no "
+                          f"payload form: {_CAST}")
+
+
+def _at(col: str, path: str) -> str:
+    return "" if path == col else f" (at {path})"
+
+
+def _atomic(t: str) -> tuple[bool, Convert | None]:
+    """(whether atomic type ``t`` has a payload form, its converter: None when values are
+    stored as they are)."""
+    if _is_string(t) or t in _INTEGRAL or t in _FRACTIONAL or t in ("boolean", "void"):
+        return True, None
+    found: Convert | None = (
+        str if _DECIMAL.match(t) else _binary if t == "binary"
+        else _iso if t == "date" or _TIME.match(t) else _instant if t == "timestamp"
+        else _wall_clock if t == "timestamp_ntz" else _seconds if _DAY_TIME.match(t)
+        else None)
+    return found is not None, found
+
+
+# -- the executors' conversions ----------------------------------------------------------------
+
+def _instant(value: dt.datetime) -> str:
+    """An instant as ISO 8601 in UTC. Naive datetimes are local time, as PySpark hands
+    over ``timestamp`` values in Rows; Arrow's carry their zone."""
+    if value.tzinfo is None:
+        value = value.astimezone()
+    return value.astimezone(UTC).isoformat()
+
+
+def _wall_clock(value: dt.datetime) -> str:
+    return value.replace(tzinfo=None).isoformat()
+
+
+def _iso(value: dt.date | dt.time) -> str:
+    return value.isoformat()
+
+
+def _seconds(value: dt.timedelta) -> float:
+    return value.total_seconds()
+
+
+def _binary(value: bytes | bytearray | memoryview) -> bytes:
+    return bytes(value)
+
+
+def _nullable(f: Convert) -> Convert:
+    return lambda v: None if v is None else f(v)
+
+
+def converter(t: Any) -> Convert | None:
+    """The converter of a (checked) Spark JSON type; None when values are stored as they
+    are. Nulls stay None at every level."""
+    if isinstance(t, str):
+        ok, atomic = _atomic(t)
+        if not ok:
+            raise InvalidType(f"{t} has no payload form")
+        return None if atomic is None else _nullable(atomic)
+    kind = t.get("type")
+    if kind == "array":
+        item = converter(t["elementType"])
+        if item is None:
+            return _nullable(list)
+        return _nullable(lambda v: [item(x) for x in v])
+    if kind == "map":
+        key = converter(t["keyType"]) or _same
+        val = converter(t["valueType"]) or _same
+        # Row gives a dict; Arrow (to_pylist) a list of (key, value) pairs.
+        return _nullable(lambda v: {key(k): val(x) for k, x in
+                                    (v.items() if isinstance(v, Mapping) else v)})
+    if kind == "struct":
+        names = tuple(f["name"] for f in t["fields"])
+        convs = tuple(converter(f["type"]) or _same for f in t["fields"])
+        return _nullable(lambda v: _struct(names, convs, v))
+    raise InvalidType(f"{_describe(t)} has no payload form")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _struct(names: tuple[str, ...], convs: tuple[Convert, ...], value: Any) -> dict[str, Any]:
+    # Row (a tuple in field order) or a dict (Arrow's to_pylist)
+    values = (value[n] for n in names) if isinstance(value, Mapping) else iter(value)
+    return {n: c(x) for n, c, x in zip(names, convs, values, strict=False)}
