@@ -212,14 +212,20 @@ def any_hole(request: pytest.FixtureRequest, embedded_server: Any,
             yield hole
 
 
-def test_every_scheme_ends_within_its_bound_and_recovers(
-        any_hole: Hole, connect_any: Any, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No bound is given here: dynoq's defaults (made short) reach every connection, the
-    # sentinels' and the cluster nodes' included.
+@pytest.fixture
+def short_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """connect()'s own defaults, made short: a test that gives no bound shows that dynoq
+    sets them on every connection (the sentinels' and the cluster nodes' included)."""
     for name in ("CONNECT_TIMEOUT", "COMMAND_TIMEOUT"):
         monkeypatch.setattr(timeouts, name, T)
     for name in ("RETRY_WINDOW", "CLUSTER_RETRY_WINDOW"):
         monkeypatch.setattr(timeouts, name, W)
+
+
+@pytest.mark.usefixtures("short_defaults")
+def test_every_scheme_ends_within_its_bound_and_recovers(
+        any_hole: Hole, connect_any: Any, prefix: str) -> None:
+    # No bound is given here: dynoq's defaults.
     with connect_any(any_hole.url, prefix=prefix, **any_hole.options) as client:
         q = client.queue("q", shards=4)
         q.push_many(list(range(10)))
@@ -287,6 +293,7 @@ def test_connections_dropped_in_their_handshake_are_resent_alike(
 
 # -- what runs for long: consumers, the sweeper, wake-ups ----------------------------------
 
+@pytest.mark.usefixtures("short_defaults")  # no bound given: dynoq's defaults
 def test_a_consumer_recovers_and_handles_everything(plain_hole: Hole, connect_any: Any,
                                                    prefix: str) -> None:
     seen: set[int] = set()
@@ -296,7 +303,7 @@ def test_a_consumer_recovers_and_handles_everything(plain_hole: Hole, connect_an
         with lock:
             seen.add(msg.payload)
 
-    with _connect(connect_any, plain_hole, prefix) as client, \
+    with connect_any(plain_hole.url, prefix=prefix) as client, \
             dynoq.connect(plain_hole.direct, prefix=prefix) as direct:
         q = client.queue("work", shards=4, unack_timeout=2.0)
         consumer = client.consumer(q, handle, concurrency=2, lease_ttl=1.0,
@@ -332,8 +339,9 @@ class Passes:
 
 
 @pytest.mark.sync_only
+@pytest.mark.usefixtures("short_defaults")  # no bound given: dynoq's defaults
 def test_the_sweeper_rides_out_a_half_open_path(plain_hole: Hole, prefix: str) -> None:
-    with dynoq.connect(plain_hole.url, prefix=prefix, **BOUNDS) as client:
+    with dynoq.connect(plain_hole.url, prefix=prefix) as client:
         client.queue("swept", shards=2)
         seen = Passes()
         sweeper = client.sweeper(interval=0.1, observer=seen)
@@ -356,10 +364,11 @@ def test_the_sweeper_rides_out_a_half_open_path(plain_hole: Hole, prefix: str) -
 
 
 @pytest.mark.sync_only
+@pytest.mark.usefixtures("short_defaults")  # no bound given: dynoq's defaults
 def test_the_asyncio_sweeper_rides_out_a_half_open_path(plain_hole: Hole,
                                                          prefix: str) -> None:
     async def main() -> None:
-        async with dynoq.asyncio.connect(plain_hole.url, prefix=prefix, **BOUNDS) as client:
+        async with dynoq.asyncio.connect(plain_hole.url, prefix=prefix) as client:
             await client.queue("swept", shards=2)
             seen = Passes()
             sweeper = client.sweeper(interval=0.1, observer=seen)
