@@ -5,6 +5,7 @@
 #   ./dev.sh test    lint, type check and the test suite
 #   ./dev.sh bench   the core benchmark
 #   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py)
+#   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 PY=${PYTHON:-python3}
@@ -32,7 +33,17 @@ case "${1:-test}" in
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
   unasync)
     exec .venv/bin/python scripts/unasync.py ;;
+  floor)
+    # The bounds on every connection (tests/test_halfopen.py) on the floor redis-py: that
+    # one package in a directory of its own, put in front of the venv's.
+    shift || true
+    floor=$(sed -n 's/.*"redis\[hiredis\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
+    dir=.venv/redis-$floor
+    [ -d "$dir" ] || .venv/bin/python -m pip install -q --no-deps --target "$dir" "redis==$floor"
+    PYTHONPATH=$dir .venv/bin/python -c "import redis; assert redis.__version__ == '$floor', redis.__version__"
+    PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py \
+      -n "${DYNOQ_TEST_WORKERS:-3}" "$@" ;;
   *)
-    echo "usage: ./dev.sh demo|test|bench|unasync [args]" >&2
+    echo "usage: ./dev.sh demo|test|bench|unasync|floor [args]" >&2
     exit 2 ;;
 esac

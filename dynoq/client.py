@@ -176,9 +176,13 @@ def connect(url: str | None = None, *, prefix: str = "dq",
     Schemes: redis://, rediss:// (TLS), unix://, redis+cluster://h:p[,h:p] (Redis
     Cluster), memory:// (in-process fakeredis with Lua, for your unit tests) and
     embedded:// (a private Valkey server from the ``embedded`` extra, stopped on close).
-    ``redis_options`` go to the redis-py client. Raises ConnectionFailed when the server
-    cannot be reached, PermissionDenied when it refuses the user. Logs a warning (logger
-    ``dynoq``) when the server evicts keys when full (``dynoq check`` says more)."""
+    ``redis_options`` go to the redis-py client, with dynoq's bounds as defaults:
+    ``socket_connect_timeout`` 5 s, ``socket_timeout`` 10 s, and ``retry_window`` (dynoq's:
+    a request that failed on a dropped connection or a timeout is sent again until this
+    long after its first failure; 5 s, 30 on a cluster); see docs/queue.md. Raises
+    ConnectionFailed when the server cannot be reached, PermissionDenied when it refuses
+    the user. Logs a warning (logger ``dynoq``) when the server evicts keys when full
+    (``dynoq check`` says more)."""
     validate.check_name(prefix, "prefix")
     backend = open_backend(url, dict(redis_options))
     try:

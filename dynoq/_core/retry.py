@@ -109,3 +109,45 @@ def backoff(failures: int) -> float:
     outage do not move in step."""
     delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(max(failures, 1) - 1, 20))
     return float(delay * random.uniform(0.5, 1.0))
+
+
+# -- resending one operation after a transient failure -------------------------------------
+
+# How long after its first failure one operation is still resent (a dropped connection, a
+# timeout, a failover), unless connect(retry_window=...) says otherwise: long enough for a
+# restart or a moment of dropped connections, short enough that a caller hears of an outage.
+RETRY_WINDOW = 5.0  # seconds
+CLUSTER_RETRY_WINDOW = 30.0  # > a Redis Cluster failover with the default node timeout, 15 s
+PAUSE_FIRST, PAUSE_MAX = 0.02, 1.0  # seconds between resends: doubling, capped
+
+
+class RetryWindow:
+    """The resends of one operation: each transient failure gets a pause (capped
+    exponential, jittered so that many clients retrying after one outage do not move in
+    step) until ``window`` seconds after the first failure; after that, None (give up).
+
+    The one retry decision of every backend (sync and asyncio, single server, Sentinel,
+    Cluster): so one operation ends within its first attempt + ``window`` + one more
+    attempt, each attempt bounded by the connect and command timeouts."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.deadline: float | None = None
+        self.failures = 0
+
+    def pause(self, now: float) -> float | None:
+        """Seconds to wait before resending after a failure at ``now`` (monotonic
+        seconds), or None when the window is spent."""
+        if self.deadline is None:
+            self.deadline = now + self.window
+        left = self.deadline - now
+        if left <= 0:
+            return None
+        delay = min(PAUSE_MAX, PAUSE_FIRST * 2 ** min(self.failures, 20))
+        self.failures += 1
+        return min(float(delay * random.uniform(0.5, 1.0)), left)
+
+
+def check_window(value: object, what: str = "retry_window") -> float:
+    """A retry window in seconds (0: send each command once)."""
+    return validate.check_seconds(value, what)

@@ -170,8 +170,9 @@ def connect(url: str | None = None, *, prefix: str = "dq",
             max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
             **redis_options: Any) -> Client:
     """A client for ``url`` (every scheme of :func:`dynoq.connect`); ``redis_options`` go
-    to the redis.asyncio client. No I/O: an unreachable server raises ConnectionFailed
-    at first use. May be called outside a running event loop."""
+    to the redis.asyncio client, with the same bounds and retry window as
+    :func:`dynoq.connect`'s. No I/O: an unreachable server raises ConnectionFailed at
+    first use. May be called outside a running event loop."""
     validate.check_name(prefix, "prefix")
     backend = open_backend(url, dict(redis_options))
     return Client(backend, prefix=prefix, max_payload_bytes=max_payload_bytes)

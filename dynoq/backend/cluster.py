@@ -7,8 +7,9 @@ shards spread over the slots and so over every master. What plain redis-py lacks
 
 - redis-py follows MOVED/ASK but gives up on TRYAGAIN (a slot mid-migration) and on a dead
   master within about a second, long before a failover ends. Commands here are retried
-  with backoff for ``retry_window`` seconds, then :class:`ClusterUnavailable` (a
-  ``redis.ConnectionError``, so dynoq raises ``ConnectionFailed``).
+  with backoff for ``retry_window`` seconds (default 30), then :class:`ClusterUnavailable`
+  (a ``redis.ConnectionError``, so dynoq raises ``ConnectionFailed``). redis-py's own
+  retries are off (:mod:`.bounds`), so no retry loop nests in this one.
 - redis-py's ClusterPipeline does not reload a script on NOSCRIPT (a promoted replica has
   an empty script cache), refuses multi-key DEL, and sends WAIT to some other connection.
   :class:`ClusterBatch` sends each node one batch (nodes in parallel), follows MOVED and
@@ -49,14 +50,17 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from .._core import timeouts
 from .._core.lua import SOURCES
 from .._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
+from .._core.retry import CLUSTER_RETRY_WINDOW, RetryWindow
+from .._core.timeouts import Timeouts
 from ..errors import ScriptsNotInstalled
+from .bounds import cluster_bounded
 from .errors import pool_exhausted, refused_load
 from .hosts import credentials, host_list
 
-DEFAULT_RETRY_WINDOW = 30.0  # > a failover with the default cluster-node-timeout of 15 s
-PAUSE_FIRST, PAUSE_MAX = 0.02, 1.0  # backoff between retries, seconds
+DEFAULT_RETRY_WINDOW = CLUSTER_RETRY_WINDOW  # > a failover with cluster-node-timeout 15 s
 POOL_PAUSE = 0.005  # seconds between looks at a node's full pool (jittered)
 MAX_PARALLEL = 16  # threads sending node batches at once
 
@@ -81,13 +85,14 @@ def parse_nodes(url: str) -> list[ClusterNode]:
 
 
 def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> DynoqCluster:
-    """``options``: RedisCluster keyword arguments, plus ``cluster_retry_window`` (seconds);
-    ``limits``: each node's pool size and how long a command waits for a connection."""
-    window = options.pop("cluster_retry_window", DEFAULT_RETRY_WINDOW)
+    """``options``: RedisCluster keyword arguments, plus ``retry_window`` (seconds; its
+    older name ``cluster_retry_window`` too); ``limits``: each node's pool size and how
+    long a command waits for a connection."""
+    bounds = cluster_bounded(options)
     credentials(url, options)
     client = DynoqCluster(startup_nodes=parse_nodes(url), max_connections=limits.size,
                           **options)
-    client.retry_window = float(window)
+    client.timeouts = bounds
     client.pool_timeout = limits.timeout
     return client
 
@@ -99,7 +104,8 @@ def as_dynoq_cluster(rc: RedisCluster) -> DynoqCluster:
         return rc
     view = DynoqCluster.__new__(DynoqCluster)
     view.__dict__.update(rc.__dict__)
-    view._setup(DEFAULT_RETRY_WINDOW)
+    view._setup()
+    view.timeouts = timeouts.of(rc.nodes_manager.connection_kwargs, DEFAULT_RETRY_WINDOW)
     return view
 
 
@@ -107,11 +113,6 @@ def cluster_url(rc: RedisCluster) -> str:
     """A redis+cluster:// URL naming ``rc``'s startup nodes (for other processes)."""
     names = [n.name for n in rc.nodes_manager.startup_nodes.values()]
     return "redis+cluster://" + ",".join(names)
-
-
-def _pause(attempt: int) -> float:
-    # Jittered so that many clients retrying after one failover do not move in step.
-    return float(min(PAUSE_MAX, PAUSE_FIRST * 2 ** attempt) * random.uniform(0.5, 1.0))
 
 
 @dataclass
@@ -124,15 +125,15 @@ class Pause:
 
 class Backoff:
     """The retry window of one command or batch (shared by the sync and asyncio
-    clusters): each transient failure gets a Pause until ``window`` seconds after the
+    clusters; the pauses are :class:`dynoq._core.retry.RetryWindow`'s, as every
+    backend's): each transient failure gets a Pause until ``window`` seconds after the
     first one, then ClusterUnavailable. A node's full pool gets short pauses without a
     slot map refresh until ``pool_timeout`` seconds after the first, then its own error
     again (translated to PoolExhausted)."""
 
     def __init__(self, window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT) -> None:
         self.window = window
-        self.deadline = 0.0
-        self.attempt = 0
+        self._retry = RetryWindow(window)
         self.pool_timeout = pool_timeout
         self.pool_deadline = 0.0
 
@@ -144,28 +145,30 @@ class Backoff:
             if left <= 0:
                 raise exc
             return Pause(min(POOL_PAUSE * random.uniform(0.5, 1.5), left), False)
-        self.deadline = self.deadline or now + self.window
-        left = self.deadline - now
-        if left <= 0:
+        seconds = self._retry.pause(now)
+        if seconds is None:
             raise ClusterUnavailable(f"Redis Cluster did not recover within "
                                      f"{self.window:g}s: {exc}") from exc
-        pause = Pause(min(_pause(self.attempt), left), not isinstance(exc, TryAgainError))
-        self.attempt += 1
-        return pause
+        return Pause(seconds, not isinstance(exc, TryAgainError))
 
 
 class DynoqCluster(RedisCluster):
     """RedisCluster with a retry window and a per-node batching pipeline (see module doc)."""
 
-    retry_window = DEFAULT_RETRY_WINDOW  # seconds (set before __init__ sends anything)
+    # The bounds (set by open_cluster; a RedisCluster made by the caller keeps its own
+    # timeouts and gets the default window).
+    timeouts = Timeouts(None, None, DEFAULT_RETRY_WINDOW)
     pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._setup(DEFAULT_RETRY_WINDOW)
+        self._setup()
 
-    def _setup(self, window: float) -> None:
-        self.retry_window = window
+    @property
+    def retry_window(self) -> float:
+        return self.timeouts.retry_window
+
+    def _setup(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -339,7 +342,7 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
     def __init__(self, cluster: DynoqCluster) -> None:
         self.cluster = cluster
         self._calls: list[_Call] = []
-        self._wait: tuple[Any, ...] | None = None
+        self._waits: list[tuple[Any, ...]] = []  # WAIT steps (see _core.timeouts.wait_steps)
         self._wait_at: int | None = None
 
     def __enter__(self) -> ClusterBatch:
@@ -352,21 +355,24 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
         return len(self._calls) + (self._wait_at is not None)
 
     def reset(self) -> None:
-        self._calls, self._wait, self._wait_at = [], None, None
+        self._calls, self._waits, self._wait_at = [], [], None
 
     def execute_command(self, *args: Any, **options: Any) -> ClusterBatch:
         if str(args[0]).upper() == "WAIT":
-            if self._wait_at is not None:
-                raise RedisClusterException("one WAIT per cluster pipeline")
-            self._wait, self._wait_at = tuple(args[1:]), len(self._calls)
+            # One wait, perhaps in steps (consecutive WAITs), after the writes.
+            if self._wait_at not in (None, len(self._calls)):
+                raise RedisClusterException("one WAIT per cluster pipeline, after the writes")
+            self._waits.append(tuple(args[1:]))
+            self._wait_at = len(self._calls)
         else:
             self._calls.append(_Call(tuple(args), options))
         return self
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        calls, wait, wait_at = self._calls, self._wait, self._wait_at
+        calls, waits, wait_at = self._calls, self._waits, self._wait_at
         self.reset()
-        out = batch_results(calls, wait, wait_at, self._run(calls, wait))
+        wait = waits[0] if waits else None
+        out = batch_results(calls, wait, wait_at, self._run(calls, waits))
         if raise_on_error:
             for r in out:
                 if isinstance(r, Exception):
@@ -382,10 +388,10 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
     def _ask(self, host: str, port: int) -> Any:
         return self.cluster.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
 
-    def _run(self, calls: list[_Call], wait: tuple[Any, ...] | None) -> list[int]:
+    def _run(self, calls: list[_Call], waits: list[tuple[Any, ...]]) -> list[int]:
         cluster = self.cluster
-        rounds = batch_rounds(calls, wait, self._route, self._ask, cluster.retry_window,
-                              cluster.pool_timeout)
+        rounds = batch_rounds(calls, waits[0] if waits else None, self._route, self._ask,
+                              cluster.retry_window, cluster.pool_timeout)
         try:
             step = next(rounds)
             while True:
@@ -397,34 +403,36 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
                     except redis.RedisError as exc:
                         step.error = exc
                 elif len(step) == 1:
-                    self._send(step[0], wait)
+                    self._send(step[0], waits)
                 else:
-                    for f in [cluster.submit(self._send, b, wait) for b in step]:
+                    for f in [cluster.submit(self._send, b, waits) for b in step]:
                         f.result()
                 step = next(rounds)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def _send(self, batch: _Sent, wait: tuple[Any, ...] | None) -> None:
+    def _send(self, batch: _Sent, waits: list[tuple[Any, ...]]) -> None:
         try:
             pipe: Any = self.cluster.get_redis_connection(batch.node).pipeline(transaction=False)
             for c in batch.calls:
                 if c.ask is not None:
                     pipe.execute_command("ASKING")
                 pipe.execute_command(*c.args, **c.options)
-            if wait is not None:
-                pipe.execute_command("WAIT", *wait)
+            for step in waits:
+                pipe.execute_command("WAIT", *step)
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:  # noqa: BLE001 - handed to the caller's thread
             batch.error = exc
             return
-        take_replies(batch, replies, wait)
+        take_replies(batch, replies, waits)
 
 
-def take_replies(batch: _Sent, replies: list[Any], wait: tuple[Any, ...] | None) -> None:
-    """Put a node's pipeline replies on its batch (an ASKING reply is skipped)."""
-    if wait is not None:
-        batch.acked = replies.pop()
+def take_replies(batch: _Sent, replies: list[Any], waits: list[tuple[Any, ...]]) -> None:
+    """Put a node's pipeline replies on its batch (an ASKING reply is skipped; of the
+    WAIT steps' replies the last is the count)."""
+    if waits:
+        batch.acked = replies[-1]
+        del replies[-len(waits):]
     it = iter(replies)
     batch.replies = [(next(it), next(it))[1] if c.ask is not None else next(it)
                      for c in batch.calls]

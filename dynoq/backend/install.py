@@ -23,7 +23,9 @@ from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from .._core.lua import SCRIPTS
+from .._core.pool import take_limits
 from ..errors import ConnectionFailed, DynoqError, PermissionDenied
+from .bounds import bounded, sentinel_options
 from .errors import translate
 from .runner import Backend, load_source
 from .urls import open_backend, sentinel_target, wrap
@@ -191,8 +193,10 @@ def _alive(flags: str) -> bool:
 def _sentinel_nodes(backend: Backend, failed: dict[str, str]) -> Iterator[list[tuple[str, Any]]]:
     options = dict(backend.connect_options)
     hosts, service, _db, sentinel_kwargs = sentinel_target(backend.url, options)
-    options.pop("retry_on_error", None)
-    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    take_limits(options)  # the replicas' clients below are one-off: no pool limits
+    bounded(options)  # but bounded, as every connection dynoq makes, the sentinels' too
+    sentinel = Sentinel(hosts,  # type: ignore[no-untyped-call]
+                        sentinel_kwargs=sentinel_options(options, sentinel_kwargs))
     replicas: list[tuple[str, Any]] = []
     try:
         try:

@@ -19,6 +19,7 @@ Redis Cluster keeps redis-py's pool per node (it has no blocking one for a clust
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import redis
@@ -31,6 +32,20 @@ from .._core.pool import PoolLimits
 class BlockingSentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):
     """The master's pool of a sentinel URL, waiting for a free connection like the
     others (redis-py has no blocking sentinel pool)."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        # Finding the master (at the first connection, and after a failover) disconnects
+        # the idle connections with inuse_connections=False; BlockingConnectionPool takes
+        # that argument only from redis-py 7: before, every connection is disconnected
+        # (one in use fails, and its request is sent again: dynoq.backend.bounds).
+        if _takes_inuse(redis.BlockingConnectionPool.disconnect):
+            super().disconnect(inuse_connections)
+        else:
+            super().disconnect()
+
+
+def _takes_inuse(method: Any) -> bool:
+    return "inuse_connections" in inspect.signature(method).parameters
 
 
 def blocking_options(limits: PoolLimits) -> dict[str, Any]:

@@ -11,6 +11,7 @@ whether it talks to a cluster, only what the backend can do (:attr:`Backend.cros
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
@@ -19,12 +20,17 @@ from redis.exceptions import NoScriptError
 
 from .._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from .._core.pool import PoolLimits
+from .._core.retry import RetryWindow
+from .._core.timeouts import Timeouts, wait_steps
 from ..errors import DynoqError
+from .bounds import dropped
 from .errors import CLIENT_ERRORS, refused_load, translate
 from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
 
 T = TypeVar("T")
+# What a request may end in: redis-py's errors, and DynoqErrors translated from them.
+ANY_ERROR: tuple[type[BaseException], ...] = (*CLIENT_ERRORS, DynoqError)
 
 
 class Backend:
@@ -34,7 +40,10 @@ class Backend:
     ``display_url`` is the redacted form). ``cross_slot``: one script may touch keys of
     several hash tags (not on Redis Cluster). ``replicas``: ``WAIT`` means something (not
     in memory). ``plain``: send the scripts without their ``#!lua`` flags line (fakeredis
-    reads none; see ``_core/lua.py``).
+    reads none; see ``_core/lua.py``). ``timeouts``: the client's bounds; a request that
+    fails on a dropped connection or a timeout (or one of ``retry_on``) is sent again
+    within ``timeouts.retry_window``, unless the client resends on its own
+    (``client_resends``: a cluster client, which also follows MOVED and TRYAGAIN).
 
     ``pool``: the limits of a pool dynoq built (it grows by what wake-up subscriptions
     hold, see :mod:`.pools`); None for a client the caller built, whose pool is left as
@@ -45,7 +54,9 @@ class Backend:
                  closer: Callable[[], None] | None = None, cross_slot: bool = True,
                  replicas: bool = True, plain: bool = False,
                  connect_options: dict[str, Any] | None = None,
-                 pool: PoolLimits | None = None) -> None:
+                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
+                 retry_on: tuple[type[BaseException], ...] = (),
+                 client_resends: bool = False) -> None:
         self.redis = client  # the redis-py client: for the user's own commands
         self.url = url
         self.display_url = display_url
@@ -58,8 +69,11 @@ class Backend:
         self._room = 0  # connections the pool was grown by, for subscriptions
         self._room_lock = threading.Lock()
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        self.timeouts = timeouts or Timeouts()
+        self._retry_on = retry_on
+        self._window = 0.0 if client_resends else self.timeouts.retry_window
         self._closer = closer or client.close
-        self._waiter = Waiter(client, self._hold)
+        self._waiter = Waiter(client, self._hold, self.timeouts)
 
     def __repr__(self) -> str:
         return f"<dynoq backend {self.display_url}>"
@@ -67,16 +81,31 @@ class Backend:
     # -- running requests ------------------------------------------------------------------
 
     def run(self, request: Call | Cmd | Batch) -> Any:
-        """Run one request; its parsed reply."""
-        try:
-            if type(request) is Call:
-                raw = self._eval(request)
-            elif type(request) is Cmd:
-                raw = self.redis.execute_command(*request.args)
-            else:
-                return self._batch(request)  # type: ignore[arg-type]
-        except CLIENT_ERRORS as exc:
-            raise translate(exc, self.pool) from exc
+        """Run one request; its parsed reply. Sent again after a dropped connection or a
+        timeout until the retry window is spent (every request is safe to resend: see
+        docs/security.md, "What is retried")."""
+        window: RetryWindow | None = None
+        while True:
+            try:
+                return self._attempt(request)
+            except ANY_ERROR as exc:
+                if dropped(exc, self._retry_on):
+                    window = window or RetryWindow(self._window)
+                    pause = window.pause(time.monotonic())
+                    if pause is not None:
+                        time.sleep(pause)
+                        continue
+                if isinstance(exc, DynoqError):
+                    raise
+                raise translate(exc, self.pool) from exc
+
+    def _attempt(self, request: Call | Cmd | Batch) -> Any:
+        if type(request) is Call:
+            raw = self._eval(request)
+        elif type(request) is Cmd:
+            raw = self.redis.execute_command(*request.args)
+        else:
+            return self._batch(request)  # type: ignore[arg-type]
         parse = request.parse
         return raw if parse is None else parse(raw)
 
@@ -96,7 +125,7 @@ class Backend:
     def _batch(self, batch: Batch) -> Any:
         calls = batch.calls
         if len(calls) == 1 and batch.wait is None:  # one call: no pipeline to build
-            out = [self.run(calls[0])]
+            out = [self._attempt(calls[0])]
             return out if batch.parse is None else batch.parse(out)
         replies = self._pipeline(calls, batch.wait)
         redo, scripts = noscript(calls, replies)
@@ -114,8 +143,8 @@ class Backend:
                 pipe.execute_command(*eval_args(c, self.plain))
             else:
                 pipe.execute_command(*c.args)
-        if wait is not None:
-            pipe.execute_command("WAIT", *wait)
+        for step in wait_steps(wait, self.timeouts.command):
+            pipe.execute_command("WAIT", *step)
         return list(pipe.execute(raise_on_error=False))
 
     def drive(self, flow: Generator[Request, Any, T]) -> T:
@@ -157,7 +186,8 @@ class Backend:
 
     def subscribe(self, channel: str) -> Subscription:
         """A subscription to ``channel`` that survives dropped connections."""
-        return Subscription(self.redis, channel, self._hold, self._subscriptions)
+        return Subscription(self.redis, channel, self._hold, self._subscriptions,
+                            self.timeouts)
 
     def _hold(self) -> None:
         """A wake-up subscription is about to take a connection for its lifetime: grow

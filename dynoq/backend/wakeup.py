@@ -6,6 +6,9 @@ so an idle consumer sends no command while it waits; it re-checks the shards onl
 woken or when something may have become due. Consumers follow their group's channel with
 a :class:`Subscription`. A wake-up is only a hint: when a subscription's connection drops
 (a restart, a cluster failover) it is dropped and made again, and the caller re-checks.
+A subscription is quiet by design, so a dead path (half-open: nothing ever comes back)
+looks like a quiet channel: a subscription quiet for a while sends a PING and is dropped
+when no answer comes in time (:class:`dynoq._core.timeouts.Liveness`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import time
 from collections.abc import Callable, MutableSet
 from typing import Any
 
+import redis
+
+from .._core.timeouts import Liveness, Timeouts
 from .errors import DROPPED, translate
 
 RESUBSCRIBE_PAUSE = 0.1  # seconds between attempts while the server is away
@@ -24,14 +30,41 @@ RESUBSCRIBE_PAUSE = 0.1  # seconds between attempts while the server is away
 CLOSED_UNDER: tuple[type[BaseException], ...] = (TypeError, ValueError, OSError)
 
 
+def listen(pubsub: Any, live: Liveness, timeout: float) -> bool | None:
+    """Read ``pubsub`` for up to ``timeout`` seconds, keeping it alive: True when a
+    published message came (what is already waiting after it is drained too), False when
+    nothing did, None when the connection did not answer a PING in time (dead). Raises what
+    redis-py raises for a dropped connection."""
+    deadline = time.monotonic() + timeout
+    woken = False
+    while True:
+        now = time.monotonic()
+        if live.ping_due(now):
+            pubsub.ping()
+            live.pinged(now)
+        wait = 0.0 if woken else min(max(deadline - now, 0.0), live.next_check(now))
+        msg = pubsub.get_message(timeout=wait)
+        now = time.monotonic()
+        if msg is not None:
+            live.heard(now)
+            woken = woken or msg.get("type") in ("message", "pmessage")
+            continue
+        if live.dead(now):
+            return None
+        if woken or now >= deadline:
+            return woken
+
+
 class Waiter:
     """One wake-up subscription per thread, on whatever channels the thread waits on.
     ``hold`` is called before a subscription takes a connection for good (the backend
-    makes room for it in the pool)."""
+    makes room for it in the pool); ``timeouts`` bound its liveness check."""
 
-    def __init__(self, redis: Any, hold: Callable[[], None] | None = None) -> None:
+    def __init__(self, redis: Any, hold: Callable[[], None] | None = None,
+                 timeouts: Timeouts | None = None) -> None:
         self._redis = redis
         self._hold = hold
+        self._quiet = (timeouts or Timeouts()).subscription
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()
@@ -51,6 +84,7 @@ class Waiter:
                 self._hold()
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             self._local.pubsub = pubsub
+            self._local.live = Liveness(self._quiet, self._quiet, time.monotonic())
             with self._lock:
                 self._all.append(pubsub)
         if channel.encode() in pubsub.channels:
@@ -64,21 +98,17 @@ class Waiter:
 
     def _wait(self, timeout: float) -> bool:
         pubsub = self._local.pubsub
-        deadline = time.monotonic() + timeout
-        woken = False
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                msg = pubsub.get_message(timeout=max(left, 0.0) if not woken else 0.0)
-            except (*DROPPED, *CLOSED_UNDER):
-                self._drop(pubsub)
-                time.sleep(min(max(left, 0.0), RESUBSCRIBE_PAUSE))  # no tight loop
-                return False
-            if msg is None:
-                if woken or left <= 0:
-                    return not woken
-                continue
-            woken = True  # drain what is already there, then return
+        started = time.monotonic()
+        try:
+            outcome = listen(pubsub, self._local.live, timeout)
+        except (*DROPPED, *CLOSED_UNDER):
+            outcome = None
+        if outcome is None:
+            self._drop(pubsub)
+            left = timeout - (time.monotonic() - started)
+            time.sleep(min(max(left, 0.0), RESUBSCRIBE_PAUSE))  # no tight loop
+            return False
+        return not outcome
 
     def _drop(self, pubsub: Any) -> None:
         self._local.pubsub = None
@@ -108,15 +138,18 @@ class Waiter:
 
 
 class Subscription:
-    """A subscription to one channel that survives dropped connections; ``hold`` and
-    ``registry`` as for :class:`Waiter` (the registry counts the open ones)."""
+    """A subscription to one channel that survives dropped connections; ``hold``,
+    ``registry`` (which counts the open ones) and ``timeouts`` as for :class:`Waiter`."""
 
     def __init__(self, redis: Any, channel: str, hold: Callable[[], None] | None = None,
-                 registry: MutableSet[Subscription] | None = None) -> None:
+                 registry: MutableSet[Subscription] | None = None,
+                 timeouts: Timeouts | None = None) -> None:
         self._redis = redis
         self._channel = channel
         self._hold = hold
+        self._quiet = (timeouts or Timeouts()).subscription
         self._pubsub: Any = None
+        self._live = Liveness(self._quiet, self._quiet, time.monotonic())
         try:
             self._connect()
         except DROPPED as exc:
@@ -127,15 +160,23 @@ class Subscription:
     def _connect(self) -> bool:
         if self._hold is not None:
             self._hold()
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        # Subscribe messages are read (listen() counts them as signs of life, not as
+        # wake-ups): the first is the confirmation this waits for.
+        pubsub = self._redis.pubsub()
         try:
             pubsub.subscribe(self._channel)
-            pubsub.get_message(timeout=1.0)  # the confirmation: subscribed from now on
+            # Subscribed from now on; no confirmation within the bound: the path is dead,
+            # and this attempt a dropped connection.
+            msg = pubsub.get_message(timeout=self._quiet)
+            if msg is None or msg.get("type") != "subscribe":
+                raise redis.TimeoutError(f"no confirmation of the subscription within "
+                                         f"{self._quiet:g}s")
         except BaseException:
             with contextlib.suppress(Exception):
                 pubsub.close()
             raise
         self._pubsub = pubsub
+        self._live = Liveness(self._quiet, self._quiet, time.monotonic())
         return True
 
     def get(self, timeout: float) -> bool:
@@ -149,14 +190,13 @@ class Subscription:
             except DROPPED:
                 return False
         try:
-            if self._pubsub.get_message(timeout=timeout) is None:
-                return False
-            while self._pubsub.get_message(timeout=0.0) is not None:
-                pass
-            return True
+            outcome = listen(self._pubsub, self._live, timeout)
         except (*DROPPED, *CLOSED_UNDER):
+            outcome = None
+        if outcome is None:
             self.close()
             return False
+        return outcome
 
     def close(self) -> None:
         if self._pubsub is not None:

@@ -59,9 +59,8 @@ for _role in sorted(ROLES):
 @pass_env
 def install_command(env: Env, keep_running: bool, interval: float, as_json: bool) -> None:
     """Load dynoq's scripts on every node (as a user allowed SCRIPT LOAD)."""
-    options = env.options(timeout=30.0)
-    if not keep_running:
-        _show(install(env.url, **options), as_json)
+    if not keep_running:  # the library's bounds on every connection
+        _show(install(env.url), as_json)
         return
     stop = threading.Event()
     shown = False
@@ -75,7 +74,7 @@ def install_command(env: Env, keep_running: bool, interval: float, as_json: bool
             shown = True
 
     with StopOnSignals(stop):
-        keep(env.url, stop, interval=interval, report=report, **options)
+        keep(env.url, stop, interval=interval, report=report)
 
 
 def _show(done: Installed, as_json: bool) -> None:

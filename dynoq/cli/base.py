@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 
@@ -66,27 +65,23 @@ class Env:
     prefix: str
     _client: Client | None = field(default=None, repr=False)
 
-    def options(self, *, timeout: float | None = None) -> dict[str, Any]:
-        if self.url and urlsplit(self.url).scheme == "memory":
-            return {}
-        # Fail fast on a dead host instead of hanging in connect().
-        return {"socket_connect_timeout": 5.0, "socket_timeout": timeout}
-
     def client(self) -> Client:
+        # The library's bounds (connect and command timeouts, the retry window): a dead
+        # or half-open host ends in "cannot reach Redis" (exit 3), never a hang.
         if self._client is None:
-            self._client = connect(self.url, prefix=self.prefix, **self.options(timeout=30.0))
+            self._client = connect(self.url, prefix=self.prefix)
             click.get_current_context().call_on_close(self._client.close)
         return self._client
 
-    def client_when_reachable(self, stop: threading.Event, give_up_after: float | None, *,
-                              timeout: float) -> Client | None:
+    def client_when_reachable(self, stop: threading.Event,
+                              give_up_after: float | None) -> Client | None:
         """Connect, retrying with backoff while the server is unreachable (a service may
         start before Redis does), one warning per failed attempt. None once ``stop`` is
         set; raises Unreachable after ``give_up_after`` seconds (None: never)."""
         started, failures = time.monotonic(), 0
         while not stop.is_set():
             try:
-                client = connect(self.url, prefix=self.prefix, **self.options(timeout=timeout))
+                client = connect(self.url, prefix=self.prefix)  # the library's bounds
             except ConnectionFailed as exc:
                 failures += 1
                 waited = time.monotonic() - started

@@ -55,7 +55,7 @@ def sweeper(env: Env, interval: float, refresh_interval: float, metrics_port: in
     setup_logging("json" if as_json else "text", log_level)
     stop = threading.Event()
     with StopOnSignals(stop):
-        client = env.client_when_reachable(stop, connect_timeout, timeout=10.0)
+        client = env.client_when_reachable(stop, connect_timeout)
         if client is None:
             return
         with client:
@@ -172,7 +172,7 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         raise HandlerNotFound(str(exc)) from None
     stop = threading.Event()
     with StopOnSignals(stop):
-        found = env.client_when_reachable(stop, connect_timeout, timeout=30.0)
+        found = env.client_when_reachable(stop, connect_timeout)
     if found is None:
         log.info("worker stopped before Redis was reachable")
         return

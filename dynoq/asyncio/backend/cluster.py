@@ -14,10 +14,13 @@ import contextlib
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from ..._core.pool import DEFAULT_POOL_TIMEOUT, PoolLimits
+from ..._core.timeouts import Timeouts
+from ...backend.bounds import cluster_bounded
 from ...backend.cluster import (
     DEFAULT_RETRY_WINDOW,
     TRANSIENT,
@@ -36,15 +39,16 @@ from ...backend.hosts import credentials, host_list
 
 
 def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncDynoqCluster:
-    """``options``: redis.asyncio RedisCluster keyword arguments, plus
-    ``cluster_retry_window`` (seconds); ``limits``: each node's connections and how long
-    a command waits for one (see :class:`~dynoq.backend.cluster.Backoff`). No I/O: the
-    cluster is asked for its slots on first use."""
-    window = float(options.pop("cluster_retry_window", DEFAULT_RETRY_WINDOW))
+    """``options``: redis.asyncio RedisCluster keyword arguments, plus ``retry_window``
+    (seconds; its older name ``cluster_retry_window`` too); ``limits``: each node's
+    connections and how long a command waits for one (see
+    :class:`~dynoq.backend.cluster.Backoff`). No I/O: the cluster is asked for its slots
+    on first use."""
+    bounds = cluster_bounded(options, aio=True)
     credentials(url, options)
     nodes = [ClusterNode(host, port) for host, port in host_list(url, "cluster node")]
     client = AsyncDynoqCluster(startup_nodes=nodes, max_connections=limits.size, **options)
-    client.retry_window = window
+    client.timeouts = bounds
     client.pool_timeout = limits.timeout
     return client
 
@@ -52,8 +56,12 @@ def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> Async
 class AsyncDynoqCluster(RedisCluster):
     """RedisCluster (asyncio) retrying transient failures for ``retry_window`` seconds."""
 
-    retry_window = DEFAULT_RETRY_WINDOW
+    timeouts = Timeouts(None, None, DEFAULT_RETRY_WINDOW)
     pool_timeout = DEFAULT_POOL_TIMEOUT  # seconds a command waits for a node's connection
+
+    @property
+    def retry_window(self) -> float:
+        return self.timeouts.retry_window
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         backoff = Backoff(self.retry_window, self.pool_timeout)
@@ -66,6 +74,19 @@ class AsyncDynoqCluster(RedisCluster):
                 await pause(self, backoff.next(exc))
 
 
+def pubsub(client: Any, **options: Any) -> Any:
+    """A pub/sub of ``client``. redis.asyncio's RedisCluster has none before redis-py 8:
+    then a plain client of one node serves (classic pub/sub is broadcast over the cluster
+    bus, so one node hears every channel), the default node or, before the slot map is
+    read, a startup node; if it goes away the subscription drops and is made again."""
+    if hasattr(client, "pubsub"):
+        return client.pubsub(**options)
+    node = client.get_default_node() or next(iter(client.nodes_manager.startup_nodes.values()))
+    pool = aredis.ConnectionPool(connection_class=node.connection_class,
+                                 **node.connection_kwargs)
+    return aredis.Redis(connection_pool=pool).pubsub(**options)
+
+
 async def pause(cluster: RedisCluster, step: Pause) -> None:
     """Sleep, then (unless the error was TRYAGAIN) refresh the slot map."""
     await asyncio.sleep(step.seconds)
@@ -76,10 +97,12 @@ async def pause(cluster: RedisCluster, step: Pause) -> None:
 
 
 async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
-                     wait: tuple[int, int] | None) -> list[Any]:
+                     waits: list[tuple[int, int]]) -> list[Any]:
     """Send ``commands`` to the nodes owning their slots, one round trip per node (all
     nodes at once), through resharding and failover; the replies in order (errors as
-    replies), then the WAIT reply (the fewest replicas any node confirmed)."""
+    replies), then the WAIT reply (the fewest replicas any node confirmed; ``waits`` are
+    the steps of one WAIT, see _core.timeouts.wait_steps)."""
+    wait = waits[0] if waits else None
     if cluster.nodes_manager.default_node is None:
         await cluster.initialize()
     calls = [_Call(args, {}) for args in commands]
@@ -110,7 +133,7 @@ async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
                 except redis.RedisError as exc:
                     step.error = exc
             else:
-                await asyncio.gather(*(_send(b, wait) for b in step))
+                await asyncio.gather(*(_send(b, waits) for b in step))
             step = next(rounds)
     except StopIteration as stop:
         acked = stop.value
@@ -127,14 +150,14 @@ def _first_key(args: tuple[Any, ...]) -> Any:
     return args[1] if len(args) > 1 else None
 
 
-async def _send(batch: _Sent, wait: tuple[int, int] | None) -> None:
+async def _send(batch: _Sent, waits: list[tuple[int, int]]) -> None:
     commands: list[PipelineCommand] = []
     for c in batch.calls:
         if c.ask is not None:
             commands.append(PipelineCommand(len(commands), "ASKING"))
         commands.append(PipelineCommand(len(commands), *c.args))
-    if wait is not None:
-        commands.append(PipelineCommand(len(commands), "WAIT", *wait))
+    for step in waits:
+        commands.append(PipelineCommand(len(commands), "WAIT", *step))
     try:
         await batch.node.execute_pipeline(commands)
     except Exception as exc:  # noqa: BLE001 - decided on by batch_rounds
@@ -147,4 +170,4 @@ async def _send(batch: _Sent, wait: tuple[int, int] | None) -> None:
         if isinstance(r, Exception) and isinstance(r, DROPPED):
             batch.error = r
             return
-    take_replies(batch, replies, wait)
+    take_replies(batch, replies, waits)

@@ -10,6 +10,7 @@ event loop, on first use: :func:`dynoq.asyncio.connect` does no I/O.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
@@ -17,9 +18,12 @@ from redis.exceptions import NoScriptError
 
 from ..._core.calls import Batch, Call, Cmd, Request, Script, Wake
 from ..._core.pool import PoolLimits
+from ..._core.retry import RetryWindow
+from ..._core.timeouts import Timeouts, wait_steps
+from ...backend.bounds import dropped
 from ...backend.errors import CLIENT_ERRORS, refused_load, translate
 from ...backend.pools import limits_of
-from ...backend.runner import eval_args, finish, load_source, noscript, resent
+from ...backend.runner import ANY_ERROR, eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
 from .facts import warn_if_evicting
 from .wakeup import Hub, Subscription
@@ -28,20 +32,23 @@ T = TypeVar("T")
 
 # What opens a client: () -> (client, closer). Called once, in the running loop.
 Opener = Callable[[], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]]
-# Sends a batch's commands (and an optional WAIT) in one round trip per node.
-Sender = Callable[[Any, list[tuple[Any, ...]], "tuple[int, int] | None"], Awaitable[list[Any]]]
+# Sends a batch's commands (and the steps of one WAIT, if any) in one round trip per node.
+Sender = Callable[[Any, list[tuple[Any, ...]], list[tuple[int, int]]], Awaitable[list[Any]]]
 
 
 class AsyncBackend:
     """One redis.asyncio client (or cluster client) and what runs on it. Use it from one
-    event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas``, ``plain`` and
-    ``pool`` mean what they mean on :class:`dynoq.backend.Backend` (the pool needs no
-    growing here: the one wake-up hub is counted in it, see :mod:`.pools`)."""
+    event loop. ``url``, ``display_url``, ``cross_slot``, ``replicas``, ``plain``,
+    ``pool``, ``timeouts`` and ``retry_on`` mean what they mean on
+    :class:`dynoq.backend.Backend` (the pool needs no growing here: the one wake-up hub
+    is counted in it, see :mod:`.pools`; a cluster client, ``cross_slot=False``, resends
+    on its own)."""
 
     def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
                  cross_slot: bool = True, replicas: bool = True, plain: bool = False,
                  connect_options: dict[str, Any] | None = None,
-                 pool: PoolLimits | None = None) -> None:
+                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
+                 retry_on: tuple[type[BaseException], ...] = ()) -> None:
         self._opener = opener
         self._routed = not cross_slot  # a cluster: every command routed by its slot
         self._send = send
@@ -52,6 +59,9 @@ class AsyncBackend:
         self.plain = plain
         self.connect_options = dict(connect_options or {})
         self.pool = pool
+        self.timeouts = timeouts or Timeouts()
+        self._retry_on = retry_on
+        self._window = 0.0 if self._routed else self.timeouts.retry_window
         self._client: Any = None
         self._closer: Callable[[], Awaitable[None]] | None = None
         self._opening: asyncio.Lock | None = None
@@ -77,7 +87,7 @@ class AsyncBackend:
                 except CLIENT_ERRORS as exc:
                     raise translate(exc, self.pool) from exc
                 self.pool = self.pool or limits_of(client)
-                self._hub = Hub(client)
+                self._hub = Hub(client, self.timeouts)
                 self._client = client
                 if self.url == "embedded://":  # a private server: now it has an address
                     kw = client.connection_pool.connection_kwargs
@@ -88,24 +98,38 @@ class AsyncBackend:
     # -- running requests ------------------------------------------------------------------
 
     async def run(self, request: Call | Cmd | Batch) -> Any:
-        """Run one request; its parsed reply."""
+        """Run one request; its parsed reply. Sent again after a dropped connection or a
+        timeout until the retry window is spent, as on the sync backend."""
+        window: RetryWindow | None = None
+        while True:
+            try:
+                return await self._attempt(request)
+            except ANY_ERROR as exc:
+                if dropped(exc, self._retry_on):
+                    window = window or RetryWindow(self._window)
+                    pause = window.pause(time.monotonic())
+                    if pause is not None:
+                        await asyncio.sleep(pause)
+                        continue
+                if isinstance(exc, DynoqError):
+                    raise
+                raise translate(exc, self.pool) from exc
+
+    async def _attempt(self, request: Call | Cmd | Batch) -> Any:
         r = self._client or await self._open()
-        try:
-            if self._routed and type(request) is not Batch:
-                # Redis Cluster: one call is a batch of one, so that it follows MOVED,
-                # ASK (ASKING on the same connection), NOSCRIPT and TRYAGAIN exactly
-                # as batches do (redis.asyncio sends ASKING on another connection).
-                [raw] = await self._send(r, self._commands([request]), None)
-                if isinstance(raw, Exception):
-                    raise translate(raw, self.pool) from raw
-            elif type(request) is Call:
-                raw = await self._eval(r, request)
-            elif type(request) is Cmd:
-                raw = await r.execute_command(*request.args)
-            else:
-                return await self._batch(r, request)  # type: ignore[arg-type]
-        except CLIENT_ERRORS as exc:
-            raise translate(exc, self.pool) from exc
+        if self._routed and type(request) is not Batch:
+            # Redis Cluster: one call is a batch of one, so that it follows MOVED,
+            # ASK (ASKING on the same connection), NOSCRIPT and TRYAGAIN exactly
+            # as batches do (redis.asyncio sends ASKING on another connection).
+            [raw] = await self._send(r, self._commands([request]), [])
+            if isinstance(raw, Exception):
+                raise translate(raw, self.pool) from raw
+        elif type(request) is Call:
+            raw = await self._eval(r, request)
+        elif type(request) is Cmd:
+            raw = await r.execute_command(*request.args)
+        else:
+            return await self._batch(r, request)  # type: ignore[arg-type]
         parse = request.parse
         return raw if parse is None else parse(raw)
 
@@ -125,15 +149,16 @@ class AsyncBackend:
     async def _batch(self, r: Any, batch: Batch) -> Any:
         calls = batch.calls
         if len(calls) == 1 and batch.wait is None:  # one call: no pipeline to build
-            out = [await self.run(calls[0])]
+            out = [await self._attempt(calls[0])]
             return out if batch.parse is None else batch.parse(out)
-        replies = await self._send(r, self._commands(calls), batch.wait)
+        waits = wait_steps(batch.wait, self.timeouts.command)
+        replies = await self._send(r, self._commands(calls), waits)
         redo, scripts = noscript(calls, replies)
         if redo:  # those calls did not run: load their scripts and send them again
             for s in scripts:
                 await self._load(r, s)
             resent(replies, redo,
-                   await self._send(r, self._commands([calls[i] for i in redo]), batch.wait),
+                   await self._send(r, self._commands([calls[i] for i in redo]), waits),
                    batch.wait)
         return finish(batch, replies, self.pool)
 
@@ -193,11 +218,12 @@ class AsyncBackend:
 
 
 async def send_pipeline(r: Any, commands: list[tuple[Any, ...]],
-                        wait: tuple[int, int] | None) -> list[Any]:
-    """Send ``commands`` (then WAIT) in one pipeline; errors come back as replies."""
+                        waits: list[tuple[int, int]]) -> list[Any]:
+    """Send ``commands`` (then the WAIT steps) in one pipeline; errors come back as
+    replies."""
     pipe = r.pipeline(transaction=False)
     for args in commands:
         pipe.execute_command(*args)
-    if wait is not None:
-        pipe.execute_command("WAIT", *wait)
+    for step in waits:
+        pipe.execute_command("WAIT", *step)
     return list(await pipe.execute(raise_on_error=False))

@@ -11,16 +11,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import redis
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
-from redis.backoff import ExponentialBackoff
 
+from ..._core import timeouts
 from ..._core.pool import PoolLimits, take_limits
+from ...backend.bounds import bounded, sentinel_options
 from ...backend.hosts import redact
-from ...backend.urls import memory_server, resolve, sentinel_target, url_of
+from ...backend.urls import SENTINEL_RETRY_ON, memory_server, resolve, sentinel_target, url_of
 from ...errors import ConnectionFailed, InvalidArgument, InvalidType
 from .cluster import open_cluster, send_batch
 from .packing import use_hiredis_packing
@@ -37,11 +36,6 @@ from .runner import AsyncBackend, send_pipeline
 Closer = Callable[[], Awaitable[None]]
 
 
-def default_retry() -> Retry:
-    # As the sync client's: every script is safe to resend after a dropped connection.
-    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
-
-
 def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     """An AsyncBackend for ``url`` (default: $DYNOQ_URL, else redis://localhost:6379/0);
     ``options`` go to the redis.asyncio client. No I/O here: the client is made on
@@ -52,14 +46,11 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     limits = take_limits(options)
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
+        timeouts.take(options)  # no socket to bound, but the options are checked alike
         return AsyncBackend(lambda: _memory(url, options, limits), url=url, display_url=url,
                             send=send_pipeline, replicas=False, plain=True, pool=limits)
-    if scheme == "embedded":
-        return AsyncBackend(lambda: _embedded(options, limits), url="embedded://",
-                            display_url="embedded://", send=send_pipeline,
-                            connect_options=given, pool=limits)
     if scheme == "redis+cluster":
-        open_cluster(url, dict(options), limits)  # checks the URL and options now (no I/O)
+        checked = open_cluster(url, dict(options), limits)  # checks the URL and options
 
         async def cluster() -> tuple[Any, Closer]:
             rc = open_cluster(url, dict(options), limits)
@@ -67,11 +58,15 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
 
         return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
                             cross_slot=False, connect_options=given,
-                            pool=PoolLimits(limits.size, limits.timeout, per_node=True))
+                            pool=PoolLimits(limits.size, limits.timeout, per_node=True),
+                            timeouts=checked.timeouts)
     if scheme == "redis+sentinel":
         return _sentinel(url, options, limits)
-    options.setdefault("retry", default_retry())
-    options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
+    bounds = bounded(options, aio=True)
+    if scheme == "embedded":
+        return AsyncBackend(lambda: _embedded(options, limits), url="embedded://",
+                            display_url="embedded://", send=send_pipeline,
+                            connect_options=given, pool=limits, timeouts=bounds)
     try:
         plain_client(url, options, limits)  # checks the URL and options now (no I/O)
     except ValueError as exc:
@@ -83,7 +78,7 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
         return r, lambda: close_client(r)
 
     return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, pool=limits)
+                        connect_options=given, pool=limits, timeouts=bounds)
 
 
 def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBackend:
@@ -91,11 +86,11 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBac
     client's (:func:`dynoq.backend.urls._sentinel`)."""
     given = dict(options)
     hosts, service, db, sentinel_kwargs = sentinel_target(url, options)  # checks the URL
-    options.setdefault("retry", default_retry())
+    bounds = bounded(options, aio=True)
+    sentinels = sentinel_options(options, sentinel_kwargs, aio=True)
 
     async def master() -> tuple[Any, Closer]:
-        sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
-                            socket_timeout=options.get("socket_timeout"))
+        sentinel = Sentinel(hosts, sentinel_kwargs=sentinels)  # type: ignore[no-untyped-call]
         client = sentinel.master_for(service, db=db,
                                      connection_pool_class=BlockingSentinelPool,
                                      **options, **blocking_options(limits))
@@ -108,7 +103,8 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBac
         return client, close
 
     return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, pool=limits)
+                        connect_options=given, pool=limits, timeouts=bounds,
+                        retry_on=SENTINEL_RETRY_ON)
 
 
 def wrap(client: Any) -> AsyncBackend:
@@ -138,7 +134,8 @@ def wrap(client: Any) -> AsyncBackend:
 
     return AsyncBackend(given, url="memory://" if fake else url,
                         display_url="memory://" if fake else redact(url), send=send_pipeline,
-                        replicas=not fake, plain=fake)
+                        replicas=not fake, plain=fake,
+                        timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
 
 
 async def _memory(url: str, options: dict[str, Any],

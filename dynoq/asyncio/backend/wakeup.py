@@ -3,20 +3,25 @@
 The rules are those of :mod:`dynoq.backend.wakeup`: a wake-up is a hint, a task that was
 not yet subscribed to a channel returns at once and re-checks (a push may have slipped in
 before the subscription), and a dropped connection wakes everyone (anything may have
-happened meanwhile) and is made again on the next wait. What differs is the I/O: one
-pub/sub connection per backend, read by one task that sets the events of whoever listens
-on a channel, instead of one connection per thread.
+happened meanwhile) and is made again on the next wait, and a quiet connection asks for
+a sign of life (a PING) and is dropped when none comes in time, so a dead path is found
+(:class:`dynoq._core.timeouts.Liveness`). What differs is the I/O: one pub/sub
+connection per backend, read by one task that sets the events of whoever listens on a
+channel, instead of one connection per thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
+from ..._core.timeouts import Liveness, Timeouts
 from ...backend.errors import DROPPED
 from ...errors import ConnectionFailed
 from ..events import wait_event
+from .cluster import pubsub
 
 RESUBSCRIBE_PAUSE = 0.1  # seconds to wait after a failed subscription (no spinning)
 CLOSE_WAIT = 1.0  # seconds close() waits for the reader task to end
@@ -25,8 +30,9 @@ CLOSE_WAIT = 1.0  # seconds close() waits for the reader task to end
 class Hub:
     """One pub/sub connection and the listeners on its channels."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, timeouts: Timeouts | None = None) -> None:
         self._redis = redis
+        self._quiet = (timeouts or Timeouts()).subscription
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._subscribed: set[str] = set()
@@ -46,7 +52,7 @@ class Hub:
                 return False  # made by another task meanwhile: the caller re-checks
             try:
                 if self._pubsub is None:
-                    self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub = pubsub(self._redis, ignore_subscribe_messages=True)
                 await self._pubsub.subscribe(channel)
             except DROPPED:
                 await self._drop()
@@ -86,10 +92,23 @@ class Hub:
             self.unlisten(channel, event)
 
     async def _read(self, pubsub: Any) -> None:
+        live = Liveness(self._quiet, self._quiet, time.monotonic())
         try:
             while True:
-                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-                if msg is None or msg.get("type") != "message":
+                now = time.monotonic()
+                if live.ping_due(now):
+                    await pubsub.ping()
+                    live.pinged(now)
+                # Never timeout=None: redis-py versions differ on what bounds that read.
+                msg = await pubsub.get_message(ignore_subscribe_messages=True,
+                                               timeout=live.next_check(now))
+                now = time.monotonic()
+                if msg is None:
+                    if live.dead(now):  # no answer to the PING: a dead path
+                        break
+                    continue
+                live.heard(now)
+                if msg.get("type") != "message":
                     continue
                 channel = msg["channel"]
                 if isinstance(channel, bytes):
@@ -99,8 +118,9 @@ class Hub:
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a dropped connection: made again on next wait
-            if self._pubsub is pubsub:
-                await self._drop()
+            pass
+        if self._pubsub is pubsub:
+            await self._drop()
 
     async def _drop(self) -> None:
         """Forget the connection and wake every listener (anything may have happened)."""
