@@ -46,7 +46,7 @@ def run(env: Env, spec: str, queues: str | None, options: dict[str, Any], *,
     app = import_app(spec)
     stop = threading.Event()
     with StopOnSignals(stop):
-        probe = env.client_when_reachable(stop, connect_timeout, timeout=30.0)
+        probe = env.client_when_reachable(stop, connect_timeout)
     if probe is None:
         log.info("worker stopped before Redis was reachable")
         return
@@ -64,7 +64,7 @@ def run(env: Env, spec: str, queues: str | None, options: dict[str, Any], *,
 
     served = app.serve(probe.url, prefix=probe.prefix, queues=queue_list(queues),
                        stop_timeout=stop_timeout, ready=ready,
-                       redis_options=env.options(timeout=30.0), **options)
+                       **options)  # the library's bounds, as every command's
     stats = asyncio.run(served) if inspect.iscoroutine(served) else served
     log.info("worker stopped: handled %d, failed %d, retried %d, dead-lettered %d",
              stats.handled, stats.failed, stats.retried, stats.dead_lettered)
