@@ -13,13 +13,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
