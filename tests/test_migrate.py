@@ -95,7 +95,7 @@ def test_a_layout_this_version_does_not_read_is_refused_naming_migrate(
         assert "layout 1" in str(caught.value) and "reads layouts 2 to 2" in str(caught.value)
         assert (caught.value.found, caught.value.reads) == (1, (2, 2))
         assert isinstance(caught.value, dynoq.DynoqError)
-    with pytest.raises(dynoq.LayoutError, match="topic 'news'.*dynoq migrate"):
+    with pytest.raises(dynoq.LayoutError, match=r"topic 'news'.*dynoq migrate"):
         new.topic("news")
     assert raw.hgetall(meta) == stored  # nothing written
 
