@@ -66,6 +66,8 @@ LAZY = {"DynoqDataSource": "datasource", "register": "datasource",
                                          (dynoq.spark, "spark")])
 def test_every_public_name_has_an_api_entry(site: Path, module: Any, page: str) -> None:
     found = anchors(site, f"reference/{page}")
+    text = (site / "reference" / page / "index.html").read_text()
+    assert not re.search(r":(?:meth|func|class|attr|exc):<code>", text)  # roles stripped
     for name in module.__all__:
         where = module.__name__ + (f".{LAZY[name]}" if name in LAZY else "")
         assert f"{where}.{name}" in found, name
