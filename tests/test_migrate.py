@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from helpers import wait_for
 
 import dynoq
+import dynoq.sweeper
 from dynoq._core import layout
 from dynoq._core.keys import QueueKeys, TopicKeys
 from dynoq.cli import cli
@@ -167,3 +169,29 @@ def test_migrate_leaves_a_later_layout_and_refuses_unknown_names(
     assert raw.hget(QueueKeys(prefix, "orders").meta, "layout") == b"3"
     unknown = migrate("nope")
     assert unknown.exit_code == 1 and "no queue or topic 'nope'" in unknown.output
+
+
+@pytest.mark.sync_only
+def test_the_sweeper_skips_a_layout_it_does_not_read_and_sweeps_the_rest(
+        make_client: Callable[..., dynoq.Client], prefix: str, raw: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    old = make_client()
+    old.queue("later").push("x")
+    old.topic("news")
+    raw.hset(QueueKeys(prefix, "later").meta, "layout", layout.LAYOUT + 1)
+    raw.hset(TopicKeys(prefix, "news").meta, "layout", layout.LAYOUT + 1)
+    q = old.queue("orders")
+    q.push("a", id="a")
+    assert len(q.pop(visibility=0.05)) == 1
+
+    sweeper = make_client().sweeper(interval=0.05)
+    totals = dynoq.sweeper.SweepReport()
+
+    def requeued() -> bool:
+        totals.add(sweeper.run_once())
+        return totals.total().requeued == 1
+
+    wait_for(requeued, what="the expired delivery of 'orders' requeued")
+    assert totals.errors == 0
+    assert "queue 'later' has no readable settings, not swept" in caplog.text
+    assert q.stats().ready == 1 and old.open_existing("orders") is not None
