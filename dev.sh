@@ -6,6 +6,7 @@
 #   ./dev.sh bench   the core benchmark
 #   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py)
 #   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
+#   ./dev.sh docs    the documentation site at http://127.0.0.1:8000/ (mkdocs serve)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 PY=${PYTHON:-python3}
@@ -43,7 +44,10 @@ case "${1:-test}" in
     PYTHONPATH=$dir .venv/bin/python -c "import redis; assert redis.__version__ == '$floor', redis.__version__"
     PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py \
       -n "${DYNOQ_TEST_WORKERS:-3}" "$@" ;;
+  docs)
+    shift || true
+    NO_MKDOCS_2_WARNING=1 exec .venv/bin/mkdocs serve "$@" ;;
   *)
-    echo "usage: ./dev.sh demo|test|bench|unasync|floor [args]" >&2
+    echo "usage: ./dev.sh demo|test|bench|unasync|floor|docs [args]" >&2
     exit 2 ;;
 esac

@@ -8,6 +8,7 @@ consumption and consumer groups.
 from __future__ import annotations
 
 import logging
+from importlib.metadata import PackageNotFoundError, version
 
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
@@ -20,6 +21,7 @@ from .errors import (
     GroupConflict,
     InvalidArgument,
     InvalidType,
+    LayoutError,
     LeaseLost,
     OrderedQueueError,
     PayloadError,
@@ -47,7 +49,10 @@ from .sweeper import Sweeper
 from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
-__version__ = "0.2.0"
+try:  # one version, pyproject.toml's, as installed (wheel or editable)
+    __version__ = version("dynoq")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # A library adds no handler of its own but this one: without it, Python's last-resort
 # handler prints every WARNING dynoq logs to stderr of an application that configured no
@@ -66,6 +71,7 @@ __all__ = [
     "GroupConflict",
     "InvalidArgument",
     "InvalidType",
+    "LayoutError",
     "LeaseLost",
     "Message",
     "Middleware",

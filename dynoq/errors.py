@@ -110,6 +110,17 @@ class QueueGone(DynoqError):
     first open does when it no longer exists."""
 
 
+class LayoutError(DynoqError):
+    """A queue (or topic) is stored in a layout this version of dynoq cannot read: an
+    older one (run ``dynoq migrate``, which upgrades it in place) or a newer one written
+    by a later dynoq (upgrade dynoq). Nothing was read or written. ``found`` is the
+    stored layout, ``reads`` the layouts this version reads (docs/compatibility.md)."""
+
+    def __init__(self, message: str, found: int = 0, reads: tuple[int, int] = (0, 0)) -> None:
+        super().__init__(message)
+        self.found, self.reads = found, reads
+
+
 class TaskArgumentError(PayloadTypeError):
     """A task's argument cannot be sent (msgpack cannot carry it; never pickle): refused
     by ``delay``/``apply`` with nothing pushed. ``argument`` names it (``"to"``, or

@@ -54,6 +54,8 @@ class Message:
 
 @dataclass(frozen=True)
 class ShardStats:
+    """One shard's counts, as :meth:`Queue.stats` returns them in ``QueueStats.shards``."""
+
     shard: int
     ready: int
     delayed: int

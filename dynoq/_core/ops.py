@@ -32,7 +32,7 @@ from ..errors import (
     raise_for,
 )
 from ..message import Message, QueueStats, ShardStats
-from . import codec, validate
+from . import codec, layout, validate
 from .calls import Batch, Call, Cmd, Flow, Wake, pairs
 from .keys import QueueKeys, ShardKeys, registry_key, shard_of
 from .lua import script
@@ -782,7 +782,9 @@ def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind
     wanted = merge(None, asked, name, kind, what)
     flat = [x for kv in wanted.to_hash().items() for x in kv]
     for _ in range(OPEN_TRIES):
-        reply = yield Call(_OPEN, [meta], [secrets.token_hex(4), *flat])
+        reply = yield Call(_OPEN, [meta], [secrets.token_hex(4), *layout.READS, *flat])
+        if int(reply[0]) < 0:  # a layout this version does not read: nothing written
+            raise layout.refusal(what, name, int(reply[1]))
         fields = {_decode_str(k): _decode_str(v) for k, v in pairs(reply[1:])}
         try:
             stored = kind.from_hash(fields)
@@ -849,6 +851,7 @@ def read_stored(meta: str, registry: str, name: str, kind: Any,
     if not member or not raw:
         return None
     fields = {_decode_str(k): _decode_str(v) for k, v in pairs(raw)}
+    layout.check(fields, what, name)
     try:
         settings = kind.from_hash(fields)
     except QueueConfigError as exc:

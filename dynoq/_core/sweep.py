@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from ..errors import ConnectionFailed, DynoqError, InvalidArgument, QueueGone
+from ..errors import ConnectionFailed, DynoqError, InvalidArgument, LayoutError, QueueGone
 from . import logs, validate
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
@@ -113,7 +113,7 @@ def registered(prefix: str) -> Flow[dict[str, tuple[QueueSettings, str] | None]]
     for name in names:
         try:
             out[name] = yield from read_queue(prefix, name)
-        except InvalidArgument:  # a malformed name or unreadable settings
+        except (InvalidArgument, LayoutError):  # a bad name, settings it cannot read
             out[name] = None
     return out
 
@@ -179,7 +179,7 @@ def registered_topics(prefix: str) -> Flow[dict[str, tuple[TopicSettings, str] |
     for name in names:
         try:
             out[name] = yield from read_topic(prefix, name)
-        except InvalidArgument:
+        except (InvalidArgument, LayoutError):
             out[name] = None
     return out
 

@@ -1,4 +1,4 @@
-"""Commands that change things: replay, purge, clear, push, create."""
+"""Commands that change things: replay, purge, clear, push, create, migrate."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from .._core import layout
+from .._core.keys import QueueKeys, TopicKeys
 from .base import (
     JSON_OPTION,
     YES_OPTION,
@@ -115,3 +117,52 @@ def queue_create(env: Env, name: str, shards: int | None, ordered: bool | None,
     kind = "topic" if is_topic else "queue"
     emit(as_json, {"name": name, "kind": kind, **vars(made.settings)},
          f"{kind} {name!r}: {made.settings}")
+
+
+@cli.command()
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--check", "only_check", is_flag=True,
+              help="Change nothing: say which need it, and exit 1 if any does.")
+@JSON_OPTION
+@pass_env
+def migrate(env: Env, names: tuple[str, ...], only_check: bool, as_json: bool) -> None:
+    """Upgrade the storage layout of every queue and topic (or those NAMEd) to this
+    version's, in place; safe while producers and consumers run, and to run again
+    (docs/compatibility.md). Exits 1 when one is of a later dynoq's layout."""
+    client = env.client()
+    found = [("queue", n, QueueKeys(client.prefix, n).meta) for n in client.queue_names()]
+    found += [("topic", n, TopicKeys(client.prefix, n).meta) for n in client.topic_names()]
+    unknown = set(names) - {name for _, name, _ in found}
+    if unknown:
+        raise CliError(f"no queue or topic {', '.join(map(repr, sorted(unknown)))} under "
+                       f"prefix {client.prefix!r}")
+    rows, newer, needed = [], 0, 0
+    for kind, name, meta in found:
+        if names and name not in names:
+            continue
+        if only_check:
+            before = after = client.backend.run(layout.held(meta))
+        else:
+            before, after = client.backend.run(layout.upgrade(meta))
+        if not before:
+            continue  # gone since it was listed
+        newer += after > layout.LAYOUT
+        needed += after < layout.LAYOUT
+        rows.append({"kind": kind, "name": name, "before": before, "after": after})
+    if as_json:
+        click.echo(json.dumps({"layout": layout.LAYOUT, "checked": only_check,
+                               "items": rows}))
+    else:
+        for r in rows:
+            now = ("a later dynoq's: upgrade dynoq" if r["after"] > layout.LAYOUT
+                   else f"needs {layout.LAYOUT}" if r["after"] < layout.LAYOUT
+                   else "upgraded" if r["before"] != r["after"] else "up to date")
+            click.echo(f"{r['kind']} {r['name']}: layout {r['before']}"
+                       f"{'' if r['before'] == r['after'] else ' -> ' + str(r['after'])}"
+                       f" ({now})")
+        click.echo(f"{len(rows)} queue(s) and topic(s); this version's layout is "
+                   f"{layout.LAYOUT}")
+    if newer or needed:
+        raise CliError(f"{newer} of a later dynoq's layout (upgrade dynoq), {needed} "
+                       f"to migrate" if only_check else
+                       f"{newer} of a later dynoq's layout: upgrade dynoq to read them")

@@ -1,18 +1,30 @@
---[[ open: store a queue's (or topic's) settings on first open, with a new epoch; return
-  the stored ones. The epoch names this creation of the queue: "<13-digit ms><8 hex>"
-  (the server's clock, then the caller's random suffix), so a later creation has a
-  later one. A queue stored before epochs existed gets one now (docs/internals.md).
-  KEYS[1] meta (the queue's settings hash; field "epoch" holds its epoch)
+--[[ open: store a queue's (or topic's) settings on first open, with a new epoch and this
+  version's storage layout; return the stored ones. The epoch names this creation of the
+  queue: "<13-digit ms><8 hex>" (the server's clock, then the caller's random suffix), so
+  a later creation has a later one. A queue stored before epochs existed gets one now
+  (docs/internals.md). A queue stored in a layout the caller does not read is refused
+  before anything is written (no "layout" field: layout 1; docs/compatibility.md).
+  KEYS[1] meta (the queue's settings hash; field "epoch" holds its epoch, "layout" its
+          storage layout)
   ARGV[1] random suffix of a new epoch (8 hex digits)
-  ARGV[2..] field, value pairs to store when the queue does not exist yet
-  returns: {1 if this call created the queue else 0, field, value, ...} (the stored hash)
+  ARGV[2] the oldest layout the caller reads
+  ARGV[3] the newest layout the caller reads, written into a queue this call creates
+  ARGV[4..] field, value pairs to store when the queue does not exist yet
+  returns: {1 if this call created the queue else 0, field, value, ...} (the stored hash),
+           or {-1, the stored layout} when the caller does not read it (0: unreadable)
   uses: lib/clock.lua
   flags: allow-oom
 ]]
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+  redis.call('HSET', KEYS[1], 'layout', ARGV[3], unpack(ARGV, 4))
   created = 1
+else
+  local layout = redis.call('HGET', KEYS[1], 'layout')
+  layout = layout and (tonumber(layout) or 0) or 1
+  if layout < tonumber(ARGV[2]) or layout > tonumber(ARGV[3]) then
+    return {-1, layout}
+  end
 end
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   redis.call('HSET', KEYS[1], 'epoch', string.format('%013d', now_ms()) .. ARGV[1])
