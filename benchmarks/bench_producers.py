@@ -6,8 +6,9 @@
   64 threads       one sync client, 64 threads each pushing single messages (q.push)
   256 tasks        one asyncio client, 256 tasks each pushing single messages
   lone push p50    one thread pushing one message at a time: q.push (through the group
-                   commit) against the request q.push sent before it (backend.run of one
-                   push call), alternating in slices of 200, median latency (µs)
+                   commit) against q.push as before it (the same queue opened again, its
+                   single pushes sent by backend.run alone), alternating in slices of
+                   200, median latency (µs)
 Rounds interleave every measure; each figure is the median of --repeats rounds, and each
 ratio is taken within a round, then the median of those.
 """
@@ -64,20 +65,18 @@ async def tasks(url: str, name: str, n: int, workers: int, payload: bytes) -> fl
         await client.close()
 
 
-def lone(q: dynoq.Queue, n: int, payload: bytes) -> tuple[float, float]:
-    """p50 µs of a lone q.push, and of the request it sent before group commit."""
+def lone(q: dynoq.Queue, before: dynoq.Queue, n: int, payload: bytes
+         ) -> tuple[float, float]:
+    """p50 µs of a lone q.push, and of the same push as before group commit."""
     new: list[float] = []
     old: list[float] = []
-    ops, backend = q.ops, q.backend
+    before.ops.combines = lambda: False  # type: ignore[method-assign]
     for _ in range(max(1, n // (2 * SLICE))):
-        for _ in range(SLICE):
-            t0 = time.perf_counter()
-            q.push(payload)
-            new.append(time.perf_counter() - t0)
-        for _ in range(SLICE):
-            t0 = time.perf_counter()
-            backend.run(ops.push([ops.prepare(dynoq.Message(payload))]))
-            old.append(time.perf_counter() - t0)
+        for queue, times in ((q, new), (before, old)):
+            for _ in range(SLICE):
+                t0 = time.perf_counter()
+                queue.push(payload)
+                times.append(time.perf_counter() - t0)
     return statistics.median(new) * 1e6, statistics.median(old) * 1e6
 
 
@@ -102,7 +101,9 @@ def main() -> None:
             runs["push_many"].append(args.n / (time.perf_counter() - t0))
             runs["64 threads"].append(threads(q, args.n, 64, payload))
             runs["256 tasks"].append(asyncio.run(tasks(url, f"p{rep}", args.n, 256, payload)))
-            new, old = lone(q, args.lone_n, payload)
+            other = dynoq.connect(url, prefix="bp")
+            new, old = lone(q, other.queue(f"p{rep}"), args.lone_n, payload)
+            other.close()
             runs["lone new"].append(new)
             runs["lone old"].append(old)
         version = server_version(r)

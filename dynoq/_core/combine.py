@@ -2,7 +2,7 @@
 
 A web service pushes one message per request from many threads or tasks. One round trip
 and one script call each would cap them all at the single-push rate, so a client lets
-one caller at a time send (:meth:`Combiner.arrive`); what arrives while that send is on
+one caller at a time send (:meth:`Combiner.claim`); what arrives while that send is on
 its way waits, and the next send takes all of it: one push call per queue, shard and mode
 (push-10.lua takes many messages and answers for each), all in one round trip. Nothing
 lingers: a push arriving at an idle client is sent at once, alone, as before.
@@ -32,13 +32,12 @@ if TYPE_CHECKING:
 class Pending:
     """One caller's single push, waiting for its answer."""
 
-    __slots__ = ("batch", "error", "mode", "ops", "out", "result", "shard", "signal")
+    __slots__ = ("batch", "error", "mode", "ops", "out", "result", "signal")
 
     def __init__(self, ops: QueueOps, out: Outgoing, mode: str) -> None:
         self.ops = ops
         self.out = out
         self.mode = mode
-        self.shard = ops.shard_for(out.routing)
         self.result = 0
         self.error: BaseException | None = None
         self.signal: Any = None  # the shell's wake-up (an Event, a Future); None: none needed
@@ -56,14 +55,18 @@ class Combiner:
         self.sending = 0
         self.waiting: list[Pending] = []
 
-    def arrive(self, pending: Pending) -> bool:
-        """A caller's push arrives: True when the caller sends now (then :meth:`take`
-        what waits: itself, at least), False when it waits for a send to take it."""
-        self.waiting.append(pending)
+    def claim(self) -> bool:
+        """A caller's push arrives: True when it sends now, alone (nothing waits while a
+        sender's place is free: a finished send takes what waits, see :meth:`done`);
+        False: it must :meth:`wait` for a send to take it."""
         if self.sending < self.senders:
             self.sending += 1
             return True
         return False
+
+    def wait(self, pending: Pending) -> None:
+        """Queue a push for the next send."""
+        self.waiting.append(pending)
 
     def take(self) -> list[Pending]:
         """Everything waiting, for one send."""
@@ -79,20 +82,30 @@ class Combiner:
         return []
 
 
+def alone(items: Sequence[Pending]) -> Call | Batch | None:
+    """The request of a send of one push (the common case of a quiet client): the very
+    request ``Queue.push`` sends without group commit, which raises its own error; None
+    for a send of several (see :func:`plan`)."""
+    if len(items) != 1:
+        return None
+    p = items[0]
+    return p.ops.push([p.out], mode=p.mode)
+
+
 def plan(items: Sequence[Pending]) -> tuple[Call | Batch, list[list[Pending]]]:
     """The request that sends ``items`` (one push call per queue, shard and mode, in
     chunks; the calls of one round trip in a Batch that answers each call alone), and the
     pendings each call answers for, in the order of the calls."""
     groups: dict[tuple[int, int, str], list[Pending]] = {}
     for p in items:
-        groups.setdefault((id(p.ops), p.shard, p.mode), []).append(p)
+        groups.setdefault((id(p.ops), p.ops.shard_for(p.out.routing), p.mode), []).append(p)
     calls: list[Call] = []
     owners: list[list[Pending]] = []
-    for members in groups.values():
+    for (_, shard, mode), members in groups.items():
         ops = members[0].ops
         for i in range(0, len(members), PUSH_CHUNK):
             part = members[i:i + PUSH_CHUNK]
-            calls.append(ops.push_call(part[0].mode, part[0].shard, [p.out for p in part]))
+            calls.append(ops.push_call(mode, shard, [p.out for p in part]))
             owners.append(part)
     if len(calls) == 1:
         return calls[0], owners
@@ -104,10 +117,11 @@ def settle(owners: Sequence[Sequence[Pending]], replies: Sequence[Any]) -> None:
     or the error of the call (raised from a refusal, or the DynoqError in its place)."""
     for part, reply in zip(owners, replies, strict=True):
         error: BaseException | None = reply if isinstance(reply, BaseException) else None
-        if error is None:
+        if error is None and type(reply) is int:
             p0 = part[0]
+            shard = p0.ops.shard_for(p0.out.routing)
             try:
-                p0.ops.refused(reply, f"push on shard {p0.shard} of {p0.ops.name!r}")
+                p0.ops.refused(reply, f"push on shard {shard} of {p0.ops.name!r}")
             except DynoqError as exc:
                 error = exc
         for i, p in enumerate(part):

@@ -2,9 +2,10 @@
 
 The decisions (who sends, what goes in one request, who gets which answer) are
 :mod:`dynoq._core.combine`; this shell holds its lock and wakes the threads. A push
-arriving at an idle client is sent at once by its own thread. Pushes arriving while a
-send is on its way wait; when it is back, its thread hands everything that waits to the
-first waiting thread, which sends it as one request, and returns its own answer.
+arriving at an idle client is sent at once by its own thread, as the request it was
+before group commit. Pushes arriving while a send is on its way wait; when it is back,
+its thread hands everything that waits to the first waiting thread, which sends it as
+one request, and returns its own answer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .._core.calls import Call
-from .._core.combine import Combiner, Pending, fail, plan, settle
+from .._core.combine import Combiner, Pending, alone, fail, plan, settle
 from ..errors import DynoqError
 
 if TYPE_CHECKING:
@@ -32,26 +33,50 @@ class Combining:
     def push(self, ops: QueueOps, out: Outgoing, mode: str) -> int:
         """Push one validated message (with whatever other threads push meanwhile); its
         result: 1 pushed, 0 skipped (mode "ensure"). Raises its own call's error."""
-        p = Pending(ops, out, mode)
         with self._lock:
-            if self._state.arrive(p):
-                batch: list[Pending] | None = self._state.take()
+            if self._state.claim():
+                p = None
             else:
-                batch = None
-                p.signal = threading.Event()  # made here: the sender sets it after taking p
-        if batch is None:
-            p.signal.wait()
-            batch = p.batch  # handed a batch to send (p is in it), or answered
-        if batch is not None:
-            self._send(batch)
+                p = Pending(ops, out, mode)
+                # A held lock the sender releases: the cheapest wake-up (an Event is a
+                # Condition over such a lock). Made here: a sender takes p after this.
+                p.signal = threading.Lock()
+                p.signal.acquire()
+                self._state.wait(p)
+        if p is None:
+            try:
+                return int(self._run(ops.push([out], mode=mode)))
+            finally:
+                self._next()
+        p.signal.acquire()
+        if p.batch is not None:  # handed a batch to send (p is in it)
+            try:
+                self._send(p.batch)
+            finally:
+                self._next()
         if p.error is not None:
             raise p.error
         return p.result
 
+    def _next(self) -> None:
+        """A send is back: hand what waits meanwhile to the first waiting thread (or
+        free the sender's place)."""
+        with self._lock:
+            more = self._state.done()
+        if more:
+            more[0].batch = more
+            more[0].signal.release()
+
     def _send(self, batch: list[Pending]) -> None:
-        """Send ``batch``, answer its callers, then hand what waits meanwhile to one of
-        them (or free the sender's place)."""
+        """Send ``batch`` and answer its callers (every one, whatever happens)."""
         try:
+            single = alone(batch)
+            if single is not None:
+                try:
+                    batch[0].result = self._run(single)
+                except DynoqError as exc:
+                    batch[0].error = exc
+                return
             request, owners = plan(batch)
             try:
                 reply = self._run(request)
@@ -64,11 +89,5 @@ class Combining:
             raise
         finally:
             for q in batch:
-                if q.signal is not None:
-                    q.batch = None
-                    q.signal.set()
-            with self._lock:
-                more = self._state.done()
-            if more:  # the first waiting thread sends them: this one returns its answer
-                more[0].batch = more
-                more[0].signal.set()
+                if q.batch is None:  # the sender itself is not waiting
+                    q.signal.release()

@@ -2,10 +2,11 @@
 
 The decisions are :mod:`dynoq._core.combine`, as on the sync backend
 (:mod:`dynoq.backend.combine`); only the waiting differs. A push arriving at an idle
-client is sent at once by its own task. Pushes arriving while a send is on its way wait
-on a future; the sends that take them run in a task of their own, so that cancelling
-one caller never cancels the others' answers (a cancelled caller's message may still be
-written, as when it was cancelled after its own send went out).
+client is sent at once by its own task, as the request it was before group commit.
+Pushes arriving while a send is on its way wait on a future; the sends that take them
+run in a task of their own, so that cancelling one caller never cancels the others'
+answers (a cancelled caller's message may still be written, as when it was cancelled
+after its own send went out).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..._core.calls import Call
-from ..._core.combine import Combiner, Pending, fail, plan, settle
+from ..._core.combine import Combiner, Pending, alone, fail, plan, settle
 from ...errors import DynoqError
 
 if TYPE_CHECKING:
@@ -33,26 +34,22 @@ class Combining:
     async def push(self, ops: QueueOps, out: Outgoing, mode: str) -> int:
         """Push one validated message (with whatever other tasks push meanwhile); its
         result: 1 pushed, 0 skipped (mode "ensure"). Raises its own call's error."""
-        p = Pending(ops, out, mode)
-        if self._state.arrive(p):
-            batch = self._state.take()
+        if self._state.claim():
             try:
-                await self._send(batch)
+                return int(await self._run(ops.push([out], mode=mode)))
             finally:  # cancelled or not: what waits meanwhile is sent by a task
                 more = self._state.done()
                 if more:
-                    self._spawn(more)
-        else:
-            p.signal = asyncio.get_running_loop().create_future()
-            await asyncio.shield(p.signal)
+                    task = asyncio.get_running_loop().create_task(self._sender(more))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        p = Pending(ops, out, mode)
+        p.signal = asyncio.get_running_loop().create_future()
+        self._state.wait(p)
+        await p.signal  # cancelled: the future is, and its send answers the others
         if p.error is not None:
             raise p.error
         return p.result
-
-    def _spawn(self, batch: list[Pending]) -> None:
-        task = asyncio.get_running_loop().create_task(self._sender(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _sender(self, batch: list[Pending]) -> None:
         while batch:
@@ -62,6 +59,13 @@ class Combining:
     async def _send(self, batch: list[Pending]) -> None:
         """Send ``batch`` and answer its callers (every one, whatever happens)."""
         try:
+            single = alone(batch)
+            if single is not None:
+                try:
+                    batch[0].result = await self._run(single)
+                except DynoqError as exc:
+                    batch[0].error = exc
+                return
             request, owners = plan(batch)
             try:
                 reply = await self._run(request)
@@ -74,5 +78,5 @@ class Combining:
             raise
         finally:
             for q in batch:
-                if q.signal is not None and not q.signal.done():
+                if not q.signal.done():
                     q.signal.set_result(None)
