@@ -50,10 +50,7 @@ class Combining:
                 self._next()
         p.signal.acquire()
         if p.batch is not None:  # handed a batch to send (p is in it)
-            try:
-                self._send(p.batch)
-            finally:
-                self._next()
+            self._send(p.batch)
         if p.error is not None:
             raise p.error
         return p.result
@@ -68,7 +65,8 @@ class Combining:
             more[0].signal.release()
 
     def _send(self, batch: list[Pending]) -> None:
-        """Send ``batch`` and answer its callers (every one, whatever happens)."""
+        """Send ``batch``, hand what waits meanwhile to the next sender, and answer the
+        batch's callers (every one, whatever happens)."""
         try:
             single = alone(batch)
             if single is not None:
@@ -88,6 +86,9 @@ class Combining:
             fail(batch, exc)
             raise
         finally:
+            # What waited meanwhile goes out first, while these callers wake up (waking
+            # a thread costs about what a round trip does, so the two overlap).
+            self._next()
             for q in batch:
                 if q.batch is None:  # the sender itself is not waiting
                     q.signal.release()
