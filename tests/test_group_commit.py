@@ -262,3 +262,30 @@ def test_made_ids_are_unique_and_urlsafe() -> None:
     ids = {codec.new_id() for _ in range(5000)}
     assert len(ids) == 5000
     assert all(len(i) == 16 and i.replace("-", "").replace("_", "").isalnum() for i in ids)
+
+
+def test_an_interrupted_waiter_never_leaves_the_others_waiting() -> None:
+    from dynoq.backend.combine import Combining
+
+    sent: list[Any] = []
+
+    def run(request: Any) -> Any:
+        sent.append(request)
+        return [1] * (len(request.args[4:]) // 4)
+
+    c = Combining(run)
+    ops = ops_of("q", shards=1)
+    first, second, third = pending(ops, 3)
+    assert c._state.claim()  # a send is on its way
+    for p in (first, second, third):
+        p.signal = threading.Lock()
+        p.signal.acquire()
+        c._state.wait(p)
+    c._abandon(third)  # interrupted while waiting: its push is dropped, not sent
+    assert c._state.waiting == [first, second]
+    c._next()  # the send is back: first is handed the batch...
+    assert first.batch == [first, second]
+    c._abandon(first)  # ...and interrupted: the batch goes out all the same
+    assert second.signal.acquire(timeout=10)
+    assert len(sent) == 1 and second.result == 1 and second.error is None
+    assert c._state.sending == 0 and c._state.waiting == []

@@ -68,6 +68,14 @@ class Combiner:
         """Queue a push for the next send."""
         self.waiting.append(pending)
 
+    def leave(self, pending: Pending) -> bool:
+        """A waiting caller gives up (interrupted): True when its push was still waiting
+        (it is not sent now), False when a send has taken it already."""
+        if pending in self.waiting:
+            self.waiting.remove(pending)
+            return True
+        return False
+
     def take(self) -> list[Pending]:
         """Everything waiting, for one send."""
         taken, self.waiting = self.waiting, []

@@ -48,7 +48,11 @@ class Combining:
                 return int(self._run(ops.push([out], mode=mode)))
             finally:
                 self._next()
-        p.signal.acquire()
+        try:
+            p.signal.acquire()
+        except BaseException:  # interrupted (a signal in the main thread): others go on
+            self._abandon(p)
+            raise
         if p.batch is not None:  # handed a batch to send (p is in it)
             self._send(p.batch)
         if p.error is not None:
@@ -60,9 +64,21 @@ class Combining:
         free the sender's place)."""
         with self._lock:
             more = self._state.done()
+            if more:
+                more[0].batch = more  # under the lock: see _abandon
         if more:
-            more[0].batch = more
             more[0].signal.release()
+
+    def _abandon(self, p: Pending) -> None:
+        """``p``'s thread stops waiting: its push is dropped if no send took it yet; a
+        batch handed to it is sent by a thread of its own, so that its other callers
+        still get their answers."""
+        with self._lock:
+            if self._state.leave(p) or p.batch is None:
+                return
+            batch = p.batch
+        threading.Thread(target=self._send, args=(batch,), daemon=True,
+                         name="dynoq-group-commit").start()
 
     def _send(self, batch: list[Pending]) -> None:
         """Send ``batch``, hand what waits meanwhile to the next sender, and answer the
