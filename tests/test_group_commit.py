@@ -289,3 +289,21 @@ def test_an_interrupted_waiter_never_leaves_the_others_waiting() -> None:
     assert second.signal.acquire(timeout=10)
     assert len(sent) == 1 and second.result == 1 and second.error is None
     assert c._state.sending == 0 and c._state.waiting == []
+
+
+def test_a_forked_child_pushes_though_the_parent_was_sending() -> None:
+    import os
+
+    from dynoq.backend.combine import Combining
+
+    c = Combining(lambda request: 1)
+    out = ops_of("q").prepare(dynoq.Message(1))
+    assert c._state.claim()  # the parent's send is on its way at the fork
+    pid = os.fork()
+    if pid == 0:  # the child: a push must not wait for the parent's send
+        done = threading.Event()
+        threading.Thread(target=lambda: (c.push(ops_of("q"), out, "ensure"), done.set()),
+                         daemon=True).start()
+        os._exit(0 if done.wait(10) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -10,7 +10,9 @@ one request, and returns its own answer.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._core.calls import Call
@@ -27,6 +29,13 @@ class Combining:
 
     def __init__(self, run: Any) -> None:
         self._run = run  # Backend.run: retries a dropped connection within its window
+        self._lock = threading.Lock()
+        self._state = Combiner()
+        _EVERY.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's sends and waiting threads are not here (a
+        send on its way at the fork would otherwise hold the sender's place forever)."""
         self._lock = threading.Lock()
         self._state = Combiner()
 
@@ -108,3 +117,14 @@ class Combining:
             for q in batch:
                 if q.batch is None:  # the sender itself is not waiting
                     q.signal.release()
+
+
+_EVERY: weakref.WeakSet[Combining] = weakref.WeakSet()
+
+
+def _forget_all() -> None:
+    for c in list(_EVERY):
+        c._forget()
+
+
+os.register_at_fork(after_in_child=_forget_all)
