@@ -55,7 +55,10 @@ class Queue:
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                            key=key, headers=tracing.inject(headers)))
-            self.backend.run(self.ops.push([out]))
+            if self.ops.combines():  # sent with other callers' single pushes, if any
+                self.backend.push(self.ops, out, self.ops.mode_of(out))
+            else:
+                self.backend.run(self.ops.push([out]))
         return out.id
 
     def ensure(self, payload: Any, *, id: str, delay: float = 0.0, priority: int = 0,
@@ -67,6 +70,8 @@ class Queue:
             raise InvalidArgument("ensure() needs an id: it pushes only if that id is absent")
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                        key=key, headers=headers))
+        if self.ops.combines():
+            return bool(self.backend.push(self.ops, out, "ensure"))
         return bool(self.backend.run(self.ops.push([out], mode="ensure")))
 
     def push_many(self, items: Iterable[Any]) -> list[str]:

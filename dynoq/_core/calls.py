@@ -79,15 +79,18 @@ class Batch:
     reply is the list of their parsed replies, in order, passed through ``parse`` when
     given. With ``wait=(replicas, ms)``, ``WAIT`` follows the writes on each node's
     connection, and the number of replicas that confirmed (the fewest over the nodes) is
-    appended to the list."""
+    appended to the list. With ``each=True`` a call's error does not end the batch: its
+    DynoqError takes its place in the list (the calls of several callers, sent together:
+    see _core/combine.py)."""
 
-    __slots__ = ("calls", "parse", "wait")
+    __slots__ = ("calls", "each", "parse", "wait")
 
     def __init__(self, calls: Sequence[Call | Cmd], *, wait: tuple[int, int] | None = None,
-                 parse: Parse | None = None) -> None:
+                 parse: Parse | None = None, each: bool = False) -> None:
         self.calls = calls
         self.wait = wait
         self.parse = parse
+        self.each = each
 
 
 class Wake:

@@ -170,10 +170,26 @@ class QueueOps:
         return shard_of(routing, self.settings.shards)
 
     def _push_call(self, mode: str, shard: int, outs: Sequence[codec.Outgoing]) -> Call:
+        call = self.push_call(mode, shard, outs)
+        call.parse = self._parser("push", shard, _ints)
+        return call
+
+    def push_call(self, mode: str, shard: int, outs: Sequence[codec.Outgoing]) -> Call:
+        """One push call of validated messages to one shard, its reply unparsed: one
+        result a message (1 pushed, 0 skipped), or a refusal (see :meth:`refused`)."""
         args: list[Any] = [self.epoch, mode, self._window_ms, self.wake]
         for o in outs:
             args += (o.id, o.delay_ms, o.priority, o.body)
-        return Call(_PUSH, self._push_keys[shard], args, self._parser("push", shard, _ints))
+        return Call(_PUSH, self._push_keys[shard], args)
+
+    def combines(self) -> bool:
+        """Whether a single push may go out with others (group commit, _core/combine.py):
+        not when the queue waits for replicas (its batch ends with WAIT)."""
+        return not self.settings.min_replicas
+
+    def mode_of(self, out: codec.Outgoing) -> str:
+        """The mode :meth:`push` gives a message when none is asked."""
+        return _mode(out)
 
     def push(self, outs: Sequence[codec.Outgoing], *, mode: str | None = None) -> Call | Batch:
         """Push validated messages; the reply is how many were added. Mode "push" replaces

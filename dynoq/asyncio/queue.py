@@ -53,7 +53,10 @@ class Queue:
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                            key=key, headers=tracing.inject(headers)))
-            await self.backend.run(self.ops.push([out]))
+            if self.ops.combines():  # sent with other callers' single pushes, if any
+                await self.backend.push(self.ops, out, self.ops.mode_of(out))
+            else:
+                await self.backend.run(self.ops.push([out]))
         return out.id
 
     async def ensure(self, payload: Any, *, id: str, delay: float = 0.0, priority: int = 0,
@@ -65,6 +68,8 @@ class Queue:
             raise InvalidArgument("ensure() needs an id: it pushes only if that id is absent")
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                        key=key, headers=headers))
+        if self.ops.combines():
+            return bool(await self.backend.push(self.ops, out, "ensure"))
         return bool(await self.backend.run(self.ops.push([out], mode="ensure")))
 
     async def push_many(self, items: Iterable[Any]) -> list[str]:

@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -24,9 +24,14 @@ from .._core.retry import RetryWindow
 from .._core.timeouts import Timeouts, wait_steps
 from ..errors import DynoqError
 from .bounds import dropped
+from .combine import Combining
 from .errors import CLIENT_ERRORS, refused_load, translate
 from .pools import limits_of, make_room
 from .wakeup import Subscription, Waiter
+
+if TYPE_CHECKING:
+    from .._core.codec import Outgoing
+    from .._core.ops import QueueOps
 
 T = TypeVar("T")
 # What a request may end in: redis-py's errors, and DynoqErrors translated from them.
@@ -74,6 +79,7 @@ class Backend:
         self._window = 0.0 if client_resends else self.timeouts.retry_window
         self._closer = closer or client.close
         self._waiter = Waiter(client, self._hold, self.timeouts)
+        self._combining = Combining(self.run)
 
     def __repr__(self) -> str:
         return f"<dynoq backend {self.display_url}>"
@@ -146,6 +152,11 @@ class Backend:
         for step in wait_steps(wait, self.timeouts.command):
             pipe.execute_command("WAIT", *step)
         return list(pipe.execute(raise_on_error=False))
+
+    def push(self, ops: QueueOps, out: Outgoing, mode: str) -> int:
+        """Push one validated message, sent with the single pushes other threads make
+        meanwhile (group commit, :mod:`.combine`); 1 pushed, 0 skipped (mode "ensure")."""
+        return self._combining.push(ops, out, mode)
 
     def drive(self, flow: Generator[Request, Any, T]) -> T:
         """Run a flow to its end: each request it yields is run and its reply sent back
@@ -243,8 +254,16 @@ def finish(batch: Batch, replies: list[Any], pool: PoolLimits | None = None) -> 
     out: list[Any] = []
     for call, reply in zip(batch.calls, replies, strict=False):
         if isinstance(reply, Exception):
-            raise translate(reply, pool) from reply
-        out.append(reply if call.parse is None else call.parse(reply))
+            if not batch.each:
+                raise translate(reply, pool) from reply
+            out.append(translate(reply, pool))
+            continue
+        try:
+            out.append(reply if call.parse is None else call.parse(reply))
+        except DynoqError as exc:
+            if not batch.each:
+                raise
+            out.append(exc)
     if batch.wait is not None:
         out.append(replies[-1])
     return out if batch.parse is None else batch.parse(out)

@@ -108,18 +108,17 @@ end
 -- One deadline string for the batch: a number argument is formatted again per message.
 local deadline = string.format('%d', now + vis)
 local out, unacks, states = {1, rest}, {'+inf', PIN}, {PIN, ''}
+-- Per message (a hot loop): one string made (the state, token included, by one format)
+-- and the tables filled by counters, not by their length.
+local o, u, st, fmt = 2, 2, 2, string.format
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
     local n = attempts(dlvs[k]) + 1
-    local tok = nonce .. '.' .. n
-    states[#states + 1] = id
-    states[#states + 1] = string.format('%d|%d|', n, tonumber(popped[2 * k])) .. tok
-    unacks[#unacks + 1] = deadline
-    unacks[#unacks + 1] = id
-    out[#out + 1] = id
-    out[#out + 1] = rec
-    out[#out + 1] = n
+    states[st + 1], states[st + 2] = id, fmt('%d|%d|%s.%d', n, tonumber(popped[2 * k]), nonce, n)
+    unacks[u + 1], unacks[u + 2] = deadline, id
+    out[o + 1], out[o + 2], out[o + 3] = id, rec, n
+    o, u, st = o + 3, u + 2, st + 2
   end
 end
 bulk('ZADD', unack, unacks)

@@ -18,10 +18,11 @@ local function attempts(d)
   return tonumber(string.match(d, '^(%d+)')) or 0
 end
 
--- A suffix compare, not a pattern: this runs once per acked message. A token never
--- holds '|', so '|' .. tok can only match the state's last field.
+-- A suffix compare, not a pattern, and no string made: this runs once per acked message.
+-- A token never holds '|', so a '|' then tok at the end can only be the state's last field.
 local function matches(d, tok)
   if tok == '' then return true end
   if not d or string.find(tok, '|', 1, true) then return false end
-  return string.sub(d, -#tok - 1) == '|' .. tok
+  local at = #d - #tok
+  return at > 0 and string.byte(d, at) == 124 and string.find(d, tok, at + 1, true) == at + 1
 end
