@@ -11,6 +11,7 @@ import logging
 
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
+from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer, Middleware
 from .consumer.many import Consumers
@@ -39,6 +40,7 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
+from .halves import Half, Transaction
 from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
@@ -55,6 +57,7 @@ __version__ = "0.2.0"
 logging.getLogger("dynoq").addHandler(logging.NullHandler())
 
 __all__ = [
+    "Checker",
     "Client",
     "ConnectionFailed",
     "Consumer",
@@ -64,6 +67,7 @@ __all__ = [
     "DeadLetter",
     "DynoqError",
     "GroupConflict",
+    "Half",
     "InvalidArgument",
     "InvalidType",
     "LeaseLost",
@@ -101,5 +105,6 @@ __all__ = [
     "Tasks",
     "Topic",
     "TopicSettings",
+    "Transaction",
     "connect",
 ]
