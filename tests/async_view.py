@@ -128,6 +128,14 @@ class ClientView(View):
 
         return ConsumerView(self._loop.run(make()), self._loop)
 
+    def checker(self, queue: Any, check: Any, **options: Any) -> Any:
+        target = queue._target if isinstance(queue, View) else queue
+
+        async def make() -> Any:
+            return self._target.checker(target, check, **options)
+
+        return ConsumerView(self._loop.run(make()), self._loop)
+
     def close(self) -> None:
         self._loop.run(self._target.close())
         self._sync.close()
