@@ -50,13 +50,16 @@ class Checker:
     ``check(msg)`` returns "commit", "rollback" or "unknown" (a coroutine function on
     asyncio is awaited). ``concurrency`` checkers loops run at once; each claims up to
     ``batch_size`` due messages per shard at a time, for ``claim_timeout`` seconds; with
-    nothing due a loop looks again after ``poll_interval`` seconds."""
+    nothing due a loop looks again after ``poll_interval`` seconds. ``observer(queue,
+    group, outcome)`` is told each outcome of :data:`OUTCOMES` (e.g.
+    ``dynoq.metrics.default_metrics().observe_check``)."""
 
     def __init__(self, queue: Queue, check: Check, *, group: str = "producers",
                  check_interval: float = 60.0, max_checks: int = 15,
                  claim_timeout: float = 30.0, poll_interval: float = 1.0,
                  concurrency: int = 1, batch_size: int = 10,
-                 instance_id: str | None = None) -> None:
+                 instance_id: str | None = None,
+                 observer: Callable[[str, str, str], None] | None = None) -> None:
         if not callable(check):
             raise InvalidType(f"check must be callable, got {type(check).__name__}")
         self.queue = queue
@@ -71,6 +74,8 @@ class Checker:
                                                high=halves.MAX_CLAIM)
         self.instance_id = instance_id or secrets.token_hex(6)
         self.counts: Counter[str] = Counter()  # outcomes so far (OUTCOMES)
+        # told (queue, group, outcome) at each: dynoq.metrics.Metrics.observe_check
+        self.observer = observer
         self._stopping = new_event()
         self._workers: list[Any] = []
         self._turn = 0
@@ -151,7 +156,7 @@ class Checker:
                 reply = backend.run(tx.settle(
                     shard, c.msg.id or "", what, token=c.token,
                     interval_s=self.check_interval, max_checks=self.max_checks))
-                self.counts[self._outcome(what, reply)] += 1
+                self._count(self._outcome(what, reply))
         return total
 
     def _ask(self, c: halves.Claimed) -> str:
@@ -160,16 +165,24 @@ class Checker:
         except Exception:
             log.exception("checker %s: check(%r) raised; asking again in %ss",
                           self.group, c.msg.id, self.check_interval)
-            self.counts["error"] += 1
+            self._count("error")
             return "unknown"
         answer = halves.answer(value)
         if answer is None:
             log.warning("checker %s: check(%r) answered %r, not 'commit', 'rollback' or "
                         "'unknown'; asking again in %ss", self.group, c.msg.id,
                         value, self.check_interval)
-            self.counts["invalid"] += 1
+            self._count("invalid")
             return "unknown"
         return answer
+
+    def _count(self, outcome: str) -> None:
+        self.counts[outcome] += 1
+        if self.observer is not None:
+            try:
+                self.observer(self.queue.name, self.group, outcome)
+            except Exception:  # a broken observer must not stop the checks
+                log.exception("checker %s: the observer raised", self.group)
 
     def _outcome(self, what: str, reply: int) -> str:
         if reply == halves.BURIED:

@@ -130,7 +130,8 @@ class Client:
                 check_interval: float = 60.0, max_checks: int = 15,
                 claim_timeout: float = 30.0, poll_interval: float = 1.0,
                 concurrency: int = 1, batch_size: int = 10,
-                instance_id: str | None = None) -> Checker:
+                instance_id: str | None = None,
+                observer: Callable[[str, str, str], None] | None = None) -> Checker:
         """A checker of ``queue``'s prepared messages left undecided past their
         ``check_after``: ``check(msg)`` answers "commit", "rollback" or "unknown" (see
         :class:`dynoq.Checker`; DESIGN.md §3.6). Checker groups are their own namespace,
@@ -138,7 +139,7 @@ class Client:
         return Checker(queue, check, group=group, check_interval=check_interval,
                        max_checks=max_checks, claim_timeout=claim_timeout,
                        poll_interval=poll_interval, concurrency=concurrency,
-                       batch_size=batch_size, instance_id=instance_id)
+                       batch_size=batch_size, instance_id=instance_id, observer=observer)
 
     # -- consumers -------------------------------------------------------------------------
 
