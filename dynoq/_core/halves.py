@@ -79,6 +79,9 @@ class TxOps:
 
     def __init__(self, ops: QueueOps) -> None:
         self.ops = ops
+        # KEYS lists per shard, built once: prepare and commit are a producer's hot path
+        self._prepare_keys = [_PREPARE.key_list(k) for k in ops.shard_keys]
+        self._settle_keys = [_SETTLE.key_list(k) for k in ops.shard_keys]
 
     def prepare(self, payload: Any, *, id: str | None, key: str | None, delay: float,
                 priority: int, headers: dict[str, Any] | None,
@@ -90,16 +93,15 @@ class TxOps:
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                        key=key, headers=headers))
         shard = self.ops.shard_for(out.routing)
-        what = f"prepare on {self.ops.name!r}"
+        checked = self.ops._parser("prepare", shard, int)
 
         def parse(reply: Any) -> bool:
-            self.ops.refused(reply, what)
-            if int(reply) == 0 and not out.generated:
+            if checked(reply) == 0 and not out.generated:
                 raise InvalidArgument(f"a message with id {out.id!r} is stored in "
                                       f"{self.ops.name!r} already: prepare a new id")
             return True
 
-        return out.id, shard, Call(_PREPARE, _PREPARE.key_list(self.ops.shard_keys[shard]),
+        return out.id, shard, Call(_PREPARE, self._prepare_keys[shard],
                                    [self.ops.epoch, out.id, out.delay_ms, out.priority,
                                     out.body, validate.to_ms(wait)], parse)
 
@@ -107,15 +109,9 @@ class TxOps:
                interval_s: float = 0.0, max_checks: int = 0) -> Call:
         """Commit, roll back or (a checker) put off one prepared message; the reply is
         tx-settle's code (DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED)."""
-        context = f"{what} of {msg_id!r} in {self.ops.name!r}"
-
-        def parse(reply: Any) -> int:
-            self.ops.refused(reply, context)
-            return int(reply)
-
-        return Call(_SETTLE, _SETTLE.key_list(self.ops.shard_keys[shard]),
+        return Call(_SETTLE, self._settle_keys[shard],
                     [self.ops.epoch, msg_id, what, token, validate.to_ms(interval_s),
-                     max_checks, self.ops.wake], parse)
+                     max_checks, self.ops.wake], self.ops._parser(what, shard, int))
 
     def decided(self, msg_id: str, what: str, reply: int) -> bool:
         """A producer's commit / rollback reply as the Half API's bool."""

@@ -63,7 +63,6 @@ if what == 'commit' then
   if not replaced then
     local _, delay = times(rec)
     redis.call('HSET', msgs, id, restamped(rec, now))
-    redis.call('HDEL', dlv, id)
     promote(delayed, ready, msgs, dlv, seq, now, 5000)  -- what is due goes first
     local plan = placing(delayed, ready, now)
     place(plan, id, delay or 0, priority(rec), redis.call('INCR', seq))
