@@ -15,11 +15,13 @@ Goals: prepare+commit >= 0.45x push; drain with P prepared >= 0.9x drain with no
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import redis
 
 import dynoq
-from benchmarks.common import clean_up, median, parser, rate, server_url, server_version, table
+from benchmarks.common import clean_up, median, parser, server_url, server_version, table
 from dynoq._core.calls import Batch
 
 
@@ -30,6 +32,23 @@ def fill_prepared(q: dynoq.Queue, count: int, payload: str) -> None:
                               headers=None, check_after_s=86400.0)[2]
                  for _ in range(min(1000, count - start))]
         q.backend.run(Batch(calls))
+
+
+ROUNDS = 10  # alternating rounds per repeat
+
+
+def seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def produce(q: dynoq.Queue, how: str, n: int, payload: str) -> None:
+    for _ in range(n):
+        if how == "push":
+            q.push(payload)
+        else:
+            q.prepare(payload).commit()
 
 
 def drain(q: dynoq.Queue, n: int) -> None:
@@ -57,17 +76,22 @@ def main() -> None:
         full = client.queue("full", shards=4)
         fill_prepared(full, args.prepared, payload)
         assert full.stats().prepared == args.prepared
+        step, drain_step = args.n // ROUNDS, args.drain_n // ROUNDS
         for rep in range(args.repeats):
+            # Side by side in small alternating rounds (one first, then the other), so
+            # both cases see the same load on a shared machine.
             q = client.queue(f"p{rep}", shards=4)
-            results["push"].append(rate(args.n, lambda q=q: [
-                q.push(payload) for _ in range(args.n)]))
-            results["prepare+commit"].append(rate(args.n, lambda q=q: [
-                q.prepare(payload).commit() for _ in range(args.n)]))
-            pair = [("drain/0 prepared", empty), (many, full)]
-            for name, target in pair if rep % 2 == 0 else pair[::-1]:  # neither always first
-                target.push_many([payload] * args.drain_n)
-                results[name].append(rate(args.drain_n,
-                                          lambda t=target: drain(t, args.drain_n)))
+            spent = dict.fromkeys(cases, 0.0)
+            for k in range(ROUNDS):
+                for name in (cases[:2] if k % 2 == 0 else cases[1::-1]):
+                    spent[name] += seconds(lambda n=name, q=q: produce(q, n, step, payload))
+                for name in (cases[2:] if k % 2 == 0 else cases[:1:-1]):
+                    target = empty if name == cases[2] else full
+                    target.push_many([payload] * drain_step)
+                    spent[name] += seconds(lambda t=target: drain(t, drain_step))
+            for name in cases:
+                done = step if name in cases[:2] else drain_step
+                results[name].append(done * ROUNDS / spent[name])
         assert full.stats().prepared == args.prepared and full.size() == 0
         clean_up(r, client, "btx:")
     med = {c: median(v) for c, v in results.items()}
