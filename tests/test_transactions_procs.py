@@ -90,6 +90,7 @@ def test_producer_killed_after_the_db_commit_is_delivered_once(
         assert _drain(q) == ["o-1"]
     finally:
         _stop(checker)
+    assert checker.returncode == 0  # SIGTERM: a graceful stop
     assert [m for _, m in _marks(marks)] == ["o-1"]
     assert _drain(q, 0.5) == []
     assert q.stats().total("committed") == 1
@@ -132,6 +133,28 @@ def test_a_checker_killed_while_deciding_is_replaced_once(
     first, second = _marks(marks)
     assert first[0] == hung.pid and second == (other.pid, "o-3")  # decided once, by it
     assert q.stats().total("committed") == 1
+
+
+def test_concurrent_commit_and_rollback_from_two_processes_one_wins(
+        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    n = 300
+    for i in range(n):
+        q.prepare(i, id=f"race-{i}")
+    start = time.time() + 2.0
+    procs = {what: _spawn("decide", real_url, prefix, str(tmp_path / what), what, str(n),
+                          str(start)) for what in ("commit", "rollback")}
+    for p in procs.values():
+        assert p.wait(60) == 0, p.stderr.read() if p.stderr else ""
+    won = {what: {line.split()[0]: line.split()[1] == "True"
+                  for line in (tmp_path / what).read_text().splitlines()}
+           for what in procs}
+    committed = {i for i, ok in won["commit"].items() if ok}
+    assert all(won["commit"][i] != won["rollback"][i] for i in won["commit"])  # one wins
+    assert len(won["commit"]) == n and 0 < len(committed) < n  # a real race: both won some
+    assert set(_drain(q, 0.5)) == committed  # delivered if and only if the commit won
+    for i in won["commit"]:  # and every later answer agrees
+        assert q.half(i).commit() is (i in committed)
+    assert q.stats().prepared == 0
 
 
 def test_many_producers_and_two_checkers_under_random_kills(

@@ -6,6 +6,10 @@ SQLite file and prepares its message, and a checker that looks the order up.
         commit), "after-db-commit" (SIGKILLs itself after the database commit, before
         half.commit()), "done" (commits both), "loop" (orders ORDER-0, ORDER-1, ...
         forever, a quarter of them rolled back in the database, killed by the test)
+    python tx_procs.py decide URL PREFIX OUT WHAT N START
+        at START (time.time()), commits race-0 .. race-N-1 (WHAT "commit") or rolls
+        them back from the other end (WHAT "rollback") as fast as it can, so the two
+        meet in the middle; writes "<id> <True|False>" lines to OUT
     python tx_procs.py check URL PREFIX DB MARKS [hang]
         runs a checker until SIGTERM; writes a line to MARKS at each check; with "hang"
         it hangs in its first check (the test SIGKILLs it there)
@@ -78,9 +82,23 @@ def check(url: str, prefix: str, path: str, marks: str, hang: bool) -> None:
                        poll_interval=0.1).run()
 
 
+def decide(url: str, prefix: str, out: str, what: str, n: int, start: float) -> None:
+    with dynoq.connect(url, prefix=prefix) as client:
+        q = client.queue(QUEUE, shards=2)
+        order = range(n) if what == "commit" else range(n - 1, -1, -1)
+        halves = [q.half(f"race-{i}") for i in order]
+        while time.time() < start:
+            pass  # spin: both processes begin within microseconds of each other
+        results = [(h.id, getattr(h, what)()) for h in halves]
+    with open(out, "w") as f:
+        f.writelines(f"{i} {r}\n" for i, r in results)
+
+
 if __name__ == "__main__":
     cmd, url, prefix, path, arg, *rest = sys.argv[1:]
-    if cmd == "produce":
+    if cmd == "decide":
+        decide(url, prefix, path, arg, int(rest[0]), float(rest[1]))
+    elif cmd == "produce":
         produce(url, prefix, path, arg, rest[0])
     else:
         check(url, prefix, path, arg, rest == ["hang"])
