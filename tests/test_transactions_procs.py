@@ -140,9 +140,13 @@ def test_concurrent_commit_and_rollback_from_two_processes_one_wins(
     n = 300
     for i in range(n):
         q.prepare(i, id=f"race-{i}")
-    start = time.time() + 2.0
+    go = tmp_path / "go"
     procs = {what: _spawn("decide", real_url, prefix, str(tmp_path / what), what, str(n),
-                          str(start)) for what in ("commit", "rollback")}
+                          str(go)) for what in ("commit", "rollback")}
+    wait_for(lambda: all((tmp_path / f"{w}.ready").exists() for w in procs), timeout=60,
+             what="both processes connected")
+    (tmp_path / "go.tmp").write_text(str(time.time() + 0.3))
+    (tmp_path / "go.tmp").rename(go)  # whole, at once
     for p in procs.values():
         assert p.wait(60) == 0, p.stderr.read() if p.stderr else ""
     won = {what: {line.split()[0]: line.split()[1] == "True"

@@ -6,8 +6,9 @@ SQLite file and prepares its message, and a checker that looks the order up.
         commit), "after-db-commit" (SIGKILLs itself after the database commit, before
         half.commit()), "done" (commits both), "loop" (orders ORDER-0, ORDER-1, ...
         forever, a quarter of them rolled back in the database, killed by the test)
-    python tx_procs.py decide URL PREFIX OUT WHAT N START
-        at START (time.time()), commits race-0 .. race-N-1 (WHAT "commit") or rolls
+    python tx_procs.py decide URL PREFIX OUT WHAT N GO
+        connected, writes OUT.ready; once the file GO holds a time (time.time()), at
+        that time commits race-0 .. race-N-1 (WHAT "commit") or rolls
         them back from the other end (WHAT "rollback") as fast as it can, so the two
         meet in the middle; writes "<id> <True|False>" lines to OUT
     python tx_procs.py check URL PREFIX DB MARKS [hang]
@@ -82,11 +83,18 @@ def check(url: str, prefix: str, path: str, marks: str, hang: bool) -> None:
                        poll_interval=0.1).run()
 
 
-def decide(url: str, prefix: str, out: str, what: str, n: int, start: float) -> None:
+def decide(url: str, prefix: str, out: str, what: str, n: int, go: str) -> None:
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue(QUEUE, shards=2)
         order = range(n) if what == "commit" else range(n - 1, -1, -1)
         halves = [q.half(f"race-{i}") for i in order]
+        q.stats()  # connected (every node of a cluster)
+        with open(out + ".ready", "w"):
+            pass
+        while not os.path.exists(go):  # the test renames it into place whole
+            time.sleep(0.01)
+        with open(go) as f:
+            start = float(f.read())
         while time.time() < start:
             pass  # spin: both processes begin within microseconds of each other
         results = [(h.id, getattr(h, what)()) for h in halves]
@@ -97,7 +105,7 @@ def decide(url: str, prefix: str, out: str, what: str, n: int, start: float) -> 
 if __name__ == "__main__":
     cmd, url, prefix, path, arg, *rest = sys.argv[1:]
     if cmd == "decide":
-        decide(url, prefix, path, arg, int(rest[0]), float(rest[1]))
+        decide(url, prefix, path, arg, int(rest[0]), rest[1])
     elif cmd == "produce":
         produce(url, prefix, path, arg, rest[0])
     else:
