@@ -49,7 +49,7 @@ ROLES: dict[str, Role] = {
                      "commit, roll back, and run their checker (RocketMQ's check-back "
                      "asks the producer group)",
                      _OPEN | {"push", "publish", "task-push", "task-state", "reschedule",
-                              "tx-prepare", "tx-settle", "tx-claim"},
+                              "tx-prepare", "tx-settle", "tx-publish", "tx-claim"},
                      _REGISTER),
     "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
                   _OPEN | {"push", "publish", "push-batch", "batch-commit"}, _REGISTER),
@@ -59,7 +59,7 @@ ROLES: dict[str, Role] = {
         "purge dead letters, schedules; run task workers, with kept results; prepare, "
         "commit and roll back transactional messages from a handler",
         _OPEN | {"push", "publish", "pop", "probe", "ack", "nack", "extend", "requeue",
-                 "tx-prepare", "tx-settle",
+                 "tx-prepare", "tx-settle", "tx-publish",
                  "task-push", "task-state", "task-cancel", "task-keep",
                  "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
                  "lease-renew", "lease-release", "group-heartbeat", "group-leave",

@@ -126,13 +126,13 @@ class Client:
 
     # -- transaction checkers ----------------------------------------------------------------
 
-    def checker(self, queue: Queue, check: Check, *, group: str = "producers",
+    def checker(self, queue: Queue | Topic, check: Check, *, group: str = "producers",
                 check_interval: float = 60.0, max_checks: int = 15,
                 claim_timeout: float = 30.0, poll_interval: float = 1.0,
                 concurrency: int = 1, batch_size: int = 10,
                 instance_id: str | None = None,
                 observer: Callable[[str, str, str], None] | None = None) -> Checker:
-        """A checker of ``queue``'s prepared messages left undecided past their
+        """A checker of ``queue``'s (or a topic's) prepared messages left undecided past their
         ``check_after``: ``check(msg)`` answers "commit", "rollback" or "unknown" (see
         :class:`dynoq.Checker`; DESIGN.md §3.6). Checker groups are their own namespace,
         apart from consumer groups."""

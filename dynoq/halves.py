@@ -18,8 +18,8 @@ from .backend import Backend
 
 class Half:
     """A prepared message: stored, never delivered, until :meth:`commit`. Get one from
-    ``q.prepare(...)``, or rebuild one from its id with ``q.half(id)`` (for a
-    process that prepared it and then restarted)."""
+    ``q.prepare(...)`` (or a topic's ``t.prepare(...)``), or rebuild one from
+    its id with ``q.half(id)`` (for a process that prepared it and then restarted)."""
 
     def __init__(self, backend: Backend, tx: TxOps, id: str,
             shard: int | None = None) -> None:
@@ -46,7 +46,7 @@ class Half:
     def _settle(self, what: str) -> bool:
         if self._shard is None:
             self._shard = self.backend.drive(self.tx.locate(self.id))
-        reply = self.backend.run(self.tx.settle(self._shard, self.id, what))
+        reply = self.backend.drive(self.tx.settle_flow(self._shard, self.id, what))
         return self.tx.decided(self.id, what, reply)
 
 

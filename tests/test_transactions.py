@@ -409,3 +409,47 @@ def test_checker_run_stops_on_stop(client: dynoq.Client) -> None:
     checker.stop()
     t.join(15)
     assert not t.is_alive()
+
+
+# -- topics -------------------------------------------------------------------------------
+
+def test_a_topic_publishes_a_prepared_message_at_its_commit(client: dynoq.Client) -> None:
+    t = client.topic("txt", shards=2)
+    t.subscribe("all")
+    t.subscribe("paid-only", tags="paid")
+    half = t.prepare({"order": 1}, id="tp-1", tag="paid")
+    other = t.prepare({"order": 2}, id="tp-2", tag="refunded")
+    every, paid = t.group_queue("all"), t.group_queue("paid-only")
+    assert every.pop(10) == [] and paid.pop(10) == [] and every.size() == 0
+    assert sorted(p.id for p in t.prepared()) == ["tp-1", "tp-2"]
+    t.subscribe("late")  # subscribed before the commit: it gets the message
+    assert half.commit() is True and half.commit() is True and half.rollback() is False
+    assert other.rollback() is True and other.commit() is False
+    assert [m.id for m in every.pop(10)] == ["tp-1"]
+    assert [m.id for m in paid.pop(10)] == ["tp-1"]
+    [m] = t.group_queue("late").pop(10)
+    assert (m.id, m.tag, m.payload) == ("tp-1", "paid", {"order": 1})
+    assert t.prepared() == []
+    with pytest.raises(dynoq.InvalidArgument):
+        t.half("never").commit()
+
+
+def test_a_topic_transaction_and_its_checker(client: dynoq.Client) -> None:
+    t = client.topic("txt", shards=2)
+    t.subscribe("g")
+    with pytest.raises(RuntimeError), t.transaction("lost", id="tt-0"):
+        raise RuntimeError("db failed")
+    with t.transaction("kept", id="tt-1"):
+        pass
+    t.prepare("asked", id="tt-2", check_after=0, delay=30)
+    t.prepare("refused", id="tt-3", check_after=0)
+    checker = _checker(client, t, lambda m: "commit" if m.id == "tt-2" else "rollback")
+    checker.start()
+    try:
+        wait_for(lambda: t.prepared() == [], what="the checker deciding")
+    finally:
+        checker.stop()
+    q = t.group_queue("g")
+    assert [m.id for m in q.pop(10)] == ["tt-1"]
+    assert q.stats().delayed == 1 and q.contains("tt-2")  # its delay counts from the commit
+    assert not q.contains("tt-3") and not q.contains("tt-0")

@@ -15,14 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidType, RecordError
+from ..errors import STALE, InvalidArgument, InvalidType, RecordError, raise_for
 from ..message import Message
 from . import codec, validate
 from .calls import Batch, Call, Cmd, Flow, pairs
 from .lua import script
 from .ops import QueueOps
+from .topics import STALE_RETRIES, TopicOps
 
 _PREPARE, _SETTLE, _CLAIM = script("tx-prepare"), script("tx-settle"), script("tx-claim")
+_PUBLISH = script("tx-publish")
+_TARGET_KEYS = _PUBLISH.keys[7:]  # the nine keys of each target queue shard
 
 ANSWERS = ("commit", "rollback", "unknown")  # what a checker's check may return
 MAX_CLAIM = 100  # prepared messages one claim call hands out
@@ -85,13 +88,13 @@ class TxOps:
 
     def prepare(self, payload: Any, *, id: str | None, key: str | None, delay: float,
                 priority: int, headers: dict[str, Any] | None,
-                check_after_s: float) -> tuple[str, int, Call]:
+                check_after_s: float, tag: str | None = None) -> tuple[str, int, Call]:
         """(id, shard, the call): the call's reply is True once stored. A resent call of
         a made id that finds it stored was the first attempt's (a made id cannot exist
         before); a given id already stored is refused (InvalidArgument)."""
         wait = check_after(check_after_s)
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
-                                       key=key, headers=headers))
+                                       key=key, headers=headers, tag=tag))
         shard = self.ops.shard_for(out.routing)
         checked = self.ops._parser("prepare", shard, int)
 
@@ -112,6 +115,12 @@ class TxOps:
         return Call(_SETTLE, self._settle_keys[shard],
                     [self.ops.epoch, msg_id, what, token, validate.to_ms(interval_s),
                      max_checks, self.ops.wake], self.ops._parser(what, shard, int))
+
+    def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
+                    interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:
+        """:meth:`settle` as a flow (a topic's commit needs several steps: TopicTxOps)."""
+        return int((yield self.settle(shard, msg_id, what, token=token,
+                                      interval_s=interval_s, max_checks=max_checks)))
 
     def decided(self, msg_id: str, what: str, reply: int) -> bool:
         """A producer's commit / rollback reply as the Half API's bool."""
@@ -204,3 +213,54 @@ def answer(value: object) -> str | None:
 
 def ids_of(claims: Sequence[Claimed]) -> list[str]:
     return [c.msg.id or "" for c in claims]
+
+
+class TopicTxOps(TxOps):
+    """A topic's transaction operations. Its prepared messages wait in the topic's
+    staging keys (``TopicKeys.staging()``, one set per topic shard, under the shard's
+    hash tag); a commit publishes one to every matching group queue in one script
+    (lua/tx-publish-16.lua); rollback, checks and burial are the queue's, on the staging
+    keys (a buried one stays in the staging dead letters)."""
+
+    def __init__(self, topic: TopicOps) -> None:
+        super().__init__(QueueOps.of_keys(
+            topic.keys.staging(), topic.settings.queue_settings(), topic.limit,
+            cross_slot=topic.cross_slot, epoch=topic.epoch, on_gone=topic.on_gone))
+        self.topic = topic
+
+    def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
+                    interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:
+        if what != "commit":
+            return (yield from super().settle_flow(shard, msg_id, what, token=token,
+                                                   interval_s=interval_s,
+                                                   max_checks=max_checks))
+        keys = self.ops.shard_keys[shard]
+        record = yield Cmd(("HGET", keys.msgs, msg_id))
+        tag = ""
+        if record is not None:
+            try:
+                tag = codec.decode(msg_id, record, limit=self.ops.limit).tag or ""
+            except RecordError:
+                tag = ""  # unreadable: it goes to the groups that take every tag
+        topic = self.topic
+        context = f"commit of {msg_id!r} to {topic.name!r}"
+        for _ in range(STALE_RETRIES):
+            subs = topic._cache.get(shard)
+            if subs is None:
+                subs = topic._cache[shard] = yield from topic._shard_subs(shard)
+            call_keys = [topic.keys.subs(shard), topic.keys.epoch(shard), keys.msgs,
+                         keys.half, keys.txs, keys.decided, keys.counts]
+            args: list[Any] = [topic.epoch, subs.version, msg_id, token, tag,
+                               topic._window_ms, len(subs.targets)]
+            for target, filter_ in subs.targets:
+                target_keys = topic._target_keys(target).shard(shard)
+                call_keys += (getattr(target_keys, k) for k in _TARGET_KEYS)
+                args += (filter_, f"{topic.prefix}:wake:{target}")
+            reply = yield Call(_PUBLISH, call_keys, args)
+            if reply == STALE:
+                topic._cache.pop(shard, None)
+                continue
+            topic._refused(reply, context)
+            return int(reply)
+        raise_for(STALE, f"{context}: subscriptions kept changing")
+        return OTHER

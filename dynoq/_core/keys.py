@@ -171,6 +171,12 @@ class TopicKeys:
         sub = group if member is None else f"{group}:{member_token(member)}"
         return QueueKeys(self.prefix, f"{self.topic}:{sub}", tag=self.topic, sub=sub)
 
+    def staging(self) -> QueueKeys:
+        """Where the topic's prepared (transactional) messages wait for their commit:
+        ``<prefix>:{<topic>:<shard>}::tx:<field>``. Its part after the hash tag is empty,
+        which no group (names are not empty) gives, so no group queue shares its keys."""
+        return QueueKeys(self.prefix, f"{self.topic}::tx", tag=self.topic, sub=":tx")
+
 
 def topic_epoch(prefix: str, topic: str, shard: int) -> str:
     """A topic shard's epoch key. Its last part is no field of a queue shard (``ShardKeys``),

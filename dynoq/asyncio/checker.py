@@ -28,6 +28,7 @@ from ..errors import DynoqError, InvalidType
 from ..message import Message
 from .events import join, new_event, spawn, until_stopped, wait_event
 from .queue import Queue
+from .topic import Topic
 
 log = logging.getLogger("dynoq.checker")
 
@@ -52,12 +53,14 @@ class Checker:
     group, outcome)`` is told each outcome of :data:`OUTCOMES` (e.g.
     ``dynoq.metrics.default_metrics().observe_check``)."""
 
-    def __init__(self, queue: Queue, check: Check, *, group: str = "producers",
+    def __init__(self, queue: Queue | Topic, check: Check, *, group: str = "producers",
                  check_interval: float = 60.0, max_checks: int = 15,
                  claim_timeout: float = 30.0, poll_interval: float = 1.0,
                  concurrency: int = 1, batch_size: int = 10,
                  instance_id: str | None = None,
                  observer: Callable[[str, str, str], None] | None = None) -> None:
+        if not isinstance(queue, (Queue, Topic)):
+            raise InvalidType(f"a checker checks a Queue or a Topic, got {type(queue).__name__}")
         if not callable(check):
             raise InvalidType(f"check must be callable, got {type(check).__name__}")
         self.queue = queue
@@ -151,7 +154,7 @@ class Checker:
             for c in claimed:
                 total += 1
                 what = await self._ask(c)
-                reply = await backend.run(tx.settle(
+                reply = await backend.drive(tx.settle_flow(
                     shard, c.msg.id or "", what, token=c.token,
                     interval_s=self.check_interval, max_checks=self.max_checks))
                 self._count(self._outcome(what, reply))

@@ -16,8 +16,8 @@ from .backend import AsyncBackend
 
 class Half:
     """A prepared message: stored, never delivered, until :meth:`commit`. Get one from
-    ``await q.prepare(...)``, or rebuild one from its id with ``q.half(id)`` (for a
-    process that prepared it and then restarted)."""
+    ``await q.prepare(...)`` (or a topic's ``await t.prepare(...)``), or rebuild one from
+    its id with ``q.half(id)`` (for a process that prepared it and then restarted)."""
 
     def __init__(self, backend: AsyncBackend, tx: TxOps, id: str,
                  shard: int | None = None) -> None:
@@ -44,7 +44,7 @@ class Half:
     async def _settle(self, what: str) -> bool:
         if self._shard is None:
             self._shard = await self.backend.drive(self.tx.locate(self.id))
-        reply = await self.backend.run(self.tx.settle(self._shard, self.id, what))
+        reply = await self.backend.drive(self.tx.settle_flow(self._shard, self.id, what))
         return self.tx.decided(self.id, what, reply)
 
 
