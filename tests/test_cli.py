@@ -380,6 +380,8 @@ def test_prepared_lists_age_and_checks(run: Any, client: dynoq.Client) -> None:
     assert data["prepared"] == 2
     assert [m["id"] for m in data["messages"]] == ["p-1", "p-2"]  # the next checked first
     assert all(m["checks"] == 0 and m["age"] >= 0 for m in data["messages"])
+    [row] = json.loads(ok(run("stats", "txq", "--json")))["queues"]
+    assert (row["prepared"], row["ready"]) == (2, 1)
     q.half("p-1").commit()
     data = json.loads(ok(run("prepared", "txq", "--json")))
     assert [m["id"] for m in data["messages"]] == ["p-2"]
