@@ -110,9 +110,8 @@ class Checker:
 
     def run(self) -> None:
         """Start, wait until SIGINT/SIGTERM or :meth:`stop`, then stop."""
-        self.start()
         try:
-            until_stopped(self._stopping)
+            until_stopped(self._stopping, self.start)
         finally:
             self.stop()
 

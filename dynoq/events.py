@@ -20,10 +20,13 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
     return event.wait(max(timeout, 0.0))
 
 
-def until_stopped(event: threading.Event) -> None:
+def until_stopped(event: threading.Event, first: Callable[[], Any] | None = None) -> None:
     """Wait until ``event`` is set, SIGINT and SIGTERM setting it meanwhile (in the main
-    thread: dynoq.signals)."""
+    thread: dynoq.signals). ``first`` runs once the handlers are in place (a start: a
+    signal during it stops, never kills)."""
     with StopOnSignals(event):
+        if first is not None:
+            first()
         while not event.wait(1.0):  # timed: the relay thread may set it any time
             pass
 

@@ -28,6 +28,7 @@ import time
 import dynoq
 
 QUEUE = "orders-tx"
+MAX_TRANSACTION = 3.0  # seconds: a producer's database transaction is over by then
 
 
 def db(path: str) -> sqlite3.Connection:
@@ -75,11 +76,16 @@ def check(url: str, prefix: str, path: str, marks: str, hang: bool) -> None:
         if hang:
             time.sleep(3600)
         found = conn.execute("SELECT 1 FROM orders WHERE id = ?", (msg.id,)).fetchone()
-        return "commit" if found else "rollback"
+        if found:
+            return "commit"
+        # Absent: rolled back, or its transaction is still open (its producer is slow, not
+        # dead). Only a transaction that can no longer commit may be rolled back.
+        age = time.time() - (msg.enqueued_at or 0.0)
+        return "rollback" if age > MAX_TRANSACTION else "unknown"
 
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue(QUEUE, shards=2)
-        client.checker(q, decide, check_interval=0.2, claim_timeout=1.0,
+        client.checker(q, decide, check_interval=0.2, claim_timeout=1.0, max_checks=100,
                        poll_interval=0.1).run()
 
 

@@ -108,9 +108,8 @@ class Checker:
 
     async def run(self) -> None:
         """Start, wait until SIGINT/SIGTERM or :meth:`stop`, then stop."""
-        await self.start()
         try:
-            await until_stopped(self._stopping)
+            await until_stopped(self._stopping, self.start)
         finally:
             await self.stop()
 

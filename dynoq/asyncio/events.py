@@ -109,9 +109,11 @@ class Watch:
             self._timer = None
 
 
-async def until_stopped(event: asyncio.Event) -> None:
+async def until_stopped(event: asyncio.Event,
+                        first: Callable[[], Awaitable[Any]] | None = None) -> None:
     """Wait until ``event`` is set, SIGINT and SIGTERM setting it meanwhile (where the
-    loop can take signal handlers: its main thread, not every platform)."""
+    loop can take signal handlers: its main thread, not every platform). ``first`` runs
+    once the handlers are in place (a start: a signal during it stops, never kills)."""
     import signal
 
     loop = asyncio.get_running_loop()
@@ -121,6 +123,8 @@ async def until_stopped(event: asyncio.Event) -> None:
             loop.add_signal_handler(sig, event.set)
             signals.append(sig)
     try:
+        if first is not None:
+            await first()
         await event.wait()
     finally:
         for sig in signals:
