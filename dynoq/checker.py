@@ -49,7 +49,7 @@ class Checker:
     one with ``client.checker(q, check, group=...)``.
 
     ``check(msg)`` returns "commit", "rollback" or "unknown" (a coroutine function on
-    asyncio is awaited). ``concurrency`` checkers loops run at once; each claims up to
+    asyncio is awaited). ``concurrency`` checker loops run at once; each claims up to
     ``batch_size`` due messages per shard at a time, for ``claim_timeout`` seconds; with
     nothing due a loop looks again after ``poll_interval`` seconds. ``observer(queue,
     group, outcome)`` is told each outcome of :data:`OUTCOMES` (e.g.
@@ -70,8 +70,8 @@ class Checker:
         self.group = validate.check_name(group, "group")
         self.check_interval = halves.check_interval(check_interval)
         self.max_checks = halves.check_max_checks(max_checks)
-        self.claim_timeout = halves.check_interval(claim_timeout)
-        self.poll_interval = halves.check_interval(poll_interval)
+        self.claim_timeout = halves.check_interval(claim_timeout, "claim_timeout")
+        self.poll_interval = halves.check_interval(poll_interval, "poll_interval")
         self.concurrency = validate.check_count(concurrency, "concurrency", high=1000)
         self.batch_size = validate.check_count(batch_size, "batch_size",
                                                high=halves.MAX_CLAIM)

@@ -70,10 +70,11 @@ def check_max_checks(value: object) -> int:
     return value
 
 
-def check_interval(value: object) -> float:
-    seconds = validate.check_seconds(value, "check_interval")
+def check_interval(value: object, what: str = "check_interval") -> float:
+    """Seconds > 0 and finite (a checker's intervals and its claim's lifetime)."""
+    seconds = validate.check_seconds(value, what)
     if seconds <= 0 or not math.isfinite(seconds):
-        raise InvalidArgument(f"check_interval must be above 0 seconds, got {value!r}")
+        raise InvalidArgument(f"{what} must be above 0 seconds, got {value!r}")
     return seconds
 
 
