@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
+from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer, Middleware
 from .consumer.many import Consumers
@@ -41,6 +42,7 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
+from .halves import Half, Transaction
 from .message import ConsumerStats, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
@@ -60,6 +62,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 logging.getLogger("dynoq").addHandler(logging.NullHandler())
 
 __all__ = [
+    "Checker",
     "Client",
     "ConnectionFailed",
     "Consumer",
@@ -69,6 +72,7 @@ __all__ = [
     "DeadLetter",
     "DynoqError",
     "GroupConflict",
+    "Half",
     "InvalidArgument",
     "InvalidType",
     "LayoutError",
@@ -107,5 +111,6 @@ __all__ = [
     "Tasks",
     "Topic",
     "TopicSettings",
+    "Transaction",
     "connect",
 ]

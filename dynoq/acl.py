@@ -45,16 +45,21 @@ _REGISTER = {"SADD": frozenset({"registries"})}  # a first open registers the na
 ROLES: dict[str, Role] = {
     "producer": Role("open queues and topics, push, ensure, publish, peek, stats; send "
                      "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
-                     "its message: the consumer's)",
-                     _OPEN | {"push", "publish", "task-push", "task-state", "reschedule"},
+                     "its message: the consumer's); transactional messages: prepare, "
+                     "commit, roll back, and run their checker (RocketMQ's check-back "
+                     "asks the producer group)",
+                     _OPEN | {"push", "publish", "task-push", "task-state", "reschedule",
+                              "tx-prepare", "tx-settle", "tx-publish", "tx-claim"},
                      _REGISTER),
     "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
                   _OPEN | {"push", "publish", "push-batch", "batch-commit"}, _REGISTER),
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
-        "purge dead letters, schedules; run task workers, with kept results",
+        "purge dead letters, schedules; run task workers, with kept results; prepare, "
+        "commit and roll back transactional messages from a handler",
         _OPEN | {"push", "publish", "pop", "probe", "ack", "nack", "extend", "requeue",
+                 "tx-prepare", "tx-settle", "tx-publish",
                  "task-push", "task-state", "task-cancel", "task-keep",
                  "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
                  "lease-renew", "lease-release", "group-heartbeat", "group-leave",

@@ -68,6 +68,11 @@ class ShardStats:
     retried: int = 0  # given back by a failed handler (nack)
     expired: int = 0  # given back because their visibility ran out
     dead_lettered: int = 0
+    # Transactional messages (DESIGN.md §3.6): prepared now (stored, not waiting), and
+    # cumulative commits and rollbacks (a rollback by a checker's max_checks included)
+    prepared: int = 0
+    committed: int = 0
+    rolled_back: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,13 +99,18 @@ class QueueStats:
         return sum(s.dead for s in self.shards)
 
     @property
+    def prepared(self) -> int:
+        """Prepared (half) messages: stored, not waiting until committed."""
+        return sum(s.prepared for s in self.shards)
+
+    @property
     def size(self) -> int:
         """Waiting messages (ready + delayed), as ``Queue.size()``."""
         return self.ready + self.delayed
 
     def total(self, count: str) -> int:
-        """A cumulative count summed over the shards: pushed, acked, retried, expired or
-        dead_lettered."""
+        """A cumulative count summed over the shards: pushed, acked, retried, expired,
+        dead_lettered, committed or rolled_back."""
         return sum(getattr(s, count) for s in self.shards)
 
 

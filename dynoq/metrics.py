@@ -19,10 +19,11 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ._core.sweep import SweepReport
@@ -32,7 +33,7 @@ from .queue import Queue
 
 log = logging.getLogger("dynoq.metrics")
 
-STATES = ("ready", "delayed", "unacked", "dead")
+STATES = ("ready", "delayed", "unacked", "dead", "prepared")
 # Handler latency buckets (seconds): from fast in-memory handlers to slow external calls.
 HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0, 60.0)
@@ -47,10 +48,11 @@ class QueueCollector(Collector):
         self.queues = list(queues) if queues is not None else None
         self._open: dict[str, Queue] = {}
 
-    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+    def _families(self) -> tuple[Any, ...]:
         return (
             GaugeMetricFamily("dynoq_queue_messages", "Messages by queue, shard and state "
-                              "(ready, delayed, unacked = in flight, dead)",
+                              "(ready, delayed, unacked = in flight, dead, prepared = "
+                              "transactional messages not committed nor rolled back)",
                               labels=["queue", "shard", "state"]),
             GaugeMetricFamily("dynoq_topic_group_messages", "Messages of each topic group's "
                               "queue (one per broadcasting member) by state",
@@ -59,6 +61,10 @@ class QueueCollector(Collector):
                               "Age of the oldest message that is due but not yet delivered "
                               "(0 when none)", labels=["queue"]),
             GaugeMetricFamily("dynoq_redis_up", "1 if the last scrape could read Redis"),
+            CounterMetricFamily("dynoq_transactions", "Transactional messages decided, by "
+                                "outcome (committed, rolled_back: a checker's max_checks "
+                                "included), since each shard was created",
+                                labels=["queue", "outcome"]),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -66,7 +72,7 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, groups, oldest, up = self._families()
+        depth, groups, oldest, up, decided = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
             now = self.client.server_time()  # the clock the records' timestamps are on
@@ -86,6 +92,8 @@ class QueueCollector(Collector):
                 waiting = [now - s.oldest_ready_at for s in stats.shards
                            if s.oldest_ready_at is not None]
                 oldest.add_metric([name], max(0.0, *waiting) if waiting else 0.0)
+                for outcome in ("committed", "rolled_back"):
+                    decided.add_metric([name, outcome], stats.total(outcome))
             if self.queues is None:
                 topics = map(self.client.open_existing_topic, self.client.topic_names())
                 for topic in (t for t in topics if t is not None):
@@ -98,7 +106,7 @@ class QueueCollector(Collector):
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, groups, oldest, up]
+        return [depth, groups, oldest, up, decided]
 
 
 class Metrics:
@@ -124,6 +132,9 @@ class Metrics:
                                ["queue", "group"], registry=reg)
         self.failed = Counter("dynoq_failed", "Messages whose handler raised",
                               ["queue", "group"], registry=reg)
+        self.checks = Counter("dynoq_transaction_checks", "Answers of transaction checkers "
+                              "(commit, rollback, unknown, invalid, error, stale, buried)",
+                              ["queue", "group", "outcome"], registry=reg)
         self.handler_seconds = Histogram("dynoq_handler_seconds", "Handler latency",
                                          ["queue", "group"], buckets=HANDLER_BUCKETS,
                                          registry=reg)
@@ -145,6 +156,11 @@ class Metrics:
         """Record one handler call: its latency, and handled or failed."""
         self.handler_seconds.labels(queue, group).observe(seconds)
         (self.handled if ok else self.failed).labels(queue, group).inc()
+
+    def observe_check(self, queue: str, group: str, outcome: str) -> None:
+        """Count one transaction check by outcome: give it to a checker as
+        ``client.checker(q, check, observer=metrics.observe_check)``."""
+        self.checks.labels(queue, group, outcome).inc()
 
     @contextmanager
     def time_handler(self, queue: str, group: str) -> Iterator[None]:

@@ -14,13 +14,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import tracing
+from ._core.halves import Prepared, TxOps
 from ._core.ops import QueueOps
 from ._core.schedules import Schedule, ScheduleOps
-from ._core.validate import check_items
+from ._core.validate import check_id, check_items
 from .errors import InvalidArgument
 from .message import Message, QueueStats
 from .settings import QueueSettings
 from .backend import Backend
+from .halves import Half, Transaction
 
 
 class Queue:
@@ -33,6 +35,7 @@ class Queue:
         self.ops = ops  # the pure operations of this queue
         self.name = ops.name
         self.settings: QueueSettings = ops.settings
+        self.tx = TxOps(ops)  # transactional messages (dynoq/_core/halves.py)
 
     def __repr__(self) -> str:
         return f"<dynoq.Queue {self.name!r} {self.settings}>"
@@ -92,6 +95,47 @@ class Queue:
         first copy wins."""
         outs = self.ops.prepare_ensure(items)
         return int(self.backend.run(self.ops.push(outs, mode="ensure"))) if outs else 0
+
+    # -- transactional messages ------------------------------------------------------------
+
+    def prepare(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                delay: float = 0.0, priority: int = 0,
+                headers: dict[str, Any] | None = None,
+                check_after: float = 60.0) -> Half:
+        """Store a message that is not delivered, peeked or counted as waiting until
+        ``half.commit()`` (RocketMQ's half message); ``half.rollback()`` drops it.
+        Use it to enqueue if and only if your own database transaction commits: prepare,
+        commit your transaction, then commit the half. One left undecided for
+        ``check_after`` seconds is asked about by a checker (``client.checker``). A delay
+        counts from the commit; on an ordered queue the message takes its place at the
+        commit. A given ``id`` already stored is refused (InvalidArgument); other
+        arguments and errors as :meth:`push`."""
+        msg_id, shard, call = self.tx.prepare(payload, id=id, key=key, delay=delay,
+                                              priority=priority, headers=headers,
+                                              check_after_s=check_after)
+        self.backend.run(call)
+        return Half(self.backend, self.tx, msg_id, shard)
+
+    def transaction(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                    delay: float = 0.0, priority: int = 0,
+                    headers: dict[str, Any] | None = None,
+                    check_after: float = 60.0) -> Transaction:
+        """``with q.transaction(payload, ...) as half:`` prepares the message, then
+        commits it when the block ends cleanly and rolls it back when it raises.
+        Arguments as :meth:`prepare`."""
+        return Transaction(self.backend, self.tx, payload, {
+            "id": id, "key": key, "delay": delay, "priority": priority,
+            "headers": headers, "check_after_s": check_after})
+
+    def half(self, id: str) -> Half:
+        """The handle of a message prepared earlier (by this process or another), to
+        commit or roll it back by id."""
+        return Half(self.backend, self.tx, check_id(id))
+
+    def prepared(self, limit: int = 100) -> list[Prepared]:
+        """Up to ``limit`` (1..1000) prepared messages, the next to be checked first,
+        with when each was prepared and how many checks it had."""
+        return self.backend.drive(self.tx.prepared(limit))
 
     # -- consuming ---------------------------------------------------------------------------
 

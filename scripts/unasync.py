@@ -24,6 +24,8 @@ FILES = {
     "dynoq/asyncio/queue.py": "dynoq/queue.py",
     "dynoq/asyncio/topic.py": "dynoq/topic.py",
     "dynoq/asyncio/tasks.py": "dynoq/tasks.py",
+    "dynoq/asyncio/halves.py": "dynoq/halves.py",
+    "dynoq/asyncio/checker.py": "dynoq/checker.py",
 }
 # Applied in order to every line (outside the `# unasync:` overrides).
 SUBS: list[tuple[str, str]] = [

@@ -76,8 +76,12 @@ class View:
                         if isinstance(self._sync, dynoq.Client) else self._sync)
         if isinstance(result, dynoq.asyncio.Consumer):
             return ConsumerView(result, self._loop)
-        if isinstance(result, dynoq.asyncio.Sweeper):
+        if isinstance(result, (dynoq.asyncio.Sweeper, dynoq.asyncio.Half)):
             return View(result, self._loop)
+        if isinstance(result, dynoq.asyncio.Transaction):
+            return TransactionView(result, self._loop)
+        if isinstance(result, dynoq.asyncio.Checker):
+            return ConsumerView(result, self._loop)
         return result
 
 
@@ -89,6 +93,17 @@ class ConsumerView(View):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TransactionView(View):
+    """``with q.transaction(...) as half:`` on the async flavor: ``async with`` run on the
+    view's loop."""
+
+    def __enter__(self) -> Any:
+        return View(self._loop.run(self._target.__aenter__()), self._loop)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._loop.run(self._target.__aexit__(*exc))
 
 
 class ClientView(View):
@@ -110,6 +125,14 @@ class ClientView(View):
 
         async def make() -> Any:
             return self._target.consumer(target, handler, **options)
+
+        return ConsumerView(self._loop.run(make()), self._loop)
+
+    def checker(self, queue: Any, check: Any, **options: Any) -> Any:
+        target = queue._target if isinstance(queue, View) else queue
+
+        async def make() -> Any:
+            return self._target.checker(target, check, **options)
 
         return ConsumerView(self._loop.run(make()), self._loop)
 

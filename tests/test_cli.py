@@ -367,3 +367,21 @@ def test_destructive_commands_ask_first(run: Any, client: dynoq.Client) -> None:
     dead_letter(q, m)
     failed(run("purge-dead", "precious", input="no\n"), EXIT_FAILURE, "nothing was changed")
     assert q.stats().dead == 1
+
+
+def test_prepared_lists_age_and_checks(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("txq", shards=2)
+    q.prepare("a", id="p-1")
+    q.prepare("b", id="p-2", check_after=3600)
+    q.push("plain")
+    out = ok(run("prepared", "txq"))
+    assert "p-1" in out and "p-2" in out and "plain" not in out
+    data = json.loads(ok(run("prepared", "txq", "--json")))
+    assert data["prepared"] == 2
+    assert [m["id"] for m in data["messages"]] == ["p-1", "p-2"]  # the next checked first
+    assert all(m["checks"] == 0 and m["age"] >= 0 for m in data["messages"])
+    [row] = json.loads(ok(run("stats", "txq", "--json")))["queues"]
+    assert (row["prepared"], row["ready"]) == (2, 1)
+    q.half("p-1").commit()
+    data = json.loads(ok(run("prepared", "txq", "--json")))
+    assert [m["id"] for m in data["messages"]] == ["p-2"]

@@ -61,6 +61,12 @@ def test_every_page_on_every_backend(client: dynoq.Client) -> None:
         queue = page("/queue?q=orders")
         assert "ready-0" in queue and "later-0" in queue  # next messages, delayed by due
         assert all(i in queue for i in s.in_flight)
+        assert "Nothing prepared." in queue
+        s.orders.prepare({"order": 5}, id="half-1", check_after=3600)
+        queue = page("/queue?q=orders")
+        assert "Prepared (1)" in queue and "half-1" in queue
+        page("/queue/message?q=orders&id=half-1")  # stored: its page opens
+        assert s.orders.half("half-1").rollback()
         events = page("/queue?q=events")
         assert "worker-9:leasehost" in events and "5ecre7random" not in events
         assert re.search(r'class="n fence">1<', events)

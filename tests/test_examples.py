@@ -22,8 +22,9 @@ EXPECT = {  # a line each example prints when it did what it says
     "consumer_group.py": "handled per worker:",
     "spark_sink.py": "queued 100 emails",
     "tasks.py": "sent 3 emails; retried: ['bob@flaky.example.org']",
+    "transactional_outbox.py": "delivered: ['A-1', 'A-3']",
 }
-PREFIXES = ("shop", "timers", "ordered", "group-demo", "spark-demo", "tasks-demo")
+PREFIXES = ("shop", "timers", "ordered", "group-demo", "spark-demo", "tasks-demo", "outbox")
 
 
 def test_every_example_is_checked() -> None:

@@ -156,3 +156,36 @@ def _check_scrapes(p: Proc) -> None:
     assert ready == 7
     assert 'dynoq_sweeps_total{outcome="ok"}' in text
     assert p.stop() == 0
+
+
+def test_transactions_prepared_decided_and_checks(client: dynoq.Client) -> None:
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client))
+    m = Metrics(reg)
+    q = client.queue("txm", shards=2)
+    q.prepare("kept").commit()
+    q.prepare("dropped").rollback()
+    q.prepare("open", check_after=3600)
+    q.prepare("asked", id="asked", check_after=0)
+
+    def decided(outcome: str) -> float | None:
+        return reg.get_sample_value("dynoq_transactions_total",
+                                    {"queue": "txm", "outcome": outcome})
+
+    assert sum(reg.get_sample_value("dynoq_queue_messages",
+                                    {"queue": "txm", "shard": str(s), "state": "prepared"})
+               or 0.0 for s in range(2)) == 2
+    assert (decided("committed"), decided("rolled_back")) == (1, 1)
+    checker = client.checker(q, lambda msg: "maybe", check_interval=0.05, poll_interval=0.05,
+                             max_checks=2, observer=m.observe_check)
+    checker.start()
+    try:
+        wait_for(lambda: q.stats().dead == 1, what="buried after two checks")
+    finally:
+        checker.stop()
+    labels = {"queue": "txm", "group": "producers"}
+    assert reg.get_sample_value("dynoq_transaction_checks_total",
+                                {**labels, "outcome": "invalid"}) == 2
+    assert reg.get_sample_value("dynoq_transaction_checks_total",
+                                {**labels, "outcome": "buried"}) == 1
+    assert decided("rolled_back") == 2

@@ -258,3 +258,29 @@ def test_worker_retry_options_refuse_bad_values(embedded_server: Any, prefix: st
     assert p.stderr is not None
     err = p.stderr.read()
     assert text in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_worker_runs_a_transaction_checker_until_sigterm(real_url: str,
+                                                        real_client: dynoq.Client) -> None:
+    q = real_client.queue("tx-jobs", shards=2)
+    for n in range(6):
+        q.prepare(n, id=f"t{n}", check_after=0)
+    p = _start(real_url, real_client.prefix, "--checker", "worker_handlers:check_even",
+               "--queue", "tx-jobs", "--group", "producers", "--check-interval", "0.2",
+               "--log-format", "json")
+    try:
+        wait_for(lambda: q.stats().prepared == 0, timeout=30, what="every half decided")
+    finally:
+        p.send_signal(signal.SIGTERM)
+    assert p.wait(15) == 0
+    assert p.stderr is not None
+    lines = [json.loads(line) for line in p.stderr.read().splitlines() if line.startswith("{")]
+    assert any("checker stopped" in line["message"] for line in lines)
+    assert sorted(m.payload for m in q.pop(10)) == [0, 2, 4]
+
+
+def test_worker_checker_usage_errors(embedded_server: Any, prefix: str) -> None:
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
+    p = _start(url, prefix, "--checker", "worker_handlers:check_even")  # no --queue
+    assert p.wait(30) == 2

@@ -23,3 +23,8 @@ not_callable = 42
 def fail(msg: dynoq.Message) -> None:
     """Always fails (the worker's retry options decide when it is dead-lettered)."""
     raise RuntimeError(f"cannot handle {msg.payload!r}")
+
+
+def check_even(msg: dynoq.Message) -> str:
+    """A transaction check for ``dynoq worker --checker``: even payloads commit."""
+    return "commit" if msg.payload % 2 == 0 else "rollback"

@@ -217,6 +217,11 @@ def failure(raw: bytes | None) -> Failure | None:
             return Failure("VisibilityTimeout", "its deliveries were not acked within the "
                            "visibility timeout (a consumer crashed or hung) until its "
                            "retries were spent", "", "", *times)
+        if kind == b"t":  # lua/lib/tx.lua bury_half(): detail is the checks made
+            return Failure("TransactionUnresolved",
+                           f"transaction unresolved: still undecided after {int(detail)} "
+                           "checks, so it was rolled back (replaying it delivers it)",
+                           "", "", *times)
         error_type, error, trace, consumer = unpack(detail, 64 * 1024)
         return Failure(str(error_type), str(error), str(trace), str(consumer), *times)
     except (ValueError, TypeError, RecordError):

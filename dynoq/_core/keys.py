@@ -40,6 +40,11 @@ class ShardKeys:
     counts: str  # cumulative counts: pushed, acked, retried, expired, dead
     sched: str  # recurring messages whose occurrences land here: id -> definition
     marks: str  # recurring message id -> its latest tick pushed (ms)
+    # Transactions (lua/tx-*.lua): a prepared message's record is in `msgs` and in no
+    # state set but `half`, so nothing delivers, peeks or counts it as waiting.
+    half: str  # zset prepared id -> when it is next checked, or its check claim ends (ms)
+    txs: str  # hash prepared id -> "<checks so far>|<claim token>"
+    decided: str  # zset "c:<id>" / "r:<id>" -> when committed / rolled back (kept a day)
     # The epoch of the queue these keys belong to, "<epoch>|<shards>" (lua/epoch-set-1.lua):
     # every script that reads or writes the shard refuses a caller that opened another
     # (lib/refusal.lua gone()). A topic's group queues share their topic shard's.
@@ -59,7 +64,7 @@ class ShardKeys:
         the fencing number (which must never go back), the counts and the recurring
         messages' definitions stay."""
         return [self.delayed, self.ready, self.unack, self.msgs, self.dlv, self.dead,
-                self.seq, self.done, self.why]
+                self.seq, self.done, self.why, self.half, self.txs, self.decided]
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,12 @@ class TopicKeys:
         """The queue of a clustering group, or of one member of a broadcasting group."""
         sub = group if member is None else f"{group}:{member_token(member)}"
         return QueueKeys(self.prefix, f"{self.topic}:{sub}", tag=self.topic, sub=sub)
+
+    def staging(self) -> QueueKeys:
+        """Where the topic's prepared (transactional) messages wait for their commit:
+        ``<prefix>:{<topic>:<shard>}::tx:<field>``. Its part after the hash tag is empty,
+        which no group (names are not empty) gives, so no group queue shares its keys."""
+        return QueueKeys(self.prefix, f"{self.topic}::tx", tag=self.topic, sub=":tx")
 
 
 def topic_epoch(prefix: str, topic: str, shard: int) -> str:

@@ -671,21 +671,31 @@ class QueueOps:
 
     def stats(self) -> Batch:
         stats = script("stats")
+        n = len(self.shard_keys)
 
         def parse(replies: list[Any]) -> QueueStats:
-            for i, r in enumerate(replies):
+            for i, r in enumerate(replies[:n]):
                 self.refused(r, f"stats of shard {i} of {self.name!r}")
-            return QueueStats(self.name, tuple(
-                ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
-                           None if int(r[4]) < 0 else int(r[4]) / 1000,
-                           *(int(n) for n in r[5:10]))
-                for i, r in enumerate(replies)))
+            out = []
+            for i, r in enumerate(replies[:n]):
+                committed, rolled_back = (int(c or 0) for c in replies[n + 2 * i + 1])
+                out.append(ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
+                                      None if int(r[4]) < 0 else int(r[4]) / 1000,
+                                      pushed=int(r[5]), acked=int(r[6]),
+                                      retried=int(r[7]), expired=int(r[8]),
+                                      dead_lettered=int(r[9]), prepared=int(replies[n + 2 * i]),
+                                      committed=committed, rolled_back=rolled_back))
+            return QueueStats(self.name, tuple(out))
 
-        return Batch([stats.call(k, [self.epoch]) for k in self.shard_keys], parse=parse)
+        # prepared (half) messages: not part of the shard's atomic counts, read beside them
+        tx = [c for k in self.shard_keys for c in (
+            Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))]
+        return Batch([*(stats.call(k, [self.epoch]) for k in self.shard_keys), *tx],
+                     parse=parse)
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
-        frees large shards in the background (lua/clear-10.lua)."""
+        frees large shards in the background (lua/clear-13.lua)."""
         return Batch([_CLEAR.call(k, [self.epoch], self.checked(
             f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)],
             parse=_none)

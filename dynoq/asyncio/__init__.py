@@ -21,13 +21,15 @@ and asyncio clients work on the same queues. See docs/asyncio.md.
 """
 
 from .._core.middleware import Middleware
+from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer
 from .consumer.many import Consumers
+from .halves import Half, Transaction
 from .queue import Queue
 from .sweeper import Sweeper
 from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
-__all__ = ["Client", "Consumer", "Consumers", "Middleware", "Queue", "Sweeper", "Task",
-           "TaskHandle", "Tasks", "Topic", "connect"]
+__all__ = ["Checker", "Client", "Consumer", "Consumers", "Half", "Middleware", "Queue", "Sweeper",
+           "Task", "TaskHandle", "Tasks", "Topic", "Transaction", "connect"]

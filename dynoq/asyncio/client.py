@@ -18,6 +18,7 @@ from .._core.sweep import DEFAULT_INTERVAL, REFRESH_INTERVAL, SweepObserver
 from ..retry import RetryPolicy
 from ..settings import ConsumerSettings
 from .backend import AsyncBackend, open_backend, wrap
+from .checker import Check, Checker
 from .consumer import Consumer
 from .queue import Queue
 from .sweeper import Sweeper
@@ -123,6 +124,23 @@ class Client:
     async def topic_names(self) -> list[str]:
         """Every registered topic under this prefix, sorted."""
         return list(await self.backend.run(topics.topic_names(self.prefix)))
+
+    # -- transaction checkers ----------------------------------------------------------------
+
+    def checker(self, queue: Queue | Topic, check: Check, *, group: str = "producers",
+                check_interval: float = 60.0, max_checks: int = 15,
+                claim_timeout: float = 30.0, poll_interval: float = 1.0,
+                concurrency: int = 1, batch_size: int = 10,
+                instance_id: str | None = None,
+                observer: Callable[[str, str, str], None] | None = None) -> Checker:
+        """A checker of ``queue``'s (or a topic's) prepared messages left undecided past their
+        ``check_after``: ``check(msg)`` answers "commit", "rollback" or "unknown" (see
+        :class:`dynoq.Checker`; DESIGN.md §3.6). Checker groups are their own namespace,
+        apart from consumer groups."""
+        return Checker(queue, check, group=group, check_interval=check_interval,
+                       max_checks=max_checks, claim_timeout=claim_timeout,
+                       poll_interval=poll_interval, concurrency=concurrency,
+                       batch_size=batch_size, instance_id=instance_id, observer=observer)
 
     # -- consumers -------------------------------------------------------------------------
 

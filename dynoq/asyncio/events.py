@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -107,3 +107,42 @@ class Watch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+async def until_stopped(event: asyncio.Event,
+                        first: Callable[[], Awaitable[Any]] | None = None) -> None:
+    """Wait until ``event`` is set, SIGINT and SIGTERM setting it meanwhile (where the
+    loop can take signal handlers: its main thread, not every platform). ``first`` runs
+    once the handlers are in place (a start: a signal during it stops, never kills)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    signals: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, event.set)
+            signals.append(sig)
+    try:
+        if first is not None:
+            await first()
+        await event.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def new_event() -> asyncio.Event:
+    return asyncio.Event()
+
+
+def spawn(target: Callable[[], Coroutine[Any, Any, Any]], name: str) -> asyncio.Task[Any]:
+    """Run ``target()`` as a task named ``name`` (dynoq.events: a thread)."""
+    return asyncio.get_running_loop().create_task(target(), name=name)
+
+
+async def join(workers: list[asyncio.Task[Any]], timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds in all for ``workers``; whether all ended."""
+    if not workers:
+        return True
+    _, pending = await asyncio.wait(workers, timeout=timeout)
+    return not pending

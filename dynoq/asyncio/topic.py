@@ -14,11 +14,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import tracing
+from .._core.halves import Prepared, TopicTxOps
 from .._core.topics import GroupBacklog, Subscription, TopicOps
-from .._core.validate import check_items
+from .._core.validate import check_id, check_items
 from ..message import Message
 from ..settings import TopicSettings
 from .backend import AsyncBackend
+from .halves import Half, Transaction
 from .queue import Queue
 
 
@@ -31,6 +33,7 @@ class Topic:
         self.ops = ops
         self.name = ops.name
         self.settings: TopicSettings = ops.settings
+        self.tx = TopicTxOps(ops)  # transactional messages (dynoq/_core/halves.py)
 
     def __repr__(self) -> str:
         return f"<dynoq.asyncio.Topic {self.name!r} {self.settings}>"
@@ -56,6 +59,37 @@ class Topic:
             if outs:
                 await self.backend.drive(self.ops.publish(outs))
         return [o.id for o in outs]
+
+    async def prepare(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                      delay: float = 0.0, priority: int = 0, tag: str | None = None,
+                      headers: dict[str, Any] | None = None,
+                      check_after: float = 60.0) -> Half:
+        """A transactional publish: stored, delivered to no group until
+        ``await half.commit()``, which publishes it to every group subscribed then whose
+        tags match; ``half.rollback()`` drops it. Arguments as ``Queue.prepare`` and
+        :meth:`publish` (docs/transactions.md)."""
+        msg_id, shard, call = self.tx.prepare(payload, id=id, key=key, delay=delay,
+                                              priority=priority, headers=headers,
+                                              check_after_s=check_after, tag=tag)
+        await self.backend.run(call)
+        return Half(self.backend, self.tx, msg_id, shard)
+
+    def transaction(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                    delay: float = 0.0, priority: int = 0, tag: str | None = None,
+                    headers: dict[str, Any] | None = None,
+                    check_after: float = 60.0) -> Transaction:
+        """``async with t.transaction(payload, ...) as half:`` as ``Queue.transaction``."""
+        return Transaction(self.backend, self.tx, payload, {
+            "id": id, "key": key, "delay": delay, "priority": priority, "tag": tag,
+            "headers": headers, "check_after_s": check_after})
+
+    def half(self, id: str) -> Half:
+        """The handle of a message prepared earlier on this topic, by id."""
+        return Half(self.backend, self.tx, check_id(id))
+
+    async def prepared(self, limit: int = 100) -> list[Prepared]:
+        """Up to ``limit`` (1..1000) prepared messages of the topic, next checked first."""
+        return await self.backend.drive(self.tx.prepared(limit))
 
     async def subscribe(self, group: str, *, mode: str = "clustering",
                         tags: str = "*") -> None:

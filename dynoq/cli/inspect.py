@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -88,6 +89,30 @@ def dead(env: Env, queue: str, count: int, as_json: bool) -> None:
     q = env.queue(queue)
     show_messages(f"dead letters of {queue!r}", q.dead(count), as_json)
 
+
+@cli.command()
+@click.argument("queue")
+@click.option("-n", "count", type=click.IntRange(min=1, max=1000), default=100,
+              show_default=True, help="How many prepared messages.")
+@JSON_OPTION
+@pass_env
+def prepared(env: Env, queue: str, count: int, as_json: bool) -> None:
+    """Prepared (transactional) messages of QUEUE, not committed nor rolled back yet: the
+    next to be checked first, with their age and the checks they had."""
+    q = env.queue(queue)
+    now = env.client().server_time()
+    rows: list[dict[str, Any]] = [
+        {"id": p.id, "shard": p.shard, "age": round(p.age(now), 3),
+         "checks": p.checks, "next_check_in": round(max(0.0, p.next_check_at - now), 3)}
+        for p in q.prepared(count)]
+    if as_json:
+        click.echo(json.dumps({"queue": queue, "prepared": q.stats().prepared,
+                               "messages": rows}, indent=2))
+        return
+    print_table(f"prepared messages of {queue!r}", ["id", "shard", "age", "checks",
+                                                    "next check in"],
+                [[r["id"], str(r["shard"]), _age(r["age"]), str(r["checks"]),
+                  _age(r["next_check_in"])] for r in rows])
 
 
 @cli.command()

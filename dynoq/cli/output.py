@@ -38,7 +38,8 @@ def stats_json(queue: Queue, stats: QueueStats, now: float) -> dict[str, Any]:
     ages = [a for a in (r["oldest_waiting_age"] for r in shards) if a is not None]
     return {"queue": queue.name, "ordered": queue.settings.ordered,
             "ready": stats.ready, "delayed": stats.delayed, "in_flight": stats.unacked,
-            "dead": stats.dead, "oldest_waiting_age": max(ages) if ages else None,
+            "dead": stats.dead, "prepared": stats.prepared,
+            "oldest_waiting_age": max(ages) if ages else None,
             "shards": shards}
 
 

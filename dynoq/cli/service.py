@@ -94,6 +94,15 @@ class HandlerNotFound(CliError):
 @click.option("--queues", default=None, metavar="NAME,...",
               help="With --tasks: only the tasks of these queues [default: every task "
                    "queue of the app].")
+@click.option("--checker", "checker_fn", default=None, metavar="MODULE:FUNCTION",
+              help="Run this transaction check (returns 'commit', 'rollback' or 'unknown') "
+                   "on --queue's prepared messages, as checker group --group, instead of "
+                   "a HANDLER.")
+@click.option("--check-interval", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="With --checker: seconds before asking again.")
+@click.option("--max-checks", type=click.IntRange(1, 1_000_000), default=15,
+              show_default=True, help="With --checker: checks before a prepared message "
+                                      "is rolled back into the dead letters.")
 @click.option("--queue", default=None, help="Consume this (existing) queue.")
 @click.option("--topic", default=None, help="Consume this (existing) topic as --group.")
 @click.option("--group", default="default", show_default=True, help="Consumer group.")
@@ -126,6 +135,7 @@ class HandlerNotFound(CliError):
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines (--log-format json).")
 @pass_env
 def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | None,
+           checker_fn: str | None, check_interval: float, max_checks: int,
            queue: str | None, topic: str | None, group: str,
            mode: str | None, concurrency: int, batch_size: int, ordered_only: bool,
            rate_limit: str | None, retry_delays: str | None, max_retries: int | None,
@@ -138,13 +148,17 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
     codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable, 4 the
     handler (or tasks app) cannot be imported."""
     setup_logging("json" if as_json else log_format, log_level)
-    if tasks_app is not None:
+    if checker_fn is not None:
+        if handler is not None or tasks_app is not None or topic is not None or queue is None:
+            raise UsageFailure("--checker MODULE:FUNCTION goes with --queue alone (no "
+                               "HANDLER, --tasks or --topic)")
+    elif tasks_app is not None:
         if handler is not None or queue is not None or topic is not None:
             raise UsageFailure("give a HANDLER with --queue or --topic, or --tasks "
                                "MODULE:APP (with --queues), not both")
     elif handler is None:
-        raise UsageFailure("give a HANDLER (module:function) with --queue or --topic, or "
-                           "--tasks MODULE:APP")
+        raise UsageFailure("give a HANDLER (module:function) with --queue or --topic, "
+                           "--tasks MODULE:APP, or --checker MODULE:FUNCTION with --queue")
     elif queues is not None:
         raise UsageFailure("--queues goes with --tasks (a HANDLER takes --queue)")
     elif (queue is None) == (topic is None):
@@ -165,9 +179,9 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         except HandlerImportError as exc:
             raise HandlerNotFound(str(exc)) from None
         return
-    assert handler is not None
+    assert handler is not None or checker_fn is not None
     try:
-        fn = import_handler(handler)
+        fn = import_handler(checker_fn or handler or "")
     except HandlerImportError as exc:
         raise HandlerNotFound(str(exc)) from None
     stop = threading.Event()
@@ -177,6 +191,14 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         log.info("worker stopped before Redis was reachable")
         return
     client = found
+    if checker_fn is not None:
+        checker = client.checker(env.queue(queue or ""), fn, group=group,
+                                 check_interval=check_interval, max_checks=max_checks,
+                                 concurrency=concurrency)
+        log.info("checker started: %s on queue %r, group %r", checker_fn, queue, group)
+        checker.run()
+        log.info("checker stopped: %s", dict(checker.counts))
+        return
     if topic is not None:
         source: Queue | Topic | None = client.open_existing_topic(topic)
         if source is None:

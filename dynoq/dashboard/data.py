@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core import inspect
+from .._core.halves import Prepared
 from .._core.keys import registry_key, topic_registry_key
 from .._core.ops import QueueOps
 from .._core.topics import TopicOps
@@ -160,6 +161,10 @@ class Reader:
 
     def peek(self, q: Queue, count: int = LIST) -> list[Message]:
         return q.peek(count)
+
+    def prepared(self, q: Queue, count: int = LIST) -> list[Prepared]:
+        """Prepared (transactional) messages, the next to be checked first."""
+        return q.prepared(count)
 
     def groups(self, q: Queue, *, members: int = 100,
                history: int = 20) -> tuple[list[inspect.GroupView], int]:

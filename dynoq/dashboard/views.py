@@ -138,6 +138,7 @@ def queue_page(request: Request) -> Response:
                   shard_page=SHARD_PAGE, peek=d.reader.peek(q, LIST), in_flight=in_flight,
                   more_in_flight=more_in_flight, delayed=delayed, more_delayed=more_delayed,
                   groups=groups, group_count=group_count,
+                  prepared=d.reader.prepared(q) if stats.prepared else [],
                   merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS))
 
 

@@ -1,5 +1,5 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
-  uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua
+  uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua lib/place.lua
   push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added, wake
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
@@ -22,9 +22,10 @@ local function push_into(k, ensure, window, now, items, from, skip)
   promote(delayed, ready, msgs, dlv, seq, now, 5000)
   local n = math.floor((#items - from + 1) / 4)
   local base = redis.call('INCRBY', seq, n) - n
-  local out, zready, zdelayed, seen = {}, {}, {}, {}
+  local out, seen = {}, {}
+  local plan = placing(delayed, ready, now)
   local enq = stamp(now) .. ','
-  local pushed, wake, first_due = 0, false, nil
+  local pushed = 0
   for i = 1, n do
     local j = from + 4 * (i - 1)
     local id, delay, prio = items[j], tonumber(items[j + 1]), tonumber(items[j + 2])
@@ -52,27 +53,14 @@ local function push_into(k, ensure, window, now, items, from, skip)
     if added then
       pushed = pushed + 1
       out[i] = 1
-      if delay > 0 then
-        if not wake then
-          if not first_due then
-            first_due = tonumber(head(delayed)[2]) or math.huge
-          end
-          wake = now + delay < first_due
-        end
-        zdelayed[#zdelayed + 1] = now + delay
-        zdelayed[#zdelayed + 1] = id
-      else
-        if not wake and #zready == 0 then wake = redis.call('EXISTS', ready) == 0 end
-        zready[#zready + 1] = prio * PRIO + base + i
-        zready[#zready + 1] = id
-      end
+      place(plan, id, delay, prio, base + i)
     else
       out[i] = outcome
     end
   end
+  local wake = false
   if pushed > 0 then
-    bulk('ZADD', ready, zready)
-    bulk('ZADD', delayed, zdelayed)
+    wake = placed(plan)
     redis.call('HINCRBY', counts, 'pushed', pushed)
   end
   return out, pushed, wake

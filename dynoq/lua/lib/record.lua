@@ -6,6 +6,7 @@
   times(rec)        -> enqueued ms, due offset ms (numbers); nil when rec has no header
   priority(rec)     -> the priority (0 when rec has no header)
   retimed(rec, due) -> rec with its due offset set so that it is due at `due` (ms)
+  restamped(rec, now) -> rec enqueued at `now`, its due offset kept
   PRIO              2^46: a ready score is priority * PRIO + the shard's ready sequence
                     (priority 0..99 and a sequence below 2^46 keep every score exact in a
                     double, 2^53)
@@ -46,4 +47,10 @@ end
 local function retimed(rec, due)
   local enq, rest = string.match(rec, '^(%w+),%d+,(.*)$')
   return enq .. ',' .. string.format('%d', due - enq_ms(enq)) .. ',' .. rest
+end
+
+-- rec with its enqueued field set to `now`, its due offset kept: a transaction's commit
+-- (lua/tx-settle-13.lua) enqueues the prepared message then, and its delay counts from then
+local function restamped(rec, now)
+  return stamp(now) .. string.match(rec, '^%w+(,.*)$')
 end

@@ -1,0 +1,47 @@
+--[[ tx-claim: hand the prepared messages of one shard that are due for a check to one
+  checker, each for `claim ms` (fenced as a delivery is: tx-settle-13.lua refuses the
+  token once the claim ran out). A message whose checks are spent is buried instead
+  (rolled back, kept with the dead letters: transaction unresolved).
+  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
+  KEYS[7] seq  KEYS[8] counts  KEYS[9] half  KEYS[10] txs  KEYS[11] decided  KEYS[12] why
+  KEYS[13] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] count (at most 1000)  ARGV[3] claim ms  ARGV[4] max checks
+  ARGV[5] token base (a claim's token is "<base>:<n>")
+  returns: {id, record, checks including this one, token} per claimed message, flat;
+           or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/tx.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[13], ARGV[1])
+if refused then return refused end
+local delayed, ready, unack, msgs, dead, counts, half, txs, decided, why =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local k = {delayed = delayed, ready = ready, unack = unack, msgs = msgs, dead = dead,
+           half = half, txs = txs, decided = decided, why = why, counts = counts}
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', half, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local claim, most, base = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local out = {}
+for i, id in ipairs(due) do
+  local rec = redis.call('HGET', msgs, id)
+  if not rec or elsewhere(k, id) then
+    -- removed, or replaced by a plain push, while prepared: nothing left to decide
+    redis.call('ZREM', half, id)
+    redis.call('HDEL', txs, id)
+  else
+    local checks = tx_state(txs, id)
+    if checks >= most then
+      bury_half(k, id, now, checks)
+    else
+      local tok = base .. ':' .. i
+      redis.call('HSET', txs, id, (checks + 1) .. '|' .. tok)
+      redis.call('ZADD', half, now + claim, id)
+      out[#out + 1] = id
+      out[#out + 1] = rec
+      out[#out + 1] = checks + 1
+      out[#out + 1] = tok
+    end
+  end
+end
+return out
