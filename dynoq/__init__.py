@@ -39,7 +39,7 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
-from .message import ConsumerStats, Message, QueueStats, ShardStats
+from .message import ConsumerStats, KeyState, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
 from .settings import ConsumerSettings, QueueSettings, TopicSettings
@@ -66,6 +66,7 @@ __all__ = [
     "GroupConflict",
     "InvalidArgument",
     "InvalidType",
+    "KeyState",
     "LeaseLost",
     "Message",
     "Middleware",

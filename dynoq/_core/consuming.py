@@ -73,9 +73,11 @@ def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
     options = dict(settings.strategy_options or {})
     me = settings.instance_id or default_instance_id()
     fn(list(range(queue.shards)), [me], me, **options)
-    return Plan(settings=settings, ordered=queue.ordered, shards=queue.shards, strategy=fn,
+    # A keyed queue (ordered="key") takes no shard leases (plan.ordered is shard order
+    # only): any consumer takes any key; its retries are the ordered ones (a 1 s suspend).
+    return Plan(settings=settings, ordered=queue.by_shard, shards=queue.shards, strategy=fn,
                 strategy_options=options,
-                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered,
+                retry=RetryPolicy.make(settings.retry_delays, ordered=bool(queue.ordered),
                                        max_retries=settings.max_retries),
                 instance_id=me, in_flight=settings.in_flight_limit,
                 visibility=settings.visibility or queue.unack_timeout,
