@@ -169,9 +169,11 @@ class KeyedOps:
         in_flight, waiting, last = parse_state(raw)
         if not (in_flight or waiting):
             return KeyState()
-        attempts = 0
-        if in_flight and last:
-            attempts = codec.attempts_of((yield Cmd(("HGET", keys.dlv, last))))
+        head = last if in_flight else None
+        if not in_flight:  # the head waits: it may have been delivered before
+            head = _head_id(text, (yield Cmd(("ZRANGEBYLEX", keys.kwait,
+                                              f"[{_prefix(text)}", "+", "LIMIT", 0, 1))))
+        attempts = codec.attempts_of((yield Cmd(("HGET", keys.dlv, head)))) if head else 0
         return KeyState(waiting, in_flight, attempts, int(fence or 1))
 
     def keys_report(self, limit: int = 20) -> Flow[dict[str, list[dict[str, Any]]]]:
