@@ -210,7 +210,7 @@ def test_a_poison_message_holds_back_only_its_key(client: dynoq.Client,
     assert (state.waiting, state.in_flight) == (4, 1) and state.attempts >= 1
     release.set()
     wait_for(lambda: len(seen[poison]) == 5, what="the poison key after its release")
-    assert all(seen[k] == list(range(5)) for k in others + [poison])
+    assert all(seen[k] == list(range(5)) for k in [*others, poison])
     [dead] = q.dead()
     assert dead.key == "k1" and dead.failure is not None
     assert dead.failure.error_type == "DeadLetter" and dead.attempts == 3
