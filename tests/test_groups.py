@@ -4,17 +4,21 @@ any consumer takes any key, fair turns; on every backend and both flavors."""
 from __future__ import annotations
 
 import collections
+import json
 import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from helpers import FAST, wait_for
 from test_consumer_procs import Procs
 
 import dynoq
 from dynoq import KeyState, Message
+from dynoq._core import codec
+from dynoq.cli import EXIT_USAGE, cli
 
 FLAVORS = ("sync", "async")
 
@@ -321,3 +325,34 @@ def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
              if len([i for _, kk, i in log if kk == k]) > per_key}
     assert twice and all(fences[k] >= 2 for k in twice)
     assert q.stats().keys == 0 and q.size() == 0
+
+
+# -- the command line -----------------------------------------------------------------------
+
+def test_cli_keys_lists_the_busiest_and_the_blocked_keys(url: str, prefix: str,
+                                                         client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key")
+    q.push_many([Message(i, key="busy") for i in range(5)] + [Message(0, key="bad"),
+                                                              Message(1, key="bad")])
+    got = q.pop(count=10)
+    bad = next(m for m in got if m.key == "bad")
+    # A consumer's failed handler, as settle records it (the public nack gives no reason)
+    q.backend.run(q.ops.nack_call(bad, delay=60, mode="retry",
+                                  why=codec.why(ValueError("boom"), "me")))
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", *args])
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.output
+
+    report = json.loads(run("ev", "--json", "--limit", "5"))
+    assert report["busiest"][0] == {"key": "busy", "waiting": 4, "in_flight": 1}
+    assert report["busiest"][1] == {"key": "bad", "waiting": 1, "in_flight": 1}
+    [blocked] = report["blocked"]
+    assert (blocked["key"], blocked["id"], blocked["attempts"]) == ("bad", bad.id, 1)
+    assert blocked["reason"] == "ValueError: boom"
+    table = run("ev")
+    assert "busy" in table and "ValueError: boom" in table
+    client.queue("plain")
+    result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", "plain"])
+    assert result.exit_code == EXIT_USAGE and "ordered=" in result.output

@@ -138,6 +138,10 @@ class TopicSettings:
 
     def __post_init__(self) -> None:
         q = self.queue_settings()  # validates the queue part
+        if q.keyed:
+            raise QueueConfigError("topics with ordered=\"key\" are not supported yet: "
+                                   "publish to a queue with ordered=\"key\", or use "
+                                   "ordered=True (shard order)")
         object.__setattr__(self, "ordered", q.ordered)
         object.__setattr__(self, "key_concurrency", q.key_concurrency)
         try:

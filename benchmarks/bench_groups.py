@@ -1,0 +1,186 @@
+"""Message groups (ordered="key", DESIGN §3.5) against an unordered queue, in one run.
+
+    python -m benchmarks.bench_groups [--url redis://...] [--keys 10000] [--per-key 10]
+                                      [--stuck 30] [--hot 5000] [--memory 100000]
+                                      [--repeats 3]
+
+  throughput   --keys x --per-key messages waiting, a no-op-handler consumer (4 shards,
+               concurrency 4, batch 10): msgs/s from the first handler call to the last,
+               keyed against unordered (goal >= 0.8x)
+  stuck key    a steady stream (200 keys, 500 msgs/s for 10 s) while one key's first
+               handler call sleeps --stuck seconds: the other keys' p99 lateness from push
+               to handler call, against the same run without the stuck key (goal <= 1.5x)
+  hot key      --hot messages of one key alone, one consumer (concurrency 1, batch 1):
+               msgs/s handled in order (goal >= 2,000)
+  memory       --memory messages waiting (100 keys, a 100-byte payload, the same ids and
+               keys in both), used_memory delta per message, keyed against unordered
+               (goal <= 1.2x)
+Every figure is the median of --repeats runs; the ratio is of the medians.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+
+import dynoq
+from benchmarks.bench_memory import used
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
+
+SHARDS = 4
+
+
+def fresh(url: str) -> dynoq.Client:
+    return dynoq.connect(url, prefix=f"bg-{uuid.uuid4().hex[:8]}")
+
+
+def cleanup(client: dynoq.Client) -> None:
+    drop_prefix(client.redis, client.prefix + ":")
+    client.close()
+
+
+def _queue(client: dynoq.Client, keyed: bool, **options: Any) -> dynoq.Queue:
+    return client.queue("g", shards=SHARDS, ordered="key" if keyed else False, **options)
+
+
+def fill(q: dynoq.Queue, keys: int, per_key: int) -> None:
+    for i in range(per_key):
+        batch = [dynoq.Message({"i": i}, key=f"key-{k}") for k in range(keys)]
+        for j in range(0, len(batch), 5000):
+            q.push_many(batch[j:j + 5000])
+
+
+def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
+    client = fresh(url)
+    calls: list[float] = []
+    try:
+        q = _queue(client, keyed)
+        fill(q, keys, per_key)
+        n = keys * per_key
+        c = client.consumer(q, lambda m: calls.append(time.perf_counter()), concurrency=4,
+                            batch_size=10)
+        c.start()
+        while c.stats().handled < n:
+            time.sleep(0.005)
+        c.stop()
+        return (n - 1) / (max(calls) - min(calls))
+    finally:
+        cleanup(client)
+
+
+def stuck(url: str, keyed: bool, stuck_for: float, seconds: float = 10.0,
+          rate: float = 500.0, keys: int = 200) -> float:
+    """p99 ms from push to handler call of every key but the stuck one."""
+    client = fresh(url)
+    late: list[float] = []
+    try:
+        q = _queue(client, keyed)
+
+        def handler(m: dynoq.Message) -> None:
+            if m.key == "stuck" and stuck_for:
+                time.sleep(stuck_for)
+                return
+            late.append(time.time() - m.payload["t"])
+
+        c = client.consumer(q, handler, concurrency=4, batch_size=10, idle_wait=0.5)
+        c.start()
+        q.push({"t": time.time()}, key="stuck")
+        n = int(seconds * rate)
+        t0 = time.perf_counter()
+        for i in range(n):
+            while time.perf_counter() < t0 + i / rate:
+                time.sleep(0.0005)
+            q.push({"t": time.time()}, key=f"key-{i % keys}")
+        while len(late) < n:
+            time.sleep(0.01)
+        c.stop(timeout=stuck_for + 5)
+        late.sort()
+        return late[int(0.99 * (len(late) - 1))] * 1000
+    finally:
+        cleanup(client)
+
+
+def hot(url: str, n: int) -> float:
+    client = fresh(url)
+    calls: list[float] = []
+    last: list[int] = [-1]
+    try:
+        q = _queue(client, True)
+        for j in range(0, n, 5000):
+            q.push_many([dynoq.Message(i, key="hot") for i in range(j, min(j + 5000, n))])
+
+        def handler(m: dynoq.Message) -> None:
+            assert m.payload == last[0] + 1, "out of order"
+            last[0] = m.payload
+            calls.append(time.perf_counter())
+
+        c = client.consumer(q, handler, concurrency=1, batch_size=1)
+        c.start()
+        while c.stats().handled < n:
+            time.sleep(0.005)
+        c.stop()
+        return (n - 1) / (max(calls) - min(calls))
+    finally:
+        cleanup(client)
+
+
+def memory(url: str, keyed: bool, n: int, keys: int = 100) -> float:
+    client = fresh(url)
+    r = redis.Redis.from_url(url)
+    try:
+        q = _queue(client, keyed)
+        payload = "x" * 100
+        before = used(r)
+        for j in range(0, n, 5000):
+            q.push_many([dynoq.Message(payload, id=f"m{i:09d}", key=f"key-{i % keys}")
+                         for i in range(j, min(j + 5000, n))])
+        return (used(r) - before) / n
+    finally:
+        r.close()
+        cleanup(client)
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--per-key", type=int, default=10)
+    p.add_argument("--stuck", type=float, default=30.0)
+    p.add_argument("--hot", type=int, default=5000)
+    p.add_argument("--memory", type=int, default=100_000)
+    args = p.parse_args()
+    with server_url(args.url) as url:
+        r = redis.Redis.from_url(url)
+        version = server_version(r)
+        r.close()
+        rows: list[tuple[str, ...]] = [("measure", "unordered", "keyed", "ratio", "goal")]
+
+        def pair(name: str, fn: Any, goal: str, unit: str) -> None:
+            a = median([fn(False) for _ in range(args.repeats)])
+            b = median([fn(True) for _ in range(args.repeats)])
+            rows.append((name, f"{a:,.1f} {unit}", f"{b:,.1f} {unit}", f"{b / a:.2f}x", goal))
+            print(rows[-1], flush=True)
+
+        pair(f"throughput, {args.keys:,} keys x {args.per_key}",
+             lambda k: throughput(url, k, args.keys, args.per_key), ">= 0.8x", "msg/s")
+        free = median([stuck(url, True, 0.0) for _ in range(args.repeats)])
+        held = median([stuck(url, True, args.stuck) for _ in range(args.repeats)])
+        rows.append((f"p99 lateness, one key stuck {args.stuck:g} s (keyed)",
+                     f"{free:,.1f} ms (none stuck)", f"{held:,.1f} ms", f"{held / free:.2f}x",
+                     "<= 1.5x"))
+        print(rows[-1], flush=True)
+        hot_rate = median([hot(url, args.hot) for _ in range(args.repeats)])
+        rows.append(("one hot key alone, in order", "-", f"{hot_rate:,.0f} msg/s", "-",
+                     ">= 2,000 msg/s"))
+        print(rows[-1], flush=True)
+        pair(f"memory per waiting message ({args.memory:,})",
+             lambda k: memory(url, k, args.memory), "<= 1.2x", "B")
+    print(f"\nserver: {version}; medians of {args.repeats}\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
