@@ -20,7 +20,6 @@ Every figure is the median of --repeats runs; the ratio is of the medians.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from typing import Any
