@@ -99,15 +99,44 @@ class KeyedOps:
             self.refused(reply, f"pop from shard {shard} of {self.name!r}")
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), {}
+        return self._kdecoded(reply, 2, shard, nonce), int(reply[1]), -1.0, {}
+
+    def _kdecoded(self, reply: list[Any], start: int, shard: int, nonce: str
+                  ) -> list[Message]:
+        """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
+        record, attempts, fence each."""
         decode, limit = codec.decode, self.limit
         out = []
-        for i in range(2, len(reply), 4):
+        for i in range(start, len(reply), 4):
             n = int(reply[i + 2])
             m = decode(_text(reply[i]), reply[i + 1], shard=shard, attempts=n,
                        token=f"{nonce}.{n}", limit=limit)
             m.fence = int(reply[i + 3])
             out.append(m)
-        return out, int(reply[1]), -1.0, {}
+        return out
+
+    def ack_and_take(self, msgs: Sequence[Message], count: int, vis_ms: int
+                     ) -> tuple[Call, list[Message]] | None:
+        """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
+        messages when that is fair (kack-12.lua): the call, and the list its reply's
+        messages are put in once it has run. None when ``msgs`` span shards."""
+        shards = {m.shard for m in msgs}
+        if len(shards) != 1 or not self.keyed:
+            return None
+        [shard] = shards
+        assert shard is not None
+        nonce = f"{random.getrandbits(32):08x}"
+        got: list[Message] = []
+        ids = [x for m in msgs for x in (m.id or "", m.token or "")]
+
+        def parse(reply: Any) -> int:
+            self.refused(reply, f"ack on shard {shard} of {self.name!r}")
+            got.extend(self._kdecoded(reply, 1, shard, nonce))
+            return int(reply[0])
+
+        return Call(_KACK, _KACK.key_list(self.shard_keys[shard]), [
+            self.epoch, self._window_ms, self.wake, self._conc, count, vis_ms, nonce, *ids],
+            parse), got
 
     def _kack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
         calls: list[Call] = []
@@ -116,7 +145,8 @@ class KeyedOps:
             keys = _KACK.key_list(self.shard_keys[shard])
             for i in range(0, len(ids), 2000):
                 calls.append(Call(_KACK, keys, [self.epoch, self._window_ms, self.wake,
-                                                self._conc, *ids[i:i + 2000]], check))
+                                                self._conc, 0, 0, "", *ids[i:i + 2000]],
+                                  check))
         return calls
 
     def _knack_call(self, shard: int, msg_id: str, token: str, delay: float, mode: str,

@@ -20,8 +20,7 @@ if refused then return refused end
 local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
            kfence = KEYS[5], seq = KEYS[6], unack = KEYS[7], dlv = KEYS[8],
            delayed = KEYS[9], dead = KEYS[10], why = KEYS[11]}
-local msgs, kwait, kturn, kfence, unack, dlv, delayed, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8], KEYS[9], KEYS[12]
+local kturn, unack, dlv, delayed, counts = KEYS[3], KEYS[7], KEYS[8], KEYS[9], KEYS[12]
 local count, vis, nonce = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local max_retries, conc = tonumber(ARGV[5]), tonumber(ARGV[7])
 local now = now_ms()
@@ -36,33 +35,7 @@ kpromote(K, now, 1000, conc)
 
 local deadline = string.format('%d', now + vis)
 local out = {1, 0}
-for _ = 1, count do
-  local top = redis.call('ZPOPMIN', kturn)
-  if not top[1] then break end
-  local key = top[1]
-  local p = kprefix(key)
-  local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
-  local f, w, last = kget(K.kstate, key)
-  if h and string.sub(h, 1, #p) == p then
-    redis.call('ZREM', kwait, h)
-    w = w - 1
-    local id = string.sub(h, #p + string.byte(h, #p + 1) - 94)
-    local rec = redis.call('HGET', msgs, id)
-    if rec then
-      local a = attempts(redis.call('HGET', dlv, id)) + 1
-      redis.call('ZADD', unack, deadline, id)
-      redis.call('HSET', dlv, id, a .. '||' .. nonce .. '.' .. a)
-      f, last = f + 1, id
-      out[#out + 1] = id
-      out[#out + 1] = rec
-      out[#out + 1] = a
-      out[#out + 1] = tonumber(redis.call('HGET', kfence, key) or 1)
-    end
-  else
-    w = 0  -- a state that lost its messages (not written by dynoq): mend it
-  end
-  kput(K, key, f, w, last, conc)
-end
+ktake(K, count, deadline, nonce, conc, out)
 if #out == 2 then
   local hint = -1
   for _, z in ipairs({delayed, unack}) do

@@ -30,6 +30,8 @@
   kdrop(K, id, rec, conc) -> removes a message from every state; its key moves on
   kexpire(K, now, limit, max_retries, conc) -> given back, dead-lettered, looked at
   kpromote(K, now, limit, conc) -> retries that fell due, back at the head of their key
+  ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
+    up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
 ]]
 local function kseq(n)
   local s = stamp(n)
@@ -155,4 +157,38 @@ local function kpromote(K, now, limit, conc)
     end
   end
   return #due
+end
+
+local function ktake(K, count, deadline, nonce, conc, out)
+  local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
+  local n = 0
+  for _ = 1, count do
+    local top = redis.call('ZPOPMIN', kturn)
+    if not top[1] then break end
+    local key = top[1]
+    local p = kprefix(key)
+    local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
+    local f, w, last = kget(K.kstate, key)
+    if h and string.sub(h, 1, #p) == p then
+      redis.call('ZREM', kwait, h)
+      w = w - 1
+      local id = string.sub(h, #p + string.byte(h, #p + 1) - 94)
+      local rec = redis.call('HGET', msgs, id)
+      if rec then
+        local a = attempts(redis.call('HGET', dlv, id)) + 1
+        redis.call('ZADD', unack, deadline, id)
+        redis.call('HSET', dlv, id, a .. '||' .. nonce .. '.' .. a)
+        f, last = f + 1, id
+        out[#out + 1] = id
+        out[#out + 1] = rec
+        out[#out + 1] = a
+        out[#out + 1] = tonumber(redis.call('HGET', kfence, key) or 1)
+        n = n + 1
+      end
+    else
+      w = 0  -- a state that lost its messages (not written by dynoq): mend it
+    end
+    kput(K, key, f, w, last, conc)
+  end
+  return n
 end

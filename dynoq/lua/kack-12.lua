@@ -1,0 +1,67 @@
+--[[ kack: finish deliveries of one keyed shard; each frees a slot of its key, whose next
+  message may then go. A stale delivery token changes nothing. With `take`, the ack and
+  the next pop share a round trip when that is fair: when at most one key of the shard is
+  ready after the acks (the one just acked: a hot key alone), its next messages are
+  delivered in this reply (ktake, lib/keyed.lua); with other keys ready, nothing is.
+  KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] kwait
+  KEYS[6] kturn  KEYS[7] kstate  KEYS[8] seq  KEYS[9] why  KEYS[10] counts
+  KEYS[11] kfence  KEYS[12] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
+  ARGV[3] wake channel (PUBLISHed when a key may deliver again)
+  ARGV[4] key_concurrency
+  ARGV[5] take: messages to deliver with the reply (0: none), ARGV[6] their visibility
+          timeout ms, ARGV[7] nonce (their delivery tokens are "<nonce>.<attempts>")
+  ARGV[8..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
+  returns: number of messages acked (take 0), or {acked, id, record, attempts, fence,
+           ...} (take > 0); or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[12], ARGV[1])
+if refused then return refused end
+local K = {msgs = KEYS[2], kwait = KEYS[5], kturn = KEYS[6], kstate = KEYS[7], seq = KEYS[8],
+           kfence = KEYS[11], unack = KEYS[1], dlv = KEYS[3]}
+local unack, msgs, dlv, done, why, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], KEYS[10]
+local window, conc, take = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local kturn = KEYS[6]
+local acked, woke, ids = 0, false, {}
+for j = 8, #ARGV, 2 do
+  local id = ARGV[j]
+  if redis.call('ZSCORE', unack, id) and matches(redis.call('HGET', dlv, id), ARGV[j + 1]) then
+    local key = kparse(redis.call('HGET', msgs, id))
+    redis.call('ZREM', unack, id)
+    redis.call('HDEL', msgs, id)
+    redis.call('HDEL', dlv, id)
+    redis.call('HDEL', why, id)
+    acked = acked + 1
+    ids[#ids + 1] = id
+    if key then
+      local f, w, last = kget(K.kstate, key)
+      if kput(K, key, f - 1, w, last, conc) then woke = true end
+    end
+  end
+end
+local out = {0}
+if acked == 0 then return take > 0 and out or 0 end
+redis.call('HINCRBY', counts, 'acked', acked)
+if window > 0 then
+  local now = now_ms()
+  for _, id in ipairs(ids) do redis.call('ZADD', done, now, id) end
+  local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
+  for _, id in ipairs(old) do redis.call('ZREM', done, id) end
+end
+if take > 0 and woke and redis.call('ZCARD', kturn) <= 1 then
+  local now = now_ms()
+  if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out) > 0 then
+    woke = redis.call('EXISTS', kturn) == 1  -- nobody else needs waking for it
+    redis.call('ZADD', unack, '+inf', PIN)
+    redis.call('HSET', dlv, PIN, '')
+  end
+end
+if woke then redis.call('PUBLISH', ARGV[3], '1') end
+if take > 0 then
+  out[1] = acked
+  return out
+end
+return acked
