@@ -38,6 +38,13 @@ class Processor:
         self.batch_handler = plan.settings.batch_handler
         self.me = plan.instance_id
 
+    def _ran_out(self, batch: InFlightBatch) -> bool:
+        """A keyed queue: whether the batch's deliveries may have run out (their
+        visibility, restarted at each extension, is the key's lock; a tenth as a margin).
+        Its later messages are then not handled here: they come back to whoever holds
+        their key next, at the head of it."""
+        return time.monotonic() >= batch.started + self.plan.visibility * 0.9
+
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         batch.calling = msgs
         batch.call_started = started = time.monotonic()
@@ -74,8 +81,9 @@ class Processor:
             error, seconds = self._call(batch, msgs, msgs)
             batch.results.extend((m, error) for m in msgs)
         else:
+            keyed = self.queue.ops.keyed
             for msg in msgs:
-                if batch.abandoned:
+                if batch.abandoned or (keyed and self._ran_out(batch)):
                     break
                 error, s = self._call(batch, msg, (msg,))
                 seconds += s
