@@ -26,6 +26,7 @@ local unack, msgs, dlv, done, why, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 
 local window, conc, take = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local kturn = KEYS[6]
 local acked, woke, ids = 0, false, {}
+local reasons = redis.call('EXISTS', why) == 1  -- a failure reason to forget, maybe
 for j = 8, #ARGV, 2 do
   local id = ARGV[j]
   if redis.call('ZSCORE', unack, id) and matches(redis.call('HGET', dlv, id), ARGV[j + 1]) then
@@ -33,7 +34,7 @@ for j = 8, #ARGV, 2 do
     redis.call('ZREM', unack, id)
     redis.call('HDEL', msgs, id)
     redis.call('HDEL', dlv, id)
-    redis.call('HDEL', why, id)
+    if reasons then redis.call('HDEL', why, id) end
     acked = acked + 1
     ids[#ids + 1] = id
     if key then

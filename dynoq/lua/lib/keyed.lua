@@ -62,9 +62,10 @@ local function kget(kstate, key)
   return tonumber(f), tonumber(w), last
 end
 
--- Write a key's state back, and give it a turn (or take it away) as it may deliver.
--- turn: its score when it newly may (nil: a new one from seq).
-local function kput(K, key, f, w, last, conc, turn)
+-- Write a key's state back, and give it a turn when it may deliver. turn: its score
+-- (nil: a new one from seq, unless it has one). Only a removal (kdrop) can make a key
+-- that has a turn unable to deliver, so only `untake` takes a turn away.
+local function kput(K, key, f, w, last, conc, turn, untake)
   local kstate, kturn, seq = K.kstate, K.kturn, K.seq
   if f <= 0 and w <= 0 then
     redis.call('HDEL', kstate, key)
@@ -79,7 +80,7 @@ local function kput(K, key, f, w, last, conc, turn)
     end
     return true
   end
-  redis.call('ZREM', kturn, key)
+  if untake then redis.call('ZREM', kturn, key) end
   return false
 end
 
@@ -111,7 +112,7 @@ local function kdrop(K, id, rec, conc)
   else
     return
   end
-  kput(K, key, f, w, last, conc)
+  kput(K, key, f, w, last, conc, nil, true)
 end
 
 local function kexpire(K, now, limit, max_retries, conc)
@@ -162,6 +163,7 @@ end
 local function ktake(K, count, deadline, nonce, conc, out)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
   local n = 0
+  local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
   for _ = 1, count do
     local top = redis.call('ZPOPMIN', kturn)
     if not top[1] then break end
@@ -182,13 +184,13 @@ local function ktake(K, count, deadline, nonce, conc, out)
         out[#out + 1] = id
         out[#out + 1] = rec
         out[#out + 1] = a
-        out[#out + 1] = tonumber(redis.call('HGET', kfence, key) or 1)
+        out[#out + 1] = fences and tonumber(redis.call('HGET', kfence, key) or 1) or 1
         n = n + 1
       end
     else
       w = 0  -- a state that lost its messages (not written by dynoq): mend it
     end
-    kput(K, key, f, w, last, conc)
+    kput(K, key, f, w, last, conc)  -- (popped: it has no turn to take away)
   end
   return n
 end
