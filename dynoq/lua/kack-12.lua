@@ -25,32 +25,56 @@ local K = {msgs = KEYS[2], kwait = KEYS[5], kturn = KEYS[6], kstate = KEYS[7], s
 local unack, msgs, dlv, done, why, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], KEYS[10]
 local window, conc, take = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local kturn = KEYS[6]
-local acked, woke, ids = 0, false, {}
 local reasons = redis.call('EXISTS', why) == 1  -- a failure reason to forget, maybe
+local ids, toks, seen = {}, {}, {}
 for j = 8, #ARGV, 2 do
-  local id = ARGV[j]
-  if redis.call('ZSCORE', unack, id) and matches(redis.call('HGET', dlv, id), ARGV[j + 1]) then
-    local key = kparse(redis.call('HGET', msgs, id))
-    redis.call('ZREM', unack, id)
-    redis.call('HDEL', msgs, id)
-    redis.call('HDEL', dlv, id)
-    if reasons then redis.call('HDEL', why, id) end
-    acked = acked + 1
-    ids[#ids + 1] = id
-    if key then
-      local f, w, last = kget(K.kstate, key)
-      if kput(K, key, f - 1, w, last, conc) then woke = true end
-    end
+  if not seen[ARGV[j]] then  -- an id given twice is acked once
+    seen[ARGV[j]] = true
+    ids[#ids + 1] = ARGV[j]
+    toks[#toks + 1] = ARGV[j + 1]
   end
 end
 local out = {0}
-if acked == 0 then return take > 0 and out or 0 end
+local good = {}
+if #ids > 0 then
+  local deadlines = bulk_read('ZMSCORE', unack, ids)
+  local dlvs = bulk_read('HMGET', dlv, ids)
+  for k, id in ipairs(ids) do
+    if deadlines[k] and matches(dlvs[k], toks[k]) then good[#good + 1] = id end
+  end
+end
+if #good == 0 then return take > 0 and out or 0 end
+local recs = bulk_read('HMGET', msgs, good)
+local acked = bulk('ZREM', unack, good)
+bulk('HDEL', msgs, good)
+bulk('HDEL', dlv, good)
+if reasons then bulk('HDEL', why, good) end
+-- each acked message frees a slot of its key
+local order, freed = {}, {}
+for k in ipairs(good) do
+  local key = kparse(recs[k])
+  if key then
+    if not freed[key] then
+      freed[key] = 0
+      order[#order + 1] = key
+    end
+    freed[key] = freed[key] + 1
+  end
+end
+local st = kload(K, order)
+for _, key in ipairs(order) do st[key][1] = st[key][1] - freed[key] end
+local woke = kstore(K, order, st, conc) > 0
 redis.call('HINCRBY', counts, 'acked', acked)
 if window > 0 then
   local now = now_ms()
-  for _, id in ipairs(ids) do redis.call('ZADD', done, now, id) end
+  local stamps = {}
+  for _, id in ipairs(good) do
+    stamps[#stamps + 1] = now
+    stamps[#stamps + 1] = id
+  end
+  bulk('ZADD', done, stamps)
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
-  for _, id in ipairs(old) do redis.call('ZREM', done, id) end
+  bulk('ZREM', done, old)
 end
 if take > 0 and woke and redis.call('ZCARD', kturn) <= 1 then
   local now = now_ms()

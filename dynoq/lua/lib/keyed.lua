@@ -1,7 +1,7 @@
 --[[ lib/keyed: message groups (ordered="key", DESIGN §3.5): order per key, no
   head-of-line blocking. Shared by kpush, kpop, kack, knack, kremove, krequeue, kreplay,
   and by whatever else places a new message into a keyed shard (a transaction's commit).
-  uses: lib/record.lua lib/delivery.lua lib/why.lua
+  uses: lib/record.lua lib/delivery.lua lib/why.lua lib/bulk.lua
 
   A keyed shard keeps, besides msgs/unack/dlv/delayed/dead/why of every queue:
   kwait   zset, every score 0, ordered by member: "<len>:<key><seq><id>" per waiting
@@ -160,37 +160,106 @@ local function kpromote(K, now, limit, conc)
   return #due
 end
 
+-- Bulk forms for the hot paths (kack, ktake): the states of many keys in one HMGET, and
+-- back in one HSET / HDEL, the keys that may deliver given new turns in one ZADD NX.
+local function kload(K, keys)
+  local st = {}
+  if #keys == 0 then return st end
+  local raw = bulk_read('HMGET', K.kstate, keys)
+  for i, key in ipairs(keys) do
+    local f, w, last = 0, 0, ''
+    if raw[i] then
+      local a, b, c = string.match(raw[i], '^(%d+)|(%d+)|(.*)$')
+      f, w, last = tonumber(a), tonumber(b), c
+    end
+    st[key] = {f, w, last}
+  end
+  return st
+end
+
+local function kstore(K, order, st, conc)
+  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  local sets, dels, ready = {}, {}, {}
+  for _, key in ipairs(order) do
+    local s = st[key]
+    local f, w = s[1], s[2]
+    if f <= 0 and w <= 0 then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = math.max(f, 0) .. '|' .. math.max(w, 0) .. '|' .. s[3]
+    end
+    if w > 0 and f < conc then ready[#ready + 1] = key end
+  end
+  bulk('HSET', kstate, sets)
+  bulk('HDEL', kstate, dels)
+  if #ready > 0 then
+    local base = redis.call('INCRBY', seq, #ready) - #ready
+    local z = {}
+    for i, key in ipairs(ready) do
+      z[#z + 1] = base + i
+      z[#z + 1] = key
+    end
+    for i = 1, #z, 4000 do  -- NX: a key that has a turn keeps it
+      redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
+    end
+  end
+  return #ready
+end
+
 local function ktake(K, count, deadline, nonce, conc, out)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
-  local n = 0
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
-  for _ = 1, count do
-    local top = redis.call('ZPOPMIN', kturn)
-    if not top[1] then break end
-    local key = top[1]
-    local p = kprefix(key)
-    local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
-    local f, w, last = kget(K.kstate, key)
-    if h and string.sub(h, 1, #p) == p then
-      redis.call('ZREM', kwait, h)
-      w = w - 1
-      local id = string.sub(h, #p + string.byte(h, #p + 1) - 94)
-      local rec = redis.call('HGET', msgs, id)
-      if rec then
-        local a = attempts(redis.call('HGET', dlv, id)) + 1
-        redis.call('ZADD', unack, deadline, id)
-        redis.call('HSET', dlv, id, a .. '||' .. nonce .. '.' .. a)
-        f, last = f + 1, id
-        out[#out + 1] = id
-        out[#out + 1] = rec
-        out[#out + 1] = a
-        out[#out + 1] = fences and tonumber(redis.call('HGET', kfence, key) or 1) or 1
-        n = n + 1
+  local n, rounds = 0, 0
+  -- A round takes one head of each of the keys with the lowest turns; a key that may
+  -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
+  while n < count and rounds < count do
+    rounds = rounds + 1
+    local top = redis.call('ZPOPMIN', kturn, count - n)
+    if #top == 0 then break end
+    local keys = {}
+    for i = 1, #top, 2 do keys[#keys + 1] = top[i] end
+    local st = kload(K, keys)
+    local heads, ids, owners = {}, {}, {}
+    for _, key in ipairs(keys) do
+      local p = kprefix(key)
+      local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
+      if h and string.sub(h, 1, #p) == p then
+        heads[#heads + 1] = h
+        ids[#ids + 1] = string.sub(h, #p + string.byte(h, #p + 1) - 94)
+        owners[#owners + 1] = key
+        st[key][2] = st[key][2] - 1
+      else
+        st[key][2] = 0  -- a state that lost its messages (not written by dynoq): mend it
       end
-    else
-      w = 0  -- a state that lost its messages (not written by dynoq): mend it
     end
-    kput(K, key, f, w, last, conc)  -- (popped: it has no turn to take away)
+    if #heads > 0 then
+      bulk('ZREM', kwait, heads)
+      local recs = bulk_read('HMGET', msgs, ids)
+      local states = bulk_read('HMGET', dlv, ids)
+      local fs = fences and bulk_read('HMGET', kfence, owners) or {}
+      local z, d = {}, {}
+      for i, id in ipairs(ids) do
+        local rec = recs[i]
+        if rec then
+          local a = attempts(states[i]) + 1
+          z[#z + 1] = deadline
+          z[#z + 1] = id
+          d[#d + 1] = id
+          d[#d + 1] = a .. '||' .. nonce .. '.' .. a
+          local s = st[owners[i]]
+          s[1], s[3] = s[1] + 1, id
+          out[#out + 1] = id
+          out[#out + 1] = rec
+          out[#out + 1] = a
+          out[#out + 1] = fs[i] and tonumber(fs[i]) or 1
+          n = n + 1
+        end
+      end
+      bulk('ZADD', unack, z)
+      bulk('HSET', dlv, d)
+    end
+    kstore(K, keys, st, conc)
   end
   return n
 end
