@@ -1,14 +1,14 @@
 --[[ kack: finish deliveries of one keyed shard; each frees a slot of its key, whose next
   message may then go. A stale delivery token changes nothing. With `take`, the ack and
-  the next pop share a round trip when that is fair: when at most one key of the shard is
-  ready after the acks (the one just acked: a hot key alone), its next messages are
-  delivered in this reply (ktake, lib/keyed.lua); with other keys ready, nothing is.
+  the next pop share a round trip when that is fair: when one key alone of the shard is
+  ready after the acks (a hot key alone), its next messages are delivered in this reply
+  (ktake, lib/keyed.lua); with several keys ready, nothing is.
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] kwait
   KEYS[6] kturn  KEYS[7] kstate  KEYS[8] seq  KEYS[9] why  KEYS[10] counts
   KEYS[11] kfence  KEYS[12] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
-  ARGV[3] wake channel (PUBLISHed when a key may deliver again)
+  ARGV[3] wake channel (PUBLISHed when a key may deliver again where none could)
   ARGV[4] key_concurrency
   ARGV[5] take: messages to deliver with the reply (0: none), ARGV[6] their visibility
           timeout ms, ARGV[7] nonce (their delivery tokens are "<nonce>.<attempts>")
@@ -63,7 +63,10 @@ for k in ipairs(good) do
 end
 local st = kload(K, order)
 for _, key in ipairs(order) do st[key][1] = st[key][1] - freed[key] end
-local woke = kstore(K, order, st, conc) > 0
+-- Waiters need the news only when no key was ready (they look again after each wake-up
+-- until they find none): not at every ack.
+local idle = redis.call('EXISTS', kturn) == 0
+local woke = kstore(K, order, st, conc) > 0 and idle
 redis.call('HINCRBY', counts, 'acked', acked)
 if window > 0 then
   local now = now_ms()
@@ -76,10 +79,10 @@ if window > 0 then
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
   bulk('ZREM', done, old)
 end
-if take > 0 and woke and redis.call('ZCARD', kturn) <= 1 then
+if take > 0 and redis.call('ZCARD', kturn) == 1 then  -- one key alone may deliver
   local now = now_ms()
   if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out) > 0 then
-    woke = redis.call('EXISTS', kturn) == 1  -- nobody else needs waking for it
+    woke = woke and redis.call('EXISTS', kturn) == 1  -- nobody else needs waking for it
     redis.call('ZADD', unack, '+inf', PIN)
     redis.call('HSET', dlv, PIN, '')
   end

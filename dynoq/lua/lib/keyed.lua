@@ -30,6 +30,8 @@
   kdrop(K, id, rec, conc) -> removes a message from every state; its key moves on
   kexpire(K, now, limit, max_retries, conc) -> given back, dead-lettered, looked at
   kpromote(K, now, limit, conc) -> retries that fell due, back at the head of their key
+  kload(K, keys) -> key -> {in flight, waiting, last id}; kstore(K, order, st, conc) writes
+    them back and gives the keys that may deliver a new turn: returns how many got one
   ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
     up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
 ]]
@@ -193,6 +195,7 @@ local function kstore(K, order, st, conc)
   end
   bulk('HSET', kstate, sets)
   bulk('HDEL', kstate, dels)
+  local added = 0
   if #ready > 0 then
     local base = redis.call('INCRBY', seq, #ready) - #ready
     local z = {}
@@ -201,10 +204,10 @@ local function kstore(K, order, st, conc)
       z[#z + 1] = key
     end
     for i = 1, #z, 4000 do  -- NX: a key that has a turn keeps it
-      redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
+      added = added + redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
     end
   end
-  return #ready
+  return added
 end
 
 local function ktake(K, count, deadline, nonce, conc, out)
