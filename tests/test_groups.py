@@ -356,3 +356,20 @@ def test_cli_keys_lists_the_busiest_and_the_blocked_keys(url: str, prefix: str,
     client.queue("plain")
     result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", "plain"])
     assert result.exit_code == EXIT_USAGE and "ordered=" in result.output
+
+
+def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) -> None:
+    from dynoq.spark.rows import RowSpec, to_messages
+    from dynoq.spark.writer import check_spec
+
+    q = client.queue("ev", ordered="key")
+    with pytest.raises(ValueError, match="keyCol"):
+        check_spec(q, RowSpec.of("id"), "queue 'ev'")
+    with pytest.raises(dynoq.OrderedQueueError):
+        check_spec(q, RowSpec.of("id", key_col="k", delay_col="d"), "queue 'ev'")
+    spec = RowSpec.of("id", key_col="k")
+    check_spec(q, spec, "queue 'ev'")
+    made = to_messages(spec, [{"id": "a", "k": "x", "v": 1}, {"id": "b", "k": "x", "v": 2}],
+                       lambda: 0.0, ordered=True)
+    q.push_many([m for _, m in made.messages])
+    assert [(m.id, m.key) for m in q.pop(count=5)] == [("a", "x")]
