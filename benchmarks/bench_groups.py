@@ -3,6 +3,7 @@
     python -m benchmarks.bench_groups [--url redis://...] [--keys 10000] [--per-key 10]
                                       [--stuck 30] [--workers 4] [--hot 5000]
                                       [--memory 100000] [--repeats 3]
+    python -m benchmarks.bench_groups --scale 1000000   # pop at 10 keys vs that many
 
   throughput   --keys x --per-key messages waiting, a no-op-handler consumer (4 shards,
                concurrency 4, batch 10): msgs/s from the first handler call to the last,
@@ -17,6 +18,10 @@
   memory       --memory messages waiting (100 keys, a 100-byte payload, the same ids and
                keys in both), used_memory delta per message, keyed against unordered
                (goal <= 1.2x)
+  --scale N    server time of a pop (count 10) and its ack in one shard holding 10 keys,
+               then N keys (one message each, written straight into the keys' layout by a
+               script: N pushes would take minutes), from INFO commandstats: it must not
+               grow with the number of keys
 Every figure is the median of --repeats runs; the ratio is of the medians.
 """
 
@@ -146,6 +151,64 @@ def memory(url: str, keyed: bool, n: int, keys: int = 100) -> float:
         cleanup(client)
 
 
+FILL = """
+local n, from, per = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local waits, states, turns, recs = {}, {}, {}, {}
+for i = from, from + n - 1 do
+  local key = 'key-' .. i
+  local p = #key .. ':' .. key
+  for j = 1, per do
+    local id = 'id-' .. i .. '-' .. j
+    local seq = string.format('%d', i * per + j)
+    seq = string.char(96 + #seq) .. seq  -- as lib/keyed.lua's kseq (digits sort the same)
+    waits[#waits + 1] = 0
+    waits[#waits + 1] = p .. seq .. id
+    recs[#recs + 1] = id
+    recs[#recs + 1] = 'lfls9x9c,0,0,K' .. p .. seq .. '\\145\\001'  -- msgpack [1]
+  end
+  states[#states + 1] = key
+  states[#states + 1] = '0|' .. per .. '|'
+  turns[#turns + 1] = i
+  turns[#turns + 1] = key
+end
+redis.call('ZADD', KEYS[1], unpack(waits))
+redis.call('HSET', KEYS[2], unpack(states))
+redis.call('ZADD', KEYS[3], unpack(turns))
+redis.call('HSET', KEYS[4], unpack(recs))
+return n
+"""
+ROUNDS = 200
+
+
+def scale(url: str, keys: int) -> float:
+    """Server microseconds of one pop of 10 and its ack, in a shard of ``keys`` keys
+    (holding 2,500 messages or more in all, so that every round finds 10)."""
+    client = fresh(url)
+    r = redis.Redis.from_url(url)
+    try:
+        q = client.queue("g", shards=1, ordered="key")
+        k = q.ops.shard_keys[0]
+        fill = r.register_script(FILL)
+        per = max(1, -(-(ROUNDS + 20) * 10 // keys))
+        step = max(1, 2000 // per)
+        for start in range(0, keys, step):
+            fill(keys=[k.kwait, k.kstate, k.kturn, k.msgs],
+                 args=[min(step, keys - start), start, per])
+        r.set(k.seq, keys * per + keys + 1)
+        for _ in range(20):  # warm up
+            q.ack_many(q.pop(count=10))
+        r.config_resetstat()
+        for _ in range(ROUNDS):
+            got = q.pop(count=10)
+            assert len(got) == 10 and len({m.key for m in got}) == min(10, keys)
+            q.ack_many(got)
+        stats = r.info("commandstats")["cmdstat_evalsha"]
+        return float(stats["usec"]) / ROUNDS
+    finally:
+        r.close()
+        cleanup(client)
+
+
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--keys", type=int, default=10_000)
@@ -154,7 +217,16 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--hot", type=int, default=5000)
     p.add_argument("--memory", type=int, default=100_000)
+    p.add_argument("--scale", type=int, default=0)
     args = p.parse_args()
+    if args.scale:
+        with server_url(args.url) as url:
+            small = median([scale(url, 10) for _ in range(args.repeats)])
+            large = median([scale(url, args.scale) for _ in range(args.repeats)])
+        print(table([("keys in the shard", "server us per pop(10) + ack"),
+                     ("10", f"{small:.0f}"), (f"{args.scale:,}", f"{large:.0f}"),
+                     ("ratio", f"{large / small:.2f}x")]))
+        return
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
         version = server_version(r)
