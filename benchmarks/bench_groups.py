@@ -251,7 +251,6 @@ def main() -> None:
         print(rows[-1], flush=True)
         pair("one hot key alone, in order (1 worker, batch 1)",
              lambda k: hot(url, args.hot, k), ">= 2,000 msg/s", "msg/s")
-        print(rows[-1], flush=True)
         pair(f"memory per waiting message ({args.memory:,})",
              lambda k: memory(url, k, args.memory), "<= 1.2x", "B")
     print(f"\nserver: {version}; medians of {args.repeats}\n")
