@@ -21,7 +21,8 @@
   --scale N    server time of a pop (count 10) and its ack in one shard holding 10 keys,
                then N keys (one message each, written straight into the keys' layout by a
                script: N pushes would take minutes), from INFO commandstats: it must not
-               grow with the number of keys
+               grow with the number of keys; beside it an unordered shard of that many
+               messages (a shard's size costs every command some cache misses)
 Every figure is the median of --repeats runs; the ratio is of the medians.
 """
 
@@ -177,21 +178,42 @@ redis.call('ZADD', KEYS[3], unpack(turns))
 redis.call('HSET', KEYS[4], unpack(recs))
 return n
 """
+FILL_PLAIN = """
+local n, from = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ready, recs = {}, {}
+for i = from, from + n - 1 do
+  local id = 'id-' .. i
+  ready[#ready + 1] = i
+  ready[#ready + 1] = id
+  recs[#recs + 1] = id
+  recs[#recs + 1] = 'lfls9x9c,0,0,\\145\\001'
+end
+redis.call('ZADD', KEYS[1], unpack(ready))
+redis.call('HSET', KEYS[2], unpack(recs))
+return n
+"""
 ROUNDS = 200
 
 
-def scale(url: str, keys: int) -> float:
+def scale(url: str, keys: int, keyed: bool = True) -> float:
     """Server microseconds of one pop of 10 and its ack, in a shard of ``keys`` keys
-    (holding 2,500 messages or more in all, so that every round finds 10)."""
+    (holding 2,500 messages or more in all, so that every round finds 10); unordered:
+    a shard of that many messages (at least 2,500)."""
     client = fresh(url)
     r = redis.Redis.from_url(url)
     try:
-        q = client.queue("g", shards=1, ordered="key")
+        q = client.queue("g", shards=1, ordered="key" if keyed else False)
         k = q.ops.shard_keys[0]
-        fill = r.register_script(FILL)
         per = max(1, -(-(ROUNDS + 20) * 10 // keys))
         step = max(1, 2000 // per)
-        for start in range(0, keys, step):
+        if not keyed:
+            plain = r.register_script(FILL_PLAIN)
+            total = keys * per
+            for start in range(0, total, 2000):
+                plain(keys=[k.ready, k.msgs], args=[min(2000, total - start), start])
+            r.set(k.seq, total + 1)
+        fill = r.register_script(FILL)
+        for start in range(0, keys if keyed else 0, step):
             fill(keys=[k.kwait, k.kstate, k.kturn, k.msgs],
                  args=[min(step, keys - start), start, per])
         r.set(k.seq, keys * per + keys + 1)
@@ -200,7 +222,7 @@ def scale(url: str, keys: int) -> float:
         r.config_resetstat()
         for _ in range(ROUNDS):
             got = q.pop(count=10)
-            assert len(got) == 10 and len({m.key for m in got}) == min(10, keys)
+            assert len(got) == 10 and (not keyed or len({m.key for m in got}) == min(10, keys))
             q.ack_many(got)
         stats = r.info("commandstats")["cmdstat_evalsha"]
         return float(stats["usec"]) / ROUNDS
@@ -221,11 +243,13 @@ def main() -> None:
     args = p.parse_args()
     if args.scale:
         with server_url(args.url) as url:
-            small = median([scale(url, 10) for _ in range(args.repeats)])
-            large = median([scale(url, args.scale) for _ in range(args.repeats)])
-        print(table([("keys in the shard", "server us per pop(10) + ack"),
-                     ("10", f"{small:.0f}"), (f"{args.scale:,}", f"{large:.0f}"),
-                     ("ratio", f"{large / small:.2f}x")]))
+            got = {(keyed, n): median([scale(url, n, keyed) for _ in range(args.repeats)])
+                   for keyed in (True, False) for n in (10, args.scale)}
+        print(table([("server us per pop(10) + ack", "10", f"{args.scale:,}", "ratio"),
+                     *((f"{name}: keys (messages)", f"{got[(keyed, 10)]:.0f}",
+                        f"{got[(keyed, args.scale)]:.0f}",
+                        f"{got[(keyed, args.scale)] / got[(keyed, 10)]:.2f}x")
+                       for name, keyed in (("keyed", True), ("unordered", False)))]))
         return
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
