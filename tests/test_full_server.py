@@ -109,7 +109,7 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
     from dynoq._core.lua import SCRIPTS
 
     refused = {name for name, s in SCRIPTS.items() if s.source.startswith("#!lua\n")}
-    assert refused == {"push", "push-batch", "publish", "task-push"}
+    assert refused == {"push", "push-batch", "publish", "task-push", "kpush"}
     read_only = {name for name, s in SCRIPTS.items()
                  if s.source.startswith("#!lua flags=no-writes\n")}
     assert read_only == {"due", "peek", "probe", "stats", "task-state"}
