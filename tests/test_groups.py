@@ -373,3 +373,30 @@ def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) 
                        lambda: 0.0, ordered=True)
     q.push_many([m for _, m in made.messages])
     assert [(m.id, m.key) for m in q.pop(count=5)] == [("a", "x")]
+
+
+def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
+        client: dynoq.Client, consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message(i, key="a") for i in range(2)] + [Message(0, key="b")])
+    events: list[tuple[str, str, int, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            events.append(("start", m.key or "", m.payload, m.attempts))
+        if m.key == "a" and m.payload == 0 and m.attempts == 1:
+            threading.Event().wait(1.5)  # past consume_timeout: left running
+        with lock:
+            events.append(("end", m.key or "", m.payload, m.attempts))
+
+    consumers.append(client.consumer(q, handler, concurrency=2, consume_timeout=0.3,
+                                     retry_delays=(0.1,), **FAST).start())
+    wait_for(lambda: any(e[:3] == ("end", "a", 1) for e in events), timeout=30,
+             what="a's next message")
+    with lock:
+        first_call_ended = events.index(("end", "a", 0, 1))
+        # b flowed meanwhile; nothing more of a started until the call returned
+        assert events.index(("end", "b", 0, 1)) < first_call_ended
+        assert [e for e in events[:first_call_ended] if e[:2] == ("start", "a")] == [
+            ("start", "a", 0, 1)]

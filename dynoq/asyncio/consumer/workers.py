@@ -84,7 +84,8 @@ class Workers:
         if call is None or call.done():
             return
         me = asyncio.current_task()
-        ordered = s.plan.ordered
+        # A keyed queue's call too: its key stays blocked while the call may still run.
+        ordered = s.plan.ordered or s.queue.ops.keyed
         left = None
         if (not ordered or me in self._tasks) and self._abandoned.take():
             left = self._abandoned.count
