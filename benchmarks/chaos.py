@@ -7,10 +7,13 @@ failed over); then a drain and a verdict on every message.
     python -m benchmarks.chaos --url redis://host:6379/0 --minutes 1
     python -m benchmarks.chaos --plant unordered --minutes 0.2   # the checker must object
 
-Two queues: ``jobs`` (concurrent; delays and priorities) and ``ordered`` (keyed
-messages, each with its per-key sequence number). Every handler call is recorded in Redis
-under the soak's prefix (benchmarks/chaos_roles.py); :func:`benchmarks.chaos_check.check`
-judges the records. Exit status 1 when a figure that must be 0 is not.
+Three queues: ``jobs`` (concurrent; delays and priorities), ``ordered`` (keyed
+messages, each with its per-key sequence number) and ``groups`` (the same stream on a
+queue with ordered="key": message groups, whose keys may also not be handled twice at
+once; ``--plant overlap`` opens it with key_concurrency=3, which the checker must catch).
+Every handler call is recorded in Redis under the soak's prefix
+(benchmarks/chaos_roles.py); :func:`benchmarks.chaos_check.check` judges the records.
+Exit status 1 when a figure that must be 0 is not.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import dynoq
 
 from . import chaos_check as cc
 from .chaos_procs import Proc, crew
-from .chaos_roles import JOBS, ORDERED, pushed_key, record_key
+from .chaos_roles import GROUPS, JOBS, ORDERED, ended_key, pushed_key, record_key
 from .chaos_servers import Cluster, Embedded, Given, Server
 from .common import table
 
@@ -41,7 +44,8 @@ class Config:
     seconds: float = 180.0  # of chaos; then the drain
     url: str | None = None  # None: a private embedded Valkey with AOF
     cluster: bool = False  # a local 3-master cluster with replicas instead
-    plant: str | None = None  # "unordered": the ordered stream on a plain queue
+    plant: str | None = None  # "unordered": the ordered stream on a plain queue;
+    # "overlap": the message groups' queue with key_concurrency=3
     chaos: bool = True  # kill and restart things (off: a plain run, e.g. for --plant)
     producers: int = 2
     consumers: int = 3
@@ -139,8 +143,11 @@ class Soak:
         # The dedupe window makes a producer's resent ensure a no-op for the whole soak.
         return [client.queue(name, ordered=ordered, shards=cfg.shards,
                              unack_timeout=cfg.visibility, dedupe_window=3600.0,
-                             min_replicas=server.replicas or None)
-                for name, ordered in ((JOBS, False), (ORDERED, cfg.plant != "unordered"))]
+                             min_replicas=server.replicas or None,
+                             key_concurrency=(3 if cfg.plant == "overlap" else 1)
+                             if ordered == "key" else None)
+                for name, ordered in ((JOBS, False), (ORDERED, cfg.plant != "unordered"),
+                                      (GROUPS, "key"))]
 
     def chaos(self, server: Server, procs: dict[str, list[Proc]]) -> None:
         cfg, rng = self.cfg, self.rng
@@ -208,21 +215,24 @@ class Soak:
         r = client.redis
         pushed_raw = [(k.decode(), v.decode()) for i in range(self.cfg.producers)
                       for k, v in r.hgetall(pushed_key(self.prefix, f"p{i}")).items()]
-        handled_raw = [v.decode() for q in queues for s in range(q.settings.shards)
-                       for v in r.hvals(record_key(self.prefix, q.name, s))]
+        ended = {k.decode(): v.decode() for q in queues for s in range(q.settings.shards)
+                 for k, v in r.hgetall(ended_key(self.prefix, q.name, s)).items()}
+        handled_raw = [(k.decode(), v.decode()) for q in queues
+                       for s in range(q.settings.shards)
+                       for k, v in r.hgetall(record_key(self.prefix, q.name, s)).items()]
         dead = [m.id or "" for q in queues for m in q.dead(1000)]
         stats = [q.stats() for q in queues]
         with open(logs / "records.txt", "w") as f:  # for a post-mortem
             f.writelines(f"pushed {k} {v}\n" for k, v in pushed_raw)
-            f.writelines(f"handled {v}\n" for v in handled_raw)
+            f.writelines(f"handled {v} {ended.get(k, '')}\n" for k, v in handled_raw)
             f.writelines(f"dead {i}\n" for i in dead)
             f.writelines(f"event {e.at} {e.until or ''} {e.kind} {e.target}\n"
                          for e in self.events)
         pushed = [cc.parse_pushed(k, v) for k, v in pushed_raw]
-        handlings = [cc.parse_handling(v) for v in handled_raw]
+        handlings = [cc.parse_handling(v, ended.get(k)) for k, v in handled_raw]
         return cc.check(pushed, handlings, dead, self.events, visibility=self.cfg.visibility,
                         left_in_flight=sum(s.unacked for s in stats),
-                        left_waiting=sum(s.size for s in stats))
+                        left_waiting=sum(s.size for s in stats), keyed=[GROUPS])
 
     def delete_keys(self, client: dynoq.Client) -> None:
         for key in client.redis.scan_iter(match=f"{self.prefix}:*", count=1000):
@@ -241,6 +251,7 @@ def render(report: cc.Report, title: str, notes: Sequence[str] = ()) -> str:
     if report.lost_ids:
         lines.append(f"lost ids (first 10): {', '.join(report.lost_ids[:10])}")
     lines += [f"order violation: {v}" for v in report.violation_examples]
+    lines += [f"same-key overlap: {v}" for v in report.overlap_examples]
     lines += [f"unexplained duplicate: {d}" for d in report.unexplained]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
@@ -253,9 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                     "the soak's own connections are killed)")
     ap.add_argument("--cluster", action="store_true",
                     help="a local 3-master Valkey Cluster with replicas; a master fails over")
-    ap.add_argument("--plant", choices=["unordered"], default=None,
+    ap.add_argument("--plant", choices=["unordered", "overlap"], default=None,
                     help="plant a fault the checker must catch: the ordered stream on a "
-                    "plain (unordered) queue")
+                    "plain (unordered) queue, or the message groups' queue with "
+                    "key_concurrency=3")
     ap.add_argument("--restarts", type=int, default=None,
                     help="server restarts or failovers (default: one per 90 s, at least 1)")
     ap.add_argument("--rate", type=float, default=Config.rate,

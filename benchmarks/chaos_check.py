@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 # Causes of a duplicate handling, in the order they are tried (the first that fits).
@@ -72,6 +73,7 @@ class Handling:
     held: bool | None = None
     attempts: int = 1
     planned: bool = False
+    ended: int | None = None  # server time the handler was done (keyed queues; None: unknown)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class Report:
     lost_ids: list[str] = field(default_factory=list)
     order_violations: int = 0
     violation_examples: list[str] = field(default_factory=list)
+    overlaps: int = 0  # keyed queues: a key handled twice at once, with no takeover
+    overlap_examples: list[str] = field(default_factory=list)
     without_lease: int = 0
     stale_fence: int = 0
     dead: int = 0
@@ -103,6 +107,7 @@ class Report:
     def failures(self) -> list[str]:
         """The must-be-0 figures that are not 0, named."""
         figures = {"lost": self.lost, "order violations": self.order_violations,
+                   "same-key overlaps": self.overlaps,
                    "handled without the lease": self.without_lease,
                    "handled with a stale fence": self.stale_fence,
                    "left in flight": self.left_in_flight, "left waiting": self.left_waiting}
@@ -117,6 +122,7 @@ class Report:
             ("handled, push never confirmed", str(self.handled_unconfirmed), ""),
             ("lost", str(self.lost), must),
             ("per-key order violations", str(self.order_violations), must),
+            ("same-key overlaps (message groups)", str(self.overlaps), must),
             ("handled without the lease", str(self.without_lease), must),
             ("handled with a stale fence", str(self.stale_fence), must),
             ("dead-lettered", str(self.dead), ""),
@@ -132,8 +138,13 @@ class Report:
 
 def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterable[str],
           events: Iterable[Event], *, visibility: float, left_in_flight: int = 0,
-          left_waiting: int = 0) -> Report:
+          left_waiting: int = 0, keyed: Iterable[str] = ()) -> Report:
     """Judge a soak from its records.
+
+    ``keyed``: the queues with ordered="key" (message groups). Their fences are per key
+    (not per shard), and a key may not be handled by two calls at once: a handling that
+    starts before another of its key ended, with no takeover between them (a higher
+    fence), is a same-key overlap.
 
     lost: confirmed ids never handled and not dead-lettered. Order: for each key, a seq
     whose first handling started before the first handling of the seq before it.
@@ -162,8 +173,10 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     report.dead = len(dead_ids)
     _order(report, pushed, by_id)
     all_handlings = [h for hs in by_id.values() for h in hs]
+    keyed = set(keyed)
     report.without_lease = sum(1 for h in all_handlings if h.held is False)
-    report.stale_fence = _stale_fences(all_handlings)
+    report.stale_fence = _stale_fences(all_handlings, keyed)
+    _overlaps(report, [h for h in all_handlings if h.queue in keyed])
     vis_us = int(visibility * 0.9 * 1_000_000)
     for hs in by_id.values():
         for before, again in itertools.pairwise(hs):
@@ -175,11 +188,12 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
 
 
 def _order(report: Report, pushed: list[Pushed], by_id: Mapping[str, list[Handling]]) -> None:
-    first: dict[str, dict[int, tuple[int, str]]] = defaultdict(dict)  # key -> seq -> (at, id)
+    # (queue, key) -> seq -> (at, id)
+    first: dict[tuple[str, str], dict[int, tuple[int, str]]] = defaultdict(dict)
     for p in pushed:
         if p.key is not None and p.seq is not None and p.id in by_id:
-            first[p.key][p.seq] = (by_id[p.id][0].at, p.id)
-    for key, seqs in first.items():
+            first[(p.queue, p.key)][p.seq] = (by_id[p.id][0].at, p.id)
+    for (_, key), seqs in first.items():
         for seq, (at, msg_id) in seqs.items():
             prev = seqs.get(seq - 1)
             if prev is not None and at < prev[0]:
@@ -190,11 +204,31 @@ def _order(report: Report, pushed: list[Pushed], by_id: Mapping[str, list[Handli
                         f" ms before seq {seq - 1} ({prev[1]})")
 
 
-def _stale_fences(handlings: list[Handling]) -> int:
-    by_shard: dict[tuple[str, int], list[Handling]] = defaultdict(list)
+def _overlaps(report: Report, handlings: list[Handling]) -> None:
+    by_key: dict[tuple[str, str], list[Handling]] = defaultdict(list)
+    for h in handlings:
+        if h.key is not None:
+            by_key[(h.queue, h.key)].append(h)
+    for (_, key), hs in by_key.items():
+        hs.sort(key=lambda h: h.at)
+        for j, later in enumerate(hs):
+            for before in hs[:j]:
+                if (before.ended is not None and later.at < before.ended
+                        and (later.fence or 0) <= (before.fence or 0)):
+                    report.overlaps += 1
+                    if len(report.overlap_examples) < 5:
+                        report.overlap_examples.append(
+                            f"{key}: {later.id} ({_show(later)}) started while {before.id} "
+                            f"({_show(before)}) ran")
+                    break
+
+
+def _stale_fences(handlings: list[Handling], keyed: AbstractSet[str] = frozenset()) -> int:
+    # A shard's fence, or a keyed queue's key's fence: each may only grow.
+    by_shard: dict[tuple[str, int | str | None], list[Handling]] = defaultdict(list)
     for h in handlings:
         if h.fence is not None:
-            by_shard[(h.queue, h.shard)].append(h)
+            by_shard[(h.queue, h.key if h.queue in keyed else h.shard)].append(h)
     stale = 0
     for hs in by_shard.values():
         highest = None
@@ -243,14 +277,17 @@ def handling_value(consumer: str, queue: str, msg_id: str, key: str | None, seq:
                      "1" if planned else "0"])
 
 
-def parse_handling(raw: str) -> Handling:
+def parse_handling(raw: str, ended: str | None = None) -> Handling:
+    """A handling record; ``ended``: the end record of the same call, if any (its
+    server time first, as the recording script writes it)."""
     at, held, consumer, queue, msg_id, key, seq, shard, fence, attempts, planned = \
         raw.split("|")
     return Handling(at=int(at), consumer=consumer, queue=queue, id=msg_id,
                     shard=int(shard), key=key or None, seq=int(seq) if seq else None,
                     fence=int(fence) if fence else None,
                     held=None if held == "" else held == "1", attempts=int(attempts),
-                    planned=planned == "1")
+                    planned=planned == "1",
+                    ended=int(ended.split("|", 1)[0]) if ended else None)
 
 
 def pushed_value(queue: str, key: str | None, seq: int | None) -> str:

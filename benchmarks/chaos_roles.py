@@ -40,6 +40,7 @@ from .chaos_check import handling_value, pushed_value
 T = TypeVar("T")
 
 JOBS, ORDERED = "jobs", "ordered"  # the soak's two queues
+GROUPS = "groups"  # and its message groups (ordered="key"): the ordered stream again
 GROUP = "soak"
 RECORD_LUA = (Path(__file__).with_name("chaos_record.lua")).read_text()
 FAIL_RATE = 0.02  # first deliveries whose handler fails on purpose (a retry)
@@ -51,6 +52,12 @@ SLOW_RATE = 0.003  # first deliveries whose handler outlives its visibility time
 def record_key(prefix: str, queue: str, shard: int) -> str:
     """Hash of the handler calls on one shard; shares the shard's hash tag (and node)."""
     return f"{prefix}:soak:{{{queue}:{shard}}}:handled"
+
+
+def ended_key(prefix: str, queue: str, shard: int) -> str:
+    """Hash of when the handler calls on one shard were done (call id -> the record);
+    written for the message groups, whose keys may not be handled twice at once."""
+    return f"{prefix}:soak:{{{queue}:{shard}}}:ended"
 
 
 def pushed_key(prefix: str, producer: str) -> str:
@@ -121,6 +128,7 @@ def produce(args: argparse.Namespace) -> None:
     client = _connect(args.name)
     jobs = until_done(lambda: client.queue(JOBS))
     ordered = until_done(lambda: client.queue(ORDERED))
+    groups = until_done(lambda: client.queue(GROUPS))
     keyed = ordered.settings.ordered  # False when the soak plants the "unordered" fault
     prefix, name = client.prefix, args.name
     raw = until_done(lambda: client.backend.run(Cmd(("GET", next_key(prefix, name)))))
@@ -130,14 +138,17 @@ def produce(args: argparse.Namespace) -> None:
         started = time.monotonic()
         rnd = random.Random(f"{name}:{step}")  # a resent step pushes the same messages
         key, seq = f"{name}-k{step % args.keys}", step // args.keys
-        job_id, ord_id = f"j-{name}-{step}", f"o-{name}-{step}"
+        job_id, ord_id, grp_id = f"j-{name}-{step}", f"o-{name}-{step}", f"g-{name}-{step}"
         delay = rnd.uniform(0.1, 1.5) if rnd.random() < 0.3 else 0.0
         until_done(lambda: jobs.ensure({"n": step}, id=job_id, delay=delay,  # noqa: B023
                                        priority=rnd.randrange(10)))  # noqa: B023
         until_done(lambda: ordered.ensure({"key": key, "seq": seq}, id=ord_id,  # noqa: B023
                                           key=key if keyed else None))  # noqa: B023
+        until_done(lambda: groups.ensure({"key": key, "seq": seq}, id=grp_id,  # noqa: B023
+                                         key=key))  # noqa: B023
         cmds = [Cmd(("HSET", pushed_key(prefix, name), job_id, pushed_value(JOBS, None, None),
-                     ord_id, pushed_value(ORDERED, key, seq))),
+                     ord_id, pushed_value(ORDERED, key, seq),
+                     grp_id, pushed_value(GROUPS, key, seq))),
                 Cmd(("SET", next_key(prefix, name), step + 1))]
         until_done(lambda: write(client, cmds, args.replicas))  # noqa: B023
         step += 1
@@ -164,15 +175,20 @@ def consume(args: argparse.Namespace) -> None:
                                    payload.get("seq"), msg.shard, msg.fence, msg.attempts,
                                    planned)
             lease_key = queue.ops.shard_keys[msg.shard].lease
+            call = f"{me}:{next(calls)}"
             # Recorded before anything else; a call that cannot record raises, so the
             # message is retried, as a real handler whose effect failed would be.
             write(client, [Cmd(("EVAL", RECORD_LUA, 2, lease_key,
                                 record_key(prefix, queue.name, msg.shard),
-                                f"{me}:{next(calls)}", msg.lease or "", value))],
+                                call, msg.lease or "", value))],
                   args.replicas)
             time.sleep(random.uniform(0.005, 0.05))  # work: keeps messages in flight
             if first and _fraction(msg.id, "slow") < SLOW_RATE:
                 time.sleep(nap)  # its visibility runs out meanwhile: delivered again
+            if queue.name == GROUPS:  # done: the key's next message may start now
+                write(client, [Cmd(("EVAL", RECORD_LUA, 2, lease_key,
+                                    ended_key(prefix, queue.name, msg.shard), call, "",
+                                    "end"))], args.replicas)
             if planned:
                 raise PlannedFailure(f"planned failure of {msg.id}")
         return handle
@@ -182,7 +198,7 @@ def consume(args: argparse.Namespace) -> None:
                    rebalance_interval=args.lease_ttl, idle_wait=0.5, instance_id=me,
                    retry_delays=(0.3, 0.6, 1.0))
     consumers = []
-    for name in (JOBS, ORDERED):
+    for name in (JOBS, ORDERED, GROUPS):
         queue = until_done(lambda: client.queue(name))  # noqa: B023
         handler = handler_for(queue)
         # A consumer starts once: a start that failed half-way needs a new one.

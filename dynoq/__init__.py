@@ -43,7 +43,7 @@ from .errors import (
     TaskFailed,
 )
 from .halves import Half, Transaction
-from .message import ConsumerStats, Message, QueueStats, ShardStats
+from .message import ConsumerStats, KeyState, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
 from .settings import ConsumerSettings, QueueSettings, TopicSettings
@@ -75,6 +75,7 @@ __all__ = [
     "Half",
     "InvalidArgument",
     "InvalidType",
+    "KeyState",
     "LayoutError",
     "LeaseLost",
     "Message",

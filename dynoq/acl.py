@@ -48,11 +48,12 @@ ROLES: dict[str, Role] = {
                      "its message: the consumer's); transactional messages: prepare, "
                      "commit, roll back, and run their checker (RocketMQ's check-back "
                      "asks the producer group)",
-                     _OPEN | {"push", "publish", "task-push", "task-state", "reschedule",
+                     _OPEN | {"push", "kpush", "publish", "task-push", "task-state", "reschedule",
                               "tx-prepare", "tx-settle", "tx-publish", "tx-claim"},
                      _REGISTER),
     "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
-                  _OPEN | {"push", "publish", "push-batch", "batch-commit"}, _REGISTER),
+                  _OPEN | {"push", "kpush", "publish", "push-batch", "batch-commit"},
+                  _REGISTER),
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
@@ -63,7 +64,9 @@ ROLES: dict[str, Role] = {
                  "task-push", "task-state", "task-cancel", "task-keep",
                  "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
                  "lease-renew", "lease-release", "group-heartbeat", "group-leave",
-                 "group-history", "subscription", "rate-take", "schedule-fire"},
+                 "group-history", "subscription", "rate-take", "schedule-fire",
+                 # message groups (ordered="key"): lua/lib/keyed.lua
+                 "kpush", "kpop", "kack", "knack", "krequeue", "kremove", "kreplay"},
         {**_REGISTER, "HSET": frozenset({"sched"}), "HDEL": frozenset({"sched"}),
          "ZREM": frozenset({"marks"})},
         frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"})),
@@ -71,13 +74,14 @@ ROLES: dict[str, Role] = {
         "requeue expired deliveries, promote due messages, trim acked ids, fire schedules, "
         "reap group members and gone broadcasting members' queues",
         frozenset({"due", "requeue", "promote", "trim", "group-reap", "subscription",
-                   "schedule-fire"}),
+                   "schedule-fire", "krequeue"}),
         {"UNLINK": frozenset({"member_queues"})}),
     "dashboard": Role("read what the web dashboard shows (docs/dashboard.md)",
                       frozenset({"stats", "peek"})),
     "dashboard-actions": Role("the dashboard's, and replay or purge dead letters "
                               "(--allow-actions)",
-                              frozenset({"stats", "peek", "replay", "purge-dead"})),
+                              frozenset({"stats", "peek", "replay", "purge-dead",
+                                         "kreplay"})),
 }
 
 

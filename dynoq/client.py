@@ -74,16 +74,18 @@ class Client:
 
     # -- queues ----------------------------------------------------------------------------
 
-    def queue(self, name: str, *, shards: int | None = None, ordered: bool | None = None,
+    def queue(self, name: str, *, shards: int | None = None, ordered: bool | str | None = None,
               unack_timeout: float | None = None, max_retries: int | None = None,
               dedupe_window: float | None = None, min_replicas: int | None = None,
-              replica_timeout: float | None = None) -> Queue:
+              replica_timeout: float | None = None,
+              key_concurrency: int | None = None) -> Queue:
         """Open a queue, creating it on first use with the given settings (the rest take
         :class:`dynoq.QueueSettings`' defaults). On a later open, omitted settings take
         the stored values and a setting that differs raises QueueConfigError."""
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
                  "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "min_replicas": min_replicas, "replica_timeout": replica_timeout}
+                 "min_replicas": min_replicas, "replica_timeout": replica_timeout,
+                 "key_concurrency": key_concurrency}
         return Queue(self.backend, self.backend.drive(self._catalog.queue(name, asked)))
 
     def open_existing(self, name: str) -> Queue | None:
@@ -105,14 +107,15 @@ class Client:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def topic(self, name: str, *, shards: int | None = None, ordered: bool | None = None,
+    def topic(self, name: str, *, shards: int | None = None, ordered: bool | str | None = None,
               unack_timeout: float | None = None, max_retries: int | None = None,
-              dedupe_window: float | None = None, member_grace: float | None = None) -> Topic:
+              dedupe_window: float | None = None, member_grace: float | None = None,
+              key_concurrency: int | None = None) -> Topic:
         """Open a topic, creating it on first use with the given settings (the rest take
         :class:`dynoq.TopicSettings`' defaults); as :meth:`queue` for later opens."""
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
                  "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "member_grace": member_grace}
+                 "member_grace": member_grace, "key_concurrency": key_concurrency}
         return Topic(self.backend, self.backend.drive(self._catalog.topic(name, asked)))
 
     def open_existing_topic(self, name: str) -> Topic | None:

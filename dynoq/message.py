@@ -81,6 +81,7 @@ class QueueStats:
 
     queue: str
     shards: tuple[ShardStats, ...]
+    keys: int = 0  # ordered="key": keys with messages waiting or in flight (else 0)
 
     @property
     def ready(self) -> int:
@@ -134,3 +135,16 @@ class ConsumerStats:
     rebalances: int = 0
     timed_out: int = 0
     abandoned: int = 0
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """One key of a message-group queue (ordered="key"): messages waiting (a retry that
+    waits for its delay counts as in flight: it holds the key), in flight, the attempts
+    of its head so far (as ``msg.attempts``) and its fence (1 until a takeover). All 0
+    for a key the queue does not hold."""
+
+    waiting: int = 0
+    in_flight: int = 0
+    attempts: int = 0
+    fence: int = 0

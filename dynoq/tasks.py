@@ -152,7 +152,7 @@ class Tasks:
             if name in keeping:
                 q.backend.run(core.load_keep(q.ops))
             made.append(client.consumer(q, Runner(self, q), settings=self.registry
-                                        .consumer_settings(name, base, q.settings.ordered)))
+                                        .consumer_settings(name, base, bool(q.settings.ordered))))
         return Consumers(made)
 
     def serve(self, url: str | None = None, *, prefix: str = "dq",

@@ -19,9 +19,6 @@ from dynoq import Message
 
 FLAVORS = ("sync", "async")
 
-KEY_GROUPS = pytest.mark.xfail(strict=True, reason="ordered='key' arrives with issue 26")
-
-
 def test_a_prepared_message_is_stored_and_never_waiting(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=2)
     half = q.prepare({"order": 1}, id="o-1", headers={"h": 1})
@@ -138,7 +135,6 @@ def test_ordered_queue_half_rebuilt_by_id(client: dynoq.Client) -> None:
     assert m.id == "ok-1" and m.shard == q.shard_for("cust-9")
 
 
-@KEY_GROUPS
 def test_key_queue_takes_its_place_in_its_key_at_the_commit(client: dynoq.Client) -> None:
     q = client.queue("ktx", shards=2, ordered="key")  # type: ignore[arg-type]
     first = q.prepare("a", key="k1")
@@ -152,11 +148,32 @@ def test_key_queue_takes_its_place_in_its_key_at_the_commit(client: dynoq.Client
     assert got == ["b", "a"]
 
 
-@KEY_GROUPS
 def test_key_queue_rollback_delivers_nothing(client: dynoq.Client) -> None:
     q = client.queue("ktx", shards=2, ordered="key")  # type: ignore[arg-type]
     half = q.prepare("a", key="k1")
     assert half.rollback() and q.pop(10) == [] and q.stats().prepared == 0
+
+
+def test_key_queue_prepared_message_is_read_replaced_and_committed_once(
+        client: dynoq.Client) -> None:
+    q = client.queue("ktx2", shards=2, ordered="key")  # type: ignore[arg-type]
+    half = q.prepare({"n": 1}, id="p1", key="k1")
+    got = q.get("p1")
+    assert got is not None and (got.payload, got.key) == ({"n": 1}, "k1")
+    assert q.key_state("k1").waiting == 0 and q.stats().keys == 0  # not waiting yet
+    assert half.commit() and half.commit()
+    assert q.key_state("k1").waiting == 1
+    # a plain push of a prepared id replaces it: the commit places nothing more
+    other = q.prepare("old", id="p2", key="k2")
+    q.push("new", id="p2", key="k2")
+    assert other.commit()
+    got = []
+    while batch := q.pop(10):
+        for m in batch:
+            got.append((m.key, m.payload))
+            assert q.ack(m)
+    assert sorted(got, key=str) == sorted([("k1", {"n": 1}), ("k2", "new")], key=str)
+    assert q.stats().keys == 0 and q.size() == 0
 
 
 def test_a_made_id_and_a_given_id_already_stored(client: dynoq.Client) -> None:

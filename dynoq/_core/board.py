@@ -126,7 +126,7 @@ class InFlightBatch:
     call failed with ConsumeTimeout) when the call returns."""
 
     __slots__ = ("abandoned", "call_started", "calling", "msgs", "overran", "permits",
-                 "results", "settling", "shard", "started")
+                 "refilled", "results", "settling", "shard", "started")
 
     def __init__(self, msgs: list[Message], shard: int | None, now: float,
                  permits: int) -> None:
@@ -140,6 +140,7 @@ class InFlightBatch:
         self.overran = False  # a handler call of it ran past consume_timeout
         self.abandoned = False  # the watchdog (or a stop) settles it, not its worker
         self.settling = False  # the worker is settling it (too late to abandon)
+        self.refilled: list[Message] = []  # delivered with its acks (keyed queues)
 
 
 class DeliveryState:

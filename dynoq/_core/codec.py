@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from ..errors import (
+    InvalidArgument,
     InvalidType,
     OrderedQueueError,
     PayloadTooLarge,
@@ -141,10 +142,15 @@ class Outgoing(NamedTuple):  # a tuple: made once per pushed message, a hot path
     tag: str = ""  # a topic message's tag ("" = none)
 
 
-def prepare(msg: Message, *, ordered: bool, limit: int) -> Outgoing:
-    """Validate one message for a queue and encode it; raises typed errors."""
+def prepare(msg: Message, *, ordered: bool | str, limit: int) -> Outgoing:
+    """Validate one message for a queue and encode it; raises typed errors. On a keyed
+    queue (ordered="key") the key is required and kept out of the body: the script
+    writes it into the record's header (lua/lib/keyed.lua), and :func:`decode` reads it
+    from there."""
     if not isinstance(msg, Message):
         raise InvalidType(f"expected a dynoq.Message, got {type(msg).__name__}")
+    if ordered == "key":
+        return _keyed(msg, limit)
     if (msg.id is None and msg.key is None and msg.headers is None and msg.tag is None
             and type(msg.priority) is int and msg.priority == 0
             and type(msg.delay) in _NUMBERS and msg.delay == 0):
@@ -167,6 +173,34 @@ def prepare(msg: Message, *, ordered: bool, limit: int) -> Outgoing:
                     tag or "")
 
 
+def _keyed(msg: Message, limit: int) -> Outgoing:
+    if msg.key is None:
+        raise OrderedQueueError("a queue with ordered=\"key\" delivers in order per key: "
+                                "every message needs a key (push(..., key=...))")
+    key = validate.check_key(msg.key)
+    assert key is not None
+    if len(key.encode()) > validate.MAX_ID_LENGTH:
+        raise InvalidArgument(f"key must be at most {validate.MAX_ID_LENGTH} bytes long")
+    if msg.delay or msg.priority:
+        validate.check_seconds(msg.delay, "delay")
+        validate.check_priority(msg.priority)
+        raise OrderedQueueError(
+            "a queue with ordered=\"key\" delivers each key in push order: push without "
+            "delay or priority (use a concurrent queue for delayed or prioritised messages)")
+    msg_id = new_id() if msg.id is None else validate.check_id(msg.id)
+    tag = None if msg.tag is None else validate.check_tag(msg.tag)
+    body = encode_body(msg.payload, None, msg.headers, limit, tag)
+    return Outgoing(msg_id, 0, 0, body, key, msg.id is None, tag or "")
+
+
+def _key_header(body: bytes) -> tuple[str, bytes]:
+    """A keyed record's key and the msgpack body after it ("K<len>:<key><seq>" first:
+    lua/lib/keyed.lua)."""
+    head, _, rest = body[1:].partition(b":")
+    n = int(head)
+    return rest[:n].decode(), rest[n + 1 + rest[n] - 96:]
+
+
 def decode(msg_id: str, record: bytes, *, shard: int | None = None, attempts: int = 0,
            token: str | None = None, lease: str | None = None,
            limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
@@ -179,12 +213,19 @@ def decode(msg_id: str, record: bytes, *, shard: int | None = None, attempts: in
         delay_ms, priority = int(due_off), int(prio)
     except ValueError:
         raise RecordError("record has no dynoq header (it was not written by dynoq)") from None
+    key = None
+    if body[:1] == b"K":  # a message group's record (msgpack bodies start with an array)
+        try:
+            key, body = _key_header(body)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            raise RecordError("record has an unreadable key header") from None
     fields = unpack(body, limit)
     if type(fields) is not list or not fields:
         raise RecordError("record body is not a dynoq message")
     n = len(fields)
     return Message(fields[0], msg_id, delay_ms / 1000, priority,
-                   fields[1] if n > 1 else None, fields[2] if n > 2 else None,
+                   key if key is not None else fields[1] if n > 1 else None,
+                   fields[2] if n > 2 else None,
                    fields[3] if n > 3 else None, shard, attempts,
                    (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
 

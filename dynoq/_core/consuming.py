@@ -73,9 +73,11 @@ def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
     options = dict(settings.strategy_options or {})
     me = settings.instance_id or default_instance_id()
     fn(list(range(queue.shards)), [me], me, **options)
-    return Plan(settings=settings, ordered=queue.ordered, shards=queue.shards, strategy=fn,
+    # A keyed queue (ordered="key") takes no shard leases (plan.ordered is shard order
+    # only): any consumer takes any key; its retries are the ordered ones (a 1 s suspend).
+    return Plan(settings=settings, ordered=queue.by_shard, shards=queue.shards, strategy=fn,
                 strategy_options=options,
-                retry=RetryPolicy.make(settings.retry_delays, ordered=queue.ordered,
+                retry=RetryPolicy.make(settings.retry_delays, ordered=bool(queue.ordered),
                                        max_retries=settings.max_retries),
                 instance_id=me, in_flight=settings.in_flight_limit,
                 visibility=settings.visibility or queue.unack_timeout,
@@ -120,6 +122,9 @@ def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:
                               "each message goes to one member of one group")
 
 
+# Batches a worker of a keyed queue takes in a row from its acks (a hot key alone: see
+# settle's refill) before it looks at the whole queue again.
+MAX_CARRIED = 16
 CHANNEL_TICK = 0.25  # longest wait on the group channel between upkeep checks
 
 
@@ -276,6 +281,8 @@ class Tally:
     failed: int = 0  # the handler raised
     retried: int = 0  # given back for a later retry
     dead_lettered: int = 0  # sent to the dead letters
+    # delivered with the acks (a keyed queue's hot key: see settle's ``refill``)
+    refilled: list[Message] = dataclasses.field(default_factory=list)
 
 
 def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
@@ -327,19 +334,27 @@ def keeps(done: Sequence[Message]) -> list[Call]:
 
 def settle(ops: QueueOps, ok: Sequence[Message],
            failed: Sequence[tuple[Message, BaseException]], policy: RetryPolicy,
-           consumer: str, back: Sequence[Message] = ()) -> Flow[Tally]:
+           consumer: str, back: Sequence[Message] = (),
+           refill: tuple[int, float] | None = None) -> Flow[Tally]:
     """Concurrent queues: ack what succeeded, retry or dead-letter each failure on its own
     (recording why), give back what was not handled (no attempt counted); one round trip
-    for all of it, with what the messages asked to keep (:func:`keeps`) before their acks."""
+    for all of it, with what the messages asked to keep (:func:`keeps`) before their acks.
+    ``refill`` (count, visibility seconds), on a keyed queue when every message of one
+    shard succeeded: the ack also delivers up to count more when no other key of the
+    shard is ready (a hot key alone: ack and the key's next pop share a round trip);
+    they are in ``Tally.refilled``."""
     kept = keeps(ok)
-    acking = ops.ack_calls(ok)
+    took = (ops.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
+            if refill and ok and not failed and not back and ops.keyed else None)
+    acking = [took[0]] if took else ops.ack_calls(ok)
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
     calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
     calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
     replies = (yield Batch(calls))[len(kept):]
     tally = Tally(handled=sum(replies[:acks]),
-                  failed=sum(not isinstance(e, RateLimited) for _, e in failed))
+                  failed=sum(not isinstance(e, RateLimited) for _, e in failed),
+                  refilled=took[1] if took else [])
     for given, buried in replies[acks:acks + len(failed)]:
         tally.retried += given
         tally.dead_lettered += buried

@@ -28,7 +28,7 @@ from .keys import ShardKeys
 READS = frozenset({
     "EXISTS", "GET", "HEXISTS", "HGET", "HGETALL", "HLEN", "HMGET", "HSCAN", "HVALS",
     "LRANGE", "PTTL", "SCARD", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SSCAN", "ZCARD",
-    "ZCOUNT", "ZMSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZSCORE"})
+    "ZCOUNT", "ZMSCORE", "ZRANGE", "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZSCORE"})
 # No DEL: it frees a key in the server's main thread, UNLINK in the background (DESIGN
 # §2.14; tests/test_architecture.py), so a script sending DEL is refused here too.
 WRITES = frozenset({

@@ -2,7 +2,7 @@
 
 A prepared message is stored in its shard's ``msgs`` and ``half`` only, so nothing
 delivers, peeks or counts it as waiting (lua/tx-prepare-5.lua). Its producer commits or
-rolls it back by id (lua/tx-settle-13.lua); one left undecided past its ``check_after``
+rolls it back by id (lua/tx-settle-16.lua); one left undecided past its ``check_after``
 is claimed by one checker (lua/tx-claim-13.lua), whose answer is settled with the claim's
 token, so a checker that lost its claim decides nothing. The shells are
 ``dynoq/asyncio/halves.py`` (the Half handle) and ``dynoq/asyncio/checker.py``.
@@ -107,7 +107,8 @@ class TxOps:
 
         return out.id, shard, Call(_PREPARE, self._prepare_keys[shard],
                                    [self.ops.epoch, out.id, out.delay_ms, out.priority,
-                                    out.body, validate.to_ms(wait)], parse)
+                                    out.body, validate.to_ms(wait),
+                                    out.routing if self.ops.keyed else ""], parse)
 
     def settle(self, shard: int, msg_id: str, what: str, *, token: str = "",
                interval_s: float = 0.0, max_checks: int = 0) -> Call:
@@ -115,7 +116,8 @@ class TxOps:
         tx-settle's code (DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED)."""
         return Call(_SETTLE, self._settle_keys[shard],
                     [self.ops.epoch, msg_id, what, token, validate.to_ms(interval_s),
-                     max_checks, self.ops.wake], self.ops._parser(what, shard, int))
+                     max_checks, self.ops.wake, self.ops._conc if self.ops.keyed else ""],
+                    self.ops._parser(what, shard, int))
 
     def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
                     interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:

@@ -49,6 +49,12 @@ class ShardKeys:
     # every script that reads or writes the shard refuses a caller that opened another
     # (lib/refusal.lua gone()). A topic's group queues share their topic shard's.
     epoch: str
+    # Message groups (ordered="key", lua/lib/keyed.lua): waiting messages by key and push
+    # order, keys that may deliver by turn, per-key state, per-key fences.
+    kwait: str
+    kturn: str
+    kstate: str
+    kfence: str
 
     @classmethod
     def of(cls, prefix: str, tag: str, shard: int, sub: str = "") -> ShardKeys:
@@ -64,7 +70,8 @@ class ShardKeys:
         the fencing number (which must never go back), the counts and the recurring
         messages' definitions stay."""
         return [self.delayed, self.ready, self.unack, self.msgs, self.dlv, self.dead,
-                self.seq, self.done, self.why, self.half, self.txs, self.decided]
+                self.seq, self.done, self.why, self.half, self.txs, self.decided,
+                self.kwait, self.kturn, self.kstate]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from ..errors import (
 from ..message import Message, QueueStats, ShardStats
 from . import codec, layout, validate
 from .calls import Batch, Call, Cmd, Flow, Wake, pairs
+from .keyed import KeyedOps
 from .keys import QueueKeys, ShardKeys, registry_key, shard_of
 from .lua import script
 from .schedules import ScheduleOps, occurrence_of
@@ -60,7 +61,7 @@ def _decode_str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class QueueOps:
+class QueueOps(KeyedOps):
     """One queue's operations. Thread-safe: it holds no state but a pop rotation and
     whether the last look saw priorities (a hint for the cost of the next one).
 
@@ -95,7 +96,15 @@ class QueueOps:
         self._pop_keys = [_POP.key_list(k) for k in self.shard_keys]
         self._ack_keys = [_ACK.key_list(k) for k in self.shard_keys]
         self._probe_keys = [_PROBE.key_list(k) for k in self.shard_keys]
-        self._ordered = "1" if settings.ordered else "0"
+        self._ordered = "1" if settings.by_shard else "0"
+        # Message groups (ordered="key"): keyed.py's requests take over
+        self.keyed = settings.keyed
+        self._conc = settings.key_concurrency or 1
+        self._max_retries = settings.max_retries
+        self._shards = settings.shards
+        if self.keyed:  # a probe reads the keys that may deliver where others read ready
+            self._probe_keys = [[k.kturn, k.delayed, k.unack, k.epoch]
+                                for k in self.shard_keys]
         self._window_ms = validate.to_ms(settings.dedupe_window)
         self._rotation = itertools.count()
         self._ranked = False  # see the ranked property
@@ -177,6 +186,8 @@ class QueueOps:
     def push_call(self, mode: str, shard: int, outs: Sequence[codec.Outgoing]) -> Call:
         """One push call of validated messages to one shard, its reply unparsed: one
         result a message (1 pushed, 0 skipped), or a refusal (see :meth:`refused`)."""
+        if self.keyed:
+            return self._kpush_call(mode, shard, outs)
         args: list[Any] = [self.epoch, mode, self._window_ms, self.wake]
         for o in outs:
             args += (o.id, o.delay_ms, o.priority, o.body)
@@ -370,6 +381,9 @@ class QueueOps:
         deliver. Returns them, the shard's rank after (-1: not looked at, the batch was
         full), the ms until something may be deliverable (-1: unknown) and the ranks of
         ``others``."""
+        if self.keyed:
+            got = yield from self._ktake(shard, count, vis_ms)
+            return got
         # A delivery token needs to differ between deliveries, not to be secret: random's
         # generator (reseeded in a forked child) instead of os.urandom, a system call
         # that hands the GIL to another thread at every pop.
@@ -503,6 +517,8 @@ class QueueOps:
         return self._ack_calls(groups)
 
     def _ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
+        if self.keyed:
+            return self._kack_calls(groups)
         wake = self.wake if self.settings.ordered else ""
         calls: list[Call] = []
         for (shard, lease), ids in groups.items():
@@ -531,6 +547,8 @@ class QueueOps:
 
     def _nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
                    mode: str, why: bytes = b"") -> Call:
+        if self.keyed:
+            return self._knack_call(shard, msg_id, token, delay, mode, why)
         return Call(_NACK, _NACK.key_list(self.shard_keys[shard]), [
             self.epoch, lease, validate.to_ms(delay), self.settings.max_retries, mode,
             self._ordered, self.wake, why, msg_id, token],
@@ -563,6 +581,9 @@ class QueueOps:
                 lease: str = "") -> Flow[tuple[int, int]]:
         """Give back the expired (with ``force``: all) deliveries of one shard; returns
         (given back, dead-lettered)."""
+        if self.keyed:
+            got = yield from self._krequeue(shard)
+            return got
         back = buried = 0
         keys = _REQUEUE.key_list(self.shard_keys[shard])
         while True:
@@ -600,6 +621,8 @@ class QueueOps:
     def remove(self, msg_id: str) -> Flow[bool]:
         msg_id = validate.check_id(msg_id)
         [shard] = yield from self.locate([msg_id])
+        if self.keyed:
+            return bool((yield self._kremove(shard, msg_id)))
         return bool((yield script("remove").call(self.shard_keys[shard],
                                                  [self.epoch, msg_id, self.wake],
                                                  self.checked(f"remove from {self.name!r}"))))
@@ -648,9 +671,17 @@ class QueueOps:
 
     # -- whole queue ----------------------------------------------------------------------
 
-    def peek(self, count: int = 10) -> Batch:
-        """The next deliverable messages in delivery order, without claiming them."""
+    def peek(self, count: int = 10) -> Flow[list[Message]]:
+        """The next deliverable messages in delivery order, without claiming them (on a
+        keyed queue: the heads of the next keys to be served, shard by shard)."""
         count = validate.check_count(count, high=validate.MAX_BATCH)
+        if self.keyed:
+            found: list[Message] = yield from self._kpeek(count)
+            return found
+        got: list[Message] = yield self._peek(count)
+        return got
+
+    def _peek(self, count: int) -> Batch:
         peek = script("peek")
 
         def parse(replies: list[Any]) -> list[Message]:
@@ -685,20 +716,28 @@ class QueueOps:
                                       retried=int(r[7]), expired=int(r[8]),
                                       dead_lettered=int(r[9]), prepared=int(replies[n + 2 * i]),
                                       committed=committed, rolled_back=rolled_back))
-            return QueueStats(self.name, tuple(out))
+            counted = replies[3 * n:]
+            return QueueStats(self.name, tuple(out), sum(int(c) for c in counted))
 
+        # On a keyed queue the waiting messages are in kwait, in place of ready.
+        calls: list[Call | Cmd] = [
+            Call(stats, [k.kwait if self.keyed and f == "ready" else getattr(k, f)
+                         for f in stats.keys], [self.epoch]) for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
-        tx = [c for k in self.shard_keys for c in (
+        calls += [c for k in self.shard_keys for c in (
             Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))]
-        return Batch([*(stats.call(k, [self.epoch]) for k in self.shard_keys), *tx],
-                     parse=parse)
+        if self.keyed:
+            calls += self.key_count()
+        return Batch(calls, parse=parse)
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
-        frees large shards in the background (lua/clear-13.lua)."""
-        return Batch([_CLEAR.call(k, [self.epoch], self.checked(
-            f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)],
-            parse=_none)
+        frees large shards in the background (lua/clear-13.lua, lua/kclear-4.lua)."""
+        calls: list[Call | Cmd] = [_CLEAR.call(k, [self.epoch], self.checked(
+            f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)]
+        if self.keyed:
+            calls += self._kclear()
+        return Batch(calls, parse=_none)
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -732,6 +771,10 @@ class QueueOps:
         for shard, msg_id in zip((yield from self.locate(wanted)), wanted, strict=True):
             by_shard[shard].append(msg_id)
         check = self.checked(f"replay on {self.name!r}", int)
+        if self.keyed:
+            return sum((yield Batch([self._kreplay(shard, group[i:i + IDS_CHUNK], SWEEP_LIMIT)
+                                     for shard, group in by_shard.items()
+                                     for i in range(0, len(group), IDS_CHUNK)])))
         calls: list[Call | Cmd] = [
             replay.call(self.shard_keys[shard], [self.epoch, SWEEP_LIMIT, self.wake,
                                                  *group[i:i + IDS_CHUNK]], check)
@@ -753,6 +796,12 @@ class QueueOps:
                              f"{self.name!r}", int)
         total = 0
         while True:
+            if replay and self.keyed:
+                n = int((yield self._kreplay(shard, [], SWEEP_LIMIT)))
+                total += n
+                if n < SWEEP_LIMIT:
+                    return total
+                continue
             n = int((yield call.call(self.shard_keys[shard], args, check)))
             total += n
             if n < SWEEP_LIMIT:

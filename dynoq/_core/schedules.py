@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import cronsim
 import msgpack
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
 from . import validate
 from .calls import Batch, Cmd, Flow, pairs, server_time
@@ -144,6 +144,10 @@ class ScheduleOps:
             raise InvalidArgument("a schedule id may not contain '@' (its occurrences' ids "
                                   "are <schedule id>@<tick>)")
         every, cron = check_when(every, cron)
+        if self.q.settings.keyed:
+            raise OrderedQueueError("recurring messages are not supported on a queue with "
+                                    "ordered=\"key\" yet: push each occurrence from a "
+                                    "schedule on another queue")
         # What each occurrence will be, checked now (delay and priority rules included).
         self.q.prepare(Message(payload, id=f"{sched_id}@0", priority=priority, key=key,
                                headers=headers))

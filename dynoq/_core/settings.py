@@ -22,42 +22,80 @@ SCHEMA_VERSION = 1
 def _stored(settings: Any) -> dict[str, str]:
     """Queue or topic settings as their metadata hash stores them."""
     out = {f.name: repr(getattr(settings, f.name)) for f in fields(settings)}
-    out["ordered"] = "1" if settings.ordered else "0"
+    out["ordered"] = "key" if settings.ordered == "key" else "1" if settings.ordered else "0"
     out["schema"] = str(SCHEMA_VERSION)
     return out
+
+
+MAX_KEY_CONCURRENCY = 1000
+
+
+def check_ordered(ordered: object, key_concurrency: object) -> tuple[bool | str, int | None]:
+    """``ordered`` as stored (False, True for shard order, "key") and the key concurrency
+    (1 by default on ordered="key"; refused on other queues)."""
+    if ordered == "shard" and type(ordered) is str:
+        ordered = True
+    if not (type(ordered) is bool or ordered == "key"):
+        raise InvalidType(f"ordered must be False, True (or \"shard\") or \"key\", got "
+                          f"{ordered!r}")
+    if ordered != "key":
+        if key_concurrency is not None:
+            raise QueueConfigError("key_concurrency is for message groups: open the queue "
+                                   "with ordered=\"key\"")
+        return ordered, None
+    if key_concurrency is None:
+        return ordered, 1
+    return ordered, validate.check_int(key_concurrency, "key_concurrency", low=1,
+                                       high=MAX_KEY_CONCURRENCY)
 
 
 @dataclass(frozen=True)
 class QueueSettings:
     """Settings fixed when a queue is first opened (stored in its metadata hash).
 
-    shards: shards of the queue (1..16384); ordered: strict per-shard order (RocketMQ
-    partition order); unack_timeout: seconds a popped message stays invisible before it is
-    delivered again; max_retries: deliveries beyond the first before it is dead-lettered;
-    dedupe_window: seconds an acked id is remembered, so ``ensure`` skips it (0 = off);
+    shards: shards of the queue (1..16384); ordered: True (or "shard") for strict
+    per-shard order (RocketMQ partition order), "key" for order per message key with no
+    head-of-line blocking (message groups, DESIGN §3.5), at most key_concurrency (default
+    1) of a key in flight at once; unack_timeout: seconds a popped message stays
+    invisible before it is delivered again; max_retries: deliveries beyond the first
+    before it is dead-lettered; dedupe_window: seconds an acked id is remembered, so
+    ``ensure`` skips it (0 = off);
     min_replicas / replica_timeout: pushes WAIT for that many replicas, up to that many
     seconds, else ReplicationError (0 = no WAIT; Dynomite's DC_QUORUM)."""
 
     shards: int = 4
-    ordered: bool = False
+    ordered: bool | str = False
     unack_timeout: float = 60.0
     max_retries: int = 16
     dedupe_window: float = 0.0
     min_replicas: int = 0
     replica_timeout: float = 1.0
+    key_concurrency: int | None = None  # ordered="key" only; 1 there when not given
 
     def __post_init__(self) -> None:
         try:
             validate.check_int(self.shards, "shards", low=1, high=validate.MAX_SHARDS)
             validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
             validate.check_int(self.min_replicas, "min_replicas", low=0, high=100)
-            validate.check_bool(self.ordered, "ordered")
+            ordered, concurrency = check_ordered(self.ordered, self.key_concurrency)
+            object.__setattr__(self, "ordered", ordered)
+            object.__setattr__(self, "key_concurrency", concurrency)
             # At least a millisecond: scores and timeouts are whole milliseconds.
             validate.check_seconds(self.unack_timeout, "unack_timeout", minimum=0.001)
             validate.check_seconds(self.dedupe_window, "dedupe_window")
             validate.check_seconds(self.replica_timeout, "replica_timeout", minimum=0.001)
         except InvalidArgument as exc:
             raise QueueConfigError(str(exc)) from None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether this is a message-group queue (ordered="key")."""
+        return self.ordered == "key"
+
+    @property
+    def by_shard(self) -> bool:
+        """Whether this queue is in RocketMQ's shard order (ordered=True): leased shards."""
+        return self.ordered is True
 
     def to_hash(self) -> dict[str, str]:
         return _stored(self)
@@ -68,13 +106,16 @@ class QueueSettings:
         try:
             return cls(
                 shards=int(raw["shards"]),
-                ordered=raw["ordered"] == "1",
+                ordered="key" if raw["ordered"] == "key" else raw["ordered"] == "1",
                 unack_timeout=float(raw["unack_timeout"]),
                 max_retries=int(raw["max_retries"]),
                 dedupe_window=float(raw["dedupe_window"]),
                 # Absent from queues stored before replica durability existed.
                 min_replicas=int(raw.get("min_replicas", 0)),
                 replica_timeout=float(raw.get("replica_timeout", 1.0)),
+                key_concurrency=(int(raw["key_concurrency"]) if raw.get("key_concurrency",
+                                                                        "None") != "None"
+                                 else None),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None
@@ -88,14 +129,21 @@ class TopicSettings:
     before the sweeper removes it, with its messages."""
 
     shards: int = 4
-    ordered: bool = False
+    ordered: bool | str = False
     unack_timeout: float = 60.0
     max_retries: int = 16
     dedupe_window: float = 0.0
     member_grace: float = 30.0
+    key_concurrency: int | None = None
 
     def __post_init__(self) -> None:
-        self.queue_settings()  # validates the queue part
+        q = self.queue_settings()  # validates the queue part
+        if q.keyed:
+            raise QueueConfigError("topics with ordered=\"key\" are not supported yet: "
+                                   "publish to a queue with ordered=\"key\", or use "
+                                   "ordered=True (shard order)")
+        object.__setattr__(self, "ordered", q.ordered)
+        object.__setattr__(self, "key_concurrency", q.key_concurrency)
         try:
             validate.check_seconds(self.member_grace, "member_grace", minimum=0.001)
         except InvalidArgument as exc:
@@ -105,7 +153,8 @@ class TopicSettings:
         """The settings of each group's queue."""
         return QueueSettings(shards=self.shards, ordered=self.ordered,
                              unack_timeout=self.unack_timeout, max_retries=self.max_retries,
-                             dedupe_window=self.dedupe_window)
+                             dedupe_window=self.dedupe_window,
+                             key_concurrency=self.key_concurrency)
 
     def to_hash(self) -> dict[str, str]:
         return _stored(self)
@@ -116,6 +165,7 @@ class TopicSettings:
             q = QueueSettings.from_hash(raw)
             return cls(shards=q.shards, ordered=q.ordered, unack_timeout=q.unack_timeout,
                        max_retries=q.max_retries, dedupe_window=q.dedupe_window,
+                       key_concurrency=q.key_concurrency,
                        member_grace=float(raw.get("member_grace", 30.0)))
         except (ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored topic settings are unreadable: {exc!r}") from None
@@ -129,11 +179,15 @@ def merge(stored: Any, asked: Mapping[str, Any], queue: str, kind: type[Any] | N
     Raises QueueConfigError when an asked-for value differs from the stored one.
     """
     given = {k: v for k, v in asked.items() if v is not None}
-    wanted = (kind or QueueSettings)(**given)  # validates what was asked even if unused
+    check = dict(given)
+    if stored is not None and "key_concurrency" in check and "ordered" not in check:
+        check["ordered"] = stored.ordered  # a later open may omit ordered="key"
+    wanted = (kind or QueueSettings)(**check)  # validates what was asked even if unused
     if stored is None:
         return wanted
+    # Compared as normalised (ordered="shard" is True): what was asked, validated.
     conflicts = [f"{k}={v!r} (stored: {getattr(stored, k)!r})"
-                 for k, v in given.items() if getattr(stored, k) != v]
+                 for k, v in given.items() if getattr(stored, k) != getattr(wanted, k)]
     if conflicts:
         raise QueueConfigError(
             f"{what} {queue!r} already exists with other settings: {', '.join(conflicts)}; "

@@ -151,6 +151,13 @@ def sweep_queue(q: QueueOps, *, reap_members: bool, cross_slot: bool,
 def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
                  out: QueueSweep) -> Flow[None]:
     keys = q.shard_keys[shard]
+    if q.keyed and mask & (REQUEUE | PROMOTE):
+        # A keyed shard's expired deliveries and due retries go back to the head of their
+        # key (lua/krequeue-13.lua), never to `ready`.
+        back, buried = yield from q.requeue(shard)
+        out.requeued += back
+        out.dead_lettered += buried
+        mask &= ~(REQUEUE | PROMOTE)
     if mask & REQUEUE:
         back, buried = yield from q.requeue(shard)
         out.requeued += back

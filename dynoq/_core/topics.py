@@ -225,7 +225,7 @@ class TopicOps:
             for s in range(self.settings.shards):
                 k = keys.shard(s)
                 # UNLINK: a group's queue may be large; the server frees it in the background.
-                cmds.append(Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.counts)))
+                cmds.append(Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.kfence, k.counts)))
         return Batch(cmds, parse=lambda _: None)
 
     def target_queue(self, target: str) -> QueueOps:

@@ -4,7 +4,7 @@ answered (DESIGN.md §3.6).
 
 Each prepared message due for a check is claimed by one checker of the group for
 ``claim_timeout`` seconds (lua/tx-claim-13.lua); the answer is settled with the claim's
-token (lua/tx-settle-13.lua), so a checker paused past its claim decides nothing: another
+token (lua/tx-settle-16.lua), so a checker paused past its claim decides nothing: another
 has claimed it, or will. "unknown", a raising ``check`` or any other answer asks again
 ``check_interval`` seconds later; after ``max_checks`` checks the message is rolled back
 into the dead letters (reason: transaction unresolved).

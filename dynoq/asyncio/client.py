@@ -78,14 +78,16 @@ class Client:
     # -- queues ----------------------------------------------------------------------------
 
     async def queue(self, name: str, *, shards: int | None = None,
-                    ordered: bool | None = None, unack_timeout: float | None = None,
+                    ordered: bool | str | None = None, unack_timeout: float | None = None,
                     max_retries: int | None = None, dedupe_window: float | None = None,
                     min_replicas: int | None = None,
-                    replica_timeout: float | None = None) -> Queue:
+                    replica_timeout: float | None = None,
+                    key_concurrency: int | None = None) -> Queue:
         """Open a queue, creating it on first use (see :meth:`dynoq.Client.queue`)."""
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
                  "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "min_replicas": min_replicas, "replica_timeout": replica_timeout}
+                 "min_replicas": min_replicas, "replica_timeout": replica_timeout,
+                 "key_concurrency": key_concurrency}
         return Queue(self.backend, await self.backend.drive(self._catalog.queue(name, asked)))
 
     async def open_existing(self, name: str) -> Queue | None:
@@ -107,13 +109,14 @@ class Client:
     # -- topics ----------------------------------------------------------------------------
 
     async def topic(self, name: str, *, shards: int | None = None,
-                    ordered: bool | None = None, unack_timeout: float | None = None,
+                    ordered: bool | str | None = None, unack_timeout: float | None = None,
                     max_retries: int | None = None, dedupe_window: float | None = None,
-                    member_grace: float | None = None) -> Topic:
+                    member_grace: float | None = None,
+                    key_concurrency: int | None = None) -> Topic:
         """Open a topic, creating it on first use (see :meth:`dynoq.Client.topic`)."""
         asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
                  "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "member_grace": member_grace}
+                 "member_grace": member_grace, "key_concurrency": key_concurrency}
         return Topic(self.backend, await self.backend.drive(self._catalog.topic(name, asked)))
 
     async def open_existing_topic(self, name: str) -> Topic | None:

@@ -17,7 +17,7 @@ from .._core.ops import QueueOps
 from .._core.schedules import Schedule, ScheduleOps
 from .._core.validate import check_id, check_items
 from ..errors import InvalidArgument
-from ..message import Message, QueueStats
+from ..message import KeyState, Message, QueueStats
 from ..settings import QueueSettings
 from .backend import AsyncBackend
 from .halves import Half, Transaction
@@ -202,8 +202,9 @@ class Queue:
 
     async def peek(self, count: int = 10) -> list[Message]:
         """The next ``count`` (1..1000) deliverable messages in delivery order (lower
-        priority value first, then earlier ready time), without claiming them."""
-        return await self.backend.run(self.ops.peek(count))  # type: ignore[no-any-return]
+        priority value first, then earlier ready time), without claiming them. On a
+        queue with ordered="key": the heads of the next keys to be served."""
+        return await self.backend.drive(self.ops.peek(count))
 
     async def size(self) -> int:
         """Waiting messages (ready + delayed), not in flight, not dead."""
@@ -213,6 +214,18 @@ class Queue:
     async def stats(self) -> QueueStats:
         """Ready, delayed, in-flight (unacked) and dead messages, per shard and summed."""
         return await self.backend.run(self.ops.stats())  # type: ignore[no-any-return]
+
+    async def key_state(self, key: str) -> KeyState:
+        """One key of a queue with ordered="key": messages waiting, in flight (a retry
+        waiting for its delay holds its key: in flight), the attempts of its head so far
+        and its fence; all 0 for a key the queue does not hold."""
+        return await self.backend.drive(self.ops.key_state(key))
+
+    async def keys(self, limit: int = 20) -> dict[str, list[dict[str, Any]]]:
+        """A queue with ordered="key": its busiest keys (``{key, waiting, in_flight}``)
+        and the keys blocked by a failing message (``{key, id, attempts, reason}``), at
+        most ``limit`` (1..1000) of each (``dynoq keys QUEUE``)."""
+        return await self.backend.drive(self.ops.keys_report(limit))
 
     async def clear(self) -> None:
         """Delete every message of the queue (its settings stay)."""

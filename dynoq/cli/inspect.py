@@ -79,6 +79,28 @@ def peek(env: Env, queue: str, count: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("queue")
+@click.option("--limit", type=click.IntRange(min=1, max=1000), default=20, show_default=True,
+              help="How many keys of each list.")
+@JSON_OPTION
+@pass_env
+def keys(env: Env, queue: str, limit: int, as_json: bool) -> None:
+    """A queue with ordered="key": its busiest keys (messages waiting, in flight) and the
+    keys blocked by a failing message (its attempts and reason)."""
+    report = env.queue(queue).keys(limit)
+    if as_json:
+        click.echo(to_json(report, indent=2))
+        return
+    print_table(f"busiest keys of {queue!r}", ["key", "waiting", "in flight"],
+                [[str(k["key"]), str(k["waiting"]), str(k["in_flight"])]
+                 for k in report["busiest"]])
+    print_table(f"keys of {queue!r} blocked by a failing message",
+                ["key", "message", "attempts", "reason"],
+                [[str(k["key"]), str(k["id"]), str(k["attempts"]), str(k["reason"] or "-")]
+                 for k in report["blocked"]])
+
+
+@cli.command()
+@click.argument("queue")
 @click.option("-n", "count", type=click.IntRange(min=1), default=100, show_default=True,
               help="How many messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -3,6 +3,7 @@ with the core's flows."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -12,7 +13,8 @@ from typing import Any
 from .. import tracing
 from .._core import consuming
 from .._core.board import InFlightBatch
-from ..errors import LeaseLost
+from ..errors import DynoqError, LeaseLost
+from ..message import Message
 from ..queue import Queue
 from .lease import Leases
 from .middleware import Invoker
@@ -35,6 +37,13 @@ class Processor:
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
         self.me = plan.instance_id
+
+    def _ran_out(self, batch: InFlightBatch) -> bool:
+        """A keyed queue: whether the batch's deliveries may have run out (their
+        visibility, restarted at each extension, is the key's lock; a tenth as a margin).
+        Its later messages are then not handled here: they come back to whoever holds
+        their key next, at the head of it."""
+        return time.monotonic() >= batch.started + self.plan.visibility * 0.9
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         batch.calling = msgs
@@ -61,16 +70,20 @@ class Processor:
             return None, time.perf_counter() - t0
         return self.invoker.call(arg, msgs)
 
-    def concurrently(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
+    def concurrently(self, batch: InFlightBatch, settle: Callable[[], bool],
+                     refill: bool = False) -> str:
         """Each message on its own: a failure retries only that message, later.
-        ``settle()`` says whether this worker may settle the batch (not abandoned)."""
+        ``settle()`` says whether this worker may settle the batch (not abandoned).
+        ``refill``: on a keyed queue, the acks may bring the next batch of a hot key
+        (``batch.refilled``: consuming.settle)."""
         msgs, seconds = batch.msgs, 0.0
         if self.batch_handler:
             error, seconds = self._call(batch, msgs, msgs)
             batch.results.extend((m, error) for m in msgs)
         else:
+            keyed = self.queue.ops.keyed
             for msg in msgs:
-                if batch.abandoned:
+                if batch.abandoned or (keyed and self._ran_out(batch)):
                     break
                 error, s = self._call(batch, msg, (msg,))
                 seconds += s
@@ -79,11 +92,20 @@ class Processor:
             return ABANDONED
         ok = [m for m, e in batch.results if e is None]
         failed = [(m, e) for m, e in batch.results if e is not None]
+        more = (max(batch.permits, 1), self.plan.visibility) if refill else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = self.queue.backend.drive(
-                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me))
+                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
+                                 refill=more))
         self.stats.add_tally(tally, seconds)
+        batch.refilled = tally.refilled
         return DONE
+
+    def give_back_unhandled(self, msgs: list[Message]) -> None:
+        """Give messages back unhandled, at once (no attempt counted)."""
+        with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
+            self.queue.backend.drive(consuming.settle(self.queue.ops, [], [], self.plan.retry,
+                                                      self.me, back=msgs))
 
     def orderly(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
         """In order; a failing message blocks the shard and is retried in place (the

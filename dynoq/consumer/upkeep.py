@@ -135,14 +135,16 @@ class Upkeep:
         s = self.shared
         settings = s.plan.settings
         timeout = settings.consume_timeout
-        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=s.plan.ordered)
+        # A keyed queue's call too: its key stays blocked while the call may still run.
+        held = s.plan.ordered or s.queue.ops.keyed
+        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=held)
         for worker, batch in overdue:
             s.stats.add(timed_out=1)
             left = self._workers.retire(worker)
             consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
                               cap=settings.concurrency,
                               shard=batch.shard if s.plan.ordered else None)
-            if s.plan.ordered:
+            if held:
                 continue
             s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
             self._processor.give_up(batch)
@@ -151,7 +153,10 @@ class Upkeep:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).
         s = self.shared
         vis = s.plan.visibility
-        for msgs in s.deliveries.slow(time.monotonic(), vis):
+        # A keyed queue's delivery is its key's lock: extended at half its visibility,
+        # before it can run out (else the key's next holder could start meanwhile).
+        older = vis / 2 if s.queue.ops.keyed else vis
+        for msgs in s.deliveries.slow(time.monotonic(), older):
             for m in msgs:
                 try:
                     s.queue.extend(m, vis)

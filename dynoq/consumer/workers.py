@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from .._core import consuming
 from .._core.board import Abandoned
-from .._core.consuming import pop_order
+from .._core.consuming import MAX_CARRIED, pop_order
 from ..errors import DynoqError, LeaseLost, QueueGone
 from ..message import Message
 from ..retry import backoff
@@ -145,16 +145,25 @@ class Workers:
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
+        # A keyed queue's hot key: the acks bring the key's next batch (carried, with
+        # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
+        # whole queue again (round-robin across shards).
+        keyed = s.queue.ops.keyed and not settings.batch_handler
+        carried: list[Message] = []
+        streak = held = 0
         while self._active():
-            n = s.flow.take(batch_size, idle)
+            if carried:
+                n, msgs, carried = held, carried, []
+            else:
+                n, msgs = s.flow.take(batch_size, idle), []
             if n == 0:
                 continue
             batch = None
             try:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
-                msgs: list[Message] = []
-                looked = not quiet  # (it looked first thing: pop waits after a look)
+                # (it looked first thing: pop waits after a look; carried: no look)
+                looked = not quiet and not msgs
                 if looked:
                     with s.looking if last.in_turn else NO_TURN:  # see the docstring
                         msgs, hint = s.fetch(n, shards=order, backlog=last.full)
@@ -187,11 +196,19 @@ class Workers:
                     continue
                 quiet = False
                 batch = s.deliveries.start(me, msgs, permits=n)
-                self.processor.concurrently(batch, lambda: s.deliveries.settle(me))
+                self.processor.concurrently(batch, lambda: s.deliveries.settle(me),
+                                            refill=keyed and streak < MAX_CARRIED)
             finally:
                 s.deliveries.finish(me)
-                if n and (batch is None or not batch.abandoned):  # else the watchdog did
-                    s.flow.give(n)
+                if batch is not None and batch.refilled and not batch.abandoned:
+                    carried, held, streak = batch.refilled, n, streak + 1  # permits kept
+                else:
+                    streak = 0
+                    if n and (batch is None or not batch.abandoned):  # else the watchdog did
+                        s.flow.give(n)
+        if carried:  # stopping: what the last acks brought goes back at once
+            self.processor.give_back_unhandled(carried)
+            s.flow.give(held)
 
     def _ordered_loop(self) -> None:
         s = self.shared

@@ -1,5 +1,5 @@
 --[[ tx-claim: hand the prepared messages of one shard that are due for a check to one
-  checker, each for `claim ms` (fenced as a delivery is: tx-settle-13.lua refuses the
+  checker, each for `claim ms` (fenced as a delivery is: tx-settle-16.lua refuses the
   token once the claim ran out). A message whose checks are spent is buried instead
   (rolled back, kept with the dead letters: transaction unresolved).
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead

@@ -1,13 +1,15 @@
 --[[ tx-prepare: store a prepared (half) message: never delivered, peeked or counted as
-  waiting until it is committed (lua/tx-settle-13.lua); present for get, contains and
+  waiting until it is committed (lua/tx-settle-16.lua); present for get, contains and
   push-if-absent (its record is in `msgs`).
   KEYS[1] msgs  KEYS[2] half  KEYS[3] txs  KEYS[4] decided  KEYS[5] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] id  ARGV[3] delay ms (counted from the commit)  ARGV[4] priority
   ARGV[5] msgpack body  ARGV[6] check_after ms (when a checker may first ask about it)
+  ARGV[7] a keyed queue's (ordered="key") message key, "" on any other: the record is
+          then a keyed one (lib/keyed.lua) whose place in its key is taken at the commit
   returns: 1 prepared, 0 an id with this message is stored already (nothing changed),
            or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/record.lua
+  uses: lib/clock.lua lib/refusal.lua lib/record.lua lib/keyed.lua
   flags: none
 ]]
 local refused = gone(KEYS[5], ARGV[1])
@@ -15,7 +17,7 @@ if refused then return refused end
 local msgs, half, txs, decided = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, now = ARGV[2], now_ms()
 local rec = stamp(now) .. ',' .. string.format('%d,%d,', tonumber(ARGV[3]), tonumber(ARGV[4]))
-  .. ARGV[5]
+  .. (ARGV[7] ~= '' and kprepared(ARGV[7]) or '') .. ARGV[5]
 if redis.call('HSETNX', msgs, id, rec) == 0 then return 0 end
 redis.call('ZADD', half, now + tonumber(ARGV[6]), id)
 redis.call('HSET', txs, id, '0|')

@@ -68,6 +68,10 @@ class Tally:
 
 def check_spec(q: Queue, spec: RowSpec, where: str) -> None:
     """Refuse a column mapping the queue cannot honour (before anything is written)."""
+    if q.settings.keyed and spec.key_col is None:
+        raise InvalidArgument(
+            f"{where} has ordered=\"key\": every message needs a key, so give key_col "
+            "(keyCol) naming the column that holds it")
     if spec.key_col is not None and not q.settings.ordered:
         raise InvalidArgument(
             f"key_col {spec.key_col!r} given, but {where} is not ordered: keys only route "
@@ -177,7 +181,7 @@ class RowWriter:
             check_spec(q, self.spec, self.target.where)
             client = self.target.client()
             made = to_messages(self.spec, rows, client.server_time, plan=self.plan,
-                               ordered=q.settings.ordered, start=start)
+                               ordered=bool(q.settings.ordered), start=start)
             prepare = q.ops.prepare
             outs = []
             for index, m in made.messages:

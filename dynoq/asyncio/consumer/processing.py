@@ -40,8 +40,10 @@ class Processor:
                 return await self.invoker.call(arg, msgs)
         return await self.invoker.call(arg, msgs)
 
-    async def concurrently(self, msgs: list[Message]) -> None:
-        """Each message on its own: a failure retries only that message, later."""
+    async def concurrently(self, msgs: list[Message], refill: int = 0) -> list[Message]:
+        """Each message on its own: a failure retries only that message, later.
+        ``refill``: on a keyed queue, the acks may bring up to that many messages of a
+        hot key, returned (consuming.settle)."""
         ok: list[Message] = []
         failed: list[tuple[Message, BaseException]] = []
         seconds = 0.0
@@ -63,10 +65,19 @@ class Processor:
         except asyncio.CancelledError:
             await self._cut_short(msgs, ok, failed)
             raise
+        more = (refill, self.plan.visibility) if refill else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = await self.queue.backend.drive(
-                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me))
+                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
+                                 refill=more))
         self.stats.add_tally(tally, seconds)
+        return tally.refilled
+
+    async def give_back_unhandled(self, msgs: list[Message]) -> None:
+        """Give messages back unhandled, at once (no attempt counted)."""
+        flow = consuming.settle(self.queue.ops, [], [], self.plan.retry, self.me, back=msgs)
+        with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
+            await asyncio.shield(self.queue.backend.drive(flow))
 
     async def _bare(self, msgs: list[Message], ok: list[Message],
                     failed: list[tuple[Message, BaseException]]) -> float:

@@ -129,7 +129,10 @@ class Upkeep:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).
         s = self.shared
         vis = s.plan.visibility
-        for msgs in s.deliveries.slow(time.monotonic(), vis):
+        # A keyed queue's delivery is its key's lock: extended at half its visibility,
+        # before it can run out (else the key's next holder could start meanwhile).
+        older = vis / 2 if s.queue.ops.keyed else vis
+        for msgs in s.deliveries.slow(time.monotonic(), older):
             for m in msgs:
                 try:
                     await s.queue.extend(m, vis)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..._core import consuming
 from ..._core.board import Abandoned, InFlightBatch
-from ..._core.consuming import pop_order
+from ..._core.consuming import MAX_CARRIED, pop_order
 from ...errors import DynoqError, LeaseLost, QueueGone
 from ...message import Message
 from ..events import wait_event
@@ -84,7 +84,8 @@ class Workers:
         if call is None or call.done():
             return
         me = asyncio.current_task()
-        ordered = s.plan.ordered
+        # A keyed queue's call too: its key stays blocked while the call may still run.
+        ordered = s.plan.ordered or s.queue.ops.keyed
         left = None
         if (not ordered or me in self._tasks) and self._abandoned.take():
             left = self._abandoned.count
@@ -167,15 +168,24 @@ class Workers:
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
+        # A keyed queue's hot key: the acks bring the key's next batch (carried, with
+        # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
+        # whole queue again (round-robin across shards).
+        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler
+        carried: list[Message] = []
+        streak = held = 0
         while not s.stopping.is_set():
-            n = await s.flow.take(batch, idle)
+            if carried:
+                n, msgs, carried = held, carried, []
+            else:
+                n, msgs = await s.flow.take(batch, idle), []
             if n == 0:
                 continue
             try:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
-                msgs: list[Message] = []
-                looked = not quiet  # (it looked first thing: pop waits after a look)
+                # (it looked first thing: pop waits after a look; carried: no look)
+                looked = not quiet and not msgs
                 if looked:
                     # One at a time, unless a backlog (see the thread consumer).
                     async with s.looking if last.in_turn else NO_TURN:
@@ -205,10 +215,18 @@ class Workers:
                     continue
                 quiet = False
                 s.deliveries.start(me, InFlightBatch(msgs, None, time.monotonic(), n))
-                await self.processor.concurrently(msgs)
+                carried = await self.processor.concurrently(
+                    msgs, n if keyed and streak < MAX_CARRIED else 0)
             finally:
                 s.deliveries.finish(me)
-                s.flow.give(n)
+                if carried:
+                    held, streak = n, streak + 1  # its permits are kept
+                else:
+                    streak = 0
+                    s.flow.give(n)
+        if carried:  # stopping: what the last acks brought goes back at once
+            await self.processor.give_back_unhandled(carried)
+            s.flow.give(held)
 
     async def _ordered_loop(self, me: int) -> None:
         s = self.shared

@@ -1,0 +1,12 @@
+--[[ kclear: delete the message groups' keys of one shard (clear-10.lua deletes the rest;
+  the key fences stay, as a shard's fence does: a fence never goes back).
+  KEYS[1] kwait  KEYS[2] kturn  KEYS[3] kstate  KEYS[4] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  returns: number of keys deleted, or GONE (nothing was deleted)
+  uses: lib/refusal.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[4], ARGV[1])
+if refused then return refused end
+return redis.call('UNLINK', KEYS[1]) + redis.call('UNLINK', KEYS[2])
+  + redis.call('UNLINK', KEYS[3])

@@ -1,0 +1,59 @@
+--[[ knack: give deliveries of one keyed shard back, or dead-letter them. A retry keeps
+  its place at the head of its key and, with a delay, keeps its key's slot until it is
+  due (the key is blocked, every other key flows); dead-lettering frees the slot and the
+  key moves on.
+  KEYS[1] delayed  KEYS[2] unack  KEYS[3] msgs  KEYS[4] dlv  KEYS[5] dead
+  KEYS[6] kwait  KEYS[7] kturn  KEYS[8] kstate  KEYS[9] seq  KEYS[10] why
+  KEYS[11] counts  KEYS[12] kfence  KEYS[13] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] delay ms  ARGV[3] max retries (a delivery past it is dead-lettered instead)
+  ARGV[4] "retry" (counts as an attempt), "dead" (dead-letter now) or "back" (give back
+          unhandled: the attempt is not counted, never dead-lettered by this)
+  ARGV[5] wake channel  ARGV[6] why they failed ("" = no reason; lib/why.lua)
+  ARGV[7] key_concurrency
+  ARGV[8..] pairs: id, delivery token ("" = by id alone)
+  returns: {given back, dead-lettered}, or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/keyed.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[13], ARGV[1])
+if refused then return refused end
+local K = {msgs = KEYS[3], kwait = KEYS[6], kturn = KEYS[7], kstate = KEYS[8], seq = KEYS[9]}
+local delayed, unack, msgs, dlv, dead, kwait, why, counts =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[10], KEYS[11]
+local delay, max_retries, mode = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local reason, conc = ARGV[6], tonumber(ARGV[7])
+local now = now_ms()
+local back, buried = 0, 0
+for j = 8, #ARGV, 2 do
+  local id, tok = ARGV[j], ARGV[j + 1]
+  local d = redis.call('HGET', dlv, id)
+  if d and redis.call('ZSCORE', unack, id) and matches(d, tok) then
+    local n, _, current = delivery(d)
+    redis.call('ZREM', unack, id)
+    if mode == 'back' then
+      redis.call('HSET', dlv, id, math.max(n - 1, 0) .. '||' .. current)
+    elseif reason ~= '' then
+      record_why(why, id, now, 'e', reason)
+    end
+    local key, seq = kparse(redis.call('HGET', msgs, id))
+    local f, w, last = 0, 0, ''
+    if key then f, w, last = kget(K.kstate, key) end
+    if mode == 'dead' or (mode == 'retry' and n > max_retries) then
+      redis.call('ZADD', dead, now, id)
+      buried = buried + 1
+      if key then kput(K, key, f - 1, w, last, conc) end
+    elseif delay > 0 or not key then
+      redis.call('ZADD', delayed, now + delay, id)  -- holds its key's slot until due
+      back = back + 1
+    else
+      redis.call('ZADD', kwait, 0, kmember(key, seq, id))
+      kput(K, key, f - 1, w + 1, last, conc, 0)
+      back = back + 1
+    end
+  end
+end
+if back + buried > 0 then redis.call('PUBLISH', ARGV[5], '1') end
+if mode == 'retry' and back > 0 then redis.call('HINCRBY', counts, 'retried', back) end
+if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
+return {back, buried}

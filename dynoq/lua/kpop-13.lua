@@ -1,0 +1,54 @@
+--[[ kpop: claim up to `count` messages of one keyed shard (ordered="key"), one key's head
+  at a time, keys round-robin: each key served goes behind the keys already waiting.
+  First gives back what expired (at the head of its key, its fence raised; or dead past
+  max retries) and the retries that fell due (at the head of their key), bounded.
+  KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] kfence
+  KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
+  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] count  ARGV[3] visibility timeout ms  ARGV[4] nonce (the delivery token is
+          "<nonce>.<attempts>")  ARGV[5] max retries  ARGV[6] wake channel (PUBLISHed when
+          expired deliveries were given back)  ARGV[7] key_concurrency
+  returns: {1, rest, id, record, attempts, fence, ...}  rest: 1 if a key may deliver more
+           {0, hint, 0}  nothing claimed; hint = ms until something may be (-1 unknown)
+           or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[13], ARGV[1])
+if refused then return refused end
+local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
+           kfence = KEYS[5], seq = KEYS[6], unack = KEYS[7], dlv = KEYS[8],
+           delayed = KEYS[9], dead = KEYS[10], why = KEYS[11]}
+local kturn, unack, dlv, delayed, counts = KEYS[3], KEYS[7], KEYS[8], KEYS[9], KEYS[12]
+local count, vis, nonce = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local max_retries, conc = tonumber(ARGV[5]), tonumber(ARGV[7])
+local now = now_ms()
+
+local back, buried = kexpire(K, now, 100, max_retries, conc)
+if back > 0 then
+  redis.call('HINCRBY', counts, 'expired', back)
+  redis.call('PUBLISH', ARGV[6], '1')
+end
+if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
+kpromote(K, now, 1000, conc)
+
+local deadline = string.format('%d', now + vis)
+local out = {1, 0}
+ktake(K, count, deadline, nonce, conc, out)
+if #out == 2 then
+  local hint = -1
+  for _, z in ipairs({delayed, unack}) do
+    local first = head(z)
+    if first[2] then
+      local ms = math.max(tonumber(first[2]) - now, 0)
+      if hint < 0 or ms < hint then hint = ms end
+    end
+  end
+  return {0, hint, 0}
+end
+-- Keep the in-flight keys skiplist/hashtable (lib/pin.lua).
+redis.call('ZADD', unack, '+inf', PIN)
+redis.call('HSET', dlv, PIN, '')
+out[2] = redis.call('ZCARD', kturn) > 0 and 1 or 0
+return out

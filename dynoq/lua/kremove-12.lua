@@ -1,0 +1,20 @@
+--[[ kremove: delete one message of a keyed shard from every state; its key moves on.
+  KEYS[1] msgs  KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] seq
+  KEYS[6] unack KEYS[7] delayed  KEYS[8] dead  KEYS[9] dlv  KEYS[10] why
+  KEYS[11] counts  KEYS[12] epoch
+  ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] id  ARGV[3] wake channel  ARGV[4] key_concurrency
+  returns: 1 removed, 0 unknown id, or GONE
+  uses: lib/clock.lua lib/refusal.lua lib/keyed.lua
+  flags: allow-oom
+]]
+local refused = gone(KEYS[12], ARGV[1])
+if refused then return refused end
+local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
+           seq = KEYS[5], unack = KEYS[6], delayed = KEYS[7], dead = KEYS[8],
+           dlv = KEYS[9], why = KEYS[10]}
+local rec = redis.call('HGET', KEYS[1], ARGV[2])
+if not rec then return 0 end
+kdrop(K, ARGV[2], rec, tonumber(ARGV[4]))
+redis.call('PUBLISH', ARGV[3], '1')
+return 1

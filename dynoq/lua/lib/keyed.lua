@@ -1,0 +1,286 @@
+--[[ lib/keyed: message groups (ordered="key", DESIGN §3.5): order per key, no
+  head-of-line blocking. Shared by kpush, kpop, kack, knack, kremove, krequeue, kreplay,
+  and by whatever else places a new message into a keyed shard (a transaction's commit).
+  uses: lib/record.lua lib/delivery.lua lib/why.lua lib/bulk.lua
+
+  A keyed shard keeps, besides msgs/unack/dlv/delayed/dead/why of every queue:
+  kwait   zset, every score 0, ordered by member: "<len>:<key><seq><id>" per waiting
+          message. The length prefix makes a key's members one contiguous range (no key's
+          prefix starts another's), and <seq> (see kseq) sorts by number, so a key's head
+          is the first member at or after "<len>:<key>": O(log N) at any number of keys.
+  kturn   zset key -> turn: the keys that may deliver now (waiting messages and fewer than
+          key_concurrency in flight). A pop takes the lowest turn and, if the key may
+          deliver more, gives it a new turn from the shard's `seq` (behind every key
+          already waiting: round-robin). Keys given back (expired, retry due) take turn 0.
+  kstate  hash key -> "<in flight>|<waiting>|<last delivered id>" for every key with
+          messages waiting or in flight (HLEN = the shard's keys). A message waiting for
+          its retry (in `delayed`) still holds its key's slot: the key is blocked.
+  kfence  hash key -> fence, only once a key was taken over (an expired delivery given
+          back); absent = 1. Kept when the key drains, so a fence never goes back.
+  The record of a keyed message: "<enq>,0,0,K<len>:<key><seq>" + msgpack body (the body
+  holds no key: codec.decode reads it from here), so any script finds a message's key and
+  its place in `kwait` from its id alone.
+
+  K: a table of the shard's keys by name (msgs, kwait, kturn, kstate, kfence, seq, unack,
+     dlv, delayed, dead, why); conc: the queue's key_concurrency
+  kseq(n) -> n as a string that sorts as the number: a letter for its length, base 36
+  kparse(rec) -> key, seq of a keyed record (nil when it is not one)
+  kmember(key, seq, id) -> its kwait member
+  kprepared(key) -> the header of a prepared (transactional) keyed record: its seq is
+    kseq(0), which no placed message has; kreplaced(rec) -> true when a record has a place
+    (a push replaced the prepared one); kbody(rec) -> the msgpack body after the header
+  kplace(K, id, key, body, enq, seq, conc) -> writes the record, appends it to its key
+  kdrop(K, id, rec, conc) -> removes a message from every state; its key moves on
+  kexpire(K, now, limit, max_retries, conc) -> given back, dead-lettered, looked at
+  kpromote(K, now, limit, conc) -> retries that fell due, back at the head of their key
+  kload(K, keys) -> key -> {in flight, waiting, last id}; kstore(K, order, st, conc) writes
+    them back and gives the keys that may deliver a new turn: returns how many got one
+  ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
+    up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
+]]
+local function kseq(n)
+  local s = stamp(n)
+  return string.char(96 + #s) .. s
+end
+
+local function kprefix(key)
+  return #key .. ':' .. key
+end
+
+local function kparse(rec)
+  local _, e, n = string.find(rec or '', '^%w+,%d+,%d+,K(%d+):')
+  if not e then return nil end
+  n = tonumber(n)
+  local key = string.sub(rec, e + 1, e + n)
+  local len = string.byte(rec, e + n + 1) - 96
+  return key, string.sub(rec, e + n + 1, e + n + 1 + len)
+end
+
+local function kmember(key, seq, id)
+  return kprefix(key) .. seq .. id
+end
+
+local function kprepared(key)
+  return 'K' .. kprefix(key) .. kseq(0)
+end
+
+local function kreplaced(rec)
+  local _, seq = kparse(rec)
+  return seq ~= nil and seq ~= kseq(0)
+end
+
+local function kbody(rec)
+  local _, e, n = string.find(rec, '^%w+,%d+,%d+,K(%d+):')
+  local at = e + tonumber(n) + 1
+  return string.sub(rec, at + 1 + string.byte(rec, at) - 96)
+end
+
+local function kget(kstate, key)
+  local v = redis.call('HGET', kstate, key)
+  if not v then return 0, 0, '' end
+  local f, w, last = string.match(v, '^(%d+)|(%d+)|(.*)$')
+  return tonumber(f), tonumber(w), last
+end
+
+-- Write a key's state back, and give it a turn when it may deliver. turn: its score
+-- (nil: a new one from seq, unless it has one). Only a removal (kdrop) can make a key
+-- that has a turn unable to deliver, so only `untake` takes a turn away.
+local function kput(K, key, f, w, last, conc, turn, untake)
+  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  if f <= 0 and w <= 0 then
+    redis.call('HDEL', kstate, key)
+  else
+    redis.call('HSET', kstate, key, math.max(f, 0) .. '|' .. math.max(w, 0) .. '|' .. last)
+  end
+  if w > 0 and f < conc then
+    if turn then
+      redis.call('ZADD', kturn, turn, key)
+    else
+      redis.call('ZADD', kturn, 'NX', redis.call('INCR', seq), key)
+    end
+    return true
+  end
+  if untake then redis.call('ZREM', kturn, key) end
+  return false
+end
+
+local function kplace(K, id, key, body, enq, seq, conc)
+  local msgs, kwait = K.msgs, K.kwait
+  redis.call('HSET', msgs, id, enq .. ',0,0,K' .. kprefix(key) .. seq .. body)
+  redis.call('ZADD', kwait, 0, kmember(key, seq, id))
+  local f, w, last = kget(K.kstate, key)
+  return kput(K, key, f, w + 1, last, conc)
+end
+
+local function kdrop(K, id, rec, conc)
+  local msgs, kwait, unack, delayed, dead, dlv, why =
+    K.msgs, K.kwait, K.unack, K.delayed, K.dead, K.dlv, K.why
+  local key, seq = kparse(rec)
+  redis.call('ZREM', dead, id)
+  redis.call('HDEL', dlv, id)
+  redis.call('HDEL', why, id)
+  redis.call('HDEL', msgs, id)
+  if not key then
+    redis.call('ZREM', unack, id); redis.call('ZREM', delayed, id)
+    return
+  end
+  local f, w, last = kget(K.kstate, key)
+  if redis.call('ZREM', kwait, kmember(key, seq, id)) == 1 then
+    w = w - 1
+  elseif redis.call('ZREM', unack, id) + redis.call('ZREM', delayed, id) > 0 then
+    f = f - 1
+  else
+    return
+  end
+  kput(K, key, f, w, last, conc, nil, true)
+end
+
+local function kexpire(K, now, limit, max_retries, conc)
+  local msgs, kwait, kfence, unack, dlv, dead, why =
+    K.msgs, K.kwait, K.kfence, K.unack, K.dlv, K.dead, K.why
+  local items = redis.call('ZRANGEBYSCORE', unack, '-inf', now, 'LIMIT', 0, limit)
+  local back, buried = 0, 0
+  for _, id in ipairs(items) do
+    redis.call('ZREM', unack, id)
+    local key, seq = kparse(redis.call('HGET', msgs, id))
+    if key then
+      local f, w, last = kget(K.kstate, key)
+      f = f - 1
+      if attempts(redis.call('HGET', dlv, id)) > max_retries then
+        redis.call('ZADD', dead, now, id)
+        record_why(why, id, now, 'x', '')
+        buried = buried + 1
+      else
+        -- Back at the head of its key; whoever takes it next takes the key over.
+        redis.call('ZADD', kwait, 0, kmember(key, seq, id))
+        if redis.call('HSETNX', kfence, key, 2) == 0 then
+          redis.call('HINCRBY', kfence, key, 1)
+        end
+        w = w + 1
+        back = back + 1
+      end
+      kput(K, key, f, w, last, conc, 0)
+    end
+  end
+  return back, buried, #items
+end
+
+local function kpromote(K, now, limit, conc)
+  local msgs, kwait, delayed = K.msgs, K.kwait, K.delayed
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', delayed, id)
+    local key, seq = kparse(redis.call('HGET', msgs, id))
+    if key then
+      local f, w, last = kget(K.kstate, key)
+      redis.call('ZADD', kwait, 0, kmember(key, seq, id))
+      kput(K, key, f - 1, w + 1, last, conc, 0)
+    end
+  end
+  return #due
+end
+
+-- Bulk forms for the hot paths (kack, ktake): the states of many keys in one HMGET, and
+-- back in one HSET / HDEL, the keys that may deliver given new turns in one ZADD NX.
+local function kload(K, keys)
+  local st = {}
+  if #keys == 0 then return st end
+  local raw = bulk_read('HMGET', K.kstate, keys)
+  for i, key in ipairs(keys) do
+    local f, w, last = 0, 0, ''
+    if raw[i] then
+      local a, b, c = string.match(raw[i], '^(%d+)|(%d+)|(.*)$')
+      f, w, last = tonumber(a), tonumber(b), c
+    end
+    st[key] = {f, w, last}
+  end
+  return st
+end
+
+local function kstore(K, order, st, conc)
+  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  local sets, dels, ready = {}, {}, {}
+  for _, key in ipairs(order) do
+    local s = st[key]
+    local f, w = s[1], s[2]
+    if f <= 0 and w <= 0 then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = math.max(f, 0) .. '|' .. math.max(w, 0) .. '|' .. s[3]
+    end
+    if w > 0 and f < conc then ready[#ready + 1] = key end
+  end
+  bulk('HSET', kstate, sets)
+  bulk('HDEL', kstate, dels)
+  local added = 0
+  if #ready > 0 then
+    local base = redis.call('INCRBY', seq, #ready) - #ready
+    local z = {}
+    for i, key in ipairs(ready) do
+      z[#z + 1] = base + i
+      z[#z + 1] = key
+    end
+    for i = 1, #z, 4000 do  -- NX: a key that has a turn keeps it
+      added = added + redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
+    end
+  end
+  return added
+end
+
+local function ktake(K, count, deadline, nonce, conc, out)
+  local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
+  local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
+  local n, rounds = 0, 0
+  -- A round takes one head of each of the keys with the lowest turns; a key that may
+  -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
+  while n < count and rounds < count do
+    rounds = rounds + 1
+    local top = redis.call('ZPOPMIN', kturn, count - n)
+    if #top == 0 then break end
+    local keys = {}
+    for i = 1, #top, 2 do keys[#keys + 1] = top[i] end
+    local st = kload(K, keys)
+    local heads, ids, owners = {}, {}, {}
+    for _, key in ipairs(keys) do
+      local p = kprefix(key)
+      local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
+      if h and string.sub(h, 1, #p) == p then
+        heads[#heads + 1] = h
+        ids[#ids + 1] = string.sub(h, #p + string.byte(h, #p + 1) - 94)
+        owners[#owners + 1] = key
+        st[key][2] = st[key][2] - 1
+      else
+        st[key][2] = 0  -- a state that lost its messages (not written by dynoq): mend it
+      end
+    end
+    if #heads > 0 then
+      bulk('ZREM', kwait, heads)
+      local recs = bulk_read('HMGET', msgs, ids)
+      local states = bulk_read('HMGET', dlv, ids)
+      local fs = fences and bulk_read('HMGET', kfence, owners) or {}
+      local z, d = {}, {}
+      for i, id in ipairs(ids) do
+        local rec = recs[i]
+        if rec then
+          local a = attempts(states[i]) + 1
+          z[#z + 1] = deadline
+          z[#z + 1] = id
+          d[#d + 1] = id
+          d[#d + 1] = a .. '||' .. nonce .. '.' .. a
+          local s = st[owners[i]]
+          s[1], s[3] = s[1] + 1, id
+          out[#out + 1] = id
+          out[#out + 1] = rec
+          out[#out + 1] = a
+          out[#out + 1] = fs[i] and tonumber(fs[i]) or 1
+          n = n + 1
+        end
+      end
+      bulk('ZADD', unack, z)
+      bulk('HSET', dlv, d)
+    end
+    kstore(K, keys, st, conc)
+  end
+  return n
+end

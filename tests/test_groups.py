@@ -1,0 +1,402 @@
+"""Message groups (ordered="key", DESIGN §3.5): order per key, no head-of-line blocking,
+any consumer takes any key, fair turns; on every backend and both flavors."""
+
+from __future__ import annotations
+
+import collections
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from helpers import FAST, wait_for
+from test_consumer_procs import Procs
+
+import dynoq
+from dynoq import KeyState, Message
+from dynoq._core import codec
+from dynoq.cli import EXIT_USAGE, cli
+
+FLAVORS = ("sync", "async")
+
+
+def _log(client: dynoq.Client) -> list[tuple[str, int, int]]:
+    out = []
+    for raw in client.redis.lrange(f"{client.prefix}:log", 0, -1):
+        who, k, i, _ = raw.decode().split("|")
+        out.append((who, int(k), int(i)))
+    return out
+
+
+@pytest.fixture
+def procs(real_client: dynoq.Client, real_url: str, flavor: str) -> Iterator[Procs]:
+    ps = Procs(real_url, real_client.prefix, flavor)
+    yield ps
+    for p in ps.running:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+        if p.stdout:
+            p.stdout.close()
+
+
+# -- the queue's operations -------------------------------------------------------------
+
+def test_a_key_is_delivered_in_push_order_one_at_a_time(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key")
+    q.push_many([Message({"k": k, "i": i}, key=k) for i in range(3) for k in "abc"])
+    assert q.stats().keys == 3 and q.size() == 9
+    first = q.pop(count=10)
+    # one head per key: the next of a key waits for the previous one's ack
+    assert sorted((m.key, m.payload["i"], m.fence, m.attempts) for m in first) == [
+        ("a", 0, 1, 1), ("b", 0, 1, 1), ("c", 0, 1, 1)]
+    assert q.pop(count=10) == []
+    assert q.key_state("a") == KeyState(waiting=2, in_flight=1, attempts=1, fence=1)
+    assert q.ack_many(first) == 3
+    assert sorted((m.key, m.payload["i"]) for m in q.pop(count=10)) == [
+        ("a", 1), ("b", 1), ("c", 1)]
+    assert q.key_state("nope") == KeyState(0, 0, 0, 0)
+
+
+def test_a_retry_blocks_only_its_key_and_keeps_its_place(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message(i, key=k) for i in range(3) for k in "ab"])
+    a0, b0 = sorted(q.pop(count=10), key=lambda m: str(m.key))
+    assert q.nack(a0, delay=0.3)
+    assert q.key_state("a").in_flight == 1  # the waiting retry holds its key
+    assert q.ack(b0)
+    [b1] = q.pop(count=10)  # a is blocked, b flows
+    assert (b1.key, b1.payload) == ("b", 1)
+    got: list[Message] = []
+    wait_for(lambda: got.extend(q.pop(count=10)) or got, what="a's head again")
+    [again] = got
+    assert (again.key, again.payload, again.attempts, again.fence) == ("a", 0, 2, 1)
+    assert again.id == a0.id
+
+
+def test_an_expired_delivery_comes_back_first_with_its_fence_raised(
+        client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key", unack_timeout=0.2)
+    q.push_many([Message(i, key="a") for i in range(3)])
+    [m] = q.pop()
+    got: list[Message] = []
+    wait_for(lambda: got.extend(q.pop(count=5)) or got, what="redelivery")
+    [again] = got
+    assert (again.id, again.payload, again.attempts, again.fence) == (m.id, 0, 2, 2)
+    assert q.ack(m) is False  # the stale delivery
+    assert q.ack(again) is True
+    [nxt] = q.pop()
+    assert (nxt.payload, nxt.fence) == (1, 2)  # the key's fence stays
+    assert q.key_state("a").fence == 2
+
+
+def test_key_concurrency_three(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key", key_concurrency=3)
+    q.push_many([Message(i, key="a") for i in range(10)]
+                + [Message(i, key="b") for i in range(2)])
+    got = q.pop(count=50)
+    assert sorted((m.key, m.payload) for m in got) == [
+        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    assert q.pop(count=50) == []
+    assert q.key_state("a") == KeyState(waiting=7, in_flight=3, attempts=1, fence=1)
+    assert q.ack(next(m for m in got if m.key == "a" and m.payload == 1))
+    assert [(m.key, m.payload) for m in q.pop(count=50)] == [("a", 3)]
+    assert client.queue("ev").ops.settings.key_concurrency == 3
+
+
+def test_ids_ensure_dedupe_remove_dead_letters_and_replay(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key", max_retries=0, dedupe_window=60.0)
+    assert q.ensure("x", id="m1", key="a") is True
+    assert q.ensure("x2", id="m1", key="a") is False
+    q.push("y", id="m2", key="a")
+    q.push("z", id="m3", key="a")
+    assert q.get("m1").key == "a" and q.contains("m2")
+    q.push("y2", id="m2", key="a")  # a replaced message goes last in its key
+    assert q.remove("m3") is True and q.remove("m3") is False
+    [m1] = q.pop()
+    assert (m1.id, m1.payload) == ("m1", "x")
+    q.nack(m1)  # max_retries=0: dead-lettered, and the key moves on
+    [m2] = q.pop()
+    assert (m2.id, m2.payload) == ("m2", "y2")
+    assert [m.id for m in q.dead()] == ["m1"]
+    assert q.ack(m2)
+    assert q.ensure("again", id="m2", key="a") is False  # acked within the window
+    assert q.replay_dead() == 1
+    [back] = q.pop()
+    assert (back.id, back.attempts) == ("m1", 1)
+    q.ack(back)
+    assert q.size() == 0 and q.stats().keys == 0
+    q.push("p", key="b")
+    q.clear()
+    assert q.size() == 0 and q.stats().keys == 0 and q.pop() == []
+
+
+def test_the_sweeper_gives_back_expired_deliveries(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key", unack_timeout=0.1)
+    q.push_many([Message(i, key="a") for i in range(2)])
+    [m] = q.pop()
+    wait_for(lambda: q.requeue_expired() == 1, what="expired")
+    assert q.key_state("a") == KeyState(waiting=2, in_flight=0, attempts=1, fence=2)
+    report = client.sweeper().run_once()
+    assert report is not None
+    [again] = q.pop()
+    assert again.id == m.id and again.fence == 2
+
+
+def test_bad_input_is_refused_typed(client: dynoq.Client) -> None:
+    with pytest.raises(dynoq.QueueConfigError):
+        client.queue("plain", key_concurrency=2)
+    with pytest.raises(ValueError):
+        client.queue("zero", ordered="key", key_concurrency=0)
+    with pytest.raises(TypeError):
+        client.queue("bogus", ordered="keys")
+    with pytest.raises(TypeError):
+        client.queue("bogus2", ordered="key", key_concurrency="2")
+    q = client.queue("ev", ordered="key", key_concurrency=2)
+    assert client.queue("ev").ops.settings.key_concurrency == 2  # a later open may omit it
+    assert client.queue("ev", key_concurrency=2).ops.settings.keyed
+    with pytest.raises(dynoq.QueueConfigError):
+        client.queue("ev", key_concurrency=3)
+    with pytest.raises(dynoq.QueueConfigError):
+        client.queue("ev", ordered=True)
+    for bad in ({"payload": 1}, {"payload": 1, "key": "a", "delay": 5},
+                {"payload": 1, "key": "a", "priority": 3}):
+        with pytest.raises(dynoq.OrderedQueueError):
+            q.push(**bad)
+    with pytest.raises(TypeError):
+        q.push(1, key=["a"])
+    with pytest.raises(ValueError):
+        q.push(1, key="k" * 600)
+    with pytest.raises(dynoq.OrderedQueueError):  # one bad item stores nothing
+        q.push_many([Message(1, key="a"), Message(2)])
+    assert q.size() == 0
+    with pytest.raises(dynoq.OrderedQueueError):
+        q.reschedule("x", delay=1)
+    with pytest.raises(ValueError):
+        client.queue("plain2").key_state("a")
+
+
+# -- consumers ----------------------------------------------------------------------------
+
+def test_a_poison_message_holds_back_only_its_key(client: dynoq.Client,
+                                                  consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=2, ordered="key", max_retries=200)
+    keys = [f"k{i}" for i in range(20)]
+    q.push_many([Message({"k": k, "i": i}, key=k) for i in range(5) for k in keys])
+    # k0's message 0 fails until released (retried in place, 0.1 s apart); k1's fails
+    # twice, then gives up (dead-lettered): k1 moves on.
+    poison = keys[0]
+    release = threading.Event()
+    seen: dict[str, list[int]] = collections.defaultdict(list)
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        k, i = m.payload["k"], m.payload["i"]
+        if k == poison and i == 0 and not release.is_set():
+            raise RuntimeError("poison")
+        if k == "k1" and i == 0:
+            if m.attempts < 3:
+                raise RuntimeError("fails")
+            raise dynoq.DeadLetter("gave up")
+        with lock:
+            seen[k].append(i)
+
+    consumers.append(client.consumer(q, handler, concurrency=4, retry_delays=(0.1,),
+                                     **FAST).start())
+    others = [k for k in keys if k not in (poison, "k1")]
+    wait_for(lambda: all(len(seen[k]) == 5 for k in others), what="every other key")
+    wait_for(lambda: seen["k1"] == [1, 2, 3, 4], what="k1 moved on past its dead letter")
+    assert seen[poison] == []
+    state = q.key_state(poison)
+    assert (state.waiting, state.in_flight) == (4, 1) and state.attempts >= 1
+    release.set()
+    wait_for(lambda: len(seen[poison]) == 5, what="the poison key after its release")
+    assert all(seen[k] == list(range(5)) for k in [*others, poison])
+    [dead] = q.dead()
+    assert dead.key == "k1" and dead.failure is not None
+    assert dead.failure.error_type == "DeadLetter" and dead.attempts == 3
+
+
+def test_a_slow_key_does_not_hold_the_others(client: dynoq.Client,
+                                             consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message({"k": k, "i": i}, key=k) for i in range(3)
+                 for k in ["slow", *(f"k{j}" for j in range(30))]])
+    free = threading.Event()
+    done: list[tuple[str, int]] = []
+
+    def handler(m: Message) -> None:
+        if m.key == "slow":
+            free.wait(60)  # a long handler (30 s in the issue): released by the test
+        done.append((m.key or "", m.payload["i"]))
+
+    consumers.append(client.consumer(q, handler, concurrency=3, **FAST).start())
+    wait_for(lambda: len(done) == 90, what="every other key (same shard) while slow runs")
+    assert q.key_state("slow") == KeyState(waiting=2, in_flight=1, attempts=1, fence=1)
+    free.set()
+    wait_for(lambda: len(done) == 93, what="the slow key")
+    assert [i for k, i in done if k == "slow"] == [0, 1, 2]
+
+
+def test_fair_turns_small_keys_finish_before_the_big_one_has_300(
+        client: dynoq.Client, consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=4, ordered="key")
+    q.push_many([Message(("big", i), key="big") for i in range(10_000)])
+    small = [f"s{j}" for j in range(99)]
+    q.push_many([Message((k, i), key=k) for i in range(100) for k in small])
+    order: list[str] = []
+    counts: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            order.append(m.key or "")
+            counts["small" if m.key != "big" else "big"] += 1
+
+    consumers.append(client.consumer(q, handler, concurrency=4, batch_size=10,
+                                     **FAST).start())
+    wait_for(lambda: counts["small"] >= 9_900, timeout=120, what="the small keys")
+    with lock:
+        last_small = max(i for i, k in enumerate(order) if k != "big")
+        assert counts["small"] == 9_900
+        big_before = sum(1 for k in order[:last_small] if k == "big")
+    assert big_before < 300
+
+
+# -- across processes ---------------------------------------------------------------------
+
+def test_order_per_key_with_three_consumer_processes(real_client: dynoq.Client,
+                                                     procs: Procs) -> None:
+    client = real_client
+    q = client.queue("xkeys", shards=4, ordered="key")
+    keys, per_key = 10_000, 2
+    for i in range(per_key):
+        q.push_many([Message({"k": k, "i": i}, key=f"key-{k}") for k in range(keys)])
+    for name in ("a", "b", "c"):
+        procs.start("xkeys", "--instance", name, "--concurrency", "4")
+    wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
+             timeout=300, what="every message handled")
+    log = _log(client)
+    assert len(log) == keys * per_key  # nothing handled twice
+    by_key: dict[int, list[int]] = collections.defaultdict(list)
+    for _, k, i in log:
+        by_key[k].append(i)
+    assert all(seq == list(range(per_key)) for seq in by_key.values())
+    assert {who for who, _, _ in log} == {"a", "b", "c"}  # any consumer takes any key
+
+
+def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
+        real_client: dynoq.Client, procs: Procs) -> None:
+    client = real_client
+    q = client.queue("xkill", shards=2, ordered="key", unack_timeout=1.5)
+    keys, per_key = 6, 20
+    q.push_many([Message({"k": k, "i": i}, key=f"key-{k}")
+                 for i in range(per_key) for k in range(keys)])
+    victim = procs.start("xkill", "--instance", "victim", "--sleep", "0.3",
+                         "--concurrency", "6")
+    wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= 6, what="victim busy")
+    victim.send_signal(signal.SIGKILL)  # mid-handler: each sleeps 0.3 s after logging
+    victim.wait(10)
+    fences: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        p = m.payload
+        with lock:
+            client.redis.rpush(f"{client.prefix}:log", f"survivor|{p['k']}|{p['i']}|0")
+            fences[p["k"]] = max(fences.get(p["k"], 0), m.fence or 0)
+
+    c = client.consumer(q, handler, concurrency=2, **FAST).start()
+    try:
+        wait_for(lambda: len({(k, i) for _, k, i in _log(client)}) >= keys * per_key,
+                 timeout=60, what="everything handled")
+    finally:
+        assert c.stop(10)
+    log = _log(client)
+    for k in range(keys):
+        seq = [i for _, kk, i in log if kk == k]
+        assert seq == sorted(seq) and sorted(set(seq)) == list(range(per_key)), seq
+    # The victim's last message of a key, in flight when it died, came back to the
+    # survivor after its visibility ran out: that key was taken over, its fence raised.
+    twice = {k for k in range(keys)
+             if len([i for _, kk, i in log if kk == k]) > per_key}
+    assert twice and all(fences[k] >= 2 for k in twice)
+    assert q.stats().keys == 0 and q.size() == 0
+
+
+# -- the command line -----------------------------------------------------------------------
+
+def test_cli_keys_lists_the_busiest_and_the_blocked_keys(url: str, prefix: str,
+                                                         client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key")
+    q.push_many([Message(i, key="busy") for i in range(5)] + [Message(0, key="bad"),
+                                                              Message(1, key="bad")])
+    got = q.pop(count=10)
+    bad = next(m for m in got if m.key == "bad")
+    # A consumer's failed handler, as settle records it (the public nack gives no reason)
+    q.backend.run(q.ops.nack_call(bad, delay=60, mode="retry",
+                                  why=codec.why(ValueError("boom"), "me")))
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", *args])
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.output
+
+    report = json.loads(run("ev", "--json", "--limit", "5"))
+    assert report["busiest"][0] == {"key": "busy", "waiting": 4, "in_flight": 1}
+    assert report["busiest"][1] == {"key": "bad", "waiting": 1, "in_flight": 1}
+    [blocked] = report["blocked"]
+    assert (blocked["key"], blocked["id"], blocked["attempts"]) == ("bad", bad.id, 1)
+    assert blocked["reason"] == "ValueError: boom"
+    table = run("ev")
+    assert "busy" in table and "ValueError: boom" in table
+    client.queue("plain")
+    result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", "plain"])
+    assert result.exit_code == EXIT_USAGE and "ordered=" in result.output
+
+
+def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) -> None:
+    from dynoq.spark.rows import RowSpec, to_messages
+    from dynoq.spark.writer import check_spec
+
+    q = client.queue("ev", ordered="key")
+    with pytest.raises(ValueError, match="keyCol"):
+        check_spec(q, RowSpec.of("id"), "queue 'ev'")
+    with pytest.raises(dynoq.OrderedQueueError):
+        check_spec(q, RowSpec.of("id", key_col="k", delay_col="d"), "queue 'ev'")
+    spec = RowSpec.of("id", key_col="k")
+    check_spec(q, spec, "queue 'ev'")
+    made = to_messages(spec, [{"id": "a", "k": "x", "v": 1}, {"id": "b", "k": "x", "v": 2}],
+                       lambda: 0.0, ordered=True)
+    q.push_many([m for _, m in made.messages])
+    assert [(m.id, m.key) for m in q.pop(count=5)] == [("a", "x")]
+
+
+def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
+        client: dynoq.Client, consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message(i, key="a") for i in range(2)] + [Message(0, key="b")])
+    events: list[tuple[str, str, int, int]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            events.append(("start", m.key or "", m.payload, m.attempts))
+        if m.key == "a" and m.payload == 0 and m.attempts == 1:
+            threading.Event().wait(1.5)  # past consume_timeout: left running
+        with lock:
+            events.append(("end", m.key or "", m.payload, m.attempts))
+
+    consumers.append(client.consumer(q, handler, concurrency=2, consume_timeout=0.3,
+                                     retry_delays=(0.1,), **FAST).start())
+    wait_for(lambda: any(e[:3] == ("end", "a", 1) for e in events), timeout=30,
+             what="a's next message")
+    with lock:
+        first_call_ended = events.index(("end", "a", 0, 1))
+        # b flowed meanwhile; nothing more of a started until the call returned
+        assert events.index(("end", "b", 0, 1)) < first_call_ended
+        assert [e for e in events[:first_call_ended] if e[:2] == ("start", "a")] == [
+            ("start", "a", 0, 1)]
