@@ -474,6 +474,38 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
     asyncio.run(main())
 
 
+@pytest.mark.sync_only
+def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes(
+        plain_hole: Hole, prefix: str) -> None:
+    """The last connection's reader may still be closing its dead connection (the close
+    of a half-open one can take its timeout) when a get subscribes anew: the new
+    connection must get a reader of its own, or nothing published is ever seen."""
+    channel = f"{prefix}:chan"
+
+    async def main() -> None:
+        async with dynoq.asyncio.connect(plain_hole.url, prefix=prefix, **BOUNDS) as client:
+            sub = await client.backend.subscribe(channel)
+            hub = client.backend._hub
+            publisher = redis.asyncio.Redis.from_url(plain_hole.direct)
+            closing = asyncio.Event()
+            try:
+                # As _drop leaves it while its reader still awaits the old close:
+                old, hub._reader = hub._reader, asyncio.create_task(closing.wait())
+                old.cancel()
+                await hub._drop()
+                assert not hub.subscribed(channel)
+                await sub.get(0.2)  # subscribes anew
+                assert hub.subscribed(channel)
+                await publisher.publish(channel, "two")
+                assert await sub.get(5.0) is True
+            finally:
+                closing.set()
+                await sub.close()
+                await publisher.aclose()
+
+    asyncio.run(main())
+
+
 # -- frozen servers: embedded:// and unix:// (no proxy on their path) -----------------------
 
 @contextlib.contextmanager

@@ -50,8 +50,9 @@ class Hub:
         async with self._lock:
             if channel in self._subscribed:
                 return False  # made by another task meanwhile: the caller re-checks
+            fresh = self._pubsub is None
             try:
-                if self._pubsub is None:
+                if fresh:
                     self._pubsub = pubsub(self._redis, ignore_subscribe_messages=True)
                 await self._pubsub.subscribe(channel)
             except DROPPED:
@@ -59,7 +60,9 @@ class Hub:
                 await asyncio.sleep(RESUBSCRIBE_PAUSE)
                 return False
             self._subscribed.add(channel)
-            if self._reader is None or self._reader.done():
+            # A new connection gets a reader of its own: the last one's may still be
+            # closing its dead connection (_drop), and would never read this one.
+            if fresh or self._reader is None or self._reader.done():
                 self._reader = asyncio.create_task(self._read(self._pubsub))
         return False
 
