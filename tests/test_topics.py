@@ -192,6 +192,25 @@ def test_key_topics_filter_tags_and_keep_key_concurrency(client: dynoq.Client) -
         t.publish("no key")
 
 
+def test_the_sweeper_gives_back_a_key_topics_expired_delivery(client: dynoq.Client) -> None:
+    t = client.topic("kt-sweep", shards=2, ordered="key", unack_timeout=0.1,  # type: ignore[arg-type]
+                     dedupe_window=60)
+    t.subscribe("g")
+    t.publish_many([Message(i, id=f"s{i}", key="a") for i in range(2)])
+    q = t.group_queue("g")
+    [m] = q.pop()
+    sweeper = client.sweeper()
+
+    def requeued() -> bool:
+        report = sweeper.run_once()
+        return report is not None and sum(r.requeued for r in report.queues.values()) == 1
+    wait_for(requeued, what="the expired delivery given back")
+    [again] = q.pop()  # back at the head of its key, the key taken over
+    assert (again.id, again.fence, again.attempts) == (m.id, 2, 2) and q.ack(again)
+    t.publish(0, id="s0", key="a")  # acked within the dedupe window: not again
+    assert [x.id for x in q.pop(10)] == ["s1"]
+
+
 def test_broadcasting_members_each_get_every_message_and_are_reaped(
         client: dynoq.Client, consumers: list[Consumer]) -> None:
     t = client.topic("config", shards=2, member_grace=0.3)
