@@ -40,8 +40,9 @@
   kensure(k, conc, window, now, items, from) -> how many were placed, and whether the
     shard's waiters need a wake (it had no key ready): a topic's publish (and a
     transaction's commit) into one group's keyed shard, push-if-absent (an id acked
-    within `window` ms is skipped too); the caller counts them (the counts key is not
-    written here, so a script that only uses this lib for something else writes none).
+    within `window` ms is skipped too). The caller counts them and wakes: _core/grants.py
+    reads a lib whole, so a write to counts here would be granted to every role that runs
+    any script using this lib.
     k: {kwait, kturn, kstate, msgs, dlv, dead, seq, done, counts}; items: a flat list,
     from index `from` on, of id, key, body (without the key)
 ]]
