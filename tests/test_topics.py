@@ -110,6 +110,107 @@ def test_ordered_topics_keep_per_key_order_in_every_group(client: dynoq.Client,
         assert all(v == sorted(v) for v in per_key.values())
 
 
+# -- topics with ordered="key": every group's queue is a keyed queue (message groups) --------
+
+def _drain(q: Any) -> dict[str, list[int]]:
+    """Pop and ack a keyed group queue until it is empty: each key's payloads in order."""
+    per_key: dict[str, list[int]] = defaultdict(list)
+    while batch := q.pop(10):
+        for m in batch:
+            per_key[m.key].append(m.payload)
+            assert q.ack(m)
+    return dict(per_key)
+
+
+def test_key_topics_give_every_group_every_key_in_order(client: dynoq.Client) -> None:
+    t = client.topic("kt", shards=2, ordered="key")  # type: ignore[arg-type]
+    t.subscribe("a")
+    t.subscribe("b")
+    items = [Message(i, id=f"m{i}", key=f"k{i % 3}") for i in range(12)]
+    t.publish_many(items)
+    t.publish_many(items[:4])  # a retried publish adds nothing
+    a, b = t.group_queue("a"), t.group_queue("b")
+    assert a.size() == b.size() == 12 and a.stats().keys == 3
+    # one head per key at a time in each group, whatever the other group does
+    assert sorted(m.payload for m in a.pop(10)) == [0, 1, 2]
+    assert a.pop(10) == []
+    want = {f"k{k}": list(range(k, 12, 3)) for k in range(3)}
+    assert _drain(b) == want
+    assert a.key_state("k0").in_flight == 1 and a.size() == 9  # 3 in flight
+
+
+def test_key_topics_with_consumers_in_clustering_and_broadcasting_groups(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    t = client.topic("kt-live", shards=2, ordered="key")  # type: ignore[arg-type]
+    seen = Seen()
+    for i in range(2):  # two members share the clustering group's queue
+        consumers.append(client.consumer(t, seen.handler("shared"), group="shared",
+                                         batch_size=5, **FAST).start())
+        consumers.append(client.consumer(t, seen.handler(f"m{i}"), group="caches",
+                                         mode="broadcasting", instance_id=f"m{i}",
+                                         batch_size=5, **FAST).start())
+    t.publish_many([Message({"k": i % 5, "i": i}, key=f"k{i % 5}") for i in range(60)])
+    wait_for(lambda: all(seen.count(n) == 60 for n in ("shared", "m0", "m1")))
+    for name in ("shared", "m0", "m1"):
+        per_key: dict[int, list[int]] = defaultdict(list)
+        for p in seen.by[name]:
+            per_key[p["k"]].append(p["i"])
+        assert per_key == {k: list(range(k, 60, 5)) for k in range(5)}
+
+
+def test_a_failing_message_blocks_only_its_key_in_its_group(client: dynoq.Client) -> None:
+    t = client.topic("kt-fail", shards=2, ordered="key")  # type: ignore[arg-type]
+    t.subscribe("a")
+    t.subscribe("b")
+    t.publish_many([Message(0, key="x"), Message(1, key="x"), Message(2, key="y"),
+                    Message(3, key="y")])
+    a, b = t.group_queue("a"), t.group_queue("b")
+    heads = {m.payload: m for m in a.pop(10)}
+    assert set(heads) == {0, 2}
+    assert a.nack(heads[0], delay=60) and a.ack(heads[2])
+    [m] = a.pop(10)  # x waits for its retry; y goes on
+    assert m.payload == 3 and a.ack(m)
+    assert a.pop(10) == [] and a.key_state("x").waiting == 1
+    assert _drain(b) == {"x": [0, 1], "y": [2, 3]}  # the other group is not held up
+
+
+def test_key_topics_filter_tags_and_keep_key_concurrency(client: dynoq.Client) -> None:
+    t = client.topic("kt-tags", shards=2, ordered="key", key_concurrency=2)  # type: ignore[arg-type]
+    t.subscribe("paid", tags="paid || refunded")
+    t.subscribe("all")
+    tags = ["paid", "other", "refunded", "paid", "other", "paid"]
+    t.publish_many([Message(i, key="o1", tag=tag) for i, tag in enumerate(tags)])
+    paid, every = t.group_queue("paid"), t.group_queue("all")
+    assert paid.size() == 4 and every.size() == 6
+    first = paid.pop(10)  # two of a key in flight at once, in order
+    assert [m.payload for m in first] == [0, 2] and paid.pop(10) == []
+    assert paid.ack_many(first) == 2
+    assert _drain(paid) == {"o1": [3, 5]}
+    assert _drain(every) == {"o1": [0, 1, 2, 3, 4, 5]}
+    assert client.topic("kt-tags").ops.settings.key_concurrency == 2
+    with pytest.raises(dynoq.OrderedQueueError):
+        t.publish("no key")
+
+
+def test_the_sweeper_gives_back_a_key_topics_expired_delivery(client: dynoq.Client) -> None:
+    t = client.topic("kt-sweep", shards=2, ordered="key", unack_timeout=0.1,  # type: ignore[arg-type]
+                     dedupe_window=60)
+    t.subscribe("g")
+    t.publish_many([Message(i, id=f"s{i}", key="a") for i in range(2)])
+    q = t.group_queue("g")
+    [m] = q.pop()
+    sweeper = client.sweeper()
+
+    def requeued() -> bool:
+        report = sweeper.run_once()
+        return report is not None and sum(r.requeued for r in report.queues.values()) == 1
+    wait_for(requeued, what="the expired delivery given back")
+    [again] = q.pop()  # back at the head of its key, the key taken over
+    assert (again.id, again.fence, again.attempts) == (m.id, 2, 2) and q.ack(again)
+    t.publish(0, id="s0", key="a")  # acked within the dedupe window: not again
+    assert [x.id for x in q.pop(10)] == ["s1"]
+
+
 def test_broadcasting_members_each_get_every_message_and_are_reaped(
         client: dynoq.Client, consumers: list[Consumer]) -> None:
     t = client.topic("config", shards=2, member_grace=0.3)

@@ -451,6 +451,57 @@ def test_a_topic_publishes_a_prepared_message_at_its_commit(client: dynoq.Client
         t.half("never").commit()
 
 
+def test_a_key_topic_commit_takes_its_place_in_its_key_in_every_group(
+        client: dynoq.Client) -> None:
+    t = client.topic("ktxt", shards=2, ordered="key")  # type: ignore[arg-type]
+    t.subscribe("all")
+    t.subscribe("paid-only", tags="paid")
+    first = t.prepare("a", id="kp-1", key="k1", tag="paid")
+    gone = t.prepare("never", id="kp-2", key="k1", tag="paid")
+    t.publish("b", key="k1", tag="paid")
+    every, paid = t.group_queue("all"), t.group_queue("paid-only")
+    assert every.key_state("k1").waiting == 1  # the prepared ones wait for their commit
+    assert first.commit() and first.commit() and gone.rollback()
+    t.publish("c", key="k1")  # no tag: not for paid-only
+    for q, want in ((every, ["b", "a", "c"]), (paid, ["b", "a"])):
+        got = []
+        while batch := q.pop(10):
+            assert len(batch) == 1  # one of the key at a time
+            got.append(batch[0].payload)
+            assert q.ack(batch[0])
+        assert got == want
+    assert t.prepared() == []
+
+
+def test_a_key_topic_checker_commits_in_key_order(client: dynoq.Client) -> None:
+    t = client.topic("ktxc", shards=2, ordered="key")  # type: ignore[arg-type]
+    t.subscribe("g")
+    with pytest.raises(dynoq.OrderedQueueError):
+        t.prepare("no key")
+    t.prepare("asked", id="kc-1", key="k", check_after=0)
+    t.prepare("refused", id="kc-2", key="k", check_after=0)
+    assert sorted(p.id for p in t.prepared()) == ["kc-1", "kc-2"]
+    t.publish("plain", key="k")
+    asked: list[tuple[str | None, str | None]] = []
+
+    def check(m: dynoq.Message) -> str:
+        asked.append((m.id, m.key))
+        return "commit" if m.id == "kc-1" else "rollback"
+    checker = _checker(client, t, check)
+    checker.start()
+    try:
+        wait_for(lambda: t.prepared() == [], what="the checker deciding")
+    finally:
+        checker.stop()
+    q = t.group_queue("g")
+    got = []
+    while batch := q.pop(10):
+        got += [(m.id, m.key) for m in batch]
+        assert q.ack_many(batch) == len(batch)
+    assert got[1:] == [("kc-1", "k")] and len(got) == 2 and q.stats().keys == 0
+    assert set(asked) == {("kc-1", "k"), ("kc-2", "k")}
+
+
 def test_a_topic_transaction_and_its_checker(client: dynoq.Client) -> None:
     t = client.topic("txt", shards=2)
     t.subscribe("g")

@@ -25,7 +25,6 @@ from .topics import STALE_RETRIES, TopicOps
 
 _PREPARE, _SETTLE, _CLAIM = script("tx-prepare"), script("tx-settle"), script("tx-claim")
 _PUBLISH = script("tx-publish")
-_TARGET_KEYS = _PUBLISH.keys[7:]  # the nine keys of each target queue shard
 
 ANSWERS = ("commit", "rollback", "unknown")  # what a checker's check may return
 MAX_CLAIM = 100  # prepared messages one claim call hands out
@@ -254,10 +253,10 @@ class TopicTxOps(TxOps):
             call_keys = [topic.keys.subs(shard), topic.keys.epoch(shard), keys.msgs,
                          keys.half, keys.txs, keys.decided, keys.counts]
             args: list[Any] = [topic.epoch, subs.version, msg_id, token, tag,
-                               topic._window_ms, len(subs.targets)]
+                               topic._window_ms, len(subs.targets), topic.conc]
             for target, filter_ in subs.targets:
                 target_keys = topic._target_keys(target).shard(shard)
-                call_keys += (getattr(target_keys, k) for k in _TARGET_KEYS)
+                call_keys += (getattr(target_keys, k) for k in topic.target_key_names)
                 args += (filter_, f"{topic.prefix}:wake:{target}")
             reply = yield Call(_PUBLISH, call_keys, args)
             if reply == STALE:

@@ -138,16 +138,17 @@ class TopicSettings:
 
     def __post_init__(self) -> None:
         q = self.queue_settings()  # validates the queue part
-        if q.keyed:
-            raise QueueConfigError("topics with ordered=\"key\" are not supported yet: "
-                                   "publish to a queue with ordered=\"key\", or use "
-                                   "ordered=True (shard order)")
         object.__setattr__(self, "ordered", q.ordered)
         object.__setattr__(self, "key_concurrency", q.key_concurrency)
         try:
             validate.check_seconds(self.member_grace, "member_grace", minimum=0.001)
         except InvalidArgument as exc:
             raise QueueConfigError(str(exc)) from None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether every group's queue is a message-group queue (ordered="key")."""
+        return self.ordered == "key"
 
     def queue_settings(self) -> QueueSettings:
         """The settings of each group's queue."""

@@ -41,6 +41,8 @@ MAX_TARGETS = 1000  # group and member queues of one topic
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
 _QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
+# ... of a keyed topic's (ordered="key"): its waiting keys and states in place of the first three
+_KEYED_KEYS = ("kwait", "kturn", "kstate", *_QUEUE_KEYS[3:])
 
 
 def _text(value: bytes | str) -> str:
@@ -112,6 +114,9 @@ class TopicOps:
         self._router = QueueOps(prefix, name, self._queue_settings, max_payload_bytes)
         self._cache: dict[int, _Shard] = {}
         self._window_ms = validate.to_ms(settings.dedupe_window)
+        # the scripts' key_concurrency argument ("" = not keyed) and each target's keys
+        self.conc = str(self._queue_settings.key_concurrency or 1) if settings.keyed else ""
+        self.target_key_names = _KEYED_KEYS if settings.keyed else _QUEUE_KEYS
 
     # -- group queues ----------------------------------------------------------------------
 
@@ -304,13 +309,14 @@ class TopicOps:
     def _publish_call(self, shard: int, subs: _Shard,
                       outs: Sequence[codec.Outgoing]) -> Call:
         keys: list[str] = [self.keys.subs(shard), self.keys.epoch(shard)]
-        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets)]
+        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets),
+                           self.conc]
         for target, filter_ in subs.targets:
             shard_keys = self._target_keys(target).shard(shard)
-            keys += (getattr(shard_keys, k) for k in _QUEUE_KEYS)
+            keys += (getattr(shard_keys, k) for k in self.target_key_names)
             args += (filter_, f"{self.prefix}:wake:{target}")
-        for o in outs:
-            args += (o.id, o.delay_ms, o.priority, o.tag, o.body)
+        for o in outs:  # a keyed message's routing is its key, its delay and priority 0
+            args += (o.id, o.routing if self.conc else o.delay_ms, o.priority, o.tag, o.body)
         return Call(_PUBLISH, keys, args)
 
     def publish(self, outs: Sequence[codec.Outgoing]) -> Flow[int]:

@@ -4,43 +4,58 @@
   KEYS[2] epoch (the topic's epoch: every group queue of the topic shares it)
   KEYS[3] delayed  KEYS[4] ready  KEYS[5] unack  KEYS[6] msgs  KEYS[7] dlv  KEYS[8] dead
   KEYS[9] seq  KEYS[10] done  KEYS[11] counts  (repeated: one group of nine per target
-  queue)
+  queue; on a keyed topic the first three of each group are kwait, kturn, kstate)
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] the subscriptions' version the caller built its KEYS from
   ARGV[3] dedupe window ms   ARGV[4] number of targets T
-  ARGV[5 .. 4+2T] per target: its tag filter ("" = "*": every message; else "|a|b|") and
+  ARGV[5] key_concurrency of a keyed topic (ordered="key"), "" for any other: each
+          message then goes last in its key in every matching group (lib/keyed.lua)
+  ARGV[6 .. 5+2T] per target: its tag filter ("" = "*": every message; else "|a|b|") and
           its wake channel
-  ARGV[5+2T ..] groups of five: id, delay ms, priority, tag ("" = none), msgpack body
+  ARGV[6+2T ..] groups of five: id, delay ms, priority, tag ("" = none), msgpack body
+          (on a keyed topic: id, key, 0, tag, msgpack body without the key)
   returns: copies added over all targets, GONE (the topic is gone: nothing was written),
            or STALE when the subscriptions changed since the caller read them (it reads
            them again and retries)
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua lib/keyed.lua
   flags: none
 ]]
 local refused = gone(KEYS[2], ARGV[1])
 if refused then return refused end
 if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
-local window, targets = tonumber(ARGV[3]), tonumber(ARGV[4])
-local first = 5 + 2 * targets
+local window, targets, conc = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local first = 6 + 2 * targets
 local now = now_ms()
 local added = 0
 for t = 1, targets do
-  local filter, channel = ARGV[3 + 2 * t], ARGV[4 + 2 * t]
+  local filter, channel = ARGV[4 + 2 * t], ARGV[5 + 2 * t]
   local items = {}
   for j = first, #ARGV, 5 do
     local tag = ARGV[j + 3]
     if filter == '' or (tag ~= '' and string.find(filter, '|' .. tag .. '|', 1, true)) then
       local m = #items
-      items[m + 1], items[m + 2], items[m + 3], items[m + 4] =
-        ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 4]
+      if conc then
+        items[m + 1], items[m + 2], items[m + 3] = ARGV[j], ARGV[j + 1], ARGV[j + 4]
+      else
+        items[m + 1], items[m + 2], items[m + 3], items[m + 4] =
+          ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 4]
+      end
     end
   end
   if #items > 0 then
     local k = {}
     for i = 1, 9 do k[i] = KEYS[2 + 9 * (t - 1) + i] end
-    local _, pushed, wake = push_into(k, true, window, now, items, 1)
-    if wake then redis.call('PUBLISH', channel, '1') end
-    added = added + pushed
+    if conc then
+      local pushed, wake = kensure(k, conc, window, now, items, 1)
+      local counts = k[9]
+      if pushed > 0 then redis.call('HINCRBY', counts, 'pushed', pushed) end
+      if wake then redis.call('PUBLISH', channel, '1') end
+      added = added + pushed
+    else
+      local _, pushed, wake = push_into(k, true, window, now, items, 1)
+      if wake then redis.call('PUBLISH', channel, '1') end
+      added = added + pushed
+    end
   end
 end
 return added

@@ -8,16 +8,20 @@
   keys, TopicKeys.staging())
   KEYS[8] delayed  KEYS[9] ready  KEYS[10] unack  KEYS[11] msgs  KEYS[12] dlv
   KEYS[13] dead  KEYS[14] seq  KEYS[15] done  KEYS[16] counts  (repeated: one group of
-  nine per target queue)
+  nine per target queue; on a keyed topic the first three of each group are kwait,
+  kturn, kstate)
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] the subscriptions' version the caller built its KEYS from
   ARGV[3] id  ARGV[4] the checker's claim token ("" = the producer)
   ARGV[5] the message's tag ("" = none)  ARGV[6] dedupe window ms
-  ARGV[7] number of targets T  ARGV[8 .. 7+2T] per target: its tag filter and wake channel
+  ARGV[7] number of targets T  ARGV[8] key_concurrency of a keyed topic (ordered="key"),
+  "" for any other: the message (a keyed prepared record, tx-prepare) then goes last in
+  its key in every matching group (lib/keyed.lua)
+  ARGV[9 .. 8+2T] per target: its tag filter and wake channel
   returns: as tx-settle-16.lua's commit (1 done, 2 committed before, 0 rolled back before
            or a stale claim, 5 no such prepared message), GONE, or STALE when the
            subscriptions changed since the caller read them (it reads them and retries)
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua lib/tx.lua
+  uses: lib/clock.lua lib/refusal.lua lib/push.lua lib/tx.lua lib/keyed.lua
   flags: allow-oom
 ]]
 local refused = gone(KEYS[2], ARGV[1])
@@ -25,7 +29,7 @@ if refused then return refused end
 if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
 local msgs, half, txs, decided, counts = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, tok, tag = ARGV[3], ARGV[4], ARGV[5]
-local window, targets = tonumber(ARGV[6]), tonumber(ARGV[7])
+local window, targets, conc = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
 forget_decisions(decided, now)
 local pending = redis.call('ZSCORE', half, id)
@@ -44,15 +48,27 @@ if not rec then
   return 0
 end
 redis.call('HDEL', msgs, id)
-local _, delay = times(rec)
-local items = {id, delay or 0, priority(rec), string.match(rec, '^%w+,%d+,%d+,(.*)$')}
+local items
+if conc then
+  items = {id, kparse(rec), kbody(rec)}
+else
+  local _, delay = times(rec)
+  items = {id, delay or 0, priority(rec), string.match(rec, '^%w+,%d+,%d+,(.*)$')}
+end
 for t = 1, targets do
-  local filter, channel = ARGV[6 + 2 * t], ARGV[7 + 2 * t]
+  local filter, channel = ARGV[7 + 2 * t], ARGV[8 + 2 * t]
   if filter == '' or (tag ~= '' and string.find(filter, '|' .. tag .. '|', 1, true)) then
     local k = {}
     for i = 1, 9 do k[i] = KEYS[7 + 9 * (t - 1) + i] end
-    local _, _, wake = push_into(k, true, window, now, items, 1)
-    if wake then redis.call('PUBLISH', channel, '1') end
+    if conc then
+      local pushed, wake = kensure(k, conc, window, now, items, 1)
+      local counts = k[9]  -- the group queue's (named so: _core/grants.py reads the kind)
+      if pushed > 0 then redis.call('HINCRBY', counts, 'pushed', pushed) end
+      if wake then redis.call('PUBLISH', channel, '1') end
+    else
+      local _, _, wake = push_into(k, true, window, now, items, 1)
+      if wake then redis.call('PUBLISH', channel, '1') end
+    end
   end
 end
 redis.call('HINCRBY', counts, 'committed', 1)

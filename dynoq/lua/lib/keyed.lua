@@ -37,6 +37,14 @@
     them back and gives the keys that may deliver a new turn: returns how many got one
   ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
     up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
+  kensure(k, conc, window, now, items, from) -> how many were placed, and whether the
+    shard's waiters need a wake (it had no key ready): a topic's publish (and a
+    transaction's commit) into one group's keyed shard, push-if-absent (an id acked
+    within `window` ms is skipped too). The caller counts them and wakes: _core/grants.py
+    reads a lib whole, so a write to counts here would be granted to every role that runs
+    any script using this lib.
+    k: {kwait, kturn, kstate, msgs, dlv, dead, seq, done, counts}; items: a flat list,
+    from index `from` on, of id, key, body (without the key)
 ]]
 local function kseq(n)
   local s = stamp(n)
@@ -283,4 +291,27 @@ local function ktake(K, count, deadline, nonce, conc, out)
     kstore(K, keys, st, conc)
   end
   return n
+end
+
+local function kensure(k, conc, window, now, items, from)
+  local kwait, kturn, kstate, msgs, seq, done = k[1], k[2], k[3], k[4], k[7], k[8]
+  local K = {kwait = kwait, kturn = kturn, kstate = kstate, msgs = msgs, seq = seq}
+  local n = math.floor((#items - from + 1) / 3)
+  local idle = redis.call('EXISTS', kturn) == 0
+  local base = redis.call('INCRBY', seq, n) - n
+  local enq = stamp(now)
+  local seen, pushed = {}, 0
+  for i = 1, n do
+    local j = from + 3 * (i - 1)
+    local id = items[j]
+    if not seen[id] and redis.call('HEXISTS', msgs, id) == 0 then
+      local acked = window > 0 and redis.call('ZSCORE', done, id)
+      if not (acked and tonumber(acked) + window > now) then
+        kplace(K, id, items[j + 1], items[j + 2], enq, kseq(base + i), conc)
+        pushed = pushed + 1
+      end
+    end
+    seen[id] = true
+  end
+  return pushed, idle and pushed > 0
 end
