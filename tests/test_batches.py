@@ -99,3 +99,27 @@ def test_bad_query_or_batch_is_refused_and_changes_nothing(
     with pytest.raises((dynoq.InvalidArgument, dynoq.InvalidType), match=error):
         run(q, BatchOps(q.ops, query).push(outs(q, range(3)), batch))  # type: ignore[arg-type]
     assert q.size() == 0
+
+
+def test_keyed_batches_count_refuse_and_keep_key_order_across_a_replay(
+        client: dynoq.Client) -> None:
+    """A message-group queue (ordered="key") takes Spark's writes into its keys: counted,
+    the dedupe window refuses, a replayed batch pushes nothing twice, and each key's
+    messages come in push order."""
+    q = client.queue("keyed", shards=2, ordered="key", dedupe_window=60)  # type: ignore[arg-type]
+    plain = BatchOps(q.ops)
+    assert run(q, plain.push(outs(q, range(0, 10), key="a"))) == Counts(10, 0, 0)
+    assert q.stats().keys == 1 and q.key_state("a").waiting == 10
+    first = drain(q)
+    assert first == [f"m{i}" for i in range(10)]
+    assert run(q, plain.push(outs(q, range(0, 12), key="a"))) == Counts(2, 0, 10)
+    assert drain(q) == ["m10", "m11"]
+    ops = BatchOps(q.ops, "keyed-query")
+    run(q, ops.push(outs(q, range(20, 50), key="b"), 0))
+    got = drain(q)
+    assert run(q, ops.push(outs(q, range(20, 80), key="b"), 0)) == Counts(30, 30, 0)
+    run(q, ops.commit(0))
+    assert run(q, ops.push(outs(q, range(20, 80), key="b"), 0)) == Counts(0, 0, 60)
+    run(q, ops.push(outs(q, range(80, 90), key="b"), 1))
+    assert got + drain(q) == [f"m{i}" for i in range(20, 90)]
+    assert q.stats().keys == 0 and q.size() == 0

@@ -197,6 +197,36 @@ def test_key_routing_keeps_partition_order_per_key(spark: Any,
     assert seen == n
 
 
+def test_message_groups_take_rows_in_order_per_key(spark: Any, sclient: dynoq.Client) -> None:
+    """format("dynoq") into an ordered="key" queue: keyCol is required, and each
+    partition's rows of a key are delivered in row order, any key beside any other."""
+    n, keys = 2000, 50
+    q = sclient.queue("groups", shards=3, ordered="key")  # type: ignore[arg-type]
+    opts = source_options(sclient, "groups")
+    df = (spark.range(n).withColumn("key", F.concat(F.lit("k"), (F.col("id") % keys)
+                                                    .cast("string")))
+          .withColumn("seq", F.col("id")).repartition(2).sortWithinPartitions("seq")
+          .withColumn("part", F.spark_partition_id()))
+    with pytest.raises(Exception, match="key"):
+        df.write.format("dynoq").options(**opts).option("idCol", "id").mode("append").save()
+    assert q.size() == 0
+    (df.write.format("dynoq").options(**opts).option("idCol", "id").option("keyCol", "key")
+     .option("batchSize", "300").mode("append").save())
+    assert q.stats().keys == keys
+    runs: dict[tuple[str, int], list[int]] = defaultdict(list)
+    seen = 0
+    while got := q.pop(500):
+        assert len({m.key for m in got}) == len(got)  # one of a key in flight at a time
+        for m in got:
+            assert m.key == m.payload["key"]
+            runs[(m.key, m.payload["part"])].append(m.payload["seq"])
+        seen += len(got)
+        q.ack_many(got)
+    assert seen == n
+    for seqs in runs.values():
+        assert seqs == sorted(seqs)
+
+
 def json_files(folder: Path, files: int, rows: int) -> None:
     folder.mkdir()
     for f in range(files):

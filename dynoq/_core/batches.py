@@ -60,9 +60,13 @@ class BatchKeys:
     epoch: str
 
     @classmethod
-    def of(cls, shard: ShardKeys, query: str) -> BatchKeys:
+    def of(cls, shard: ShardKeys, query: str, keyed: bool = False) -> BatchKeys:
+        """A keyed queue's (ordered="key") waiting, turn and key-state sets stand in
+        for delayed, ready and unack (push-batch-12.lua's header)."""
         tag = shard.msgs.rsplit(":", 1)[0]  # "<prefix>:{<queue>:<shard>}"
-        return cls(shard.delayed, shard.ready, shard.unack, shard.msgs, shard.dlv,
+        first = ((shard.kwait, shard.kturn, shard.kstate) if keyed
+                 else (shard.delayed, shard.ready, shard.unack))
+        return cls(*first, shard.msgs, shard.dlv,
                    shard.dead, shard.seq, shard.done, shard.counts,
                    f"{tag}:commit:{query}", f"{tag}:wrote:{query}", shard.epoch)
 
@@ -115,7 +119,8 @@ class BatchOps:
         self.query = check_query(query) if query else ""
         self.retention_ms = validate.to_ms(
             validate.check_seconds(retention, "retention", minimum=1.0))
-        self.batch_keys = [BatchKeys.of(k, self.query or "-") for k in ops.shard_keys]
+        self.batch_keys = [BatchKeys.of(k, self.query or "-", ops.keyed)
+                           for k in ops.shard_keys]
         self.keys = [_PUSH.key_list(k) for k in self.batch_keys]
 
     def push(self, outs: Sequence[codec.Outgoing], batch: int | None = None) -> Call | Batch:
@@ -128,7 +133,8 @@ class BatchOps:
             raise InvalidArgument("a micro-batch needs the query it belongs to")
         number = -1 if batch is None else check_batch(batch)
         head = [self.ops.epoch, validate.to_ms(self.ops.settings.dedupe_window),
-                self.ops.wake, number, self.retention_ms]
+                self.ops.wake, number, self.retention_ms,
+                self.ops._conc if self.ops.keyed else ""]
         check = self.ops.checked(f"push to {self.ops.name!r}")
         by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
         for o in outs:
@@ -138,7 +144,9 @@ class BatchOps:
             for i in range(0, len(group), PUSH_CHUNK):
                 args = list(head)
                 for o in group[i:i + PUSH_CHUNK]:
-                    args += (o.id, o.delay_ms, o.priority, o.body)
+                    # a keyed queue's body holds no key: the key rides in the delay's place
+                    args += ((o.id, o.routing, 0, o.body) if self.ops.keyed
+                             else (o.id, o.delay_ms, o.priority, o.body))
                 calls.append(Call(_PUSH, self.keys[shard], args, check))
         if len(calls) == 1 and not self.ops.settings.min_replicas:
             calls[0].parse = self.ops.checked(f"push to {self.ops.name!r}", _counts)
