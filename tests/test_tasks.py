@@ -870,3 +870,28 @@ def test_a_worker_stops_every_queue_at_once(setup: Setup) -> None:
         setup.open_gate("stop")
         stopper.join(30)
     assert running.result(timeout=10) == "stop"  # the run in flight finished
+
+
+@pytest.mark.sync_only  # dynoq.Tasks on the sync client; the asyncio twin is generated
+def test_kept_tasks_with_ids_refuse_a_message_group_queue_and_store_nothing(
+        client: dynoq.Client) -> None:
+    """Tasks go into a message-group queue as keyed pushes (and ensures, by id), except
+    a kept task's push by id (task-push, which places as a plain push does, where no
+    keyed pop looks): that one is refused, typed, until task-push learns keys."""
+    q = client.queue("keyed-tasks", ordered="key")  # type: ignore[arg-type]
+    tasks = dynoq.Tasks(client, queue="keyed-tasks")
+
+    def fn(n: int) -> None: ...
+
+    step = tasks.task(name="step")(fn)
+    kept = tasks.task(name="kept", keep_result=60)(fn)
+    with pytest.raises(dynoq.OrderedQueueError, match="message-group"):
+        kept.apply((1,), key="k", id="t-1")
+    assert q.size() == 0 and q.stats().shards[0].pushed == 0
+    step.apply((2,), key="k", id="t-2")
+    step.apply((3,), key="k")
+    got = []
+    while batch := q.pop(10):
+        got += [m.payload["args"] for m in batch]
+        q.ack_many(batch)
+    assert got == [[2], [3]]

@@ -24,6 +24,7 @@ import msgpack
 from ..errors import (
     InvalidArgument,
     InvalidType,
+    OrderedQueueError,
     PayloadTypeError,
     RecordError,
     ResultNotKept,
@@ -474,6 +475,10 @@ def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
     """Push a task by id unless its id waits, runs, is dead-lettered or has a kept record
     (task-push-11.lua); the reply is True when it was pushed (QueueGone when the queue
     is gone)."""
+    if ops.keyed:  # task-push places as a plain push does, where keyed pops never look
+        raise OrderedQueueError(f"a task with an id cannot go to {ops.name!r}, a "
+                                "message-group queue (ordered='key'), yet: leave the id "
+                                "out, or use ordered=True")
     check = ops.checked(f"a task's push to {ops.name!r}")
     call = _PUSH.call(TaskKeys.of(ops, ops.shard_for(out.routing), out.id),
                       [ops.epoch, validate.to_ms(ops.settings.dedupe_window), ops.wake,
