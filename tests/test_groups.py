@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import signal
 import threading
 from collections.abc import Iterator
@@ -376,7 +377,8 @@ def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) 
 
 
 def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+        client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="dynoq")
     q = client.queue("ev", shards=1, ordered="key")
     q.push_many([Message(i, key="a") for i in range(2)] + [Message(0, key="b")])
     events: list[tuple[str, str, int, int]] = []
@@ -400,3 +402,8 @@ def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
         assert events.index(("end", "b", 0, 1)) < first_call_ended
         assert [e for e in events[:first_call_ended] if e[:2] == ("start", "a")] == [
             ("start", "a", 0, 1)]
+    # the log line says what happens: the key waits for the call, the message fails later
+    [line] = [m for m in (r.getMessage() for r in caplog.records)
+              if "ran past consume_timeout (" in m]
+    assert "its key stays blocked until it returns, then the message fails" in line
+    assert "fails now" not in line and "shard" not in line and "'a'" not in line

@@ -92,7 +92,8 @@ class Workers:
             s.stats.add(abandoned=1)
         consuming.overran(log, s.queue.name, msgs, settings.consume_timeout, left=left,
                           cap=settings.concurrency,
-                          shard=msgs[0].shard if ordered and msgs else None)
+                          shard=msgs[0].shard if s.plan.ordered and msgs else None,
+                          keyed=s.queue.ops.keyed)
         t0 = time.monotonic()
 
         def returned(_: object = None) -> None:
