@@ -452,7 +452,7 @@ def test_a_consumer_group_with_a_rate_limit_keeps_order_per_key_and_takes_no_lea
         last = max(t for _, _, t in seen)
     assert all(by_key[k] == list(range(per_key)) for k in range(keys))
     # the group's limit holds: 30 messages at 10 a period need at least 2 more periods
-    assert last - t0 >= (keys * per_key / count - 1) * period * 0.95
+    assert last - t0 >= (keys * per_key / count - 1) * period * 0.95, last - t0
     view = q.backend.drive(inspect.group(q.ops.keys, "billing"))
     assert view.consuming and {m.name for m in view.members} >= {"a", "b"}
 
