@@ -22,6 +22,7 @@ from dashboard_kit import LEASE_TOKEN, Reply, http, scene
 from helpers import dead_letter, delete_prefix, wait_for
 
 import dynoq
+from dynoq._core import codec
 from dynoq.cli import cli
 from dynoq.dashboard import DashboardConfig, Running
 from dynoq.errors import InvalidArgument
@@ -367,3 +368,40 @@ def test_the_live_numbers_follow_a_queue_created_anew(client: dynoq.Client,
     again = sampler.sample()
     assert again.error is None and again.stats["anew"].ready == 3
     assert len(again.stats["anew"].shards) == 2
+
+
+def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Client) -> None:
+    q = client.queue("acct", shards=2, ordered="key")
+    q.push_many([dynoq.Message(i, key="busy") for i in range(5)]
+                + [dynoq.Message(i, key="bad") for i in range(2)]
+                + [dynoq.Message(0, key=f"k{i:02}") for i in range(30)])
+    got = q.pop(count=100)
+    bad = next(m for m in got if m.key == "bad")
+    # A consumer's failed handler, as settle records it (the public nack gives no reason)
+    q.backend.run(q.ops.nack_call(bad, delay=600, mode="retry",
+                                  why=codec.why(ValueError("card <declined>"), "me")))
+    with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
+        r = http(dash.url.rstrip("/") + "/queue?q=acct")
+        assert r.status == 200, r.text[:300]
+        page = r.text
+    assert "ordered by key" in page and "Keys (32)" in page
+    assert "lease holder" not in page  # no shard leases on a keyed queue
+    busiest = re.search(r'<table class="grid" id="keys">(.*?)</table>', page, re.S)
+    assert busiest is not None
+    rows = re.findall(r"<tr><td class=\"key\">([^<]*)</td><td class=\"n\">(\d+)</td>"
+                      r"<td class=\"n\">(\d+)</td></tr>", busiest.group(1))
+    assert rows[:2] == [("busy", "4", "1"), ("bad", "1", "1")]
+    assert len(rows) == 20  # bounded: the busiest 20 of 32
+    blocked = re.search(r'<table class="grid" id="blocked-keys">(.*?)</table>', page, re.S)
+    assert blocked is not None
+    assert ">bad<" in blocked.group(1) and bad.id in blocked.group(1)
+    assert "ValueError: card &lt;declined&gt;" in blocked.group(1)  # escaped
+    assert re.search(r'class="n">1</td><td class="reason">', blocked.group(1))  # attempts
+
+    plain = client.queue("plain-q")
+    plain.push(1)
+    with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
+        page = http(dash.url.rstrip("/") + "/queue?q=plain-q").text
+        assert 'id="keys"' not in page and "Blocked keys" not in page
+        groups = http(dash.url.rstrip("/") + "/queue/groups?q=acct")
+        assert groups.status == 200

@@ -137,6 +137,36 @@ def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any,
         consumer.stop(timeout=10)
 
 
+def test_a_key_blocked_by_a_failing_message_shows_its_reason(page: Any,
+                                                            client: dynoq.Client) -> None:
+    q = client.queue("accounts", shards=2, ordered="key")
+
+    def handle(msg: dynoq.Message) -> None:
+        if msg.key == "acct-7":
+            raise RuntimeError("ledger locked")
+
+    consumer: Consumer = client.consumer(q, handle, idle_wait=0.1, retry_delays=(600,))
+    consumer.start()
+    try:
+        q.push_many([dynoq.Message(i, key=k) for i in range(3) for k in ("acct-7", "acct-8")])
+        wait_for(lambda: q.key_state("acct-8").waiting + q.key_state("acct-8").in_flight == 0
+                 and q.keys(5)["blocked"], what="acct-8 consumed, acct-7 blocked")
+        with Running(client, DashboardConfig(port=0, interval=0.2)) as d:
+            page.goto(d.url + "queue?q=accounts")
+            row = page.locator("#blocked-keys tbody tr")
+            assert row.count() == 1
+            cells = [row.locator("td").nth(i).inner_text() for i in range(4)]
+            assert cells[0] == "acct-7" and cells[2] == "1"
+            assert cells[3] == "RuntimeError: ledger locked"
+            busiest = page.locator("#keys tbody tr").first.inner_text()
+            assert busiest.split() == ["acct-7", "2", "1"]  # two waiting behind the retry
+            row.locator("a").click()
+            page.wait_for_url("**/queue/message?**")
+            assert "ledger locked" in page.content()
+    finally:
+        consumer.stop(timeout=10)
+
+
 def test_the_token_is_asked_for_off_loopback(browser: Any, client: dynoq.Client) -> None:
     scene(client)
     config = DashboardConfig(host="0.0.0.0", port=0, token=TOKEN, interval=0.2)

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +23,11 @@ from test_consumer_procs import Procs
 
 import dynoq
 from dynoq import KeyState, Message
-from dynoq._core import codec
+from dynoq._core import codec, inspect
 from dynoq.cli import EXIT_USAGE, cli
 
 FLAVORS = ("sync", "async")
+TESTS = Path(__file__).parent
 
 
 def _log(client: dynoq.Client) -> list[tuple[str, int, int]]:
@@ -376,7 +383,8 @@ def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) 
 
 
 def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+        client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="dynoq")
     q = client.queue("ev", shards=1, ordered="key")
     q.push_many([Message(i, key="a") for i in range(2)] + [Message(0, key="b")])
     events: list[tuple[str, str, int, int]] = []
@@ -400,3 +408,102 @@ def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
         assert events.index(("end", "b", 0, 1)) < first_call_ended
         assert [e for e in events[:first_call_ended] if e[:2] == ("start", "a")] == [
             ("start", "a", 0, 1)]
+    # the log line says what happens: the key waits for the call, the message fails later
+    [line] = [m for m in (r.getMessage() for r in caplog.records)
+              if "ran past consume_timeout (" in m]
+    assert "its key stays blocked until it returns, then the message fails" in line
+    assert "fails now" not in line and "shard" not in line and "'a'" not in line
+
+
+# -- consumer groups, rate limits and the worker command on a keyed queue -----------------
+
+def _free_leases(q: dynoq.Queue) -> bool:
+    """No shard of ``q`` is leased (a keyed queue's consumers take none)."""
+    leases = q.backend.run(inspect.leases(q.ops, list(range(q.settings.shards))))
+    return all(lease.holder is None and lease.fence == 0 for lease in leases)
+
+
+def test_a_consumer_group_with_a_rate_limit_keeps_order_per_key_and_takes_no_lease(
+        client: dynoq.Client, consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=2, ordered="key")
+    keys, per_key = 6, 5
+    q.push_many([Message({"k": k, "i": i}, key=f"k{k}") for i in range(per_key)
+                 for k in range(keys)])
+    seen: list[tuple[int, int, float]] = []
+    lock = threading.Lock()
+
+    def handler(m: Message) -> None:
+        with lock:
+            seen.append((m.payload["k"], m.payload["i"], time.monotonic()))
+
+    count, period = 10, 0.5  # 20 a second for the whole group
+    t0 = time.monotonic()
+    for name in ("a", "b"):
+        consumers.append(client.consumer(q, handler, group="billing", instance_id=name,
+                                         concurrency=2, rate_limit=(count, period),
+                                         **FAST).start())
+    wait_for(lambda: len(seen) >= keys * per_key, timeout=60, what="every message handled")
+    assert _free_leases(q)  # while both members run
+    with lock:
+        assert len(seen) == keys * per_key  # nothing handled twice
+        by_key: dict[int, list[int]] = collections.defaultdict(list)
+        for k, i, _ in seen:
+            by_key[k].append(i)
+        last = max(t for _, _, t in seen)
+    assert all(by_key[k] == list(range(per_key)) for k in range(keys))
+    # the group's limit holds: 30 messages at 10 a period need at least 2 more periods
+    assert last - t0 >= (keys * per_key / count - 1) * period * 0.95, last - t0
+    view = q.backend.drive(inspect.group(q.ops.keys, "billing"))
+    assert view.consuming and {m.name for m in view.members} >= {"a", "b"}
+
+
+def test_rate_limited_on_a_keyed_queue_uses_no_attempt_and_keeps_order(
+        client: dynoq.Client, consumers: list[Any]) -> None:
+    q = client.queue("ev", shards=1, ordered="key", max_retries=0)
+    q.push_many([Message(i, key="a") for i in range(3)])
+    calls: list[tuple[int, int]] = []
+
+    def handler(m: Message) -> None:
+        calls.append((m.payload, m.attempts))
+        if len(calls) < 3:
+            raise dynoq.RateLimited(0.05)  # the downstream said "slow down"
+
+    consumers.append(client.consumer(q, handler, **FAST).start())
+    wait_for(lambda: len(calls) >= 5, what="every message handled")
+    assert calls == [(0, 1), (0, 1), (0, 1), (1, 1), (2, 1)]  # never counted, in order
+    assert q.stats().dead == 0 and _free_leases(q)
+
+
+@pytest.mark.sync_only  # the command runs the sync consumer
+def test_the_worker_command_on_a_keyed_queue(real_client: dynoq.Client,
+                                             real_url: str) -> None:
+    client = real_client
+    q = client.queue("kw", shards=2, ordered="key")
+    keys, per_key = 8, 6
+    q.push_many([Message(f"{k}|{i}", key=f"k{k}") for i in range(per_key)
+                 for k in range(keys)])
+    env = {**os.environ, "DYNOQ_URL": real_url, "TEST_LOG_URL": real_url,
+           "TEST_LOG_KEY": f"{client.prefix}:log", "TEST_SLEEP": "0.02",
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    p = subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", client.prefix, "worker",
+                          "worker_handlers:slow", "--queue", "kw", "--group", "kworkers",
+                          "--processes", "2", "--concurrency", "3", "--rate-limit", "100/1",
+                          "--stop-timeout", "5"], cwd=TESTS, env=env,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        log = f"{client.prefix}:log"
+        wait_for(lambda: client.redis.llen(log) >= keys * per_key, timeout=60,
+                 what="every message handled by the worker")
+        assert _free_leases(q)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        assert p.stderr is not None
+        p.stderr.close()
+    lines = [x.decode().split("|") for x in client.redis.lrange(log, 0, -1)]
+    assert len(lines) == keys * per_key  # nothing handled twice
+    by_key: dict[str, list[int]] = collections.defaultdict(list)
+    for _, k, i in lines:
+        by_key[k].append(int(i))
+    assert all(by_key[str(k)] == list(range(per_key)) for k in range(keys))
+    assert q.size() == 0 and q.stats().dead == 0

@@ -400,12 +400,18 @@ def call_of(msgs: Sequence[Message]) -> str:
 
 
 def overran(log: logging.Logger, queue: str, msgs: Sequence[Message], timeout: float, *,
-            left: int | None, cap: int, shard: int | None) -> None:
+            left: int | None, cap: int, shard: int | None, keyed: bool = False) -> None:
     """Log a handler call past consume_timeout (one line): ``left`` is how many calls
     are left running now counting this one (None: at the cap, its worker waits for it);
-    ``shard``: the ordered shard it keeps blocked until it returns."""
-    then = (f"shard {shard} stays blocked until it returns" if shard is not None
-            else "the message fails now and is retried as any failure")
+    ``shard``: the ordered shard it keeps blocked until it returns; ``keyed``: a message
+    group's call, whose message stays in flight (so its key blocked) until it returns."""
+    if keyed:  # the key is not named: it may be user data, as a payload is
+        then = ("its key stays blocked until it returns, then the message fails and is "
+                "retried as any failure (the other keys flow)")
+    elif shard is not None:
+        then = f"shard {shard} stays blocked until it returns"
+    else:
+        then = "the message fails now and is retried as any failure"
     if left is None:
         log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
                     "%d calls are left running already (the most per consumer): its "

@@ -143,7 +143,8 @@ class Upkeep:
             left = self._workers.retire(worker)
             consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
                               cap=settings.concurrency,
-                              shard=batch.shard if s.plan.ordered else None)
+                              shard=batch.shard if s.plan.ordered else None,
+                              keyed=s.queue.ops.keyed)
             if held:
                 continue
             s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit

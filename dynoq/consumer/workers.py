@@ -147,8 +147,10 @@ class Workers:
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
-        # whole queue again (round-robin across shards).
-        keyed = s.queue.ops.keyed and not settings.batch_handler
+        # whole queue again (round-robin across shards). Not under a group rate limit:
+        # a carried batch takes no permit of it (only a look does).
+        keyed = (s.queue.ops.keyed and not settings.batch_handler
+                 and settings.rate_limit is None)
         carried: list[Message] = []
         streak = held = 0
         while self._active():

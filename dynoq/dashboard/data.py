@@ -166,6 +166,11 @@ class Reader:
         """Prepared (transactional) messages, the next to be checked first."""
         return q.prepared(count)
 
+    def keys(self, q: Queue, limit: int = LIST) -> dict[str, list[dict[str, Any]]]:
+        """A keyed queue's (ordered="key") busiest keys and the keys blocked by a failing
+        message, at most ``limit`` of each (``q.keys``: a bounded read a shard)."""
+        return q.keys(limit)
+
     def groups(self, q: Queue, *, members: int = 100,
                history: int = 20) -> tuple[list[inspect.GroupView], int]:
         """The queue's consumer groups (the first 50 of its registry) and how many."""

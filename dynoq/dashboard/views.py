@@ -129,7 +129,7 @@ def queue_page(request: Request) -> Response:
     first -= first % SHARD_PAGE
     stats = q.stats()
     shown = list(range(first, min(first + SHARD_PAGE, q.settings.shards)))
-    leases = {s.shard: s for s in d.reader.leases(q, shown)} if q.settings.ordered else {}
+    leases = {s.shard: s for s in d.reader.leases(q, shown)} if _leased(q) else {}
     in_flight, more_in_flight = d.reader.page(q, "in_flight", shard=None)
     delayed, more_delayed = d.reader.page(q, "delayed", shard=None)
     groups, group_count = d.reader.groups(q, members=1, history=1)
@@ -137,7 +137,8 @@ def queue_page(request: Request) -> Response:
                   shards=[stats.shards[i] for i in shown], leases=leases, first=first,
                   shard_page=SHARD_PAGE, peek=d.reader.peek(q, LIST), in_flight=in_flight,
                   more_in_flight=more_in_flight, delayed=delayed, more_delayed=more_delayed,
-                  groups=groups, group_count=group_count,
+                  groups=groups, group_count=group_count, leased=_leased(q),
+                  keys=d.reader.keys(q) if q.ops.keyed else None, key_list=LIST,
                   prepared=d.reader.prepared(q) if stats.prepared else [],
                   merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS))
 
@@ -206,7 +207,7 @@ def groups_page(request: Request) -> Response:
     name, q = _queue(request)
     groups, total = d.reader.groups(q, members=200, history=50)
     leases = (d.reader.leases(q, list(range(min(q.settings.shards, inspect.MAX_PAGE))))
-              if q.settings.ordered else [])
+              if _leased(q) else [])
     held: dict[str, list[int]] = {}
     for lease in leases:
         if lease.holder is not None:
@@ -215,11 +216,17 @@ def groups_page(request: Request) -> Response:
                   held=held, holds=_holds(q, held))
 
 
+def _leased(q: Queue) -> bool:
+    """Consumed under shard leases: an ordered queue, but a keyed one (ordered="key",
+    whose consumers take any key and no lease)."""
+    return bool(q.settings.ordered) and not q.ops.keyed
+
+
 def _holds(q: Queue, held: dict[str, list[int]]) -> Any:
     """The shards a member holds: the leases it holds (ordered queues; the lease token
     starts with the member's instance id), else its last recorded assignment."""
     def holds(view: inspect.GroupView, member: str) -> list[int] | None:
-        if q.settings.ordered:
+        if _leased(q):
             return held.get(member, [])
         last = next((r for r in view.history if r.member == member), None)
         return None if last is None else list(last.shards)

@@ -92,7 +92,8 @@ class Workers:
             s.stats.add(abandoned=1)
         consuming.overran(log, s.queue.name, msgs, settings.consume_timeout, left=left,
                           cap=settings.concurrency,
-                          shard=msgs[0].shard if ordered and msgs else None)
+                          shard=msgs[0].shard if s.plan.ordered and msgs else None,
+                          keyed=s.queue.ops.keyed)
         t0 = time.monotonic()
 
         def returned(_: object = None) -> None:
@@ -170,8 +171,10 @@ class Workers:
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
-        # whole queue again (round-robin across shards).
-        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler
+        # whole queue again (round-robin across shards). Not under a group rate limit:
+        # a carried batch takes no permit of it (only a look does).
+        keyed = (s.queue.ops.keyed and not s.plan.settings.batch_handler
+                 and s.plan.settings.rate_limit is None)
         carried: list[Message] = []
         streak = held = 0
         while not s.stopping.is_set():
