@@ -494,8 +494,16 @@ def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes
                 old.cancel()
                 await hub._drop()
                 assert not hub.subscribed(channel)
+                deadline = time.monotonic() + 20
+                while (await publisher.pubsub_numsub(channel))[0][1] > 0:  # the old is gone
+                    assert time.monotonic() < deadline, "the old connection still listens"
+                    await asyncio.sleep(0.02)
                 await sub.get(0.2)  # subscribes anew
                 assert hub.subscribed(channel)
+                # SUBSCRIBE is sent, not yet taken: publish once the server has it
+                while (await publisher.pubsub_numsub(channel))[0][1] < 1:
+                    assert time.monotonic() < deadline, "never subscribed again"
+                    await asyncio.sleep(0.02)
                 await publisher.publish(channel, "two")
                 assert await sub.get(5.0) is True
             finally:
