@@ -50,23 +50,16 @@ end
 local conc, now = tonumber(ARGV[6]), now_ms()
 local pushed, wake, denied = 0, false, 0
 if conc then
-  -- what this batch handled before is skipped; kensure skips what is stored (or acked
-  -- within the window, counted as refused here first)
-  local items, refusing = {}, 0
+  -- what this batch handled before is skipped; kensure skips what is stored and
+  -- refuses what was acked within the window
+  local items = {}
   for j = 7, #ARGV, 4 do
-    local id = ARGV[j]
-    if not handled[id] then
-      local acked = window > 0 and redis.call('HEXISTS', KEYS[4], id) == 0
-        and redis.call('ZSCORE', KEYS[8], id)
-      if acked and tonumber(acked) + window > now then
-        refusing = refusing + 1
-      else
-        items[#items + 1] = id; items[#items + 1] = ARGV[j + 1]; items[#items + 1] = ARGV[j + 3]
-      end
+    if not handled[ARGV[j]] then
+      items[#items + 1] = ARGV[j]; items[#items + 1] = ARGV[j + 1]
+      items[#items + 1] = ARGV[j + 3]
     end
   end
-  pushed, wake = kensure(KEYS, conc, 0, now, items, 1)
-  denied = refusing
+  pushed, wake, denied = kensure(KEYS, conc, window, now, items, 1)
   if pushed > 0 then redis.call('HINCRBY', KEYS[9], 'pushed', pushed) end
 else
   local out

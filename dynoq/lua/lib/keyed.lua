@@ -37,8 +37,9 @@
     them back and gives the keys that may deliver a new turn: returns how many got one
   ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
     up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
-  kensure(k, conc, window, now, items, from) -> how many were placed, and whether the
-    shard's waiters need a wake (it had no key ready): a topic's publish (and a
+  kensure(k, conc, window, now, items, from) -> how many were placed, whether the
+    shard's waiters need a wake (it had no key ready), and how many were refused (acked
+    within the window): a topic's publish, Spark's push-batch (and a
     transaction's commit) into one group's keyed shard, push-if-absent (an id acked
     within `window` ms is skipped too). The caller counts them and wakes: _core/grants.py
     reads a lib whole, so a write to counts here would be granted to every role that runs
@@ -300,7 +301,7 @@ local function kensure(k, conc, window, now, items, from)
   local idle = redis.call('EXISTS', kturn) == 0
   local base = redis.call('INCRBY', seq, n) - n
   local enq = stamp(now)
-  local seen, pushed = {}, 0
+  local seen, pushed, refused = {}, 0, 0
   for i = 1, n do
     local j = from + 3 * (i - 1)
     local id = items[j]
@@ -309,9 +310,11 @@ local function kensure(k, conc, window, now, items, from)
       if not (acked and tonumber(acked) + window > now) then
         kplace(K, id, items[j + 1], items[j + 2], enq, kseq(base + i), conc)
         pushed = pushed + 1
+      else
+        refused = refused + 1
       end
     end
     seen[id] = true
   end
-  return pushed, idle and pushed > 0
+  return pushed, idle and pushed > 0, refused
 end
