@@ -8,6 +8,8 @@ one server. Each side does push + pop + ack of --n messages of 100 bytes on one 
                Lua pop of 100 at the server's TIME + 60 s, a pipelined ZREM + HDEL ack)
   delay queue  push_many (1,000 a call), then pop(100) + ack_many
   ordered      the same on an ordered queue (ordered=True; one key, so one shard's order)
+  keyed        the same on a message-group queue (ordered="key"), its messages spread
+               over 1,000 keys (a pop of 100 takes the heads of 100 keys)
   single push  one message a call: q.push against one raw EVALSHA (HSET + ZADD)
 Server CPU: the delta of the server's main thread CPU (INFO cpu, user + sys) over the
 work, in µs a message; "in scripts" is what INFO commandstats gives EVALSHA (the rest:
@@ -63,7 +65,7 @@ def main() -> None:
     args = p.parse_args()
     payload = os.urandom(50).hex().encode()
     n = args.n
-    names = ("raw", "delay queue", "ordered", "raw single", "push")
+    names = ("raw", "delay queue", "ordered", "keyed", "raw single", "push")
     runs: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in names}
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
@@ -74,8 +76,9 @@ def main() -> None:
             drop_prefix(r, "bs:")
             delay = client.queue(f"d{rep}", shards=1)
             ordered = client.queue(f"o{rep}", shards=1, ordered=True)
+            keyed = client.queue(f"k{rep}", shards=1, ordered="key")
             single = client.queue(f"s{rep}", shards=1)
-            for q in (delay, ordered, single):
+            for q in (delay, ordered, keyed, single):
                 q.push("warm")
                 q.ack_many(q.pop(1))
 
@@ -83,11 +86,12 @@ def main() -> None:
                 raw_bulk_push(r, n, payload)
                 raw_drain(r)
 
-            def through(q: dynoq.Queue, key: str | None) -> Callable[[], None]:
+            def through(q: dynoq.Queue, key: str | None, keys: int = 1
+                        ) -> Callable[[], None]:
                 def go() -> None:
                     for i in range(0, n, 1000):
-                        q.push_many([dynoq.Message(payload, key=key)
-                                     for _ in range(min(1000, n - i))])
+                        q.push_many([dynoq.Message(payload, key=key and f"{key}{j % keys}")
+                                     for j in range(i, min(i + 1000, n))])
                     while got := q.pop(100):
                         q.ack_many(got)
                 return go
@@ -95,6 +99,7 @@ def main() -> None:
             runs["raw"].append(measure(r, n, raw))
             runs["delay queue"].append(measure(r, n, through(delay, None)))
             runs["ordered"].append(measure(r, n, through(ordered, "k")))
+            runs["keyed"].append(measure(r, n, through(keyed, "k", 1000)))
             runs["raw single"].append(measure(r, args.single_n, lambda: [
                 push_script(keys=["raw:msgs", "raw:ready"], args=[new_id(), i, payload])
                 for i in range(args.single_n)]))
@@ -115,7 +120,7 @@ def main() -> None:
     rows = [("work (µs a message)", "server CPU", "runs", "vs raw", "in scripts", "client CPU",
              "vs raw", "wall", "msgs/s vs raw")]
     for k, base in (("raw", "raw"), ("delay queue", "raw"), ("ordered", "raw"),
-                    ("raw single", "raw single"), ("push", "raw single")):
+                    ("keyed", "raw"), ("raw single", "raw single"), ("push", "raw single")):
         rows.append((k, f"{med(k, 0):.2f}", " ".join(f"{x[0]:.2f}" for x in runs[k]),
                      "" if k == base else ratio(k, base, 0), f"{med(k, 1):.2f}",
                      f"{med(k, 2):.2f}", "" if k == base else ratio(k, base, 2),
@@ -127,7 +132,7 @@ def main() -> None:
     print()
     model = [("work", "client µs", "server µs", "N=1 M=1", "N=2 M=1", "N=4 M=1", "N=4 M=3",
               "N=8 M=3")]
-    for k in ("raw", "delay queue", "ordered", "push"):
+    for k in ("raw", "delay queue", "ordered", "keyed", "push"):
         c, s = med(k, 2), med(k, 0)
         model.append((k, f"{c:.2f}", f"{s:.2f}", *(
             f"{min(cores / c, masters / s) * 1e6:,.0f}"

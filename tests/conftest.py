@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Under pytest-xdist, every Spark test runs in one worker: one JVM and one session."""
     keep, drop = [], []
     for item in items:
-        if item.get_closest_marker("spark") or "spark" in item.nodeid:
+        if _spark(item):
             item.add_marker(pytest.mark.xdist_group("spark"))
         only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", None)
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -92,7 +92,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    # The longest work first, so that it overlaps the rest instead of ending the run:
+    # the Spark group (one worker, minutes of JVMs), then the slow tests (whole processes).
+    items[:] = sorted(keep, key=lambda item: 0 if _spark(item)
+                      else 1 if item.get_closest_marker("slow") else 2)
+
+
+def _spark(item: pytest.Item) -> bool:
+    return item.get_closest_marker("spark") is not None or "spark" in item.nodeid
 
 
 @pytest.fixture

@@ -275,6 +275,7 @@ def test_fair_turns_small_keys_finish_before_the_big_one_has_300(
 
 # -- across processes ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_order_per_key_with_three_consumer_processes(real_client: dynoq.Client,
                                                      procs: Procs) -> None:
     client = real_client
