@@ -79,7 +79,7 @@ def main() -> None:
             keyed = client.queue(f"k{rep}", shards=1, ordered="key")
             single = client.queue(f"s{rep}", shards=1)
             for q in (delay, ordered, keyed, single):
-                q.push("warm")
+                q.push("warm", key="k0")
                 q.ack_many(q.pop(1))
 
             def raw() -> None:

@@ -22,42 +22,58 @@ local function push_into(k, ensure, window, now, items, from, skip)
   promote(delayed, ready, msgs, dlv, seq, now, 5000)
   local n = math.floor((#items - from + 1) / 4)
   local base = redis.call('INCRBY', seq, n) - n
-  local out, seen = {}, {}
-  local plan = placing(delayed, ready, now)
-  local enq = stamp(now) .. ','
-  local pushed = 0
+  local out, seen, ids, at = {}, {}, {}, {}
+  -- The ids that may go in: the first of each, not handled already.
   for i = 1, n do
-    local j = from + 4 * (i - 1)
-    local id, delay, prio = items[j], tonumber(items[j + 1]), tonumber(items[j + 2])
-    local rec = enq .. string.format('%d,%d,', delay, prio) .. items[j + 3]
-    local added, outcome = false, 0
-    if seen[id] or (skip and skip[id]) then
-      added = false
-    elseif ensure then
-      local acked = window > 0 and redis.call('ZSCORE', done, id)
-      if not (acked and tonumber(acked) + window > now) then -- not acked within the window
-        added = redis.call('HSETNX', msgs, id, rec) == 1
-      elseif redis.call('HEXISTS', msgs, id) == 0 then
-        outcome = 2
-      end
-    else
-      if redis.call('HSET', msgs, id, rec) == 0 then
-        -- replaced: the old copy leaves every state, its deliveries become stale
-        redis.call('ZREM', ready, id); redis.call('ZREM', delayed, id)
-        redis.call('ZREM', unack, id); redis.call('ZREM', dead, id)
-        redis.call('HDEL', dlv, id)
-      end
-      added = true
-    end
-    seen[id] = true
-    if added then
-      pushed = pushed + 1
-      out[i] = 1
-      place(plan, id, delay, prio, base + i)
-    else
-      out[i] = outcome
+    local id = items[from + 4 * (i - 1)]
+    out[i] = 0
+    if not (seen[id] or (skip and skip[id])) then
+      seen[id] = true
+      ids[#ids + 1] = id
+      at[#at + 1] = i
     end
   end
+  if ensure and #ids > 0 then
+    -- Skip what exists; refuse what was acked within the window (and is not here).
+    local there = bulk_read('HMGET', msgs, ids)
+    local acked = window > 0 and bulk_read('ZMSCORE', done, ids) or {}
+    local keep, keep_at = {}, {}
+    for m, id in ipairs(ids) do
+      if not there[m] then
+        if acked[m] and tonumber(acked[m]) + window > now then
+          out[at[m]] = 2
+        else
+          keep[#keep + 1] = id
+          keep_at[#keep_at + 1] = at[m]
+        end
+      end
+    end
+    ids, at = keep, keep_at
+  end
+  -- One HSET for the batch (a call a message costs the server more than the writes).
+  local enq = stamp(now) .. ','
+  local fields, fmt = {}, string.format
+  for m, id in ipairs(ids) do
+    local j = from + 4 * (at[m] - 1)
+    fields[2 * m - 1] = id
+    fields[2 * m] = enq .. fmt('%d,%d,', tonumber(items[j + 1]), tonumber(items[j + 2]))
+      .. items[j + 3]
+  end
+  if bulk('HSET', msgs, fields) < #ids then
+    -- Some replaced a message with the same id (a plain push; rare): the old copies
+    -- leave every state, their deliveries become stale. Before placing the new ones.
+    bulk('ZREM', ready, ids); bulk('ZREM', delayed, ids)
+    bulk('ZREM', unack, ids); bulk('ZREM', dead, ids)
+    bulk('HDEL', dlv, ids)
+  end
+  local plan = placing(delayed, ready, now)
+  for m, id in ipairs(ids) do
+    local i = at[m]
+    local j = from + 4 * (i - 1)
+    out[i] = 1
+    place(plan, id, tonumber(items[j + 1]), tonumber(items[j + 2]), base + i)
+  end
+  local pushed = #ids
   local wake = false
   if pushed > 0 then
     wake = placed(plan)
