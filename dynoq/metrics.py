@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from ._core.sweep import SweepReport
 from .client import Client
-from .errors import DynoqError, QueueGone
+from .errors import DynoqError, LayoutError, QueueGone
 from .queue import Queue
 
 log = logging.getLogger("dynoq.metrics")
@@ -65,6 +65,9 @@ class QueueCollector(Collector):
                                 "outcome (committed, rolled_back: a checker's max_checks "
                                 "included), since each shard was created",
                                 labels=["queue", "outcome"]),
+            GaugeMetricFamily("dynoq_queue_unreadable", "1 for a queue or topic stored in "
+                              "a layout this version of dynoq does not read (run dynoq "
+                              "migrate, or upgrade dynoq)", labels=["queue"]),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -72,12 +75,16 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, groups, oldest, up, decided = self._families()
+        depth, groups, oldest, up, decided, unreadable = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
             now = self.client.server_time()  # the clock the records' timestamps are on
             for name in names:
-                queue = self._open.get(name) or self.client.open_existing(name)
+                try:
+                    queue = self._open.get(name) or self.client.open_existing(name)
+                except LayoutError:  # another version's: said, and the others still read
+                    unreadable.add_metric([name], 1)
+                    continue
                 if queue is None:
                     continue
                 self._open[name] = queue
@@ -95,8 +102,14 @@ class QueueCollector(Collector):
                 for outcome in ("committed", "rolled_back"):
                     decided.add_metric([name, outcome], stats.total(outcome))
             if self.queues is None:
-                topics = map(self.client.open_existing_topic, self.client.topic_names())
-                for topic in (t for t in topics if t is not None):
+                for name in self.client.topic_names():
+                    try:
+                        topic = self.client.open_existing_topic(name)
+                    except LayoutError:
+                        unreadable.add_metric([name], 1)
+                        continue
+                    if topic is None:
+                        continue
                     for b in topic.backlog():
                         for state in STATES:
                             groups.add_metric([topic.name, b.group, b.queue, state],
@@ -106,7 +119,7 @@ class QueueCollector(Collector):
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, groups, oldest, up, decided]
+        return [depth, groups, oldest, up, decided, unreadable]
 
 
 class Metrics:

@@ -405,3 +405,48 @@ def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Cli
         assert 'id="keys"' not in page and "Blocked keys" not in page
         groups = http(dash.url.rstrip("/") + "/queue/groups?q=acct")
         assert groups.status == 200
+
+
+def test_a_queue_stored_in_a_later_layout_is_named_not_a_server_error(
+        embedded_client: dynoq.Client) -> None:
+    """A queue a later dynoq wrote (a layout this version does not read): its page says
+    so (409, naming the upgrade), and every other queue still shows on the home page."""
+    from dynoq._core import layout
+    from dynoq._core.keys import QueueKeys
+
+    client = embedded_client
+    client.queue("fine").push("x")
+    client.queue("later").push("y")
+    client.redis.hset(QueueKeys(client.prefix, "later").meta, "layout", layout.LAYOUT + 1)
+    with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
+        base = dash.url.rstrip("/")
+        r = http(base + "/queue?q=later")
+        assert r.status == 409, (r.status, r.text[:300])
+        assert "layout" in r.text and "upgrade dynoq" in r.text
+        r = http(base + "/api/queue?q=later")
+        assert r.status == 409 and "upgrade dynoq" in r.text
+        home = http(base + "/")
+        assert home.status == 200 and "fine" in home.text
+        assert "later" in home.text  # listed, with what is wrong with it
+        data = json.loads(http(base + "/api/overview").text)
+        assert {q["name"] for q in data["queues"]} >= {"fine"}
+
+
+def test_a_pool_run_dry_is_busy_not_broken(embedded_server: Any) -> None:
+    """Every connection of the pool in use: the page says the server is busy (503 with
+    Retry-After), not a server error."""
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
+    prefix = f"dqt-{uuid.uuid4().hex[:12]}"
+    with dynoq.connect(url, prefix=prefix, max_connections=2, pool_timeout=0.2) as client:
+        client.queue("orders").push("x")
+        with Running(client, DashboardConfig(port=0, interval=300)) as dash:
+            held = [client.redis.connection_pool.get_connection() for _ in range(2)]
+            try:
+                r = http(dash.url.rstrip("/") + "/queue?q=orders")
+            finally:
+                for c in held:
+                    client.redis.connection_pool.release(c)
+            assert r.status == 503, (r.status, r.text[:300])
+            assert r.headers.get("retry-after") == "1"
+            assert "PoolExhausted" in r.text or "connection" in r.text
+    delete_prefix(url, prefix)

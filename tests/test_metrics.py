@@ -189,3 +189,23 @@ def test_transactions_prepared_decided_and_checks(client: dynoq.Client) -> None:
     assert reg.get_sample_value("dynoq_transaction_checks_total",
                                 {**labels, "outcome": "buried"}) == 1
     assert decided("rolled_back") == 2
+
+
+def test_a_queue_of_a_later_layout_is_named_and_the_others_still_read(
+        client: dynoq.Client) -> None:
+    from dynoq._core import layout
+    from dynoq._core.keys import QueueKeys, TopicKeys
+
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client))
+    client.queue("fine", shards=1).push("x")
+    client.queue("later", shards=1).push("y")
+    client.topic("news").subscribe("audit")
+    client.redis.hset(QueueKeys(client.prefix, "later").meta, "layout", layout.LAYOUT + 1)
+    client.redis.hset(TopicKeys(client.prefix, "news").meta, "layout", layout.LAYOUT + 1)
+    assert reg.get_sample_value("dynoq_redis_up") == 1  # Redis is fine
+    assert reg.get_sample_value("dynoq_queue_messages",
+                                {"queue": "fine", "shard": "0", "state": "ready"}) == 1
+    for name in ("later", "news"):
+        assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": name}) == 1
+    assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": "fine"}) is None

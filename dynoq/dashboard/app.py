@@ -16,7 +16,14 @@ from starlette.templating import Jinja2Templates
 
 from ..backend import redact
 from ..client import Client
-from ..errors import ConnectionFailed, DynoqError, InvalidArgument, InvalidType
+from ..errors import (
+    ConnectionFailed,
+    DynoqError,
+    InvalidArgument,
+    InvalidType,
+    LayoutError,
+    PoolExhausted,
+)
 from . import actions, views
 from .auth import Csrf, Guard
 from .config import DashboardConfig
@@ -88,9 +95,20 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
     async def dynoq_error(request: Request, exc: Exception) -> Response:
         return failed(request, 500, f"{type(exc).__name__}: {exc}")
 
+    async def unreadable(request: Request, exc: Exception) -> Response:
+        # Stored by another dynoq version: the message says what to run or upgrade.
+        return failed(request, 409, str(exc))
+
+    async def busy(request: Request, exc: Exception) -> Response:
+        # Every connection in use: load, not an outage; the browser may ask again.
+        reply = failed(request, 503, f"{type(exc).__name__}: {exc}")
+        reply.headers["Retry-After"] = "1"
+        return reply
+
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         HTTPException: http_error, InvalidArgument: bad_input, InvalidType: bad_input,
-        ConnectionFailed: unreachable, DynoqError: dynoq_error})
+        ConnectionFailed: unreachable, LayoutError: unreadable, PoolExhausted: busy,
+        DynoqError: dynoq_error})
     app.state.dash = dash
     app.add_middleware(Guard, config=config, csrf=dash.csrf)
     return app

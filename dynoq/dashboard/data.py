@@ -18,6 +18,7 @@ from .._core.keys import registry_key, topic_registry_key
 from .._core.ops import QueueOps
 from .._core.topics import TopicOps
 from ..client import Client
+from ..errors import LayoutError
 from ..message import Message
 from ..queue import Queue
 from ..topic import Topic
@@ -51,6 +52,9 @@ class Sources:
     queue_count: int
     topic_count: int
     left_out: int  # queues or group queues not sampled (past the limits)
+    # Queues and topics this version cannot read (LayoutError), each with why: shown by
+    # name, so that one of them never hides the others.
+    unreadable: tuple[tuple[str, str], ...] = ()
 
 
 class Reader:
@@ -92,12 +96,21 @@ class Reader:
         topics, topic_count = self.backend.drive(
             inspect.names(topic_registry_key(self.prefix), limit))
         found: list[Source] = []
+        unreadable: list[tuple[str, str]] = []
         for name in names:
-            q = self._queue_ops(name)
+            try:
+                q = self._queue_ops(name)
+            except LayoutError as exc:
+                unreadable.append((name, str(exc)))
+                continue
             if q is not None:
                 found.append(Source(name, q))
         for topic in topics:
-            t = self._topic_ops(topic)
+            try:
+                t = self._topic_ops(topic)
+            except LayoutError as exc:
+                unreadable.append((topic, str(exc)))
+                continue
             if t is None:
                 continue
             targets = self.backend.drive(t.targets())
@@ -110,7 +123,7 @@ class Reader:
             chosen.append(s)
             shards += s.shards
         left_out = (queue_count - len(names)) + (len(found) - len(chosen))
-        return Sources(chosen, queue_count, topic_count, max(left_out, 0))
+        return Sources(chosen, queue_count, topic_count, max(left_out, 0), tuple(unreadable))
 
     def forget(self) -> None:
         """Drop the queues and topics read so far (one of them is gone: QueueGone)."""

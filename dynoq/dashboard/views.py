@@ -100,7 +100,8 @@ def overview_data(d: Dash) -> dict[str, Any]:
               for k in ("ready", "delayed", "in_flight", "dead")}
     return {"at": snap.at, "error": snap.error, "queues": queues, "totals": totals,
             "queue_count": snap.sources.queue_count, "topic_count": snap.sources.topic_count,
-            "left_out": snap.sources.left_out}
+            "left_out": snap.sources.left_out,
+            "unreadable": [{"name": n, "why": why} for n, why in snap.sources.unreadable]}
 
 
 def overview(request: Request) -> Response:
