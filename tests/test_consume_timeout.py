@@ -21,7 +21,7 @@ from helpers import FAST, delete_prefix, wait_for
 import dynoq
 import dynoq.asyncio
 from dynoq import Message
-from dynoq._core.board import Abandoned, DeliveryState, InFlightBatch
+from dynoq._core.board import Abandoned, DeliveryState, InFlightBatch, extended, ran_out
 from dynoq._core.keys import shard_of
 
 FLAVORS = ("sync", "async")
@@ -318,7 +318,7 @@ def test_overdue_keeps_an_ordered_batch_with_its_worker() -> None:
     assert [w for w, _ in state.overdue(12.0, 1.0, ordered=True)] == [1, 2]
     assert ordered.overran and not ordered.abandoned  # its worker settles it later
     assert state.overdue(99.0, 1.0, ordered=True) == []  # once
-    assert state.slow(99.0, 1.0) == [ordered.msgs, concurrent.msgs]  # still extended
+    assert state.slow(99.0, 1.0) == [ordered, concurrent]  # still extended
     assert state.settle(1)  # the worker may settle it when the call returns
     other = InFlightBatch([Message(9)], None, 0.0, 1)
     state.start(3, other)
@@ -340,3 +340,52 @@ def test_calls_left_running_have_a_cap() -> None:
     assert left.take() and left.take() and not left.take()
     left.returned()
     assert left.take() and left.count == 2
+
+
+def test_an_extension_restarts_a_batch_clock_only_when_it_went_through() -> None:
+    # The clock of a batch restarts when its extension was asked (not when the upkeep
+    # looked); a delivery found no longer in flight makes it lapsed; a failed request
+    # (an exception: `extended` is never called) leaves the clock running.
+    state = DeliveryState()
+    batch = InFlightBatch([Message(1), Message(2)], None, 0.0, 0)
+    state.start(1, batch)
+    assert state.slow(0.4, 0.5) == [] and state.slow(0.6, 0.5) == [batch]
+    assert state.slow(0.7, 0.5) == [batch]  # looked at, not extended: asked again
+    assert ran_out(batch, 0.95, 1.0) and not ran_out(batch, 0.85, 1.0)
+    extended(batch, 0.7, [True, True])
+    assert state.slow(1.1, 0.5) == [] and not ran_out(batch, 1.5, 1.0)
+    extended(batch, 1.3, [True, False])  # one was given back meanwhile
+    assert batch.lapsed and ran_out(batch, 1.31, 1.0)
+
+
+def test_a_keyed_batch_whose_extension_failed_is_not_handled_past_its_deadline(
+        client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two keys' heads in one batch; the first handler outlives the visibility while
+    every extension fails (a dropped connection): the second message's delivery may be
+    someone else's by then, so this worker does not handle it; it comes back (its
+    key's fence raised) and is handled once."""
+    def refused(*_: Any) -> bool:
+        raise dynoq.ConnectionFailed("dropped")
+
+    async def refused_async(*_: Any) -> bool:
+        raise dynoq.ConnectionFailed("dropped")
+
+    monkeypatch.setattr(dynoq.Queue, "extend", refused)
+    monkeypatch.setattr(dynoq.asyncio.Queue, "extend", refused_async)
+    q = client.queue("lapse", shards=1, ordered="key", unack_timeout=1.0)
+    q.push_many([Message("first", key="a"), Message("second", key="b")])
+    calls = Calls()
+
+    def body(msg: dynoq.Message) -> None:
+        if msg.payload == "first" and msg.attempts == 1:
+            time.sleep(1.3)
+
+    c = client.consumer(q, calls.handler(body), concurrency=1, batch_size=2, **FAST).start()
+    try:
+        wait_for(lambda: calls.of("second") and calls.of("first"), timeout=20,
+                 what="both handled")
+        time.sleep(1.5)  # a stale second handling would come now
+    finally:
+        c.stop()
+    [second] = calls.of("second")
+    assert second.attempts == 2 and second.fence == 2, second

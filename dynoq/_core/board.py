@@ -125,8 +125,8 @@ class InFlightBatch:
     of its shard is delivered while the call may still run; the worker settles it (the
     call failed with ConsumeTimeout) when the call returns."""
 
-    __slots__ = ("abandoned", "call_started", "calling", "msgs", "overran", "permits",
-                 "refilled", "results", "settling", "shard", "started")
+    __slots__ = ("abandoned", "call_started", "calling", "lapsed", "msgs", "overran",
+                 "permits", "refilled", "results", "settling", "shard", "started")
 
     def __init__(self, msgs: list[Message], shard: int | None, now: float,
                  permits: int) -> None:
@@ -134,6 +134,7 @@ class InFlightBatch:
         self.shard = shard
         self.permits = permits  # flow-control permits it holds (concurrent queues)
         self.started = now  # for extending slow batches (restarts when extended)
+        self.lapsed = False  # an extension found a delivery no longer in flight
         self.call_started = math.inf  # when the running handler call began (inf: none)
         self.calling: Sequence[Message] = ()  # the messages of that call
         self.results: list[tuple[Message, BaseException | None]] = []
@@ -165,15 +166,13 @@ class DeliveryState:
     def finish(self, worker: int) -> None:
         self._by_worker.pop(worker, None)
 
-    def slow(self, now: float, older_than: float) -> list[list[Message]]:
-        """The batches started more than ``older_than`` seconds ago (their clock restarts:
-        the caller extends them now)."""
-        out = []
-        for batch in self._by_worker.values():
-            if now - batch.started >= older_than and not batch.abandoned:
-                batch.started = now
-                out.append(batch.msgs)
-        return out
+    def slow(self, now: float, older_than: float) -> list[InFlightBatch]:
+        """The batches started (or last extended) more than ``older_than`` seconds ago,
+        for the caller to extend (then ``extended``). A batch whose extension failed
+        keeps its clock running, so that ``ran_out`` sees its deliveries may be gone,
+        and the next look tries again."""
+        return [b for b in self._by_worker.values()
+                if now - b.started >= older_than and not b.abandoned]
 
     def overdue(self, now: float, timeout: float, *,
                 ordered: bool) -> list[tuple[int, InFlightBatch]]:
@@ -198,6 +197,23 @@ class DeliveryState:
                 batch.abandoned = True
                 out.append((worker, batch))
         return out
+
+
+def extended(batch: InFlightBatch, sent: float, results: Sequence[bool]) -> None:
+    """Record the extension of ``batch`` asked at ``sent`` (monotonic): its clock
+    restarts; a delivery that was no longer in flight makes the batch lapsed (on a keyed
+    queue its key may be someone else's now: nothing more of the batch is handled)."""
+    batch.started = sent
+    if not all(results):
+        batch.lapsed = True
+
+
+def ran_out(batch: InFlightBatch, now: float, visibility: float) -> bool:
+    """Whether the batch's deliveries may have run out (their visibility restarts at
+    each extension; a tenth as a margin for the round trips). On a keyed queue a
+    delivery is its key's lock: a later message of the batch is then not handled by
+    this worker; it comes back at the head of its key to whoever holds it next."""
+    return batch.lapsed or now >= batch.started + visibility * 0.9
 
 
 class Abandoned:

@@ -163,7 +163,7 @@ class Deliveries:
         with self._lock:
             self._state.finish(worker)
 
-    def slow(self, now: float, older_than: float) -> list[list[Message]]:
+    def slow(self, now: float, older_than: float) -> list[InFlightBatch]:
         with self._lock:
             return self._state.slow(now, older_than)
 

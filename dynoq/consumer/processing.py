@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import tracing
 from .._core import consuming
-from .._core.board import InFlightBatch
+from .._core.board import InFlightBatch, ran_out
 from ..errors import DynoqError, LeaseLost
 from ..message import Message
 from ..queue import Queue
@@ -37,13 +37,6 @@ class Processor:
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
         self.me = plan.instance_id
-
-    def _ran_out(self, batch: InFlightBatch) -> bool:
-        """A keyed queue: whether the batch's deliveries may have run out (their
-        visibility, restarted at each extension, is the key's lock; a tenth as a margin).
-        Its later messages are then not handled here: they come back to whoever holds
-        their key next, at the head of it."""
-        return time.monotonic() >= batch.started + self.plan.visibility * 0.9
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         batch.calling = msgs
@@ -83,7 +76,8 @@ class Processor:
         else:
             keyed = self.queue.ops.keyed
             for msg in msgs:
-                if batch.abandoned or (keyed and self._ran_out(batch)):
+                if batch.abandoned or (keyed and ran_out(batch, time.monotonic(),
+                                                         self.plan.visibility)):
                     break
                 error, s = self._call(batch, msg, (msg,))
                 seconds += s

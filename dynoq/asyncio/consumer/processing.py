@@ -12,6 +12,7 @@ from typing import Any
 
 from ... import tracing
 from ..._core import consuming
+from ..._core.board import InFlightBatch, ran_out
 from ...errors import DynoqError, LeaseLost
 from ...message import Message
 from ..events import Watch
@@ -40,10 +41,19 @@ class Processor:
                 return await self.invoker.call(arg, msgs)
         return await self.invoker.call(arg, msgs)
 
-    async def concurrently(self, msgs: list[Message], refill: int = 0) -> list[Message]:
+    async def concurrently(self, msgs: list[Message], refill: int = 0,
+                           batch: InFlightBatch | None = None) -> list[Message]:
         """Each message on its own: a failure retries only that message, later.
         ``refill``: on a keyed queue, the acks may bring up to that many messages of a
-        hot key, returned (consuming.settle)."""
+        hot key, returned (consuming.settle). ``batch``: its bookkeeping; on a keyed
+        queue, once its deliveries may have run out (board.ran_out), the rest of it is
+        not handled here."""
+        vis = self.plan.visibility
+
+        def gone() -> bool:
+            return batch is not None and self.queue.ops.keyed and ran_out(
+                batch, time.monotonic(), vis)
+
         ok: list[Message] = []
         failed: list[tuple[Message, BaseException]] = []
         seconds = 0.0
@@ -53,9 +63,11 @@ class Processor:
                 ok, failed = (msgs, []) if error is None else ([], [(m, error) for m in msgs])
             elif (not self.invoker.middleware and not self.invoker.in_thread
                   and not tracing.active()):
-                seconds = await self._bare(msgs, ok, failed)
+                seconds = await self._bare(msgs, ok, failed, gone)
             else:
                 for msg in msgs:
+                    if gone():
+                        break
                     err, s = await self._call(msg, (msg,))
                     seconds += s
                     if err is None:
@@ -80,12 +92,15 @@ class Processor:
             await asyncio.shield(self.queue.backend.drive(flow))
 
     async def _bare(self, msgs: list[Message], ok: list[Message],
-                    failed: list[tuple[Message, BaseException]]) -> float:
+                    failed: list[tuple[Message, BaseException]],
+                    gone: Callable[[], bool]) -> float:
         # The no-middleware fast path: one clock read and one consume_timeout timer per
         # batch (Python 3.11+; a timer per call before).
         t0 = time.perf_counter()
         if sys.version_info < (3, 11):
             for msg in msgs:
+                if gone():
+                    break
                 try:
                     await self.invoker.handle(msg, (msg,))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
@@ -97,6 +112,8 @@ class Processor:
         watch = Watch(timeout)
         try:
             for msg in msgs:
+                if gone():
+                    break
                 watch.start()
                 try:
                     await handler(msg)

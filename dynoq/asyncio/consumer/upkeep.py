@@ -13,6 +13,7 @@ import logging
 import math
 import time
 
+from ..._core.board import extended
 from ..._core.consuming import CHANNEL_TICK, UpkeepClock
 from ...errors import DynoqError, LeaseLost, QueueGone
 from ...retry import backoff
@@ -132,9 +133,11 @@ class Upkeep:
         # A keyed queue's delivery is its key's lock: extended at half its visibility,
         # before it can run out (else the key's next holder could start meanwhile).
         older = vis / 2 if s.queue.ops.keyed else vis
-        for msgs in s.deliveries.slow(time.monotonic(), older):
-            for m in msgs:
-                try:
-                    await s.queue.extend(m, vis)
-                except LeaseLost:
-                    break
+        for batch in s.deliveries.slow(time.monotonic(), older):
+            sent, results = time.monotonic(), []
+            try:
+                for m in batch.msgs:
+                    results.append(await s.queue.extend(m, vis))
+            except LeaseLost:
+                continue  # the shard's worker finds it lost and drops it
+            extended(batch, sent, results)

@@ -217,9 +217,10 @@ class Workers:
                     await s.idle.sleep(idle * 12)
                     continue
                 quiet = False
-                s.deliveries.start(me, InFlightBatch(msgs, None, time.monotonic(), n))
+                flight = InFlightBatch(msgs, None, time.monotonic(), n)
+                s.deliveries.start(me, flight)
                 carried = await self.processor.concurrently(
-                    msgs, n if keyed and streak < MAX_CARRIED else 0)
+                    msgs, n if keyed and streak < MAX_CARRIED else 0, flight)
             finally:
                 s.deliveries.finish(me)
                 if carried:
