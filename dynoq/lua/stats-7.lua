@@ -2,8 +2,8 @@
   KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
   KEYS[6] counts   KEYS[7] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] "hash" when the first key is a keyed shard's kwait (a hash, one field per waiting
-          message: lib/keyed.lua) in place of ready
+  ARGV[2] "hash" when the first key is a keyed shard's kwait in place of ready (a hash,
+          one field per waiting message: lib/keyed.lua)
   returns: {ready (incl. due delayed), delayed (not yet due), unacked, dead,
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered},
