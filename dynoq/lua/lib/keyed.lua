@@ -194,7 +194,8 @@ local function kback(K, s, id, seq, conc)
 end
 
 local function kplace(K, id, key, body, enq, seq, conc)
-  redis.call('HSET', K.msgs, id, enq .. ',0,0,K' .. kprefix(key) .. seq .. body)
+  local msgs = K.msgs
+  redis.call('HSET', msgs, id, enq .. ',0,0,K' .. kprefix(key) .. seq .. body)
   local s = kget(K, key)
   kappend(K.kwait, s, id)
   return kput(K, key, s, conc)
