@@ -197,7 +197,7 @@ return n
 ROUNDS = 200
 
 
-def scale(url: str, keys: int, keyed: bool = True) -> float:
+def scale(url: str, keys: int, keyed: bool = True, clean: bool = True) -> float:
     """Server microseconds of one pop of 10 and its ack, in a shard of ``keys`` keys
     (holding 2,500 messages or more in all, so that every round finds 10); unordered:
     a shard of that many messages (at least 2,500)."""
@@ -229,8 +229,11 @@ def scale(url: str, keys: int, keyed: bool = True) -> float:
         stats = r.info("commandstats")["cmdstat_evalsha"]
         return float(stats["usec"]) / ROUNDS
     finally:
-        cleanup(client)
-        settle(r)
+        if clean:  # a private server is stopped instead
+            cleanup(client)
+            settle(r)
+        else:
+            client.close()
         r.close()
 
 
@@ -248,7 +251,7 @@ def scale_case(url: str | None, keys: int, keyed: bool) -> float:
     if url:
         return scale(url, keys, keyed)
     with server_url(None) as fresh_url:
-        return scale(fresh_url, keys, keyed)
+        return scale(fresh_url, keys, keyed, clean=False)
 
 
 def main() -> None:
