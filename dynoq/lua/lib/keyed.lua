@@ -104,10 +104,22 @@ local function kunpack(v)
   return {0, 0, '', '', ''}
 end
 
+-- A count as text, each written once a call: Lua formats a number with sprintf, which
+-- cost more than the rest of a push's Lua together (the same lengths and counts recur).
+local KN = {}
+local function kn(n)
+  local t = KN[n]
+  if not t then
+    t = string.format('%d', n)
+    KN[n] = t
+  end
+  return t
+end
+
 local function kpack(s)
   if s[2] <= 0 then s[4], s[5] = '', '' end  -- nothing waits: no chain
-  return math.max(s[1], 0) .. '|' .. math.max(s[2], 0) .. '|' .. #s[3] .. '|' .. #s[4]
-    .. '|' .. s[3] .. s[4] .. s[5]
+  return kn(math.max(s[1], 0)) .. '|' .. kn(math.max(s[2], 0)) .. '|' .. kn(#s[3]) .. '|'
+    .. kn(#s[4]) .. '|' .. s[3] .. s[4] .. s[5]
 end
 
 -- A link of kwait: prev, next ("" at either end).
@@ -119,7 +131,7 @@ local function lsplit(v)
 end
 
 local function lpack(prev, nxt)
-  return #prev .. '|' .. prev .. nxt
+  return kn(#prev) .. '|' .. prev .. nxt
 end
 
 -- Set one end of a link (which: 1 prev, 2 next); a missing link stays missing.
@@ -149,8 +161,8 @@ local function kput(K, key, s, conc, turn, untake)
   if w > 0 and f < conc then
     if turn then
       redis.call('ZADD', kturn, turn, key)
-    else
-      redis.call('ZADD', kturn, 'NX', redis.call('INCR', seq), key)
+    elseif not redis.call('ZSCORE', kturn, key) then  -- a key that has a turn keeps it
+      redis.call('ZADD', kturn, redis.call('INCR', seq), key)
     end
     return true
   end
