@@ -22,7 +22,9 @@
                then N keys (one message each, written straight into the keys' layout by a
                script: N pushes would take minutes), from INFO commandstats: it must not
                grow with the number of keys; beside it an unordered shard of that many
-               messages (a shard's size costs every command some cache misses)
+               messages (a shard's size costs every command some cache misses). Each
+               measurement runs on a fresh private server (with --url: once the server
+               has freed the previous one's keys), the big shards last
 Every figure is the median of --repeats runs; the ratio is of the medians.
 """
 
@@ -154,25 +156,25 @@ def memory(url: str, keyed: bool, n: int, keys: int = 100) -> float:
 
 FILL = """
 local n, from, per = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local waits, states, turns, recs = {}, {}, {}, {}
+local links, states, turns, recs = {}, {}, {}, {}
 for i = from, from + n - 1 do
   local key = 'key-' .. i
   local p = #key .. ':' .. key
+  local function id(j) return j >= 1 and j <= per and 'id-' .. i .. '-' .. j or '' end
   for j = 1, per do
-    local id = 'id-' .. i .. '-' .. j
     local seq = string.format('%d', i * per + j)
     seq = string.char(96 + #seq) .. seq  -- as lib/keyed.lua's kseq (digits sort the same)
-    waits[#waits + 1] = 0
-    waits[#waits + 1] = p .. seq .. id
-    recs[#recs + 1] = id
+    links[#links + 1] = id(j)
+    links[#links + 1] = #id(j - 1) .. '|' .. id(j - 1) .. id(j + 1)  -- "<#prev>|<prev><next>"
+    recs[#recs + 1] = id(j)
     recs[#recs + 1] = 'lfls9x9c,0,0,K' .. p .. seq .. '\\145\\001'  -- msgpack [1]
   end
-  states[#states + 1] = key
-  states[#states + 1] = '0|' .. per .. '|'
+  states[#states + 1] = key  -- "<in flight>|<waiting>|<#last>|<#head>|<last><head><tail>"
+  states[#states + 1] = '0|' .. per .. '|0|' .. #id(1) .. '|' .. id(1) .. id(per)
   turns[#turns + 1] = i
   turns[#turns + 1] = key
 end
-redis.call('ZADD', KEYS[1], unpack(waits))
+redis.call('HSET', KEYS[1], unpack(links))
 redis.call('HSET', KEYS[2], unpack(states))
 redis.call('ZADD', KEYS[3], unpack(turns))
 redis.call('HSET', KEYS[4], unpack(recs))
@@ -195,7 +197,7 @@ return n
 ROUNDS = 200
 
 
-def scale(url: str, keys: int, keyed: bool = True) -> float:
+def scale(url: str, keys: int, keyed: bool = True, clean: bool = True) -> float:
     """Server microseconds of one pop of 10 and its ack, in a shard of ``keys`` keys
     (holding 2,500 messages or more in all, so that every round finds 10); unordered:
     a shard of that many messages (at least 2,500)."""
@@ -227,8 +229,29 @@ def scale(url: str, keys: int, keyed: bool = True) -> float:
         stats = r.info("commandstats")["cmdstat_evalsha"]
         return float(stats["usec"]) / ROUNDS
     finally:
+        if clean:  # a private server is stopped instead
+            cleanup(client)
+            settle(r)
+        else:
+            client.close()
         r.close()
-        cleanup(client)
+
+
+def settle(r: redis.Redis, timeout: float = 600.0) -> None:
+    """Wait until the server has freed what a cleanup deleted (it frees large keys in the
+    background, and a measurement taken meanwhile pays for it)."""
+    end = time.monotonic() + timeout
+    while int(r.info("memory").get("lazyfree_pending_objects", 0)) and time.monotonic() < end:
+        time.sleep(0.1)
+    time.sleep(0.5)
+
+
+def scale_case(url: str | None, keys: int, keyed: bool) -> float:
+    """One :func:`scale` measurement: on a fresh private server unless --url is given."""
+    if url:
+        return scale(url, keys, keyed)
+    with server_url(None) as fresh_url:
+        return scale(fresh_url, keys, keyed, clean=False)
 
 
 def main() -> None:
@@ -242,9 +265,12 @@ def main() -> None:
     p.add_argument("--scale", type=int, default=0)
     args = p.parse_args()
     if args.scale:
-        with server_url(args.url) as url:
-            got = {(keyed, n): median([scale(url, n, keyed) for _ in range(args.repeats)])
-                   for keyed in (True, False) for n in (10, args.scale)}
+        # The small shards first, the big ones last; each on a fresh server (or, with
+        # --url, once the previous one's cleanup is freed): no case pays for another.
+        got = {(keyed, n): median([scale_case(args.url, n, keyed)
+                                   for _ in range(args.repeats)])
+               for keyed, n in ((True, 10), (False, 10), (False, args.scale),
+                                (True, args.scale))}
         print(table([("server us per pop(10) + ack", "10", f"{args.scale:,}", "ratio"),
                      *((f"{name}: keys (messages)", f"{got[(keyed, 10)]:.0f}",
                         f"{got[(keyed, args.scale)]:.0f}",

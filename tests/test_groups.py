@@ -153,6 +153,135 @@ def test_the_sweeper_gives_back_expired_deliveries(client: dynoq.Client) -> None
     assert again.id == m.id and again.fence == 2
 
 
+# -- each key's chain of waiting messages (lua/lib/keyed.lua kwait) ------------------------
+
+def _order(q: dynoq.Queue, key: str = "a") -> list[Any]:
+    """Pop and ack everything of the queue, one message at a time: the payloads of
+    ``key``'s messages in delivery order."""
+    out: list[Any] = []
+    for _ in range(100):
+        got = q.pop(count=1)
+        if not got:
+            return out
+        out += [m.payload for m in got if m.key == key]
+        q.ack_many(got)
+    raise AssertionError("the queue never drained")
+
+
+def test_given_back_with_key_concurrency_three_keeps_push_order(
+        client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key", key_concurrency=3, max_retries=9)
+    q.push_many([Message(i, key="a") for i in range(6)])
+    m0, m1, m2 = q.pop(count=10)
+    assert [m.payload for m in (m0, m1, m2)] == [0, 1, 2]
+    for m in (m2, m0, m1):  # given back out of order: they go back in push order
+        assert q.nack(m)
+    again = q.pop(count=10)
+    assert [(m.payload, m.attempts) for m in again] == [(0, 2), (1, 2), (2, 2)]
+    assert q.key_state("a") == KeyState(waiting=3, in_flight=3, attempts=2, fence=1)
+    assert q.ack_many(again) == 3
+    assert _order(q) == [3, 4, 5]
+    # one acked, the others back in either order, a later push behind them all
+    q.push_many([Message(i, key="a") for i in range(6, 10)])
+    m6, m7, m8 = q.pop(count=10)
+    assert q.ack(m7)
+    assert q.nack(m8) and q.nack(m6)
+    q.push(10, key="a")
+    assert [m.payload for m in q.pop(count=10)] == [6, 8, 9]
+    assert q.pop(count=10) == []
+    assert q.stats().shards[0].ready == 1 and q.stats().unacked == 3
+
+
+def test_expired_deliveries_come_back_in_push_order_before_the_rest(
+        client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key", key_concurrency=3,
+                     unack_timeout=0.2, max_retries=9)
+    q.push_many([Message(i, key="a") for i in range(5)])
+    first = q.pop(count=1)
+    time.sleep(0.05)
+    first += q.pop(count=2)  # expire later: given back after the first
+    assert [m.payload for m in first] == [0, 1, 2]
+    wait_for(lambda: q.requeue_expired() >= 0 and q.stats().unacked == 0,
+             what="all three given back")
+    state = q.key_state("a")
+    assert (state.waiting, state.in_flight, state.attempts) == (5, 0, 1)
+    assert [m.payload for m in q.peek()] == [0]
+    assert _order(q) == [0, 1, 2, 3, 4]
+
+
+def test_removing_the_head_a_middle_or_the_tail_keeps_the_order(
+        client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message(i, id=f"a{i}", key="a") for i in range(6)]
+                + [Message(i, id=f"b{i}", key="b") for i in range(2)])
+    assert q.remove("a2") and q.remove("a0") and q.remove("a5")
+    assert q.size() == 5 and q.key_state("a").waiting == 3
+    q.push(6, id="a6", key="a")
+    q.push(33, id="a3", key="a")  # a replaced message goes last in its key
+    assert q.remove("b1") and q.remove("b0")
+    assert q.stats().keys == 1 and q.size() == 4
+    assert [m.payload for m in q.peek()] == [1]
+    assert _order(q) == [1, 4, 6, 33]
+    assert q.size() == 0 and q.stats().keys == 0
+    q.push(0, id="x", key="a")  # the only one: head and tail
+    assert q.remove("x") and q.stats().keys == 0 and q.pop() == []
+    q.push(1, id="y", key="a")
+    assert _order(q) == [1]
+
+
+def test_clear_and_replay_into_a_key(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key", max_retries=0)
+    q.push_many([Message(i, key="a") for i in range(3)])
+    q.clear()
+    assert q.size() == 0 and q.stats().keys == 0 and q.pop() == []
+    q.push_many([Message(i, key="a") for i in range(3)])
+    [m0] = q.pop()
+    q.nack(m0)  # dead-lettered: the key moves on
+    q.push(3, key="a")
+    [m1] = q.pop()
+    assert m1.payload == 1
+    assert q.replay_dead() == 1  # last in its key, behind 3
+    q.push(4, key="a")
+    q.ack(m1)
+    assert _order(q) == [2, 3, 0, 4]
+
+
+def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=1, ordered="key")
+    q.push_many([Message(i, id=f"a{i}", key="a") for i in range(5)]
+                + [Message(i, id=f"b{i}", key="b") for i in range(3)])
+    k = q.ops.shard_keys[0]
+    assert client.redis.hlen(k.kwait) == 8 and q.size() == 8
+    client.redis.hdel(k.kwait, "a2")  # a link lost: the key's chain ends before it
+    got = _order(q)
+    assert got[:2] == [0, 1] and len(got) <= 5
+    assert q.stats().keys == 0 or q.key_state("a").waiting == 0
+    # a loop made by hand (b's tail links back to its head) ends too
+    q.push_many([Message(i, id=f"c{i}", key="c") for i in range(3)])
+    client.redis.hset(k.kwait, "c2", b"2|c1c0")
+    assert _order(q, "c")[:3] == [0, 1, 2]
+    assert q.pop(count=10) == []
+    q.push(9, key="a")  # the keys work again
+    q.push(9, key="c")
+    assert sorted(m.key for m in q.pop(count=10)) == ["a", "c"]
+
+
+def test_waiting_counts_per_shard(client: dynoq.Client) -> None:
+    q = client.queue("ev", shards=2, ordered="key", key_concurrency=2)
+    q.push_many([Message(i, key=f"k{i % 7}") for i in range(40)])
+    st = q.stats()
+    assert st.size == 40 and st.keys == 7
+    assert sum(s.ready for s in st.shards) == 40
+    got = q.pop(count=100)
+    assert len(got) == 14
+    st = q.stats()
+    assert (st.size, st.unacked) == (26, 14)
+    for s, keys in zip(st.shards, q.ops.shard_keys, strict=True):
+        assert s.ready == client.redis.hlen(keys.kwait)
+    q.ack_many(got)
+    assert q.stats().size == 26
+
+
 def test_bad_input_is_refused_typed(client: dynoq.Client) -> None:
     with pytest.raises(dynoq.QueueConfigError):
         client.queue("plain", key_concurrency=2)

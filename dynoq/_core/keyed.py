@@ -38,12 +38,18 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def parse_state(raw: bytes | str | None) -> tuple[int, int, str]:
-    """A key's stored state: (in flight, waiting, last delivered id)."""
+def parse_state(raw: bytes | str | None) -> tuple[int, int, str, str]:
+    """A key's stored state (lua/lib/keyed.lua's kstate): (in flight, waiting, last
+    delivered id, the id of its first waiting message or "")."""
     if not raw:
-        return 0, 0, ""
-    f, w, last = _text(raw).split("|", 2)
-    return int(f), int(w), last
+        return 0, 0, "", ""
+    data = raw.encode() if isinstance(raw, str) else raw
+    parts = data.split(b"|", 4)
+    if len(parts) != 5 or not all(x.isdigit() for x in parts[:4]):
+        return 0, 0, "", ""  # not written by dynoq
+    f, w, a, b = (int(x) for x in parts[:4])
+    ids = parts[4]
+    return f, w, ids[:a].decode(errors="replace"), ids[a:a + b].decode(errors="replace")
 
 
 class KeyedOps:
@@ -195,13 +201,11 @@ class KeyedOps:
         keys = self.shard_keys[shard_of(text, self._shards)]
         raw, fence = yield Batch([Cmd(("HGET", keys.kstate, text)),
                                   Cmd(("HGET", keys.kfence, text))])
-        in_flight, waiting, last = parse_state(raw)
+        in_flight, waiting, last, first = parse_state(raw)
         if not (in_flight or waiting):
             return KeyState()
-        head = last if in_flight else None
-        if not in_flight:  # the head waits: it may have been delivered before
-            head = _head_id(text, (yield Cmd(("ZRANGEBYLEX", keys.kwait,
-                                              f"[{_prefix(text)}", "+", "LIMIT", 0, 1))))
+        # in flight: the last delivered; else the head waits (it may have been delivered)
+        head = last if in_flight else first
         attempts = codec.attempts_of((yield Cmd(("HGET", keys.dlv, head)))) if head else 0
         return KeyState(waiting, in_flight, attempts, int(fence or 1))
 
@@ -219,7 +223,7 @@ class KeyedOps:
                 cursor, page = yield Cmd(("HSCAN", keys.kstate, cursor, "COUNT", 100))
                 items = page.items() if isinstance(page, dict) else pairs(page)
                 for k, v in items:
-                    f, w, _ = parse_state(v)
+                    f, w, _, _ = parse_state(v)
                     busiest.append({"key": _text(k), "waiting": w, "in_flight": f})
                     seen += 1
                 if int(cursor) == 0:
@@ -251,27 +255,11 @@ class KeyedOps:
             turns = yield Cmd(("ZRANGE", keys.kturn, 0, count - 1))
             if not turns:
                 continue
-            heads = yield Batch([Cmd(("ZRANGEBYLEX", keys.kwait, f"[{_prefix(_text(k))}", "+",
-                                      "LIMIT", 0, 1)) for k in turns])
-            ids = [_head_id(_text(k), h) for k, h in zip(turns, heads, strict=True)]
+            states = yield Cmd(("HMGET", keys.kstate, *turns))
+            ids = [parse_state(v)[3] for v in states]
             recs = yield Batch([Cmd(("HGET", keys.msgs, i or "")) for i in ids])
             for msg_id, rec in zip(ids, recs, strict=True):
                 if msg_id and rec is not None:
                     out.append(codec.decode(msg_id, rec, shard=shard, limit=self.limit))
         return out[:count]
 
-
-def _prefix(key: str) -> str:
-    return f"{len(key.encode())}:{key}"
-
-
-def _head_id(key: str, head: list[Any]) -> str | None:
-    """The id in a key's first kwait member (None when the key has none)."""
-    if not head:
-        return None
-    member: bytes = head[0] if isinstance(head[0], bytes) else head[0].encode()
-    p = _prefix(key).encode()
-    if not member.startswith(p):
-        return None
-    n = member[len(p)] - 96
-    return member[len(p) + 1 + n:].decode()

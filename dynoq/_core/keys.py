@@ -49,8 +49,8 @@ class ShardKeys:
     # every script that reads or writes the shard refuses a caller that opened another
     # (lib/refusal.lua gone()). A topic's group queues share their topic shard's.
     epoch: str
-    # Message groups (ordered="key", lua/lib/keyed.lua): waiting messages by key and push
-    # order, keys that may deliver by turn, per-key state, per-key fences.
+    # Message groups (ordered="key", lua/lib/keyed.lua): waiting messages chained per key
+    # in push order, keys that may deliver by turn, per-key state, per-key fences.
     kwait: str
     kturn: str
     kstate: str

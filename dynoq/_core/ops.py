@@ -719,10 +719,11 @@ class QueueOps(KeyedOps):
             counted = replies[3 * n:]
             return QueueStats(self.name, tuple(out), sum(int(c) for c in counted))
 
-        # On a keyed queue the waiting messages are in kwait, in place of ready.
+        # On a keyed queue the waiting messages are in kwait (a hash), in place of ready.
         calls: list[Call | Cmd] = [
             Call(stats, [k.kwait if self.keyed and f == "ready" else getattr(k, f)
-                         for f in stats.keys], [self.epoch]) for k in self.shard_keys]
+                         for f in stats.keys], [self.epoch, "hash" if self.keyed else ""])
+            for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
         calls += [c for k in self.shard_keys for c in (
             Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))]

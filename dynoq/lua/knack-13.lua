@@ -19,8 +19,8 @@
 local refused = gone(KEYS[13], ARGV[1])
 if refused then return refused end
 local K = {msgs = KEYS[3], kwait = KEYS[6], kturn = KEYS[7], kstate = KEYS[8], seq = KEYS[9]}
-local delayed, unack, msgs, dlv, dead, kwait, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[10], KEYS[11]
+local delayed, unack, msgs, dlv, dead, why, counts =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10], KEYS[11]
 local delay, max_retries, mode = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local reason, conc = ARGV[6], tonumber(ARGV[7])
 local now = now_ms()
@@ -37,18 +37,22 @@ for j = 8, #ARGV, 2 do
       record_why(why, id, now, 'e', reason)
     end
     local key, seq = kparse(redis.call('HGET', msgs, id))
-    local f, w, last = 0, 0, ''
-    if key then f, w, last = kget(K.kstate, key) end
     if mode == 'dead' or (mode == 'retry' and n > max_retries) then
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
-      if key then kput(K, key, f - 1, w, last, conc) end
+      if key then
+        local s = kget(K, key)
+        s[1] = s[1] - 1
+        kput(K, key, s, conc)
+      end
     elseif delay > 0 or not key then
       redis.call('ZADD', delayed, now + delay, id)  -- holds its key's slot until due
       back = back + 1
     else
-      redis.call('ZADD', kwait, 0, kmember(key, seq, id))
-      kput(K, key, f - 1, w + 1, last, conc, 0)
+      local s = kget(K, key)
+      s[1] = s[1] - 1
+      kback(K, s, id, seq, conc)
+      kput(K, key, s, conc, 0)
       back = back + 1
     end
   end

@@ -2,6 +2,8 @@
   KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
   KEYS[6] counts   KEYS[7] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
+  ARGV[2] "hash" when the first key is a keyed shard's kwait in place of ready (a hash,
+          one field per waiting message: lib/keyed.lua)
   returns: {ready (incl. due delayed), delayed (not yet due), unacked, dead,
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered},
@@ -17,12 +19,14 @@ local due = redis.call('ZCOUNT', delayed, '-inf', now)
 local oldest = -1
 local first = head(delayed)
 if first[2] and tonumber(first[2]) <= now then oldest = tonumber(first[2]) end
-for _, id in ipairs(redis.call('ZRANGE', ready, 0, 0)) do
+local keyed = ARGV[2] == 'hash'
+for _, id in ipairs(keyed and {} or redis.call('ZRANGE', ready, 0, 0)) do
   local rec = redis.call('HGET', msgs, id)
   local enq, off = times(rec)
   if enq and (oldest < 0 or enq + off < oldest) then oldest = enq + off end
 end
-local out = {redis.call('ZCARD', ready) + due, redis.call('ZCARD', delayed) - due,
+local waiting = keyed and redis.call('HLEN', ready) or redis.call('ZCARD', ready)
+local out = {waiting + due, redis.call('ZCARD', delayed) - due,
              live(unack), redis.call('ZCARD', dead), oldest}
 for _, n in ipairs(redis.call('HMGET', KEYS[6], 'pushed', 'acked', 'retried', 'expired', 'dead')) do
   out[#out + 1] = tonumber(n) or 0

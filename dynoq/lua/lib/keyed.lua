@@ -4,37 +4,48 @@
   uses: lib/record.lua lib/delivery.lua lib/why.lua lib/bulk.lua
 
   A keyed shard keeps, besides msgs/unack/dlv/delayed/dead/why of every queue:
-  kwait   zset, every score 0, ordered by member: "<len>:<key><seq><id>" per waiting
-          message. The length prefix makes a key's members one contiguous range (no key's
-          prefix starts another's), and <seq> (see kseq) sorts by number, so a key's head
-          is the first member at or after "<len>:<key>": O(log N) at any number of keys.
+  kwait   hash id -> "<#prev>|<prev><next>" for every waiting message: each key's waiting
+          messages are a chain in push order (#prev: the byte length of the previous id;
+          "" at either end), its ends in `kstate`. Every step is O(1) hash work at any
+          number of keys: a pop unlinks a key's head, a push links a new tail, a removal
+          joins its neighbours. A message given back (expired, retry due) goes back before
+          the first waiting message of its key with a higher seq: a walk from the head of
+          at most key_concurrency steps (only given-back messages can precede it). The
+          head's <prev> is not kept up to date (nothing reads it). HLEN = waiting messages.
   kturn   zset key -> turn: the keys that may deliver now (waiting messages and fewer than
           key_concurrency in flight). A pop takes the lowest turn and, if the key may
           deliver more, gives it a new turn from the shard's `seq` (behind every key
           already waiting: round-robin). Keys given back (expired, retry due) take turn 0.
-  kstate  hash key -> "<in flight>|<waiting>|<last delivered id>" for every key with
-          messages waiting or in flight (HLEN = the shard's keys). A message waiting for
-          its retry (in `delayed`) still holds its key's slot: the key is blocked.
+  kstate  hash key -> "<in flight>|<waiting>|<#last>|<#head>|<last><head><tail>" for every
+          key with messages waiting or in flight (HLEN = the shard's keys): last, the last
+          delivered id; head and tail, the ends of its chain in kwait ("" when none waits).
+          Ids may hold any byte, so they are cut by their lengths; the key is the field,
+          never parsed. A message waiting for its retry (in `delayed`) still holds its
+          key's slot: the key is blocked.
   kfence  hash key -> fence, only once a key was taken over (an expired delivery given
           back); absent = 1. Kept when the key drains, so a fence never goes back.
   The record of a keyed message: "<enq>,0,0,K<len>:<key><seq>" + msgpack body (the body
   holds no key: codec.decode reads it from here), so any script finds a message's key and
-  its place in `kwait` from its id alone.
+  its seq from its id alone. Every walk of a chain is bounded, and a step to a link that
+  is missing (a chain broken by hand) ends the key's chain: the state is mended (nothing
+  waits), the key moves on.
 
   K: a table of the shard's keys by name (msgs, kwait, kturn, kstate, kfence, seq, unack,
      dlv, delayed, dead, why); conc: the queue's key_concurrency
   kseq(n) -> n as a string that sorts as the number: a letter for its length, base 36
   kparse(rec) -> key, seq of a keyed record (nil when it is not one)
-  kmember(key, seq, id) -> its kwait member
   kprepared(key) -> the header of a prepared (transactional) keyed record: its seq is
     kseq(0), which no placed message has; kreplaced(rec) -> true when a record has a place
     (a push replaced the prepared one); kbody(rec) -> the msgpack body after the header
   kplace(K, id, key, body, enq, seq, conc) -> writes the record, appends it to its key
   kdrop(K, id, rec, conc) -> removes a message from every state; its key moves on
+  kback(K, s, id, seq, conc) -> links a given-back message into state s (its in-flight
+    count already lowered) before the first waiting message of its key with a higher seq
   kexpire(K, now, limit, max_retries, conc) -> given back, dead-lettered, looked at
   kpromote(K, now, limit, conc) -> retries that fell due, back at the head of their key
-  kload(K, keys) -> key -> {in flight, waiting, last id}; kstore(K, order, st, conc) writes
-    them back and gives the keys that may deliver a new turn: returns how many got one
+  kget(K, key) -> a key's state {in flight, waiting, last id, head, tail}; kput writes it
+  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc) writes them
+    back and gives the keys that may deliver a new turn: returns how many got one
   ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
     up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
   kensure(k, conc, window, now, items, from) -> how many were placed, whether the
@@ -65,10 +76,6 @@ local function kparse(rec)
   return key, string.sub(rec, e + n + 1, e + n + 1 + len)
 end
 
-local function kmember(key, seq, id)
-  return kprefix(key) .. seq .. id
-end
-
 local function kprepared(key)
   return 'K' .. kprefix(key) .. kseq(0)
 end
@@ -84,28 +91,78 @@ local function kbody(rec)
   return string.sub(rec, at + 1 + string.byte(rec, at) - 96)
 end
 
-local function kget(kstate, key)
-  local v = redis.call('HGET', kstate, key)
-  if not v then return 0, 0, '' end
-  local f, w, last = string.match(v, '^(%d+)|(%d+)|(.*)$')
-  return tonumber(f), tonumber(w), last
+-- A key's state: {in flight, waiting, last delivered id, head, tail} (lib header).
+local function kunpack(v)
+  if v then
+    local f, w, a, b, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|()')
+    if f then
+      a, b = tonumber(a), tonumber(b)
+      return {tonumber(f), tonumber(w), string.sub(v, at, at + a - 1),
+              string.sub(v, at + a, at + a + b - 1), string.sub(v, at + a + b)}
+    end
+  end
+  return {0, 0, '', '', ''}
+end
+
+-- A count as text, each written once a call: Lua formats a number with sprintf, which
+-- cost more than the rest of a push's Lua together (the same lengths and counts recur).
+local KN = {}
+local function kn(n)
+  local t = KN[n]
+  if not t then
+    t = string.format('%d', n)
+    KN[n] = t
+  end
+  return t
+end
+
+local function kpack(s)
+  if s[2] <= 0 then s[4], s[5] = '', '' end  -- nothing waits: no chain
+  return kn(math.max(s[1], 0)) .. '|' .. kn(math.max(s[2], 0)) .. '|' .. kn(#s[3]) .. '|'
+    .. kn(#s[4]) .. '|' .. s[3] .. s[4] .. s[5]
+end
+
+-- A link of kwait: prev, next ("" at either end).
+local function lsplit(v)
+  local n, at = string.match(v, '^(%d+)|()')
+  if not n then return '', '' end
+  n = tonumber(n)
+  return string.sub(v, at, at + n - 1), string.sub(v, at + n)
+end
+
+local function lpack(prev, nxt)
+  return kn(#prev) .. '|' .. prev .. nxt
+end
+
+-- Set one end of a link (which: 1 prev, 2 next); a missing link stays missing.
+local function lset(kwait, id, which, to)
+  local v = redis.call('HGET', kwait, id)
+  if not v then return end
+  local p, n = lsplit(v)
+  if which == 1 then p = to else n = to end
+  redis.call('HSET', kwait, id, lpack(p, n))
+end
+
+local function kget(K, key)
+  return kunpack(redis.call('HGET', K.kstate, key))
 end
 
 -- Write a key's state back, and give it a turn when it may deliver. turn: its score
 -- (nil: a new one from seq, unless it has one). Only a removal (kdrop) can make a key
 -- that has a turn unable to deliver, so only `untake` takes a turn away.
-local function kput(K, key, f, w, last, conc, turn, untake)
+local function kput(K, key, s, conc, turn, untake)
   local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  local f, w = s[1], s[2]
   if f <= 0 and w <= 0 then
     redis.call('HDEL', kstate, key)
   else
-    redis.call('HSET', kstate, key, math.max(f, 0) .. '|' .. math.max(w, 0) .. '|' .. last)
+    redis.call('HSET', kstate, key, kpack(s))
   end
   if w > 0 and f < conc then
     if turn then
       redis.call('ZADD', kturn, turn, key)
-    else
-      redis.call('ZADD', kturn, 'NX', redis.call('INCR', seq), key)
+    elseif not redis.call('ZSCORE', kturn, key) then  -- a key that has a turn keeps it
+      redis.call('ZADD', kturn, redis.call('INCR', seq), key)
     end
     return true
   end
@@ -113,18 +170,53 @@ local function kput(K, key, f, w, last, conc, turn, untake)
   return false
 end
 
+-- Link id last in its key's chain (state s).
+local function kappend(kwait, s, id)
+  local tail = s[5]
+  if s[2] > 0 and tail ~= '' then
+    lset(kwait, tail, 2, id)
+    redis.call('HSET', kwait, id, lpack(tail, ''))
+    s[5] = id
+    s[2] = s[2] + 1
+  else  -- the first to wait (a count without a chain, not written by dynoq: mended)
+    redis.call('HSET', kwait, id, '0|')
+    s[2], s[4], s[5] = 1, id, id
+  end
+end
+
+local function kback(K, s, id, seq, conc)
+  local kwait, msgs = K.kwait, K.msgs
+  local prev, cur = '', (s[2] > 0 and s[4] or '')
+  -- Only given-back messages can precede it: with it, they and those in flight (s[1], it
+  -- no longer counted) are at most conc. With conc 1 it goes first, nothing read.
+  for _ = 1, conc - 1 - s[1] do
+    if cur == '' then break end
+    local _, cs = kparse(redis.call('HGET', msgs, cur))
+    if not cs or cs > seq then break end
+    local v = redis.call('HGET', kwait, cur)
+    if not v then break end
+    prev = cur
+    local _, n = lsplit(v)
+    cur = n
+  end
+  redis.call('HSET', kwait, id, lpack(prev, cur))
+  if prev == '' then s[4] = id else lset(kwait, prev, 2, id) end
+  if cur == '' then s[5] = id else lset(kwait, cur, 1, id) end
+  s[2] = s[2] + 1
+end
+
 local function kplace(K, id, key, body, enq, seq, conc)
-  local msgs, kwait = K.msgs, K.kwait
+  local msgs = K.msgs
   redis.call('HSET', msgs, id, enq .. ',0,0,K' .. kprefix(key) .. seq .. body)
-  redis.call('ZADD', kwait, 0, kmember(key, seq, id))
-  local f, w, last = kget(K.kstate, key)
-  return kput(K, key, f, w + 1, last, conc)
+  local s = kget(K, key)
+  kappend(K.kwait, s, id)
+  return kput(K, key, s, conc)
 end
 
 local function kdrop(K, id, rec, conc)
   local msgs, kwait, unack, delayed, dead, dlv, why =
     K.msgs, K.kwait, K.unack, K.delayed, K.dead, K.dlv, K.why
-  local key, seq = kparse(rec)
+  local key = kparse(rec)
   redis.call('ZREM', dead, id)
   redis.call('HDEL', dlv, id)
   redis.call('HDEL', why, id)
@@ -133,57 +225,65 @@ local function kdrop(K, id, rec, conc)
     redis.call('ZREM', unack, id); redis.call('ZREM', delayed, id)
     return
   end
-  local f, w, last = kget(K.kstate, key)
-  if redis.call('ZREM', kwait, kmember(key, seq, id)) == 1 then
-    w = w - 1
+  local s = kget(K, key)
+  local link = redis.call('HGET', kwait, id)
+  if link then
+    local p, n = lsplit(link)
+    redis.call('HDEL', kwait, id)
+    local first = s[4] == id
+    if first then p = '' end  -- the head's prev is not kept
+    if first then s[4] = n else lset(kwait, p, 2, n) end
+    if s[5] == id then s[5] = p else lset(kwait, n, 1, p) end
+    s[2] = s[2] - 1
+    if s[4] == '' then s[2] = 0 end  -- the chain ends here (mended if the count said more)
   elseif redis.call('ZREM', unack, id) + redis.call('ZREM', delayed, id) > 0 then
-    f = f - 1
+    s[1] = s[1] - 1
   else
     return
   end
-  kput(K, key, f, w, last, conc, nil, true)
+  kput(K, key, s, conc, nil, true)
 end
 
 local function kexpire(K, now, limit, max_retries, conc)
-  local msgs, kwait, kfence, unack, dlv, dead, why =
-    K.msgs, K.kwait, K.kfence, K.unack, K.dlv, K.dead, K.why
+  local msgs, kfence, unack, dlv, dead, why =
+    K.msgs, K.kfence, K.unack, K.dlv, K.dead, K.why
   local items = redis.call('ZRANGEBYSCORE', unack, '-inf', now, 'LIMIT', 0, limit)
   local back, buried = 0, 0
   for _, id in ipairs(items) do
     redis.call('ZREM', unack, id)
     local key, seq = kparse(redis.call('HGET', msgs, id))
     if key then
-      local f, w, last = kget(K.kstate, key)
-      f = f - 1
+      local s = kget(K, key)
+      s[1] = s[1] - 1
       if attempts(redis.call('HGET', dlv, id)) > max_retries then
         redis.call('ZADD', dead, now, id)
         record_why(why, id, now, 'x', '')
         buried = buried + 1
       else
         -- Back at the head of its key; whoever takes it next takes the key over.
-        redis.call('ZADD', kwait, 0, kmember(key, seq, id))
+        kback(K, s, id, seq, conc)
         if redis.call('HSETNX', kfence, key, 2) == 0 then
           redis.call('HINCRBY', kfence, key, 1)
         end
-        w = w + 1
         back = back + 1
       end
-      kput(K, key, f, w, last, conc, 0)
+      kput(K, key, s, conc, 0)
     end
   end
   return back, buried, #items
 end
 
 local function kpromote(K, now, limit, conc)
-  local msgs, kwait, delayed = K.msgs, K.kwait, K.delayed
+  local msgs, delayed = K.msgs, K.delayed
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', delayed, id)
     local key, seq = kparse(redis.call('HGET', msgs, id))
     if key then
-      local f, w, last = kget(K.kstate, key)
-      redis.call('ZADD', kwait, 0, kmember(key, seq, id))
-      kput(K, key, f - 1, w + 1, last, conc, 0)
+      local s = kget(K, key)
+      s[1] = s[1] - 1
+      kback(K, s, id, seq, conc)
+      kput(K, key, s, conc, 0)
     end
   end
   return #due
@@ -195,14 +295,7 @@ local function kload(K, keys)
   local st = {}
   if #keys == 0 then return st end
   local raw = bulk_read('HMGET', K.kstate, keys)
-  for i, key in ipairs(keys) do
-    local f, w, last = 0, 0, ''
-    if raw[i] then
-      local a, b, c = string.match(raw[i], '^(%d+)|(%d+)|(.*)$')
-      f, w, last = tonumber(a), tonumber(b), c
-    end
-    st[key] = {f, w, last}
-  end
+  for i, key in ipairs(keys) do st[key] = kunpack(raw[i]) end
   return st
 end
 
@@ -216,7 +309,7 @@ local function kstore(K, order, st, conc)
       dels[#dels + 1] = key
     else
       sets[#sets + 1] = key
-      sets[#sets + 1] = math.max(f, 0) .. '|' .. math.max(w, 0) .. '|' .. s[3]
+      sets[#sets + 1] = kpack(s)
     end
     if w > 0 and f < conc then ready[#ready + 1] = key end
   end
@@ -250,21 +343,32 @@ local function ktake(K, count, deadline, nonce, conc, out)
     local keys = {}
     for i = 1, #top, 2 do keys[#keys + 1] = top[i] end
     local st = kload(K, keys)
-    local heads, ids, owners = {}, {}, {}
+    local firsts, heads = {}, {}
     for _, key in ipairs(keys) do
-      local p = kprefix(key)
-      local h = redis.call('ZRANGEBYLEX', kwait, '[' .. p, '+', 'LIMIT', 0, 1)[1]
-      if h and string.sub(h, 1, #p) == p then
-        heads[#heads + 1] = h
-        ids[#ids + 1] = string.sub(h, #p + string.byte(h, #p + 1) - 94)
-        owners[#owners + 1] = key
-        st[key][2] = st[key][2] - 1
+      local s = st[key]
+      if s[2] > 0 and s[4] ~= '' then
+        firsts[#firsts + 1] = key
+        heads[#heads + 1] = s[4]
       else
-        st[key][2] = 0  -- a state that lost its messages (not written by dynoq): mend it
+        s[2] = 0  -- a state that lost its messages (not written by dynoq): mend it
       end
     end
-    if #heads > 0 then
-      bulk('ZREM', kwait, heads)
+    local links = #heads > 0 and bulk_read('HMGET', kwait, heads) or {}
+    local ids, owners = {}, {}
+    for i, key in ipairs(firsts) do
+      local s, link = st[key], links[i]
+      if link then  -- unlink the head: its next is the new head (whose prev is not kept)
+        local _, nxt = lsplit(link)
+        ids[#ids + 1] = heads[i]
+        owners[#owners + 1] = key
+        s[4] = nxt
+        s[2] = nxt == '' and 0 or math.max(s[2] - 1, 1)
+      else
+        s[2] = 0  -- its chain is broken (not by dynoq): mend the state, the key moves on
+      end
+    end
+    if #ids > 0 then
+      bulk('HDEL', kwait, ids)
       local recs = bulk_read('HMGET', msgs, ids)
       local states = bulk_read('HMGET', dlv, ids)
       local fs = fences and bulk_read('HMGET', kfence, owners) or {}
