@@ -71,6 +71,7 @@ class Handling:
     seq: int | None = None
     fence: int | None = None
     held: bool | None = None
+    refused: bool = False  # its write was refused by the fenced store (lease moved on)
     attempts: int = 1
     planned: bool = False
     ended: int | None = None  # server time the handler was done (keyed queues; None: unknown)
@@ -97,6 +98,7 @@ class Report:
     overlap_examples: list[str] = field(default_factory=list)
     without_lease: int = 0
     stale_fence: int = 0
+    refused: int = 0  # writes the fenced store refused (their handler failed: retried)
     dead: int = 0
     duplicates: Counter[str] = field(default_factory=Counter)
     unexplained: list[str] = field(default_factory=list)  # a few duplicates of cause OTHER
@@ -125,6 +127,7 @@ class Report:
             ("same-key overlaps (message groups)", str(self.overlaps), must),
             ("handled without the lease", str(self.without_lease), must),
             ("handled with a stale fence", str(self.stale_fence), must),
+            ("writes refused by the fence (lease moved on)", str(self.refused), ""),
             ("dead-lettered", str(self.dead), ""),
             ("duplicates", str(dup_total), ""),
         ]
@@ -157,6 +160,9 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     more in between; else other.
     """
     pushed = list(pushed)
+    handlings = list(handlings)
+    refused = sum(1 for h in handlings if h.refused)
+    handlings = [h for h in handlings if not h.refused]  # they did nothing
     dead_ids = set(dead)
     events = sorted(events, key=lambda e: e.at)
     by_id: dict[str, list[Handling]] = defaultdict(list)
@@ -166,6 +172,7 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     report = Report(pushed=len(confirmed), left_in_flight=left_in_flight,
                     left_waiting=left_waiting,
                     events=Counter(e.kind for e in events))
+    report.refused = refused
     report.handled = sum(1 for i in confirmed if i in by_id)
     report.handled_unconfirmed = sum(1 for i in by_id if i not in confirmed)
     report.lost_ids = sorted(i for i in confirmed if i not in by_id and i not in dead_ids)
@@ -285,7 +292,8 @@ def parse_handling(raw: str, ended: str | None = None) -> Handling:
     return Handling(at=int(at), consumer=consumer, queue=queue, id=msg_id,
                     shard=int(shard), key=key or None, seq=int(seq) if seq else None,
                     fence=int(fence) if fence else None,
-                    held=None if held == "" else held == "1", attempts=int(attempts),
+                    held=None if held in ("", "r") else held == "1", refused=held == "r",
+                    attempts=int(attempts),
                     planned=planned == "1",
                     ended=int(ended.split("|", 1)[0]) if ended else None)
 

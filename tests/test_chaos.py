@@ -73,6 +73,20 @@ def test_a_handling_without_the_lease_and_a_stale_fence_are_counted() -> None:
                                  "handled with a stale fence = 1"]
 
 
+def test_a_write_the_fenced_store_refused_is_counted_and_does_nothing() -> None:
+    # The old holder's handler started under its lease; its write arrived after the
+    # lease moved on (held up by a restart) and was refused: no handling, no stale fence.
+    pushed = [keyed(s) for s in range(2)]
+    log = [handled(1, "k-0", queue="ordered", fence=2, held=True),
+           handled(2, "k-1", queue="ordered", fence=3, held=True, consumer="c1.0"),
+           handled(3, "k-1", queue="ordered", fence=2, refused=True)]
+    report = check(pushed, log, [], [], visibility=3)
+    assert report.refused == 1 and report.failures() == []
+    assert sum(report.duplicates.values()) == 0
+    raw = "3000000|r|c0.0|ordered|k-1|k|1|0|2|1|0"
+    assert parse_handling(raw).refused and parse_handling(raw).held is None
+
+
 def test_duplicates_are_counted_with_their_cause() -> None:
     pushed = [Pushed(i, "jobs") for i in "abcdef"]
     events = [Event(int(1.5 * S), KILL_CONSUMER, "c0.0"),  # kills the first handler of "a"
