@@ -462,9 +462,8 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
                     assert time.monotonic() < deadline, "never subscribed again"
                     await sub.get(0.2)
                 # The server has taken the new SUBSCRIBE (the dead one still counts).
-                while (await publisher.pubsub_numsub(channel))[0][1] < 2:
-                    assert time.monotonic() < deadline, "never subscribed again"
-                    await asyncio.sleep(0.02)
+                await _until_subscribers(publisher, channel, lambda n: n >= 2, deadline,
+                                         "never subscribed again")
                 await publisher.publish(channel, "two")
                 assert await sub.get(5.0) is True
             finally:
@@ -495,15 +494,13 @@ def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes
                 await hub._drop()
                 assert not hub.subscribed(channel)
                 deadline = time.monotonic() + 20
-                while (await publisher.pubsub_numsub(channel))[0][1] > 0:  # the old is gone
-                    assert time.monotonic() < deadline, "the old connection still listens"
-                    await asyncio.sleep(0.02)
+                await _until_subscribers(publisher, channel, lambda n: n == 0, deadline,
+                                         "the old connection still listens")
                 await sub.get(0.2)  # subscribes anew
                 assert hub.subscribed(channel)
                 # SUBSCRIBE is sent, not yet taken: publish once the server has it
-                while (await publisher.pubsub_numsub(channel))[0][1] < 1:
-                    assert time.monotonic() < deadline, "never subscribed again"
-                    await asyncio.sleep(0.02)
+                await _until_subscribers(publisher, channel, lambda n: n >= 1, deadline,
+                                         "never subscribed again")
                 await publisher.publish(channel, "two")
                 assert await sub.get(5.0) is True
             finally:
@@ -639,3 +636,12 @@ def test_connect_refuses_bad_bounds_before_any_io(scheme: str, flavor: str) -> N
                        ({"retry_window": 1, "cluster_retry_window": 1}, dynoq.InvalidArgument)):
         with pytest.raises(error):
             connect(scheme, **bad)
+
+
+async def _until_subscribers(publisher: Any, channel: str, enough: Callable[[int], bool],
+                             deadline: float, what: str) -> None:
+    """Wait until the server counts ``enough`` subscribers of ``channel`` (a SUBSCRIBE
+    is sent, not confirmed, so a test publishes only once the server has taken it)."""
+    while not enough(int((await publisher.pubsub_numsub(channel))[0][1])):
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.02)

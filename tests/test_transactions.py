@@ -294,6 +294,16 @@ def _checker(client: dynoq.Client, q: Any, check: Any, **options: Any) -> Any:
     return client.checker(q, check, **options)
 
 
+def _until_decided(client: dynoq.Client, target: Any, check: Any) -> None:
+    """Run a checker of ``target`` (a queue or topic) until nothing of it is prepared."""
+    checker = _checker(client, target, check)
+    checker.start()
+    try:
+        wait_for(lambda: target.prepared() == [], what="the checker deciding")
+    finally:
+        checker.stop()
+
+
 def test_the_checker_commits_and_rolls_back_as_answered(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=3)
     decisions = {"c": "commit", "r": "rollback"}
@@ -487,12 +497,7 @@ def test_a_key_topic_checker_commits_in_key_order(client: dynoq.Client) -> None:
     def check(m: dynoq.Message) -> str:
         asked.append((m.id, m.key))
         return "commit" if m.id == "kc-1" else "rollback"
-    checker = _checker(client, t, check)
-    checker.start()
-    try:
-        wait_for(lambda: t.prepared() == [], what="the checker deciding")
-    finally:
-        checker.stop()
+    _until_decided(client, t, check)
     q = t.group_queue("g")
     got = []
     while batch := q.pop(10):
@@ -511,12 +516,7 @@ def test_a_topic_transaction_and_its_checker(client: dynoq.Client) -> None:
         pass
     t.prepare("asked", id="tt-2", check_after=0, delay=30)
     t.prepare("refused", id="tt-3", check_after=0)
-    checker = _checker(client, t, lambda m: "commit" if m.id == "tt-2" else "rollback")
-    checker.start()
-    try:
-        wait_for(lambda: t.prepared() == [], what="the checker deciding")
-    finally:
-        checker.stop()
+    _until_decided(client, t, lambda m: "commit" if m.id == "tt-2" else "rollback")
     q = t.group_queue("g")
     assert [m.id for m in q.pop(10)] == ["tt-1"]
     assert q.stats().delayed == 1 and q.contains("tt-2")  # its delay counts from the commit
