@@ -222,8 +222,17 @@ def test_a_batch_in_flight_is_kept_out_of_listpacks(real_client: dynoq.Client) -
                                                      count=100))
         return sorted(e.message.id or "" for e in entries), more
 
+    def exists(key: str) -> int:
+        return int(q.backend.run(Cmd(("EXISTS", key))))
+
     q.push_many([Message(i, id=f"m{i}") for i in range(100)])
     got = q.pop(100)
+    # First deliveries of a concurrent queue write no state (lua/lib/delivery.lua) ...
+    assert (encoding(k.unack), exists(k.dlv)) == (b"skiplist", 0)
+    # ... redeliveries do, into a pinned hash.
+    assert all(q.nack(m) for m in got)
+    got = q.pop(100)
+    assert {m.attempts for m in got} == {2}
     assert (encoding(k.unack), encoding(k.dlv)) == (b"skiplist", b"hashtable")
     assert q.stats().unacked == 100
     assert in_flight_page() == (sorted(m.id or "" for m in got), False)
@@ -235,6 +244,7 @@ def test_a_batch_in_flight_is_kept_out_of_listpacks(real_client: dynoq.Client) -
     q.push("next")
     [m] = q.pop()
     assert (m.payload, m.attempts) == ("next", 1)
+    assert q.ack(m) and exists(k.dlv) == 1  # the pin alone
 
 
 def test_pop_wait_sleeps_until_due(client: dynoq.Client) -> None:
@@ -269,6 +279,57 @@ def test_ack_counts_each_delivery_once_and_checks_the_whole_token(
         assert q.ack_many([dataclasses.replace(a, token=forged)]) == 0
     assert q.ack_many([a, a, b]) == 2  # the same delivery twice is acked once
     assert q.stats().total("acked") == 2 and q.stats().unacked == 0
+
+
+def test_a_first_delivery_has_no_state_and_a_stale_token_never_acks_a_later_one(
+        client: dynoq.Client) -> None:
+    """A concurrent queue's first delivery writes no delivery state: its token is its unack
+    score (lua/lib/delivery.lua). A token of an earlier delivery of the same id (acked,
+    removed, or replaced by a push, then pushed and popped again) does not match."""
+    q = client.queue("incarnations", shards=1)
+    for end in ("ack", "remove", "replace"):
+        q.push("old", id="x")
+        # Popped for a shorter time than the later delivery: their deadlines differ even
+        # within one millisecond (then only the 11 random bits of the token would).
+        [old] = q.pop(visibility=30)
+        assert old.attempts == 1 and q.get("x").attempts == 1  # type: ignore[union-attr]
+        if end == "ack":
+            assert q.ack(old)
+            q.push("new", id="x")
+        elif end == "remove":
+            assert q.remove("x")
+            q.push("new", id="x")
+        else:
+            q.push("new", id="x")  # a plain push replaces it, in flight or not
+        [new] = q.pop()
+        assert (new.payload, new.attempts) == ("new", 1) and new.token != old.token
+        assert not q.ack(old) and not q.nack(old) and not q.extend(old, 5)
+        assert q.stats().unacked == 1
+        assert q.ack(new) and q.stats().unacked == 0
+
+
+def test_extend_by_id_keeps_the_holders_token(client: dynoq.Client) -> None:
+    """Extending a stateless delivery moves its unack score, its token: the state written
+    then holds the token its holder has, whoever extended it."""
+    q = client.queue("extend-by-id", shards=1)
+    msg_id = q.push("x")
+    [m] = q.pop(visibility=30)
+    assert q.extend(msg_id, 60) is True
+    assert q.extend(m, 60) is True and q.ack(m) is True
+
+
+def test_a_concurrent_queue_gives_an_expired_delivery_back_at_the_back(
+        client: dynoq.Client) -> None:
+    """As Dyno's processUnacks (back at its deadline), an expired delivery of a concurrent
+    queue takes a fresh place at the back of its priority; an ordered queue keeps its
+    place (tests/test_ordered.py)."""
+    q = client.queue("back-of-line", shards=1)
+    q.push_many(["a", "b", "c"])
+    [a] = q.pop(visibility=0.1)
+    time.sleep(0.2)
+    got = q.pop(3)
+    assert [(m.payload, m.attempts) for m in got] == [("b", 1), ("c", 1), ("a", 2)]
+    assert not q.ack(a) and q.ack_many(got) == 3
 
 
 def test_requeue_expired_over_all_shards(client: dynoq.Client) -> None:

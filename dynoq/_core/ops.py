@@ -437,22 +437,27 @@ class QueueOps(KeyedOps):
                     self._parser("probe", -1, _same))
 
     def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
-        """The messages of a pop reply (1, -1, then id, record, attempts per message)."""
+        """The messages of a pop reply (1, rest, the first deliveries' token, then id,
+        record, attempts per message)."""
         decode, limit, held = codec.decode, self.limit, lease or None
+        first = _first_token(reply, nonce)
         return [decode(reply[i].decode(), reply[i + 1], shard=shard, attempts=reply[i + 2],
-                       token=f"{nonce}.{reply[i + 2]}", lease=held, limit=limit)
-                for i in range(2, len(reply), 3)]
+                       token=first if reply[i + 2] == 1 else f"{nonce}.{reply[i + 2]}",
+                       lease=held, limit=limit)
+                for i in range(3, len(reply), 3)]
 
     def _quarantine(self, reply: list[Any], shard: int, nonce: str, lease: str,
                     consumer: str) -> Flow[list[Message]]:
         """Decode a pop reply one by one; dead-letter what cannot be read, with why."""
         good: list[Message] = []
-        for i in range(2, len(reply), 3):
+        for i in range(3, len(reply), 3):
             try:
-                good += self._decoded([None, None, *reply[i:i + 3]], shard, nonce,
-                                      lease)
+                good += self._decoded([None, None, reply[2], *reply[i:i + 3]], shard,
+                                      nonce, lease)
             except RecordError as exc:
-                yield self._nack_call(shard, _decode_str(reply[i]), f"{nonce}.{reply[i + 2]}",
+                n = reply[i + 2]
+                token = _first_token(reply, nonce) if n == 1 else f"{nonce}.{n}"
+                yield self._nack_call(shard, _decode_str(reply[i]), token,
                                       lease, 0.0, "dead", codec.why(exc, consumer))
         return good
 
@@ -638,17 +643,20 @@ class QueueOps(KeyedOps):
         an id that is gone)."""
         fields = ("msgs", "dlv", "why")
         checks = self.epoch_checks((shard for shard, _ in where), f"read of {self.name!r}")
-        raw = (yield Batch([*checks, *(Cmd(("HGET", getattr(self.shard_keys[shard], f),
-                                             msg_id))
-                                        for shard, msg_id in where for f in fields)]))
-        raw = raw[len(checks):]
+        reads: list[Cmd] = []
+        for shard, msg_id in where:
+            keys = self.shard_keys[shard]
+            reads += [Cmd(("HGET", getattr(keys, f), msg_id)) for f in fields]
+            reads.append(Cmd(("ZSCORE", keys.unack, msg_id)))
+        raw = (yield Batch([*checks, *reads]))[len(checks):]
         out: list[Message | None] = []
         for k, (shard, msg_id) in enumerate(where):
-            record, state, why = raw[3 * k:3 * k + 3]
+            record, state, why, in_flight = raw[4 * k:4 * k + 4]
             if record is None:
                 out.append(None)
                 continue
-            attempts = codec.attempts_of(state)
+            # A first delivery in flight has no state (lua/lib/delivery.lua): attempt 1.
+            attempts = codec.attempts_of(state) or (1 if in_flight is not None else 0)
             try:
                 m = codec.decode(msg_id, record, shard=shard, attempts=attempts,
                                  limit=self.limit)
@@ -947,6 +955,12 @@ def queue_names(prefix: str) -> Cmd:
 def _sooner(hint: float, other: float) -> float:
     """The nearer of two "ms until something may be deliverable" hints (-1: unknown)."""
     return other if other >= 0 and (hint < 0 or other < hint) else hint
+
+
+def _first_token(reply: list[Any], nonce: str) -> str:
+    """The token of a pop's first deliveries: their unack score on a concurrent queue
+    (lua/lib/delivery.lua), else "<nonce>.1" (the reply's third item is "")."""
+    return _decode_str(reply[2]) or f"{nonce}.1"
 
 
 def _mode(out: codec.Outgoing) -> str:

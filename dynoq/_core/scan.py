@@ -95,13 +95,14 @@ def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
         state, at = _state(zset, score, now)
         if record is None or state not in wanted:
             continue
+        # A first delivery in flight has no state (lua/lib/delivery.lua): attempt 1.
+        attempts = codec.attempts_of(dlv) or (1 if zset == "unacked" else 0)
         try:
-            m = codec.decode(msg_id, record, shard=shard, attempts=codec.attempts_of(dlv),
-                             limit=q.limit)
+            m = codec.decode(msg_id, record, shard=shard, attempts=attempts, limit=q.limit)
         except RecordError:
             if why is None:
                 raise
-            m = Message(None, id=msg_id, shard=shard, attempts=codec.attempts_of(dlv))
+            m = Message(None, id=msg_id, shard=shard, attempts=attempts)
         m.failure = codec.failure(why)
         found.append(Found(m, state, at))
     if zset == "delayed" and "delayed" not in wanted and live[-1][0] / 1000 > now:

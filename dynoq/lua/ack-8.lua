@@ -8,7 +8,7 @@
           shard does an ack make the next message deliverable)
   ARGV[5..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked, or GONE or FENCED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua lib/pin.lua
   flags: allow-oom
 ]]
 local unack, msgs, dlv, done, lease, why, counts =
@@ -20,16 +20,20 @@ local ids = {}
 for j = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end
 local deadlines = bulk_read('ZMSCORE', unack, ids)
-local dlvs = bulk_read('HMGET', dlv, ids)
+-- No states but the pin (a concurrent queue's first deliveries): none to read or delete.
+local states = held(dlv)
+local dlvs = states and bulk_read('HMGET', dlv, ids) or {}
 local done_ids = {}
 for k, id in ipairs(ids) do
-  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 4]) then done_ids[#done_ids + 1] = id end
+  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 4], deadlines[k]) then
+    done_ids[#done_ids + 1] = id
+  end
 end
 if #done_ids == 0 then return 0 end
 -- An id given twice is removed once: ZREM's count is the number acked.
 local acked = bulk('ZREM', unack, done_ids)
 bulk('HDEL', msgs, done_ids)
-bulk('HDEL', dlv, done_ids)
+if states then bulk('HDEL', dlv, done_ids) end
 -- A message that failed before and now succeeded no longer needs its reason.
 if redis.call('EXISTS', why) == 1 then bulk('HDEL', why, done_ids) end
 redis.call('HINCRBY', counts, 'acked', acked)

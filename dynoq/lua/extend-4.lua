@@ -15,8 +15,13 @@ local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
 local refused = gone(KEYS[4], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
 local id = ARGV[4]
-if not redis.call('ZSCORE', unack, id) then return 0 end
-if not matches(redis.call('HGET', dlv, id), ARGV[5]) then return 0 end
+local score = redis.call('ZSCORE', unack, id)
+if not score then return 0 end
+local d = redis.call('HGET', dlv, id)
+if not matches(d, ARGV[5], score) then return 0 end
+-- A stateless first delivery's token is its unack score, which moves now: it goes into a
+-- state, the token its holder has (lib/delivery.lua).
+if not d then redis.call('HSET', dlv, id, '1||' .. token_of(score)) end
 local timeout = tonumber(ARGV[3])
 redis.call('ZADD', unack, now_ms() + timeout, id)
 if timeout == 0 then redis.call('PUBLISH', ARGV[6], '1') end

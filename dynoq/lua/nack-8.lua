@@ -29,8 +29,9 @@ local reason = ARGV[8]
 for j = 9, #ARGV, 2 do
   local id, tok = ARGV[j], ARGV[j + 1]
   local d = redis.call('HGET', dlv, id)
-  if d and redis.call('ZSCORE', unack, id) and matches(d, tok) then
-    local n, score, current = delivery(d)
+  local score_now = redis.call('ZSCORE', unack, id)
+  if score_now and matches(d, tok, score_now) then
+    local n, score, current = in_flight(d)
     redis.call('ZREM', unack, id)
     if mode == 'back' then
       redis.call('HSET', dlv, id, math.max(n - 1, 0) .. '|' .. score .. '|' .. current)
@@ -39,6 +40,8 @@ for j = 9, #ARGV, 2 do
     end
     if to_dead or (mode == 'retry' and n > max_retries) then
       redis.call('ZADD', dead, now, id)
+      -- A first delivery without a state gets one: its attempt counts (lib/delivery.lua).
+      if not d then redis.call('HSET', dlv, id, '1||') end
       buried = buried + 1
     else
       redis.call('ZADD', delayed, now + delay, id)

@@ -18,15 +18,19 @@
   shard; then the ceiling is also at most the lowest priority they may deliver
   (lib/rank.lua), and the reply ends with their ranks, one a shard, in that order. (Their
   epochs are not checked: only read, and a shard that is gone has nothing to deliver.)
-  returns: {1, rest, id, record, attempts, ...}  claimed messages; a delivery's token is
-           "<nonce>.<attempts>", so the caller makes it from the nonce it sent
+  returns: {1, rest, score, id, record, attempts, ...}  claimed messages. On a concurrent
+           queue a first delivery (attempts 1) has no delivery state and its token is
+           `score`, the batch's `unack` score (lib/delivery.lua); any other delivery's
+           token is "<nonce>.<attempts>", so the caller makes it from the nonce it sent
+           (score is '' on an ordered queue, whose every delivery has a state: its place
+           is kept for a retry in place and a takeover)
            {0, hint, rest}  nothing claimed; hint = ms until something may be
            deliverable (-1 = unknown), there or in the other shards named
            rest: what the shard still holds ready: 0 nothing, 1 + p its next message's
            priority p (above the ceiling), -1 not looked at (the batch was full)
            GONE, FENCED or LEASED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/expire.lua lib/promote.lua lib/pin.lua
-        lib/record.lua lib/rank.lua
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
+        lib/pin.lua lib/record.lua lib/rank.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
@@ -98,29 +102,40 @@ if #popped == 0 then return reply({0, hint(), rest}) end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = bulk_read('HMGET', msgs, ids)
--- No delivery states but the pin (a drained shard): nothing to read for first deliveries.
--- (One entry that is not the pin: a state written before pins were.)
-local states_n = redis.call('HLEN', dlv)
-local dlvs = {}
-if states_n > 1 or (states_n == 1 and redis.call('HEXISTS', dlv, PIN) == 0) then
-  dlvs = bulk_read('HMGET', dlv, ids)
-end
+-- No delivery states but the pin: nothing to read for first deliveries.
+local dlvs = held(dlv) and bulk_read('HMGET', dlv, ids) or {}
 -- One deadline string for the batch: a number argument is formatted again per message.
-local deadline = string.format('%d', now + vis)
-local out, unacks, states = {1, rest}, {'+inf', PIN}, {PIN, ''}
--- Per message (a hot loop): one string made (the state, token included, by one format)
--- and the tables filled by counters, not by their length.
-local o, u, st, fmt = 2, 2, 2, string.format
+-- A concurrent queue's first deliveries share a deadline with a random fraction, their
+-- token (lib/delivery.lua); an ordered queue's keep whole milliseconds.
+local stateless = not ordered
+local due = stateless and deadline(now + vis, nonce) or string.format('%d', now + vis)
+local out, unacks, states, fresh = {1, rest, stateless and due or ''}, {'+inf', PIN},
+  {PIN, ''}, {}
+-- Per message (a hot loop): at most one string made and the tables filled by counters,
+-- not by their length. A concurrent queue takes no saved place (an expired delivery goes
+-- to the back of its priority, as Dyno's processUnacks puts it back at its deadline).
+local o, u, st, fmt = 3, 2, 2, string.format
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
-    local n = attempts(dlvs[k]) + 1
-    states[st + 1], states[st + 2] = id, fmt('%d|%d|%s.%d', n, tonumber(popped[2 * k]), nonce, n)
-    unacks[u + 1], unacks[u + 2] = deadline, id
+    local d = dlvs[k]
+    local n = attempts(d) + 1
+    if stateless and n == 1 then
+      -- Given back unhandled ("0|..."): this delivery is a first one again, stateless.
+      if d then fresh[#fresh + 1] = id end
+    elseif stateless then
+      states[st + 1], states[st + 2] = id, fmt('%d||%s.%d', n, nonce, n)
+      st = st + 2
+    else
+      states[st + 1], states[st + 2] = id, fmt('%d|%d|%s.%d', n, tonumber(popped[2 * k]), nonce, n)
+      st = st + 2
+    end
+    unacks[u + 1], unacks[u + 2] = due, id
     out[o + 1], out[o + 2], out[o + 3] = id, rec, n
-    o, u, st = o + 3, u + 2, st + 2
+    o, u = o + 3, u + 2
   end
 end
 bulk('ZADD', unack, unacks)
-bulk('HSET', dlv, states)
+if st > 2 then bulk('HSET', dlv, states) end
+if #fresh > 0 then bulk('HDEL', dlv, fresh) end
 return reply(out)

@@ -6,14 +6,19 @@
     Every delivery whose deadline is <= `upto` (at most `limit` of them) leaves `unack`:
     past `max_retries` attempts it is dead-lettered (its `why` says its visibility ran
     out), else it waits in `delayed`, due now; promotion then puts it back at the place
-    saved in its delivery state.
+    saved in its delivery state (a concurrent queue saves none: the back of its
+    priority).
 ]]
 local function give_back(unack, delayed, dlv, dead, why, counts, now, upto, limit, max_retries)
   local items = redis.call('ZRANGEBYSCORE', unack, '-inf', upto, 'LIMIT', 0, limit)
   local back, buried = 0, 0
   for _, id in ipairs(items) do
     redis.call('ZREM', unack, id)
-    if attempts(redis.call('HGET', dlv, id)) > max_retries then
+    local d = redis.call('HGET', dlv, id)
+    -- A first delivery without a state gets one: the next pop counts it, and a stale
+    -- token (its unack score) can no longer match.
+    if not d then redis.call('HSET', dlv, id, '1||') end
+    if (d and attempts(d) or 1) > max_retries then
       redis.call('ZADD', dead, now, id)
       record_why(why, id, now, 'x', '')
       buried = buried + 1

@@ -11,6 +11,9 @@
   head(zset)     {member, score} of the lowest score below +inf ({} when none): the next
                  deadline or due time of a shard's sorted set, never the pin
   live(zset)     how many members score below +inf: the deliveries in flight of `unack`
+  held(hash)     whether `dlv` holds a delivery state besides the pin (one HLEN; HEXISTS
+                 when it holds one entry): a drained shard, or a concurrent queue's first
+                 deliveries, have none to read
 ]]
 -- Written out, not built with string.rep: a literal is a constant of the compiled script,
 -- while building it ran on every call of every script that includes this file (3-4 µs).
@@ -23,4 +26,9 @@ end
 
 local function live(key)
   return redis.call('ZCOUNT', key, '-inf', BELOW_PIN)
+end
+
+local function held(key)
+  local n = redis.call('HLEN', key)
+  return n > 1 or (n == 1 and redis.call('HEXISTS', key, PIN) == 0)
 end
