@@ -230,9 +230,13 @@ def decode(msg_id: str, record: bytes, *, shard: int | None = None, attempts: in
                    (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
 
 
-def attempts_of(state: bytes | None) -> int:
-    """The attempts recorded in a delivery state (0 when there is none)."""
-    return int(state.split(b"|", 1)[0] or 0) if state else 0
+def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
+    """The attempts recorded in a delivery state (0 when there is none); of a delivery
+    ``in_flight`` with none, 1: a concurrent queue's first delivery writes no state
+    (lua/lib/delivery.lua in_flight)."""
+    if not state:
+        return 1 if in_flight else 0
+    return int(state.split(b"|", 1)[0] or 0)
 
 
 # -- why a message failed (lua/lib/why.lua) -------------------------------------------------

@@ -655,8 +655,7 @@ class QueueOps(KeyedOps):
             if record is None:
                 out.append(None)
                 continue
-            # A first delivery in flight has no state (lua/lib/delivery.lua): attempt 1.
-            attempts = codec.attempts_of(state) or (1 if in_flight is not None else 0)
+            attempts = codec.attempts_of(state, in_flight is not None)
             try:
                 m = codec.decode(msg_id, record, shard=shard, attempts=attempts,
                                  limit=self.limit)

@@ -95,8 +95,7 @@ def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
         state, at = _state(zset, score, now)
         if record is None or state not in wanted:
             continue
-        # A first delivery in flight has no state (lua/lib/delivery.lua): attempt 1.
-        attempts = codec.attempts_of(dlv) or (1 if zset == "unacked" else 0)
+        attempts = codec.attempts_of(dlv, zset == "unacked")
         try:
             m = codec.decode(msg_id, record, shard=shard, attempts=attempts, limit=q.limit)
         except RecordError:

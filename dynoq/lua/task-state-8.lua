@@ -23,7 +23,6 @@ if redis.call('HEXISTS', KEYS[5], id) == 1 then
     end
   end
 end
--- A first delivery in flight has no delivery state (lib/delivery.lua): attempt 1.
 local d = redis.call('HGET', KEYS[6], id)
-return {where, score, (where == 'unack' and not d) and 1 or attempts(d),
+return {where, score, where == 'unack' and in_flight(d) or attempts(d),
         redis.call('HGET', KEYS[7], id), redis.call('GET', KEYS[8]), now_ms()}

@@ -18,7 +18,7 @@ local function give_back(unack, delayed, dlv, dead, why, counts, now, upto, limi
     -- A first delivery without a state gets one: the next pop counts it, and a stale
     -- token (its unack score) can no longer match.
     if not d then redis.call('HSET', dlv, id, '1||') end
-    if (d and attempts(d) or 1) > max_retries then
+    if in_flight(d) > max_retries then
       redis.call('ZADD', dead, now, id)
       record_why(why, id, now, 'x', '')
       buried = buried + 1
