@@ -17,6 +17,7 @@ from dynoq._core.consuming import (
     nap,
     pop_order,
 )
+from dynoq._core.group import LeaseBook
 from dynoq._core.ops import QueueOps
 from dynoq._core.settings import QueueSettings
 from dynoq.consumer.board import InFlight, ShardBoard
@@ -313,3 +314,14 @@ def test_last_look_remembers_a_backlog_and_the_due_time() -> None:
     assert last.nap(10.0, 5.0) == pytest.approx(0.25)
     last.saw(0, 100, -1.0, now=11.0)  # nothing is waiting at all
     assert last.due_at is None and last.nap(11.0, 5.0) == 5.0
+
+
+def test_a_lease_of_another_tenure_has_no_time_left_for_a_batch() -> None:
+    """LeaseBook.left with a batch's fence: a lease lost and taken again since (a later
+    fence, the same holder) has nothing left for the earlier tenure's batch."""
+    book = LeaseBook(ttl=10)
+    book.taken(0, fence=2, sent_at=100.0)
+    assert book.left(0, 101.0) == book.left(0, 101.0, fence=2) == 9.0
+    book.forget(0)
+    book.taken(0, fence=3, sent_at=102.0)
+    assert book.left(0, 103.0, fence=2) == 0.0 and book.left(0, 103.0, fence=3) == 9.0

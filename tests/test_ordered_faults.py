@@ -54,6 +54,41 @@ def test_handlers_see_the_fence_of_their_shard(client: dynoq.Client,
     assert fences == [2, 2, 2]
 
 
+def test_a_batch_of_an_earlier_tenure_is_not_handled_once_the_lease_is_taken_again(
+        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    """A consumer's lease token is the same in each of its tenures of a shard: lost (here
+    deleted by hand) and taken again by the same consumer, the lease is its own again,
+    but a batch popped under the earlier fence must not go on being handled (the takeover
+    gave its messages back at the head; they come again under a later fence). Found by
+    the chaos soak: "handled with a stale fence"."""
+    q = client.queue("tenures", shards=1, ordered=True)
+    keys = shard_keys(q, 0)
+    entered, release = threading.Event(), threading.Event()
+    seen: list[tuple[int, int | None]] = []
+
+    def handle(msg: dynoq.Message) -> None:
+        seen.append((msg.payload, msg.fence))
+        if len(seen) == 1:
+            entered.set()
+            release.wait(30)
+
+    q.push_many([Message(i, key="k") for i in range(3)])  # waiting: one batch of three
+    consumers.append(client.consumer(q, handle, batch_size=3, **FAST).start())
+    try:
+        assert entered.wait(15)
+        first = seen[0][1]
+        assert first is not None
+        client.redis.delete(keys.lease)  # lost ...
+        wait_for(lambda: int(client.redis.get(keys.fence) or 0) > first,
+                 what="the same consumer takes the lease again")  # ... and taken again
+    finally:
+        release.set()
+    wait_for(lambda: {p for p, f in seen if f != first} == {0, 1, 2}, timeout=20,
+             what="the batch handled again under the later fence")
+    # After the call that was running, nothing more under the earlier fence.
+    assert [p for p, f in seen[1:] if f == first] == [], seen
+
+
 def test_a_hung_concurrent_handler_fails_only_its_message(client: dynoq.Client,
                                                           consumers: list[Consumer]) -> None:
     q = client.queue("hung-conc", shards=1, max_retries=0)

@@ -203,8 +203,12 @@ class LeaseBook:
         self._ends.pop(shard, None)
         self._fences.pop(shard, None)
 
-    def left(self, shard: int, now: float) -> float:
-        """Seconds the lease on ``shard`` surely has left (0 when not held)."""
+    def left(self, shard: int, now: float, fence: int | None = None) -> float:
+        """Seconds the lease on ``shard`` surely has left (0 when not held). With the
+        ``fence`` a batch was popped under, 0 also when the lease was lost and taken again
+        since (another tenure: the holder's token is the same, its batch is stale)."""
+        if fence is not None and self._fences.get(shard) != fence:
+            return 0.0
         return max(self._ends.get(shard, now) - now, 0.0)
 
     def fence(self, shard: int) -> int | None:

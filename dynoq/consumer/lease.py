@@ -47,10 +47,11 @@ class Leases:
             self._book.forget(shard)
         return bool(self.queue.backend.run(self._ops.release(shard)))
 
-    def left(self, shard: int) -> float:
-        """Seconds the lease on ``shard`` surely has left (0 when not held)."""
+    def left(self, shard: int, fence: int | None = None) -> float:
+        """Seconds the lease on ``shard`` surely has left (0 when not held, or not in the
+        tenure ``fence``: LeaseBook.left)."""
         with self._lock:
-            return self._book.left(shard, time.monotonic())
+            return self._book.left(shard, time.monotonic(), fence)
 
     def fence(self, shard: int) -> int | None:
         with self._lock:

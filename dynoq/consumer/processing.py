@@ -111,9 +111,10 @@ class Processor:
         another handler call (what was handled is acked first, if the lease allows)."""
         msgs, shard = batch.msgs, batch.shard
         assert shard is not None
+        tenure = msgs[0].fence if msgs else None  # the lease's fence it was popped under
         done, error, seconds, short = 0, None, 0.0, False
         if self.batch_handler:
-            short = self.leases.left(shard) < self.plan.lease_margin
+            short = self.leases.left(shard, tenure) < self.plan.lease_margin
             if not short:
                 error, seconds = self._call(batch, msgs, msgs)
                 done = len(msgs) if error is None else 0
@@ -121,7 +122,7 @@ class Processor:
             for msg in msgs:
                 if batch.abandoned or batch.overran:
                     break
-                if self.leases.left(shard) < self.plan.lease_margin:
+                if self.leases.left(shard, tenure) < self.plan.lease_margin:
                     short = True
                     break
                 error, s = self._call(batch, msg, (msg,))
@@ -142,7 +143,8 @@ class Processor:
         self.stats.add_tally(tally, seconds)
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
-                            f"{self.plan.lease_margin:g}s left: not starting another handler")
+                            f"{self.plan.lease_margin:g}s left, or was lost and taken again "
+                            "since its batch was popped: not starting another handler")
         return BLOCKED if blocked else DONE
 
     def give_up(self, batch: InFlightBatch) -> None:

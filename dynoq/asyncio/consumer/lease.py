@@ -42,9 +42,10 @@ class Leases:
         self._book.forget(shard)
         return bool(await self.queue.backend.run(self._ops.release(shard)))
 
-    def left(self, shard: int) -> float:
-        """Seconds the lease on ``shard`` surely has left (0 when not held)."""
-        return self._book.left(shard, time.monotonic())
+    def left(self, shard: int, fence: int | None = None) -> float:
+        """Seconds the lease on ``shard`` surely has left (0 when not held, or not in the
+        tenure ``fence``: LeaseBook.left)."""
+        return self._book.left(shard, time.monotonic(), fence)
 
     def fence(self, shard: int) -> int | None:
         return self._book.fence(shard)

@@ -145,16 +145,17 @@ class Processor:
         another handler call (what was handled is acked first, if the lease allows)."""
         shard = msgs[0].shard
         assert shard is not None
+        tenure = msgs[0].fence  # the lease's fence it was popped under
         done, error, seconds, short = 0, None, 0.0, False
         try:
             if self.batch_handler:
-                short = self.leases.left(shard) < self.plan.lease_margin
+                short = self.leases.left(shard, tenure) < self.plan.lease_margin
                 if not short:
                     error, seconds = await self._call(msgs, msgs)
                     done = len(msgs) if error is None else 0
             else:
                 for msg in msgs:
-                    if self.leases.left(shard) < self.plan.lease_margin:
+                    if self.leases.left(shard, tenure) < self.plan.lease_margin:
                         short = True
                         break
                     error, s = await self._call(msg, (msg,))
@@ -172,7 +173,8 @@ class Processor:
         self.stats.add_tally(tally, seconds)
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
-                            f"{self.plan.lease_margin:g}s left: not starting another handler")
+                            f"{self.plan.lease_margin:g}s left, or was lost and taken again "
+                            "since its batch was popped: not starting another handler")
         return bool(blocked)
 
     async def _cut_short(self, msgs: list[Message], ok: list[Message],
