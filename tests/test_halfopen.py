@@ -450,6 +450,9 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
             sub = await client.backend.subscribe(channel)
             publisher = redis.asyncio.Redis.from_url(plain_hole.direct)
             try:
+                # SUBSCRIBE is sent, not yet taken: publish once the server has it
+                await _until_subscribers(publisher, channel, lambda n: n >= 1,
+                                         time.monotonic() + 20, "never subscribed")
                 await publisher.publish(channel, "one")
                 assert await sub.get(5.0) is True
                 plain_hole.cut()
