@@ -134,6 +134,59 @@ def test_every_pipelined_path_reloads_scripts_after_a_flush(client: dynoq.Client
     assert q.stats().unacked == 10 and leases.renew([0]) == set()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_flush_between_a_script_load_and_its_resend_is_ridden_out(url: str, prefix: str,
+                                                                     kind: str) -> None:
+    # Another client's SCRIPT FLUSH may land between our SCRIPT LOAD and the resend (a CI
+    # run's parallel tests on one server did): the call loads again rather than fail.
+    # Here each of the first two loads is followed at once by a flush.
+    flushes = [2]
+
+    def run(q: Any) -> tuple[int, int]:
+        return len(q.push_many(range(30))), len(q.pop(30))  # one pipelined batch each
+
+    if kind == "sync":
+        with dynoq.connect(url, prefix=prefix) as client:
+            backend, load = client.backend, client.backend._load
+
+            def flushing_load(script: Any) -> None:
+                load(script)
+                if flushes[0]:
+                    flushes[0] -= 1
+                    backend.redis.script_flush()
+
+            backend._load = flushing_load  # type: ignore[method-assign]
+            q = client.queue("reflush", shards=3)
+            backend.redis.script_flush()
+            assert run(q) == (30, 30)
+            flushes[0] = 2
+            backend.redis.script_flush()
+            assert q.push("one", id="one") == "one"  # one call, not a batch
+        return
+
+    async def main() -> tuple[int, int]:
+        async with dynoq.asyncio.connect(url, prefix=prefix) as client:
+            backend, load = client.backend, client.backend._load
+
+            async def flushing_load(r: Any, script: Any) -> None:
+                await load(r, script)
+                if flushes[0]:
+                    flushes[0] -= 1
+                    await r.script_flush()
+
+            backend._load = flushing_load  # type: ignore[method-assign]
+            q = await client.queue("reflush", shards=3)
+            await (await client.redis()).script_flush()
+            pushed = await q.push_many(range(30))
+            popped = await q.pop(30)
+            flushes[0] = 2
+            await (await client.redis()).script_flush()
+            assert await q.push("one", id="one") == "one"
+            return len(pushed), len(popped)
+
+    assert asyncio.run(main()) == (30, 30)
+
+
 def test_consumers_ride_out_a_server_restart(own_server: Any) -> None:
     url = f"redis://{own_server.host}:{own_server.port}/0"
     with dynoq.connect(url, prefix="ride") as client:

@@ -116,11 +116,12 @@ class Backend:
         return raw if parse is None else parse(raw)
 
     def _eval(self, call: Call) -> Any:
-        try:
-            return self.redis.execute_command(*eval_args(call, self.plain))
-        except NoScriptError:
-            self._load(call.script)
-            return self.redis.execute_command(*eval_args(call, self.plain))
+        for _ in range(RELOADS):
+            try:
+                return self.redis.execute_command(*eval_args(call, self.plain))
+            except NoScriptError:
+                self._load(call.script)
+        return self.redis.execute_command(*eval_args(call, self.plain))
 
     def _load(self, script: Script) -> None:
         try:
@@ -134,9 +135,11 @@ class Backend:
             out = [self._attempt(calls[0])]
             return out if batch.parse is None else batch.parse(out)
         replies = self._pipeline(calls, batch.wait)
-        redo, scripts = noscript(calls, replies)
-        if redo:  # those calls did not run: load their scripts and send them again
-            for s in scripts:
+        for _ in range(RELOADS):
+            redo, scripts = noscript(calls, replies)
+            if not redo:
+                break
+            for s in scripts:  # those calls did not run: load their scripts, send again
                 self._load(s)
             resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait),
                    batch.wait)
@@ -219,6 +222,11 @@ class Backend:
 
 
 # -- a batch's replies: pure, shared with dynoq.asyncio --------------------------------
+
+# How many times a call refused with NOSCRIPT is sent again after loading its script:
+# another client's SCRIPT FLUSH may empty the cache between the load and the resend.
+RELOADS = 3
+
 
 def eval_args(call: Call, plain: bool = False) -> tuple[Any, ...]:
     """The EVALSHA command of a script call (``plain``: of its source without the

@@ -23,7 +23,7 @@ from ..._core.timeouts import Timeouts, wait_steps
 from ...backend.bounds import dropped
 from ...backend.errors import CLIENT_ERRORS, refused_load, translate
 from ...backend.pools import limits_of
-from ...backend.runner import ANY_ERROR, eval_args, finish, load_source, noscript, resent
+from ...backend.runner import ANY_ERROR, RELOADS, eval_args, finish, load_source, noscript, resent
 from ...errors import DynoqError
 from .combine import Combining
 from .facts import warn_if_evicting
@@ -140,11 +140,12 @@ class AsyncBackend:
         return raw if parse is None else parse(raw)
 
     async def _eval(self, r: Any, call: Call) -> Any:
-        try:
-            return await r.execute_command(*eval_args(call, self.plain))
-        except NoScriptError:
-            await self._load(r, call.script)
-            return await r.execute_command(*eval_args(call, self.plain))
+        for _ in range(RELOADS):
+            try:
+                return await r.execute_command(*eval_args(call, self.plain))
+            except NoScriptError:
+                await self._load(r, call.script)
+        return await r.execute_command(*eval_args(call, self.plain))
 
     async def _load(self, r: Any, script: Script) -> None:
         try:
@@ -159,9 +160,11 @@ class AsyncBackend:
             return out if batch.parse is None else batch.parse(out)
         waits = wait_steps(batch.wait, self.timeouts.command)
         replies = await self._send(r, self._commands(calls), waits)
-        redo, scripts = noscript(calls, replies)
-        if redo:  # those calls did not run: load their scripts and send them again
-            for s in scripts:
+        for _ in range(RELOADS):
+            redo, scripts = noscript(calls, replies)
+            if not redo:
+                break
+            for s in scripts:  # those calls did not run: load their scripts, send again
                 await self._load(r, s)
             resent(replies, redo,
                    await self._send(r, self._commands([calls[i] for i in redo]), waits),
