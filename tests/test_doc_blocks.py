@@ -52,7 +52,9 @@ def collect() -> list[Any]:
             if sketch:
                 marks.append(pytest.mark.skip(reason=f"{where}: sketch: {sketch['why']}"))
             elif SPARK.search(code):
-                marks.append(pytest.mark.spark)  # conftest: one xdist worker, one JVM
+                # conftest: one xdist worker, one JVM; a session and streams take minutes
+                # on a loaded 2-core machine (118 s seen)
+                marks += [pytest.mark.spark, pytest.mark.timeout(600)]
             params.append(pytest.param(example, where, id=where, marks=marks))
     return params
 

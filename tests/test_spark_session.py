@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pyspark")
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# spark-submit processes, JVMs of their own: run alongside the in-process group (conftest).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark-jobs")]
 
 JOB = str(Path(__file__).with_name("spark_session_job.py"))
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

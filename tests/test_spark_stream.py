@@ -28,7 +28,9 @@ from dynoq.spark.rows import RowSpec
 from dynoq.spark.writer import RowWriter
 
 pytest.importorskip("pyspark")
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Its drivers are processes with JVMs of their own: a group apart from the one JVM of the
+# in-process Spark tests (conftest), run alongside it.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark-jobs")]
 
 JOB = str(Path(__file__).with_name("spark_stream_job.py"))
 FILES, ROWS, KEYS = 6, 300, 20
