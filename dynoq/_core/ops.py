@@ -440,23 +440,20 @@ class QueueOps(KeyedOps):
         """The messages of a pop reply (1, rest, the first deliveries' token, then id,
         record, attempts per message)."""
         decode, limit, held = codec.decode, self.limit, lease or None
-        first = _first_token(reply, nonce)
         return [decode(reply[i].decode(), reply[i + 1], shard=shard, attempts=reply[i + 2],
-                       token=first if reply[i + 2] == 1 else f"{nonce}.{reply[i + 2]}",
-                       lease=held, limit=limit)
-                for i in range(3, len(reply), 3)]
+                       token=token, lease=held, limit=limit)
+                for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce),
+                                    strict=True)]
 
     def _quarantine(self, reply: list[Any], shard: int, nonce: str, lease: str,
                     consumer: str) -> Flow[list[Message]]:
         """Decode a pop reply one by one; dead-letter what cannot be read, with why."""
         good: list[Message] = []
-        for i in range(3, len(reply), 3):
+        for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce), strict=True):
             try:
                 good += self._decoded([None, None, reply[2], *reply[i:i + 3]], shard,
                                       nonce, lease)
             except RecordError as exc:
-                n = reply[i + 2]
-                token = _first_token(reply, nonce) if n == 1 else f"{nonce}.{n}"
                 yield self._nack_call(shard, _decode_str(reply[i]), token,
                                       lease, 0.0, "dead", codec.why(exc, consumer))
         return good
@@ -956,10 +953,12 @@ def _sooner(hint: float, other: float) -> float:
     return other if other >= 0 and (hint < 0 or other < hint) else hint
 
 
-def _first_token(reply: list[Any], nonce: str) -> str:
-    """The token of a pop's first deliveries: their unack score on a concurrent queue
-    (lua/lib/delivery.lua), else "<nonce>.1" (the reply's third item is "")."""
-    return _decode_str(reply[2]) or f"{nonce}.1"
+def _tokens(reply: list[Any], nonce: str) -> list[str]:
+    """The delivery token of each message of a pop reply: of a first delivery, its unack
+    score on a concurrent queue (lua/lib/delivery.lua: the reply's third item, else "")
+    or "<nonce>.1"; of any other, "<nonce>.<attempts>"."""
+    first = _decode_str(reply[2]) or f"{nonce}.1"
+    return [first if n == 1 else f"{nonce}.{n}" for n in reply[5::3]]
 
 
 def _mode(out: codec.Outgoing) -> str:
