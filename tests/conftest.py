@@ -78,11 +78,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A module may run its async flavor on fewer backends (``ASYNC_BACKENDS``) to keep
     CI short: the other async items are deselected (reported as such), not skipped.
-    Under pytest-xdist, every Spark test runs in one worker: one JVM and one session
-    (a module that starts JVMs of its own names its own group instead)."""
+    Under pytest-xdist, every Spark test runs in one worker: one JVM and one session."""
     keep, drop = [], []
     for item in items:
-        if _spark(item) and item.get_closest_marker("xdist_group") is None:
+        if _spark(item):
             item.add_marker(pytest.mark.xdist_group("spark"))
         only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", None)
         params = getattr(getattr(item, "callspec", None), "params", {})

@@ -32,10 +32,7 @@ def test_every_example_is_checked() -> None:
     assert {p.name for p in EXAMPLES} == set(EXPECT)
 
 
-# spark_sink.py starts a JVM of its own: with the Spark jobs, alongside the in-process group.
-@pytest.mark.parametrize("script", [
-    pytest.param(p, marks=pytest.mark.xdist_group("spark-jobs")) if p.name == "spark_sink.py"
-    else p for p in EXAMPLES], ids=lambda p: p.name)
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(script: Path, embedded_server: Any) -> None:
     if script.name == "spark_sink.py":
         pytest.importorskip("pyspark")

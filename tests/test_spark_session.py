@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pyspark")
-# spark-submit processes, JVMs of their own: run alongside the in-process group (conftest).
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark-jobs")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = str(Path(__file__).with_name("spark_session_job.py"))
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
