@@ -582,6 +582,36 @@ def test_ordered_requeue_on_expiry_keeps_order(client: dynoq.Client) -> None:
     assert [m.payload for m in q.pop(5)] == [0, 1, 2, 3, 4]
 
 
+def test_an_ordered_batch_given_back_every_way_returns_in_its_order(
+        client: dynoq.Client) -> None:
+    # An ordered shard's first deliveries keep no state: the places of the batch in flight
+    # are kept by the pop (lua/lib/batch.lua). Ids sort against push order here, as the
+    # members of one deadline in `unack` would come back without their places.
+    q = client.queue("ordered-back", shards=1, ordered=True, max_retries=5)
+    q.push_many([Message(i, id=f"id-{99 - i:02d}", key="k") for i in range(30)])
+
+    def pop(n: int, visibility: float = 30.0) -> list[dynoq.Message]:
+        return q.pop(n, visibility=visibility)
+
+    assert [m.payload for m in pop(10, 0.1)] == list(range(10))
+    time.sleep(0.15)  # their visibility runs out: the next pop gives them back
+    batch = pop(12)
+    assert [(m.payload, m.attempts) for m in batch] == [(i, 2 if i < 10 else 1)
+                                                        for i in range(12)]
+    assert q.ack_many(batch[:1]) == 1
+    assert requeue_shard(q, 0, force=True) == 11  # a takeover gives every delivery back
+    batch = pop(5)
+    assert [m.payload for m in batch] == [1, 2, 3, 4, 5]
+    assert q.extend(batch[3], 0.05) and q.extend(batch[0], 30)  # states made by extend
+    for m in reversed(batch):  # given back unhandled (a stopping consumer's way)
+        assert q.backend.drive(q.ops.nack(m, mode="back"))
+    batch = pop(8)
+    assert [m.payload for m in batch] == list(range(1, 9))
+    for m in reversed(batch):  # retries in place, the last first
+        assert q.nack(m, delay=0.0)
+    assert [m.payload for m in pop(30)] == list(range(1, 30))
+
+
 def test_ordered_refuses_delay_priority_reschedule(client: dynoq.Client) -> None:
     q = client.queue("ordered-refuse", shards=2, ordered=True)
     with pytest.raises(dynoq.OrderedQueueError, match="ordered"):

@@ -8,7 +8,7 @@
           delivery, and a waiting consumer looks now)
   returns: 1 extended, 0 not in flight (or a stale token), or GONE or FENCED
            (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/batch.lua
   flags: allow-oom
 ]]
 local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
@@ -20,8 +20,10 @@ if not score then return 0 end
 local d = redis.call('HGET', dlv, id)
 if not matches(d, ARGV[5], score) then return 0 end
 -- A stateless first delivery's token is its unack score, which moves now: it goes into a
--- state, the token its holder has (lib/delivery.lua).
-if not d then redis.call('HSET', dlv, id, '1||' .. token_of(score)) end
+-- state, the token its holder has (lib/delivery.lua), with its place on an ordered shard.
+if not d then
+  redis.call('HSET', dlv, id, '1|' .. place_of(dlv, id) .. '|' .. token_of(score))
+end
 local timeout = tonumber(ARGV[3])
 redis.call('ZADD', unack, now_ms() + timeout, id)
 if timeout == 0 then redis.call('PUBLISH', ARGV[6], '1') end

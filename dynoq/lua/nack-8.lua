@@ -13,7 +13,7 @@
           traceback, consumer] (lib/why.lua); not recorded for mode "back"
   ARGV[9..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or GONE or FENCED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua
+  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua lib/batch.lua
   flags: allow-oom
 ]]
 local delayed, unack, dlv, dead, lease, why, counts =
@@ -32,22 +32,30 @@ for j = 9, #ARGV, 2 do
   local score_now = redis.call('ZSCORE', unack, id)
   if score_now and matches(d, tok, score_now) then
     local n, score, current = in_flight(d)
+    -- A first delivery has no state: its place, on an ordered shard, is the batch's.
+    if not d then score = place_of(dlv, id) end
+    local state = nil  -- what its delivery state becomes (nil: as it is)
     redis.call('ZREM', unack, id)
     if mode == 'back' then
-      redis.call('HSET', dlv, id, math.max(n - 1, 0) .. '|' .. score .. '|' .. current)
+      state = math.max(n - 1, 0) .. '|' .. score .. '|' .. current
     elseif reason ~= '' then
       record_why(why, id, now, 'e', reason)
     end
     if to_dead or (mode == 'retry' and n > max_retries) then
       redis.call('ZADD', dead, now, id)
       -- A first delivery without a state gets one: its attempt counts (lib/delivery.lua).
-      if not d then redis.call('HSET', dlv, id, '1||') end
+      if not d then state = '1||' end
       buried = buried + 1
     else
       redis.call('ZADD', delayed, now + delay, id)
-      if not keep then redis.call('HSET', dlv, id, n .. '||' .. current) end
+      if not keep then
+        state = n .. '||' .. current
+      elseif not state and not d then  -- a retry in place: the attempt and the place
+        state = n .. '|' .. score .. '|'
+      end
       back = back + 1
     end
+    if state then redis.call('HSET', dlv, id, state) end
   end
 end
 -- Wake waiters even for a delayed retry: on an ordered shard the messages behind it are

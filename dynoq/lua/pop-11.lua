@@ -18,19 +18,19 @@
   shard; then the ceiling is also at most the lowest priority they may deliver
   (lib/rank.lua), and the reply ends with their ranks, one a shard, in that order. (Their
   epochs are not checked: only read, and a shard that is gone has nothing to deliver.)
-  returns: {1, rest, score, id, record, attempts, ...}  claimed messages. On a concurrent
-           queue a first delivery (attempts 1) has no delivery state and its token is
-           `score`, the batch's `unack` score (lib/delivery.lua); any other delivery's
-           token is "<nonce>.<attempts>", so the caller makes it from the nonce it sent
-           (score is '' on an ordered queue, whose every delivery has a state: its place
-           is kept for a retry in place and a takeover)
+  returns: {1, rest, score, id, record, attempts, ...}  claimed messages. A first
+           delivery (attempts 1) has no delivery state and its token is `score`, the
+           batch's `unack` score (lib/delivery.lua; on an ordered queue the batch's
+           places are kept for a retry in place and a takeover, lib/batch.lua); any
+           other delivery's token is "<nonce>.<attempts>", so the caller makes it from
+           the nonce it sent
            {0, hint, rest}  nothing claimed; hint = ms until something may be
            deliverable (-1 = unknown), there or in the other shards named
            rest: what the shard still holds ready: 0 nothing, 1 + p its next message's
            priority p (above the ceiling), -1 not looked at (the batch was full)
            GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
-        lib/pin.lua lib/record.lua lib/rank.lua
+        lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
@@ -105,25 +105,29 @@ local recs = bulk_read('HMGET', msgs, ids)
 -- No delivery states but the pin: nothing to read for first deliveries.
 local dlvs = held(dlv) and bulk_read('HMGET', dlv, ids) or {}
 -- One deadline string for the batch: a number argument is formatted again per message.
--- A concurrent queue's first deliveries share a deadline with a random fraction, their
--- token (lib/delivery.lua); an ordered queue's keep whole milliseconds.
-local stateless = not ordered
-local due = stateless and deadline(now + vis, nonce) or string.format('%d', now + vis)
-local out, unacks, states, fresh = {1, rest, stateless and due or ''}, {'+inf', PIN},
-  {PIN, ''}, {}
+-- The first deliveries share a deadline with a random fraction, their token
+-- (lib/delivery.lua).
+local due = deadline(now + vis, nonce)
+local out, unacks, states, fresh = {1, rest, due}, {'+inf', PIN}, {PIN, ''}, {}
+local firsts, places, f = {}, {}, 0
 -- Per message (a hot loop): at most one string made and the tables filled by counters,
 -- not by their length. A concurrent queue takes no saved place (an expired delivery goes
--- to the back of its priority, as Dyno's processUnacks puts it back at its deadline).
+-- to the back of its priority, as Dyno's processUnacks puts it back at its deadline); an
+-- ordered one keeps the `ready` score each message was popped with.
 local o, u, st, fmt = 3, 2, 2, string.format
 for k, id in ipairs(ids) do
   local rec = recs[k]
   if rec then
     local d = dlvs[k]
     local n = attempts(d) + 1
-    if stateless and n == 1 then
+    if n == 1 then
       -- Given back unhandled ("0|..."): this delivery is a first one again, stateless.
       if d then fresh[#fresh + 1] = id end
-    elseif stateless then
+      if ordered then
+        f = f + 1
+        firsts[f], places[f] = id, popped[2 * k]
+      end
+    elseif not ordered then
       states[st + 1], states[st + 2] = id, fmt('%d||%s.%d', n, nonce, n)
       st = st + 2
     else
@@ -137,5 +141,6 @@ for k, id in ipairs(ids) do
 end
 bulk('ZADD', unack, unacks)
 if st > 2 then bulk('HSET', dlv, states) end
+if ordered then keep_places(dlv, firsts, places, f) end  -- with the pin, if none was
 if #fresh > 0 then bulk('HDEL', dlv, fresh) end
 return reply(out)

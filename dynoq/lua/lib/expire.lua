@@ -1,13 +1,13 @@
 --[[ lib/expire: the one routine that gives deliveries back (Dyno processUnacks), used by
   pop (for what expired) and requeue (expired, or with force all, on a lease takeover).
-  uses: lib/delivery.lua lib/why.lua
+  uses: lib/delivery.lua lib/why.lua lib/batch.lua
   give_back(unack, delayed, dlv, dead, why, counts, now, upto, limit, max_retries)
     -> given back, dead-lettered, how many were looked at
     Every delivery whose deadline is <= `upto` (at most `limit` of them) leaves `unack`:
     past `max_retries` attempts it is dead-lettered (its `why` says its visibility ran
     out), else it waits in `delayed`, due now; promotion then puts it back at the place
     saved in its delivery state (a concurrent queue saves none: the back of its
-    priority).
+    priority; an ordered one's first delivery takes its place from lib/batch.lua).
 ]]
 local function give_back(unack, delayed, dlv, dead, why, counts, now, upto, limit, max_retries)
   local items = redis.call('ZRANGEBYSCORE', unack, '-inf', upto, 'LIMIT', 0, limit)
@@ -15,9 +15,9 @@ local function give_back(unack, delayed, dlv, dead, why, counts, now, upto, limi
   for _, id in ipairs(items) do
     redis.call('ZREM', unack, id)
     local d = redis.call('HGET', dlv, id)
-    -- A first delivery without a state gets one: the next pop counts it, and a stale
-    -- token (its unack score) can no longer match.
-    if not d then redis.call('HSET', dlv, id, '1||') end
+    -- A first delivery without a state gets one: the next pop counts it, a stale token
+    -- (its unack score) can no longer match, and on an ordered shard it keeps its place.
+    if not d then redis.call('HSET', dlv, id, '1|' .. place_of(dlv, id) .. '|') end
     if in_flight(d) > max_retries then
       redis.call('ZADD', dead, now, id)
       record_why(why, id, now, 'x', '')
