@@ -12,8 +12,9 @@
                  deadline or due time of a shard's sorted set, never the pin
   live(zset)     how many members score below +inf: the deliveries in flight of `unack`
   held(hash)     whether `dlv` holds a delivery state besides the pin (one HLEN; HEXISTS
-                 when it holds one entry): a drained shard, or a concurrent queue's first
-                 deliveries, have none to read
+                 when it holds one entry): a drained shard, or first deliveries, have none
+                 to read (the pin's own value is '', or on an ordered shard the places of
+                 its batch in flight: lib/batch.lua)
 ]]
 -- Written out, not built with string.rep: a literal is a constant of the compiled script,
 -- while building it ran on every call of every script that includes this file (3-4 µs).
