@@ -160,7 +160,10 @@ def test_dropped_connections_are_sent_again_for_every_caller(
         stop = threading.Event()
 
         def dropper() -> None:
-            while not stop.wait(0.02):
+            # Every 20 ms for the first 3 s: on a loaded machine an attempt can take longer
+            # than 20 ms, and drops without end could spend a caller's whole retry window.
+            end = time.monotonic() + 3.0
+            while not stop.wait(0.02) and time.monotonic() < end:
                 hole.reset()
 
         t = threading.Thread(target=dropper)
