@@ -32,8 +32,9 @@ for j = 9, #ARGV, 2 do
   local score_now = redis.call('ZSCORE', unack, id)
   if score_now and matches(d, tok, score_now) then
     local n, score, current = in_flight(d)
-    -- A first delivery has no state: its place, on an ordered shard, is the batch's.
-    if not d then score = place_of(dlv, id) end
+    -- A first delivery has no state: its place, kept only where it is used (a delivery
+    -- given back in place), is its batch's on an ordered shard (lib/batch.lua).
+    if not d and keep then score = place_of(dlv, id) end
     local state = nil  -- what its delivery state becomes (nil: as it is)
     redis.call('ZREM', unack, id)
     if mode == 'back' then

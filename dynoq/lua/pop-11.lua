@@ -109,7 +109,6 @@ local dlvs = held(dlv) and bulk_read('HMGET', dlv, ids) or {}
 -- (lib/delivery.lua).
 local due = deadline(now + vis, nonce)
 local out, unacks, states, fresh = {1, rest, due}, {'+inf', PIN}, {PIN, ''}, {}
-local firsts, places, f = {}, {}, 0
 -- Per message (a hot loop): at most one string made and the tables filled by counters,
 -- not by their length. A concurrent queue takes no saved place (an expired delivery goes
 -- to the back of its priority, as Dyno's processUnacks puts it back at its deadline); an
@@ -123,10 +122,6 @@ for k, id in ipairs(ids) do
     if n == 1 then
       -- Given back unhandled ("0|..."): this delivery is a first one again, stateless.
       if d then fresh[#fresh + 1] = id end
-      if ordered then
-        f = f + 1
-        firsts[f], places[f] = id, popped[2 * k]
-      end
     elseif not ordered then
       states[st + 1], states[st + 2] = id, fmt('%d||%s.%d', n, nonce, n)
       st = st + 2
@@ -141,6 +136,6 @@ for k, id in ipairs(ids) do
 end
 bulk('ZADD', unack, unacks)
 if st > 2 then bulk('HSET', dlv, states) end
-if ordered then keep_places(dlv, firsts, places, f) end  -- with the pin, if none was
+if ordered then keep_places(dlv, popped) end  -- with the pin, if none was
 if #fresh > 0 then bulk('HDEL', dlv, fresh) end
 return reply(out)

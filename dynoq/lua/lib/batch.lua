@@ -7,7 +7,8 @@
   (lib/pin.lua), so that `dlv` holds no more entries and an ack reads no states.
   A place is read only for a delivery in flight without a state, which the last pop of
   the shard made.
-  keep_places(dlv, ids, scores, n)  the first n ids and their `ready` scores (one HSET)
+  keep_places(dlv, popped)  the ids and `ready` scores ZPOPMIN gave (one HSET; those that
+                  have a state keep their place there too, and it is the one read)
   place_of(dlv, id) -> the saved place of the batch in flight, in whole numbers as a
                   delivery state holds it ('' when it has none); the string is read and
                   parsed once per script call
@@ -15,11 +16,11 @@
   most one pop's batch, 1,000 ids of up to 512 characters.
   uses: lib/pin.lua
 ]]
-local function keep_places(dlv, ids, scores, n)
+local function keep_places(dlv, popped)
   local parts, p = {}, 0
-  for k = 1, n do
-    local id = ids[k]
-    parts[p + 1], parts[p + 2], parts[p + 3], parts[p + 4] = #id, ':', id, scores[k]
+  for i = 1, #popped, 2 do
+    local id = popped[i]
+    parts[p + 1], parts[p + 2], parts[p + 3], parts[p + 4] = #id, ':', id, popped[i + 1]
     parts[p + 5] = ';'
     p = p + 5
   end
