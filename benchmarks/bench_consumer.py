@@ -4,6 +4,8 @@
 
   raw drain     bench_core's baseline: a bare Lua pop of 100 + pipelined ZREM/HDEL acks
   bare loop     q.pop(100) + q.ack_many(...) in one thread (the core, no consumer)
+  default       a no-op-handler consumer with its default settings, each round against
+                a raw drain of its own (the median of the rounds' ratios)
   concurrent    a no-op-handler consumer, batch 100, concurrency 1 and 4 (ratio to raw);
                 "steady" times first to last handler call, without start-up (joining
                 the group, the first rebalance, starting threads)
@@ -168,6 +170,15 @@ def main() -> None:
             rows.append((name, f"{whole:,.0f}", f"{steady:,.0f}", f"{whole / base:.2f}x",
                          f"{steady / base:.2f}x"))
 
+        # The consumer as it comes (batch_size "auto", concurrency 4), each round right
+        # after a raw drain of its own: the ratio is the median of the rounds' ratios.
+        pairs = [(raw(url, n), consume(url, n)) for _ in range(reps)]
+        whole = median([c[0] for _, c in pairs])
+        steady = median([c[1] for _, c in pairs])
+        rows.append(("concurrent consumer, default settings (batch auto, concurrency 4)",
+                     f"{whole:,.0f}", f"{steady:,.0f}",
+                     f"{median([c[0] / r for r, c in pairs]):.2f}x",
+                     f"{median([c[1] / r for r, c in pairs]):.2f}x"))
         for conc in (1, 4):
             add(f"concurrent consumer, batch 100, concurrency {conc}",
                 [consume(url, n, batch_size=100, concurrency=conc) for _ in range(reps)])

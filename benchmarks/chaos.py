@@ -1,6 +1,7 @@
-"""A chaos soak: producers, consumers and sweepers in their own processes, SIGKILLed and
-restarted at random, connections killed, the server restarted (or a cluster master
-failed over); then a drain and a verdict on every message.
+"""A chaos soak: producers, consumers (threads, and by default one on dynoq.asyncio) and
+sweepers in their own processes, SIGKILLed and restarted at random, connections killed,
+the server restarted (or a cluster master failed over); then a drain and a verdict on
+every message.
 
     python -m benchmarks.chaos --minutes 3              # a private Valkey with AOF
     python -m benchmarks.chaos --cluster --minutes 2    # a local 3+3 Valkey Cluster
@@ -49,6 +50,7 @@ class Config:
     chaos: bool = True  # kill and restart things (off: a plain run, e.g. for --plant)
     producers: int = 2
     consumers: int = 3
+    async_consumers: int = 1  # of those, on dynoq.asyncio (the others: threads)
     sweepers: int = 2
     rate: float = 20.0  # producer steps per second (a step pushes to both queues)
     shards: int = 4
@@ -56,6 +58,8 @@ class Config:
     restarts: int = 1  # server restarts (or failovers), spread over the run
     every: float = 1.5  # mean seconds between chaos actions
     backlog: float = 2.0  # seconds the producers run before the consumers start
+    backlog_min: int = 0  # ... and at least this many ordered messages waiting (a loaded
+    # machine can take seconds to start a producer process; a planted fault needs a backlog)
     visibility: float = 3.0  # the queues' unack timeout
     lease_ttl: float = 3.0
     drain_timeout: float = 90.0
@@ -87,6 +91,7 @@ class Soak:
         common = ["--replicas", str(server.replicas), "--visibility", str(cfg.visibility)]
         return crew(server.url, self.prefix, logs, producers=cfg.producers,
                     consumers=cfg.consumers, sweepers=cfg.sweepers,
+                    async_consumers=cfg.async_consumers,
                     producer_args=[*common, "--rate", str(cfg.rate), "--keys", str(cfg.keys)],
                     consumer_args=[*common, "--lease-ttl", str(cfg.lease_ttl)])
 
@@ -113,6 +118,7 @@ class Soak:
             for p in procs["producer"] + procs["sweeper"]:
                 p.start()
             time.sleep(cfg.backlog)  # so that consumers start on a backlog of every key
+            self.await_backlog(queues)
             for p in procs["consumer"]:
                 p.start()
             self.out(f"soak {self.prefix} on {client.backend.display_url}: "
@@ -137,6 +143,15 @@ class Soak:
 
     def out(self, line: str) -> None:
         self.cfg.out(line)
+
+    def await_backlog(self, queues: list[dynoq.Queue], timeout: float = 120.0) -> None:
+        ordered = next(q for q in queues if q.name == ORDERED)
+        deadline = time.monotonic() + timeout
+        while ordered.size() < self.cfg.backlog_min:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the producers pushed fewer than {self.cfg.backlog_min} "
+                                   f"ordered messages in {timeout:g}s")
+            time.sleep(0.1)
 
     def queues(self, client: dynoq.Client, server: Server) -> list[dynoq.Queue]:
         cfg = self.cfg
@@ -252,6 +267,7 @@ def render(report: cc.Report, title: str, notes: Sequence[str] = ()) -> str:
         lines.append(f"lost ids (first 10): {', '.join(report.lost_ids[:10])}")
     lines += [f"order violation: {v}" for v in report.violation_examples]
     lines += [f"same-key overlap: {v}" for v in report.overlap_examples]
+    lines += [f"stale fence: {v}" for v in report.stale_examples]
     lines += [f"unexplained duplicate: {d}" for d in report.unexplained]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
@@ -272,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="server restarts or failovers (default: one per 90 s, at least 1)")
     ap.add_argument("--rate", type=float, default=Config.rate,
                     help="producer steps per second (each pushes to both queues)")
+    ap.add_argument("--async-consumers", type=int, default=Config.async_consumers,
+                    help=f"of the {Config.consumers} consumers, how many run on dynoq.asyncio")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--log-dir", default=None, help="keep the processes' logs here")
     args = ap.parse_args(argv)
@@ -280,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.minutes * 60
     restarts = args.restarts if args.restarts is not None else max(1, int(seconds // 90))
     cfg = Config(seconds=seconds, url=args.url, cluster=args.cluster, plant=args.plant,
-                 restarts=restarts, rate=args.rate, seed=args.seed, log_dir=args.log_dir)
+                 restarts=restarts, rate=args.rate, seed=args.seed, log_dir=args.log_dir,
+                 async_consumers=args.async_consumers)
     soak = Soak(cfg)
     report = soak.run()
     where = "cluster" if args.cluster else ("--url" if args.url else "embedded Valkey, AOF")

@@ -57,8 +57,9 @@ class Pushed:
 class Handling:
     """One handler call, as the handler recorded it on entry.
 
-    ``held``: whether the shard's lease key still held the delivery's lease token at that
-    moment (None when the message came without a lease: a concurrent queue). ``fence``:
+    ``held``: whether the delivery's fence was still current at that moment (an ordered
+    shard's lease value, a message group's key fence; None when the message came
+    unfenced: a concurrent queue). ``fence``:
     ``msg.fence`` (None without a lease). ``planned``: the handler then failed on purpose.
     """
 
@@ -98,6 +99,7 @@ class Report:
     overlap_examples: list[str] = field(default_factory=list)
     without_lease: int = 0
     stale_fence: int = 0
+    stale_examples: list[str] = field(default_factory=list)
     refused: int = 0  # writes the fenced store refused (their handler failed: retried)
     dead: int = 0
     duplicates: Counter[str] = field(default_factory=Counter)
@@ -105,6 +107,7 @@ class Report:
     left_in_flight: int = 0
     left_waiting: int = 0
     events: Counter[str] = field(default_factory=Counter)
+    calls: Counter[str] = field(default_factory=Counter)  # handler calls by consumer name
 
     def failures(self) -> list[str]:
         """The must-be-0 figures that are not 0, named."""
@@ -136,6 +139,8 @@ class Report:
                  ("left in flight", str(self.left_in_flight), must),
                  ("left waiting", str(self.left_waiting), must)]
         rows += [(_EVENT_ROWS[kind], str(self.events[kind]), "") for kind in EVENT_KINDS]
+        rows += [(f"handler calls by {name} (every incarnation)", str(n), "")
+                 for name, n in sorted(self.calls.items())]
         return rows
 
 
@@ -173,6 +178,7 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
                     left_waiting=left_waiting,
                     events=Counter(e.kind for e in events))
     report.refused = refused
+    report.calls = Counter(h.consumer.split(".")[0] for h in handlings)
     report.handled = sum(1 for i in confirmed if i in by_id)
     report.handled_unconfirmed = sum(1 for i in by_id if i not in confirmed)
     report.lost_ids = sorted(i for i in confirmed if i not in by_id and i not in dead_ids)
@@ -182,7 +188,7 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     all_handlings = [h for hs in by_id.values() for h in hs]
     keyed = set(keyed)
     report.without_lease = sum(1 for h in all_handlings if h.held is False)
-    report.stale_fence = _stale_fences(all_handlings, keyed)
+    _stale_fences(report, all_handlings, keyed)
     _overlaps(report, [h for h in all_handlings if h.queue in keyed])
     vis_us = int(visibility * 0.9 * 1_000_000)
     for hs in by_id.values():
@@ -230,21 +236,24 @@ def _overlaps(report: Report, handlings: list[Handling]) -> None:
                     break
 
 
-def _stale_fences(handlings: list[Handling], keyed: AbstractSet[str] = frozenset()) -> int:
+def _stale_fences(report: Report, handlings: list[Handling],
+                  keyed: AbstractSet[str] = frozenset()) -> None:
     # A shard's fence, or a keyed queue's key's fence: each may only grow.
     by_shard: dict[tuple[str, int | str | None], list[Handling]] = defaultdict(list)
     for h in handlings:
         if h.fence is not None:
             by_shard[(h.queue, h.key if h.queue in keyed else h.shard)].append(h)
-    stale = 0
     for hs in by_shard.values():
-        highest = None
+        highest: Handling | None = None
         for h in sorted(hs, key=lambda h: h.at):
             assert h.fence is not None
-            if highest is not None and h.fence < highest:
-                stale += 1
-            highest = h.fence if highest is None else max(highest, h.fence)
-    return stale
+            if highest is not None and h.fence < (highest.fence or 0):
+                report.stale_fence += 1
+                if len(report.stale_examples) < 5:
+                    report.stale_examples.append(
+                        f"{h.queue} {h.id} ({_show(h)}) after {highest.id} ({_show(highest)})")
+            if highest is None or h.fence > (highest.fence or 0):
+                highest = h
 
 
 def _show(h: Handling) -> str:
@@ -278,7 +287,7 @@ def _cause(before: Handling, again: Handling, events: list[Event], vis_us: int) 
 def handling_value(consumer: str, queue: str, msg_id: str, key: str | None, seq: int | None,
                    shard: int, fence: int | None, attempts: int, planned: bool) -> str:
     """The part of a handling record the handler knows; the recording script prepends
-    ``<server time us>|<held: 1, 0, or empty without a lease>|``."""
+    ``<server time us>|<held: 1, r (refused), or empty unfenced>|``."""
     return "|".join([consumer, queue, msg_id, key or "", "" if seq is None else str(seq),
                      str(shard), "" if fence is None else str(fence), str(attempts),
                      "1" if planned else "0"])

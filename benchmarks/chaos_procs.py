@@ -67,11 +67,12 @@ class Proc:
 
 
 def crew(url: str, prefix: str, logs: Path, *, producers: int, consumers: int,
-         sweepers: int, producer_args: list[str], consumer_args: list[str]) -> dict[str,
-                                                                                   list[Proc]]:
+         sweepers: int, producer_args: list[str], consumer_args: list[str],
+         async_consumers: int = 0) -> dict[str, list[Proc]]:
     """The soak's processes by role (not started): producers and consumers from
-    benchmarks/chaos_roles.py, sweepers from ``python -m dynoq sweeper``. The URL goes in
-    the environment (``DYNOQ_URL``), not on the command line."""
+    benchmarks/chaos_roles.py (the last ``async_consumers`` of them on dynoq.asyncio),
+    sweepers from ``python -m dynoq sweeper``. The URL goes in the environment
+    (``DYNOQ_URL``), not on the command line."""
     py = sys.executable
     env = {**os.environ, "DYNOQ_URL": url, "DYNOQ_PREFIX": prefix,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -87,6 +88,8 @@ def crew(url: str, prefix: str, logs: Path, *, producers: int, consumers: int,
     sweeper = [py, "-m", "dynoq", "sweeper", "--interval", "0.5", "--refresh-interval", "2",
                "--log-level", "warning"]
     return {"producer": [worker("producer", f"p{i}", producer_args) for i in range(producers)],
-            "consumer": [worker("consumer", f"c{i}", consumer_args) for i in range(consumers)],
+            "consumer": [worker("consumer-async" if i >= consumers - async_consumers
+                                else "consumer", f"c{i}", consumer_args)
+                         for i in range(consumers)],
             "sweeper": [Proc(f"s{i}", lambda _: sweeper, sweeper_env, logs)
                         for i in range(sweepers)]}

@@ -1,4 +1,5 @@
-"""The chaos soak's worker processes (``python -m benchmarks.chaos_roles producer|consumer``).
+"""The chaos soak's worker processes (``python -m benchmarks.chaos_roles
+producer|consumer|consumer-async``).
 
 Both read the server from ``DYNOQ_URL`` and the soak's prefix from ``DYNOQ_PREFIX`` (the
 URL stays out of the process list), name their connections ``<prefix>:<name>`` (so the
@@ -13,7 +14,8 @@ confirmed; then it records both ids and its next step in Redis. A restart resume
 recorded step: the queues' dedupe window makes the repeated ``ensure`` of a step that was
 confirmed but not yet recorded a no-op, even when that message was already consumed.
 
-A consumer ``c<i>`` consumes both queues (dynoq's public consumer API); its handler first
+A consumer ``c<i>`` consumes the queues (dynoq's public consumer API: threads, or with
+``consumer-async`` tasks on dynoq.asyncio's event loop); its handler first
 records the call (:mod:`benchmarks.chaos_check` reads it back), then works a little, and
 now and then fails on purpose (a retry) or outlives its visibility timeout.
 """
@@ -21,17 +23,19 @@ now and then fails on purpose (a retry) or outlives its visibility timeout.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import os
 import random
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import dynoq
+import dynoq.asyncio
 from dynoq._core.calls import Batch, Cmd  # the backend's requests: WAIT on the writer's node
 from dynoq.signals import StopOnSignals
 
@@ -89,6 +93,16 @@ def write(client: dynoq.Client, cmds: list[Cmd], replicas: int) -> list[Any]:
     return list(replies)
 
 
+async def awrite(client: dynoq.asyncio.Client, cmds: list[Cmd], replicas: int) -> list[Any]:
+    """:func:`write` on an asyncio client."""
+    if not replicas:
+        return list(await client.backend.run(Batch(cmds)))
+    *replies, acked = await client.backend.run(Batch(cmds, wait=(replicas, 2000)))
+    if int(acked) < replicas:
+        raise NotConfirmed(f"{acked} of {replicas} replicas confirmed a soak record")
+    return list(replies)
+
+
 # What a server that is restarting, failing over or dropping connections raises; any
 # other error is a bug and ends the process (its log says why).
 TRANSIENT = (dynoq.ConnectionFailed, dynoq.ServerError, dynoq.ReplicationError, NotConfirmed)
@@ -103,6 +117,18 @@ def until_done(fn: Callable[[], T]) -> T:
         except TRANSIENT:
             failures += 1
             time.sleep(min(0.02 * 2 ** min(failures, 6), 1.0) * random.uniform(0.5, 1.0))
+
+
+async def until_done_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """:func:`until_done` on an event loop."""
+    failures = 0
+    while True:
+        try:
+            return await fn()
+        except TRANSIENT:
+            failures += 1
+            await asyncio.sleep(min(0.02 * 2 ** min(failures, 6), 1.0)
+                                * random.uniform(0.5, 1.0))
 
 
 def _fraction(msg_id: str, salt: str) -> float:
@@ -158,52 +184,82 @@ def produce(args: argparse.Namespace) -> None:
 
 # -- consumer ------------------------------------------------------------------------------
 
+class Handling:
+    """What a consumer's handler does with one delivery, apart from its I/O (shared by the
+    thread and the asyncio consumer): the record it writes first, how long it works (past
+    the visibility, now and then), the end it records on a keyed queue, whether it fails
+    on purpose."""
+
+    def __init__(self, me: str, prefix: str, queue: Any, msg: dynoq.Message, call: str,
+                 nap: float) -> None:
+        """``queue``: a dynoq.Queue or a dynoq.asyncio.Queue (only its name and keys are
+        read); ``call``: this call's unique name."""
+        assert msg.id is not None and msg.shard is not None
+        first = msg.attempts == 1
+        self.msg, self.call, self.name = msg, call, queue.name
+        self.prefix = prefix
+        keys = queue.ops.shard_keys[msg.shard]
+        # What fences this delivery: an ordered shard's lease, a message group's key fence
+        if queue.name == GROUPS:
+            assert msg.key is not None and msg.fence is not None
+            self.fenced_by, self.fence, self.key = keys.kfence, str(msg.fence), msg.key
+        else:
+            self.fenced_by, self.fence, self.key = keys.lease, msg.lease or "", ""
+        self.planned = first and _fraction(msg.id, "fail") < FAIL_RATE
+        payload = msg.payload if isinstance(msg.payload, dict) else {}
+        self.value = handling_value(me, queue.name, msg.id, payload.get("key"),
+                                    payload.get("seq"), msg.shard, msg.fence, msg.attempts,
+                                    self.planned)
+        # keeps messages in flight; now and then its visibility runs out meanwhile
+        slow = first and _fraction(msg.id, "slow") < SLOW_RATE
+        self.work = random.uniform(0.005, 0.05) + (nap if slow else 0.0)
+        self.ends_a_key = queue.name == GROUPS  # done: the key's next message may start now
+
+    def started(self) -> Cmd:
+        # Recorded before anything else; a call that cannot record raises, so the message
+        # is retried, as a real handler whose effect failed would be.
+        key = record_key(self.prefix, self.name, self.msg.shard or 0)
+        return Cmd(("EVAL", RECORD_LUA, 2, self.fenced_by, key, self.call, self.fence,
+                    self.value, self.key))
+
+    def ended(self) -> Cmd:
+        key = ended_key(self.prefix, self.name, self.msg.shard or 0)
+        return Cmd(("EVAL", RECORD_LUA, 2, self.fenced_by, key, self.call, "", "end", ""))
+
+    def failure(self) -> PlannedFailure | None:
+        return PlannedFailure(f"planned failure of {self.msg.id}") if self.planned else None
+
+
+def _options(args: argparse.Namespace, me: str) -> dict[str, Any]:
+    return dict(group=GROUP, concurrency=args.concurrency, batch_size=args.batch_size,
+                lease_ttl=args.lease_ttl, rebalance_interval=args.lease_ttl, idle_wait=0.5,
+                instance_id=me, retry_delays=(0.3, 0.6, 1.0))
+
+
 def consume(args: argparse.Namespace) -> None:
     stop = _stop_on_sigterm()
     me = f"{args.name}.{args.gen}"  # this incarnation: the harness's kill events name it
     client = _connect(me)
     prefix, calls = client.prefix, itertools.count()
-    nap = args.visibility + 0.5
 
     def handler_for(queue: dynoq.Queue) -> Callable[[dynoq.Message], None]:
         def handle(msg: dynoq.Message) -> None:
-            assert msg.id is not None and msg.shard is not None
-            first = msg.attempts == 1
-            planned = first and _fraction(msg.id, "fail") < FAIL_RATE
-            payload = msg.payload if isinstance(msg.payload, dict) else {}
-            value = handling_value(me, queue.name, msg.id, payload.get("key"),
-                                   payload.get("seq"), msg.shard, msg.fence, msg.attempts,
-                                   planned)
-            lease_key = queue.ops.shard_keys[msg.shard].lease
-            call = f"{me}:{next(calls)}"
-            # Recorded before anything else; a call that cannot record raises, so the
-            # message is retried, as a real handler whose effect failed would be.
-            write(client, [Cmd(("EVAL", RECORD_LUA, 2, lease_key,
-                                record_key(prefix, queue.name, msg.shard),
-                                call, msg.lease or "", value))],
-                  args.replicas)
-            time.sleep(random.uniform(0.005, 0.05))  # work: keeps messages in flight
-            if first and _fraction(msg.id, "slow") < SLOW_RATE:
-                time.sleep(nap)  # its visibility runs out meanwhile: delivered again
-            if queue.name == GROUPS:  # done: the key's next message may start now
-                write(client, [Cmd(("EVAL", RECORD_LUA, 2, lease_key,
-                                    ended_key(prefix, queue.name, msg.shard), call, "",
-                                    "end"))], args.replicas)
-            if planned:
-                raise PlannedFailure(f"planned failure of {msg.id}")
+            h = Handling(me, prefix, queue, msg, f"{me}:{next(calls)}", args.visibility + 0.5)
+            write(client, [h.started()], args.replicas)
+            time.sleep(h.work)
+            if h.ends_a_key:
+                write(client, [h.ended()], args.replicas)
+            if (failure := h.failure()) is not None:
+                raise failure
         return handle
 
-    options = dict(group=GROUP, concurrency=args.concurrency, batch_size=args.batch_size,
-                   lease_ttl=args.lease_ttl,
-                   rebalance_interval=args.lease_ttl, idle_wait=0.5, instance_id=me,
-                   retry_delays=(0.3, 0.6, 1.0))
     consumers = []
     for name in (JOBS, ORDERED, GROUPS):
         queue = until_done(lambda: client.queue(name))  # noqa: B023
         handler = handler_for(queue)
         # A consumer starts once: a start that failed half-way needs a new one.
         consumers.append(until_done(
-            lambda: client.consumer(queue, handler, **options).start()))  # noqa: B023
+            lambda: client.consumer(queue, handler, **_options(args, me)).start()))  # noqa: B023
     print("started", flush=True)
     stop.wait()
     for c in consumers:
@@ -211,9 +267,47 @@ def consume(args: argparse.Namespace) -> None:
     client.close()
 
 
+def consume_async(args: argparse.Namespace) -> None:
+    """The consumer on dynoq.asyncio: its handlers are tasks on one event loop."""
+    stop = _stop_on_sigterm()
+    asyncio.run(_consume_async(args, stop))
+
+
+async def _consume_async(args: argparse.Namespace, stop: threading.Event) -> None:
+    me = f"{args.name}.{args.gen}"
+    prefix = os.environ["DYNOQ_PREFIX"]
+    client = dynoq.asyncio.connect(None, prefix=prefix, client_name=f"{prefix}:{me}",
+                                   socket_timeout=10, socket_connect_timeout=2)
+    calls = itertools.count()
+
+    def handler_for(queue: dynoq.asyncio.Queue) -> Callable[[dynoq.Message],
+                                                             Awaitable[None]]:
+        async def handle(msg: dynoq.Message) -> None:
+            h = Handling(me, prefix, queue, msg, f"{me}:{next(calls)}", args.visibility + 0.5)
+            await awrite(client, [h.started()], args.replicas)
+            await asyncio.sleep(h.work)
+            if h.ends_a_key:
+                await awrite(client, [h.ended()], args.replicas)
+            if (failure := h.failure()) is not None:
+                raise failure
+        return handle
+
+    consumers = []
+    for name in (JOBS, ORDERED, GROUPS):
+        queue = await until_done_async(lambda: client.queue(name))  # noqa: B023
+        handler = handler_for(queue)
+        consumers.append(await until_done_async(
+            lambda: client.consumer(queue, handler, **_options(args, me)).start()))  # noqa: B023
+    print("started", flush=True)
+    await asyncio.to_thread(stop.wait)
+    for c in consumers:
+        await c.stop(10)
+    await client.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("role", choices=["producer", "consumer"])
+    ap.add_argument("role", choices=["producer", "consumer", "consumer-async"])
     ap.add_argument("--name", required=True)
     ap.add_argument("--gen", type=int, default=0, help="restart generation")
     ap.add_argument("--replicas", type=int, default=0, help="WAIT for this many replicas")
@@ -224,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lease-ttl", type=float, default=3.0)
     ap.add_argument("--visibility", type=float, default=3.0)
     args = ap.parse_args(argv)
-    (produce if args.role == "producer" else consume)(args)
+    {"producer": produce, "consumer": consume, "consumer-async": consume_async}[args.role](args)
 
 
 if __name__ == "__main__":

@@ -298,3 +298,40 @@ def test_wrapping_a_redis_asyncio_client(real_url: str, prefix: str) -> None:
         asyncio.run(body())
     finally:
         delete_prefix(real_url, prefix)
+
+
+def test_an_async_handler_that_stalls_gives_the_rest_of_its_batch_back(
+        run: Callable[..., Any]) -> None:
+    # batch_size "auto" (the default) on the no-middleware fast path: once a call has
+    # run a second, the messages behind it in its batch go to the other worker task.
+    async def body(client: dynoq.asyncio.Client) -> None:
+        q = await client.queue("stall", shards=1)
+        seen: list[object] = []
+        release = asyncio.Event()
+
+        async def handler(msg: dynoq.Message) -> None:
+            if msg.payload == "stuck":
+                await asyncio.wait_for(release.wait(), 30)
+            seen.append(msg.payload)
+
+        async with client.consumer(q, handler, concurrency=2, **FAST):
+            await q.push_many(list(range(1000)))  # the batches grow to their cap
+            for _ in range(300):
+                if len(seen) >= 1000:
+                    break
+                await asyncio.sleep(0.05)
+            await q.push_many(["stuck", *range(1000, 1100)])
+            for _ in range(200):  # 10 s; without the hand-back they wait for "stuck"
+                if len(seen) >= 1100:
+                    break
+                await asyncio.sleep(0.05)
+            handled = len(seen)
+            release.set()
+            for _ in range(100):
+                if len(seen) >= 1101:
+                    break
+                await asyncio.sleep(0.05)
+        assert handled == 1100
+        assert sorted(x for x in seen if x != "stuck") == list(range(1100))
+
+    run(body)

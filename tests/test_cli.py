@@ -385,3 +385,12 @@ def test_prepared_lists_age_and_checks(run: Any, client: dynoq.Client) -> None:
     q.half("p-1").commit()
     data = json.loads(ok(run("prepared", "txq", "--json")))
     assert [m["id"] for m in data["messages"]] == ["p-2"]
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("0", "0 is not in 1-1000"), ("1001", "1001 is not in 1-1000"),
+    ("lots", "'lots' is not a count of messages or auto"),
+])
+def test_worker_batch_size_is_a_count_or_auto(value: str, needle: str) -> None:
+    failed(CliRunner().invoke(cli, ["--url", "memory://x", "worker", "mod:fn",
+                                    "--batch-size", value]), EXIT_USAGE, needle)

@@ -584,8 +584,8 @@ def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
     q.push_many([dynoq.Message(i, key="k") for i in range(3)])
     old = Leases(q, "old", ttl=0.3)
     assert old.acquire(0) == 0.0
-    [msg] = pop_leased(q, 1, lease="old")
-    assert msg.payload == 0 and msg.lease == "old"
+    [msg] = pop_leased(q, 1, lease="old.1")  # the token and the tenure's fence
+    assert msg.payload == 0 and msg.lease == "old.1"
     new = Leases(q, "new", ttl=5)
     assert new.acquire(0) > 0  # still held by "old"
     wait_for(lambda: client.redis.get(shard_keys(q, 0).lease) is None, what="lease expiry")
@@ -593,9 +593,9 @@ def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
     with pytest.raises(LeaseLost):
         q.ack(msg)
     with pytest.raises(LeaseLost):
-        pop_leased(q, 1, lease="old")
+        pop_leased(q, 1, lease="old.1")
     assert old.renew([0]) == {0}
-    again = pop_leased(q, 3, lease="new")
+    again = pop_leased(q, 3, lease="new.2")
     assert [m.payload for m in again] == [0, 1, 2]
     assert again[0].attempts == 2
 

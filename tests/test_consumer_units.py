@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from dynoq._core.board import outcomes
 from dynoq._core.calls import Batch, Call, Wake, together
 from dynoq._core.consuming import (
     CHANNEL_TICK,
@@ -22,6 +23,7 @@ from dynoq._core.ops import QueueOps
 from dynoq._core.settings import QueueSettings
 from dynoq.consumer.board import InFlight, ShardBoard
 from dynoq.errors import InvalidArgument, InvalidType
+from dynoq.message import Message
 from dynoq.retry import (
     CONCURRENT_RETRY_DELAYS,
     ORDERED_RETRY_DELAYS,
@@ -325,3 +327,39 @@ def test_a_lease_of_another_tenure_has_no_time_left_for_a_batch() -> None:
     book.forget(0)
     book.taken(0, fence=3, sent_at=102.0)
     assert book.left(0, 103.0, fence=2) == 0.0 and book.left(0, 103.0, fence=3) == 9.0
+
+
+def test_a_renewal_speaks_only_for_the_tenure_it_was_sent_in() -> None:
+    """LeaseBook.renewed: a reply extends or ends the tenures the renewal was sent for; a
+    shard taken again (or forgotten) meanwhile keeps what it has."""
+    book = LeaseBook(ttl=10)
+    book.taken(0, fence=2, sent_at=100.0)
+    book.taken(1, fence=5, sent_at=100.0)
+    sent = book.tenures([0, 1, 7])
+    assert sent == {0: 2, 1: 5, 7: None}  # 7: not held, so it can only be reported gone
+    book.forget(1)
+    book.taken(1, fence=6, sent_at=104.0)  # taken again while the renewal was out
+    assert book.renewed(sent, lost={1, 7}, sent_at=105.0) == {7}
+    assert book.left(0, 106.0, fence=2) == 9.0  # extended from when it was sent
+    assert book.left(1, 106.0, fence=6) == 8.0  # the later tenure is untouched
+    assert book.renewed(book.tenures([0]), lost={0}, sent_at=107.0) == {0}
+    assert book.tenures([0]) == {0: None} and book.left(0, 107.0) == 0.0
+
+
+def test_outcomes_split_into_acks_and_failures_in_order() -> None:
+    a, b, c = (Message(i) for i in range(3))
+    boom = ValueError("boom")
+    assert outcomes([(a, None), (b, boom), (c, None)]) == ([a, c], [(b, boom)])
+    assert outcomes([]) == ([], [])
+
+
+def test_a_loss_in_an_earlier_tenure_leaves_the_newer_one() -> None:
+    """LeaseBook.ended: a worker whose batch was of tenure 2 drops the shard only while 2
+    (or nothing) is held; once the shard was taken again (3), that lease goes on."""
+    book = LeaseBook(ttl=10)
+    assert book.ended(0, None) and book.ended(0, 2)  # nothing held
+    book.taken(0, fence=2, sent_at=100.0)
+    assert book.ended(0, 2) and not book.ended(0, None)
+    book.forget(0)
+    book.taken(0, fence=3, sent_at=101.0)
+    assert not book.ended(0, 2) and book.ended(0, 3)

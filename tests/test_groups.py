@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from helpers import FAST, wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_consumer_procs import Procs
 
 import dynoq
@@ -264,6 +266,48 @@ def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) 
     q.push(9, key="a")  # the keys work again
     q.push(9, key="c")
     assert sorted(m.key for m in q.pop(count=10)) == ["a", "c"]
+
+
+# A push of many messages places them in one step (lib/keyed.lua kplace): the model is a
+# list per key; a plain push of a stored id moves it last into its (new) key, ensure skips
+# it.
+_batches = st.lists(
+    st.tuples(st.sampled_from(["push", "ensure"]),
+              st.lists(st.tuples(st.sampled_from("uvwxyz"), st.sampled_from("abc")),
+                       min_size=1, max_size=6, unique_by=lambda item: item[0])),
+    min_size=1, max_size=5)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=_batches)
+def test_pushes_of_many_keep_each_keys_order_as_a_model_does(
+        client: dynoq.Client, batches: list[tuple[str, list[tuple[str, str]]]]) -> None:
+    q = client.queue(f"model-{os.urandom(4).hex()}", shards=1, ordered="key")
+    model: dict[str, list[tuple[str, int]]] = {"a": [], "b": [], "c": []}
+    where: dict[str, str] = {}
+    for b, (mode, items) in enumerate(batches):
+        msgs = [Message(b * 10 + i, id=msg_id, key=key) for i, (msg_id, key) in enumerate(items)]
+        if mode == "ensure":
+            q.ensure_many(msgs)
+        else:
+            q.push_many(msgs)
+        for i, (msg_id, key) in enumerate(items):
+            if mode == "ensure" and msg_id in where:
+                continue
+            if msg_id in where:
+                old = model[where[msg_id]]
+                old[:] = [m for m in old if m[0] != msg_id]
+            model[key].append((msg_id, b * 10 + i))
+            where[msg_id] = key
+        k = q.ops.shard_keys[0]
+        assert q.size() == len(where) == client.redis.hlen(k.kwait)
+    got: dict[str, list[tuple[str, int]]] = {"a": [], "b": [], "c": []}
+    while popped := q.pop(count=1):
+        got[popped[0].key or ""].append((popped[0].id or "", popped[0].payload))
+        q.ack_many(popped)
+    assert got == model
+    assert q.stats().keys == 0
 
 
 def test_waiting_counts_per_shard(client: dynoq.Client) -> None:

@@ -119,14 +119,14 @@ def test_leases_show_holder_expiry_and_fence_never_the_token(client: dynoq.Clien
     token = "worker-7:host:deadbeefcafe"
     lease = LeaseOps(q.ops, token, 30)
     assert q.backend.drive(lease.acquire(shard))[0] == 0.0
-    pop_leased(q, lease=token, shards=[shard])
+    pop_leased(q, lease=lease.value(1), shards=[shard])
     views = q.backend.run(inspect.leases(q.ops, [0, 1, 2]))
     held = views[shard]
     assert held.holder == "worker-7:host" and 25 < held.expires_in <= 30 and held.fence == 1
     assert all(v.holder is None and v.expires_in is None and v.fence == 0
                for v in views if v.shard != shard)
     assert "deadbeefcafe" not in repr(views)
-    q.backend.run(lease.release(shard))
+    assert q.backend.run(lease.release(shard, 1))
     assert q.backend.drive(LeaseOps(q.ops, "other:1", 30).acquire(shard))[0] == 0.0
     assert q.backend.run(inspect.leases(q.ops, [shard]))[0].fence == 2
 

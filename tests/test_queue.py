@@ -586,9 +586,11 @@ def test_an_ordered_batch_given_back_every_way_returns_in_its_order(
         client: dynoq.Client) -> None:
     # An ordered shard's first deliveries keep no state: the places of the batch in flight
     # are kept by the pop (lua/lib/batch.lua). Ids sort against push order here, as the
-    # members of one deadline in `unack` would come back without their places.
+    # members of one deadline in `unack` would come back without their places; of three
+    # lengths, with the places' separators in them.
     q = client.queue("ordered-back", shards=1, ordered=True, max_retries=5)
-    q.push_many([Message(i, id=f"id-{99 - i:02d}", key="k") for i in range(30)])
+    q.push_many([Message(i, id=f"id-{99 - i:02d}{':;' * (i % 3)}", key="k")
+                 for i in range(30)])
 
     def pop(n: int, visibility: float = 30.0) -> list[dynoq.Message]:
         return q.pop(n, visibility=visibility)

@@ -51,7 +51,10 @@ def sentinel_setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {sentinel}\nbind 127.0.0.1\n"
                     f"sentinel monitor {SERVICE} 127.0.0.1 {master} 1\n"
-                    f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                    # Failovers here are asked for (SENTINEL FAILOVER): a master slow to
+                    # answer PING on a loaded machine must not count as down meanwhile
+                    # (a CI run's acl install found "No master found").
+                    f"sentinel down-after-milliseconds {SERVICE} 10000\n"
                     f"sentinel failover-timeout {SERVICE} 5000\n")
     procs.append(subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL))
     try:

@@ -15,6 +15,9 @@ from typing import Any
 
 from ..message import Message
 
+Outcome = tuple[Message, "BaseException | None"]  # a message and what its handler raised
+Results = list[Outcome]  # a batch's handler outcomes
+
 
 class BoardState:
     def __init__(self) -> None:
@@ -123,10 +126,15 @@ class InFlightBatch:
     queue the watchdog then settles it at once (``abandoned``: its worker must not). On an
     ordered shard it stays with its worker, in flight and extended, so that nothing later
     of its shard is delivered while the call may still run; the worker settles it (the
-    call failed with ConsumeTimeout) when the call returns."""
+    call failed with ConsumeTimeout) when the call returns.
 
-    __slots__ = ("abandoned", "call_started", "calling", "lapsed", "msgs", "overran",
-                 "permits", "refilled", "results", "settling", "shard", "started")
+    A plain concurrent batch sized "auto" whose running call stalls gives the messages it
+    has not begun back to the queue (``cut``: see :meth:`DeliveryState.stalled`).
+    """
+
+    __slots__ = ("abandoned", "begun", "call_started", "calling", "cut", "lapsed", "msgs",
+                 "overran", "permits", "refilled", "results", "settled", "settling", "shard",
+                 "started")
 
     def __init__(self, msgs: list[Message], shard: int | None, now: float,
                  permits: int) -> None:
@@ -137,11 +145,24 @@ class InFlightBatch:
         self.lapsed = False  # an extension found a delivery no longer in flight
         self.call_started = math.inf  # when the running handler call began (inf: none)
         self.calling: Sequence[Message] = ()  # the messages of that call
-        self.results: list[tuple[Message, BaseException | None]] = []
+        self.results: Results = []
         self.overran = False  # a handler call of it ran past consume_timeout
         self.abandoned = False  # the watchdog (or a stop) settles it, not its worker
         self.settling = False  # the worker is settling it (too late to abandon)
         self.refilled: list[Message] = []  # delivered with its acks (keyed queues)
+        self.begun = 0  # messages whose handler call began
+        self.cut: int | None = None  # msgs[cut:] were given back: not this worker's
+        self.settled = 0  # results[:settled] were settled at the cut: not this worker's
+
+    @property
+    def unsettled(self) -> Results:
+        """The outcomes this worker still settles."""
+        return self.results[self.settled:]
+
+    @property
+    def mine(self) -> list[Message]:
+        """The messages still this worker's to handle or settle (all, unless cut)."""
+        return self.msgs if self.cut is None else self.msgs[:self.cut]
 
 
 class DeliveryState:
@@ -173,6 +194,22 @@ class DeliveryState:
         and the next look tries again."""
         return [b for b in self._by_worker.values()
                 if now - b.started >= older_than and not b.abandoned]
+
+    def stalled(self, now: float, after: float) -> list[tuple[list[Message], Results]]:
+        """Concurrent batches whose running handler call began more than ``after``
+        seconds ago, once each: the messages after it are cut from them, for the caller
+        to give back, so that other workers take them now rather than after the call;
+        and the outcomes of the calls before it, for the caller to settle now (the worker
+        settles only the rest: ``settled``)."""
+        out = []
+        for b in self._by_worker.values():
+            if (b.shard is None and b.cut is None and not b.abandoned and not b.settling
+                    and now - b.call_started >= after):
+                b.cut, b.settled = b.begun, len(b.results)
+                rest, handled = b.msgs[b.cut:], b.results[:b.settled]
+                if rest or handled:
+                    out.append((rest, handled))
+        return out
 
     def overdue(self, now: float, timeout: float, *,
                 ordered: bool) -> list[tuple[int, InFlightBatch]]:
@@ -206,6 +243,30 @@ def extended(batch: InFlightBatch, sent: float, results: Sequence[bool]) -> None
     batch.started = sent
     if not all(results):
         batch.lapsed = True
+
+
+def outcomes(results: Iterable[Outcome],
+             ) -> tuple[list[Message], list[tuple[Message, BaseException]]]:
+    """Handler outcomes split for settling: the messages to ack, and those that failed
+    (with why)."""
+    ok: list[Message] = []
+    failed: list[tuple[Message, BaseException]] = []
+    for m, e in results:
+        if e is None:
+            ok.append(m)
+        else:
+            failed.append((m, e))
+    return ok, failed
+
+
+def begin(batch: InFlightBatch, now: float) -> bool:
+    """Whether a worker may call the handler on the next message of ``batch`` (not when
+    it was cut and given back); if so, that call is counted as begun at ``now``."""
+    if batch.cut is not None and batch.begun >= batch.cut:
+        return False
+    batch.begun += 1
+    batch.call_started = now
+    return True
 
 
 def ran_out(batch: InFlightBatch, now: float, visibility: float) -> bool:

@@ -5,15 +5,16 @@ whose heartbeat is older than their TTL and returns who is alive), every member 
 the same split of the shards from that list, and a join, leave or shard release is
 PUBLISHed on the group's channel so everyone rebalances at once.
 
-A shard lease is redis-py's Lock model: ``SET NX PX`` to take it, compare-the-token
-scripts to renew and release it. The token also fences every pop, ack, nack and extend
-on the shard, so a holder whose lease expired can do no harm.
+A shard lease is redis-py's Lock model: ``SET NX PX`` to take it, compare-the-value
+scripts to renew and release it. The value (the holder's token and the tenure's fencing
+number) also fences every pop, ack, nack and extend on the shard, so a holder whose lease
+expired, even one that took it again since, can do no harm with what it held before.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,39 +131,53 @@ def reap(keys: QueueKeys) -> Flow[int]:
 
 
 class LeaseOps:
-    """The shard leases of one consumer (one token for all its shards)."""
+    """The shard leases of one consumer (one token for all its shards; a lease's value is
+    the token and the tenure's fencing number, so each tenure is fenced on its own)."""
 
     def __init__(self, queue: QueueOps, token: str, ttl: float) -> None:
         self.queue = queue
         self.token = token
         self.ttl_ms = max(validate.to_ms(ttl), 1)
 
+    def value(self, fence: int | None) -> str:
+        """The lease's value in the tenure ``fence`` (lease-acquire.lua); with no fence,
+        one that no lease ever has (fencing numbers start at 1): refused everywhere."""
+        return f"{self.token}.{fence or 0}"
+
+    def values(self, fences: Mapping[int, int | None]) -> dict[int, str]:
+        """Each shard's lease value in its tenure (shard -> fencing number): what a pop,
+        ack, nack or renewal shows for it."""
+        return {s: self.value(f) for s, f in fences.items()}
+
     def acquire(self, shard: int) -> Flow[tuple[float, int]]:
         """Try to take ``shard``: (0.0, its new fencing number) when taken, else (seconds
         until its lease may be free, 0). On taking it, the previous holder's in-flight
         messages go back to the head of the shard in order (its later acks are fenced off
-        by the new token)."""
+        by the new value)."""
         q = self.queue
         taken, value = yield _ACQUIRE.call(q.shard_keys[shard], [q.epoch, self.token,
                                                                  self.ttl_ms],
                                            q.checked(f"lease of shard {shard} of {q.name!r}"))
         if not int(taken):
             return int(value) / 1000, 0
+        fence = int(value)
         try:
-            yield from self.queue.requeue(shard, force=True, lease=self.token)
+            yield from self.queue.requeue(shard, force=True, lease=self.value(fence))
         except LeaseLost:  # expired at once (a very short ttl and a stall): try later
             return 0.001, 0
-        return 0.0, int(value)
+        return 0.0, fence
 
-    def renew(self, shards: Sequence[int]) -> Batch:
-        """Extend the leases on ``shards``; reply: the set of those no longer held."""
-        shards = list(shards)
-        args = [self.token, self.ttl_ms]
+    def renew(self, fences: Mapping[int, int | None]) -> Batch:
+        """Extend the leases on shards, each in its tenure (shard -> fencing number);
+        reply: the set of those no longer held in that tenure."""
+        values = self.values(fences)
+        shards = list(values)
         if self.queue.cross_slot:  # one call renews them all (a consumer idles cheaply)
             keys = [self.queue.shard_keys[s].lease for s in shards]
-            calls = [Call(_RENEW, keys, args)]
+            calls = [Call(_RENEW, keys, [self.ttl_ms, *values.values()])]
         else:
-            calls = [_RENEW.call(self.queue.shard_keys[s], args) for s in shards]
+            calls = [_RENEW.call(self.queue.shard_keys[s], [self.ttl_ms, v])
+                     for s, v in values.items()]
 
         def parse(replies: list[Any]) -> set[int]:
             flags = [int(f) for r in replies for f in r]
@@ -170,18 +185,18 @@ class LeaseOps:
 
         return Batch(calls, parse=parse)
 
-    def release(self, shard: int) -> Call:
-        """Drop this consumer's lease on ``shard`` if it still holds it; reply: whether it
-        did."""
-        return _RELEASE.call(self.queue.shard_keys[shard], [self.token],
+    def release(self, shard: int, fence: int | None) -> Call:
+        """Drop this consumer's lease on ``shard`` if it still holds it in the tenure
+        ``fence``; reply: whether it did."""
+        return _RELEASE.call(self.queue.shard_keys[shard], [self.value(fence)],
                              lambda r: bool(int(r)))
 
 
 class LeaseBook:
-    """What a lease holder knows locally of its leases: each shard's fencing number and
-    when its lease ends at the latest (the time a successful take or renewal was *sent*,
-    plus the lifetime: the server started the lifetime later than that). Not thread-safe:
-    the consumers guard it."""
+    """What a lease holder knows locally of its leases: each shard's fencing number (its
+    tenure) and when its lease ends at the latest (the time a successful take or renewal
+    was *sent*, plus the lifetime: the server started the lifetime later than that). Not
+    thread-safe: the consumers guard it."""
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
@@ -192,12 +207,31 @@ class LeaseBook:
         self._fences[shard] = fence
         self._ends[shard] = sent_at + self.ttl
 
-    def renewed(self, shards: Sequence[int], lost: set[int], sent_at: float) -> None:
-        for s in shards:
-            if s in lost:
+    def tenures(self, shards: Iterable[int]) -> dict[int, int | None]:
+        """The fencing number of each of ``shards`` (None: not held)."""
+        return {s: self._fences.get(s) for s in shards}
+
+    def renewed(self, fences: Mapping[int, int | None], lost: set[int],
+                sent_at: float) -> set[int]:
+        """A renewal of ``fences`` (its tenures) came back with ``lost``; returns the shards
+        whose lease is gone now. A shard taken again or forgotten since the renewal was
+        sent is left as it is: the reply speaks of a tenure that is over."""
+        gone = set()
+        for s, fence in fences.items():
+            if self._fences.get(s) != fence:
+                continue
+            if s in lost or fence is None:
                 self.forget(s)
-            elif s in self._ends:
+                gone.add(s)
+            else:
                 self._ends[s] = sent_at + self.ttl
+        return gone
+
+    def ended(self, shard: int, tenure: int | None) -> bool:
+        """Whether a loss of ``shard`` seen in ``tenure`` ends what is held of it now
+        (that tenure, or nothing). Not when the shard was taken again since: a worker
+        still on a batch of the earlier tenure must not drop the newer one."""
+        return self._fences.get(shard) in (None, tenure)
 
     def forget(self, shard: int) -> None:
         self._ends.pop(shard, None)
@@ -206,10 +240,7 @@ class LeaseBook:
     def left(self, shard: int, now: float, fence: int | None = None) -> float:
         """Seconds the lease on ``shard`` surely has left (0 when not held). With the
         ``fence`` a batch was popped under, 0 also when the lease was lost and taken again
-        since (another tenure: the holder's token is the same, its batch is stale)."""
+        since (another tenure: its batch is stale)."""
         if fence is not None and self._fences.get(shard) != fence:
             return 0.0
         return max(self._ends.get(shard, now) - now, 0.0)
-
-    def fence(self, shard: int) -> int | None:
-        return self._fences.get(shard)

@@ -34,7 +34,7 @@ class ShardKeys:
     dead: str
     seq: str
     done: str  # id -> ack time, for the dedupe window
-    lease: str  # the owner token of an ordered shard's consumer (SET NX PX)
+    lease: str  # "<owner token>.<fence>" of an ordered shard's consumer (SET NX PX)
     fence: str  # the shard's fencing number: grows at every lease takeover
     why: str  # id -> why it failed (lua/lib/why.lua), until acked, removed or purged
     counts: str  # cumulative counts: pushed, acked, retried, expired, dead

@@ -15,7 +15,7 @@ import random
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import (
@@ -47,6 +47,9 @@ IDS_CHUNK = 1000  # ids per ack / replay call
 SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
 OPEN_TRIES = 3  # reads of a queue's settings while it keeps being created anew
 ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
+# A pop's lease: the lease's value ("" = none), or each shard's (a consumer holds each
+# shard in a tenure of its own: _core/group.py).
+Lease = str | Mapping[int, str]
 
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
@@ -260,17 +263,17 @@ class QueueOps(KeyedOps):
     # -- consuming ------------------------------------------------------------------------
 
     def pop(self, count: int = 1, *, wait: float = 0.0, visibility: float | None = None,
-            shards: Sequence[int] | None = None, lease: str = "", margin: float = 0.0,
+            shards: Sequence[int] | None = None, lease: Lease = "", margin: float = 0.0,
             consumer: str = "", until_woken: bool = False) -> Flow[list[Message]]:
         """Claim up to ``count`` due messages for ``visibility`` seconds; wait up to
         ``wait`` seconds for the first one (woken by pushes, never polling).
         ``until_woken``: return, even with nothing, after the first wake-up (a consumer
         waiting for some shards on behalf of others hands the rest to its workers).
 
-        A lease holder passes its ``lease`` token and a ``margin`` (seconds): a lease
-        with less time left counts as lost (LeaseLost). A record that cannot be read is
-        dead-lettered with the reason (``consumer`` names who saw it) and the rest is
-        delivered."""
+        A lease holder passes its ``lease`` (the lease's value, or one per shard) and a
+        ``margin`` (seconds): a lease with less time left counts as lost (LeaseLost). A
+        record that cannot be read is dead-lettered with the reason (``consumer`` names
+        who saw it) and the rest is delivered."""
         count = validate.check_count(count, high=validate.MAX_BATCH)
         wait = validate.check_seconds(wait, "wait")
         vis = self.settings.unack_timeout if visibility is None else validate.check_seconds(
@@ -293,7 +296,7 @@ class QueueOps(KeyedOps):
             validate.check_int(s, "shard", low=0, high=n - 1)
         return list(shards)
 
-    def _pop(self, count: int, wait: float, vis_ms: int, order: list[int], lease: str,
+    def _pop(self, count: int, wait: float, vis_ms: int, order: list[int], lease: Lease,
              margin_ms: int, consumer: str, until_woken: bool) -> Flow[list[Message]]:
         deadline = time.monotonic() + wait
         woken = False
@@ -310,7 +313,7 @@ class QueueOps(KeyedOps):
                 return got
             woken = quiet is not True
 
-    def _pass(self, count: int, vis_ms: int, order: list[int], lease: str, margin_ms: int,
+    def _pass(self, count: int, vis_ms: int, order: list[int], lease: Lease, margin_ms: int,
               consumer: str) -> Flow[tuple[list[Message], float]]:
         """One look at ``order``'s shards for up to ``count`` messages, the lowest
         priority values first across shards (ties: in ``order``). Returns them and the ms
@@ -335,7 +338,8 @@ class QueueOps(KeyedOps):
         else:
             ahead = others if others and self.ranked else []
             msgs, ranks[first], hint, seen = yield from self.take(
-                first, count, 0 if others and not ahead else ANY, vis_ms, lease, margin_ms,
+                first, count, 0 if others and not ahead else ANY, vis_ms,
+                _lease_of(lease, first), margin_ms,
                 consumer, others=ahead)
             if len(msgs) >= count and not ahead:
                 return msgs, hint  # the common case: priority 0, unbeatable (and unranked)
@@ -353,8 +357,9 @@ class QueueOps(KeyedOps):
                 break
             best = min(live.values())
             shard = next(s for s in order if live.get(s) == best)
-            msgs, rest, h, _ = yield from self.take(shard, count - len(got), best - 1,
-                                                    vis_ms, lease, margin_ms, consumer)
+            msgs, rest, h, _ = yield from self.take(shard, count - len(got), best - 1, vis_ms,
+                                                    _lease_of(lease, shard), margin_ms,
+                                                    consumer)
             got += msgs
             hint = _sooner(hint, h)
             # rest > best, or 0: each shard is asked at most once per priority it holds
@@ -440,8 +445,7 @@ class QueueOps(KeyedOps):
         """The messages of a pop reply (1, rest, the first deliveries' token, then id,
         record, attempts per message)."""
         decode, limit, held = codec.decode, self.limit, lease or None
-        return [decode(reply[i].decode(), reply[i + 1], shard=shard, attempts=reply[i + 2],
-                       token=token, lease=held, limit=limit)
+        return [decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
                 for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce),
                                     strict=True)]
 
@@ -947,6 +951,10 @@ def queue_names(prefix: str) -> Cmd:
 
 
 # -- small parsers -------------------------------------------------------------------------
+
+def _lease_of(lease: Lease, shard: int) -> str:
+    return lease if isinstance(lease, str) else lease[shard]
+
 
 def _sooner(hint: float, other: float) -> float:
     """The nearer of two "ms until something may be deliverable" hints (-1: unknown)."""

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidArgument, InvalidType, QueueConfigError
 from . import validate
 from .retry import RetryPolicy
+from .sizing import AUTO, AUTO_MAX
 
 SCHEMA_VERSION = 1
 
@@ -205,9 +206,12 @@ class ConsumerSettings:
     """Every consumer option and its default.
 
     group: the consumer group (members share the queue's shards); concurrency: worker
-    threads (asyncio: tasks); batch_size: messages per pop (1..1000); batch_handler: the
+    threads (asyncio: tasks); batch_size: messages per pop (1..1000), or "auto": as many
+    as the handler finishes in about 50 ms at the speed seen so far, up to 100 (one at a
+    time on ordered="key" queues; see ``_core/sizing.py``); batch_handler: the
     handler gets the popped list instead of one message; max_in_flight: popped and not yet
-    finished messages per consumer (default concurrency * batch_size); strategy: a name in
+    finished messages per consumer (default concurrency * batch_size, 100 for "auto");
+    strategy: a name in
     ``dynoq.allocation.STRATEGIES`` or a function, with strategy_options; retry_delays:
     seconds before each retry (default RocketMQ's levels from 10 s on concurrent queues,
     1 s on ordered ones; or a :class:`dynoq.retry.RetryPolicy`, whose ``of(msg)`` may pick
@@ -234,7 +238,7 @@ class ConsumerSettings:
 
     group: str = "default"
     concurrency: int = 4
-    batch_size: int = 1
+    batch_size: int | str = AUTO
     batch_handler: bool = False
     max_in_flight: int | None = None
     strategy: str | Callable[..., list[int]] = "averagely"
@@ -260,11 +264,15 @@ class ConsumerSettings:
                                   "(or None: as the group is subscribed)")
         validate.check_name(self.group, "group")
         validate.check_count(self.concurrency, "concurrency", high=1024)
-        validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
+        if isinstance(self.batch_size, str) and self.batch_size != AUTO:
+            raise InvalidArgument(f"batch_size must be a count of messages or {AUTO!r}, "
+                                  f"got {self.batch_size!r}")
+        if self.batch_size != AUTO:
+            validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
         validate.check_bool(self.batch_handler, "batch_handler")
         if self.max_in_flight is not None:
             validate.check_count(self.max_in_flight, "max_in_flight", high=1_000_000)
-            if self.max_in_flight < self.batch_size:
+            if isinstance(self.batch_size, int) and self.max_in_flight < self.batch_size:
                 raise InvalidArgument(f"max_in_flight ({self.max_in_flight}) must be >= "
                                       f"batch_size ({self.batch_size})")
         if not (isinstance(self.strategy, str) or callable(self.strategy)):
@@ -302,4 +310,5 @@ class ConsumerSettings:
 
     @property
     def in_flight_limit(self) -> int:
-        return self.max_in_flight or self.concurrency * self.batch_size
+        per_worker = AUTO_MAX if isinstance(self.batch_size, str) else self.batch_size
+        return self.max_in_flight or self.concurrency * per_worker

@@ -152,7 +152,7 @@ class Client:
                  run_in_thread: bool = False,
                  group: str = _D.group,
                  concurrency: int = _D.concurrency,
-                 batch_size: int = _D.batch_size,
+                 batch_size: int | str = _D.batch_size,
                  batch_handler: bool = _D.batch_handler,
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,

@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from .._core.retry import check_delays
+from .._core.sizing import AUTO
+from .._core.validate import MAX_BATCH
 from ..backend import redact
 from ..client import Client
 from ..errors import InvalidArgument
@@ -24,6 +26,19 @@ from .base import EXIT_IMPORT, JSON_OPTION, CliError, Env, UsageFailure, cli, pa
 from .worker import HandlerImportError, import_handler, setup_logging, supervise
 
 log = logging.getLogger("dynoq.cli")
+
+
+def _batch_size(ctx: click.Context, param: click.Parameter, value: str) -> int | str:
+    """--batch-size: a count, or auto."""
+    if value == AUTO:
+        return AUTO
+    try:
+        count = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a count of messages or {AUTO}") from None
+    if not 1 <= count <= MAX_BATCH:
+        raise click.BadParameter(f"{count} is not in 1-{MAX_BATCH} (or {AUTO})")
+    return count
 
 
 CONNECT_TIMEOUT = click.option(
@@ -111,8 +126,9 @@ class HandlerNotFound(CliError):
                    "clustering).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Worker threads.")
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=1, show_default=True,
-              help="Messages per pop.")
+@click.option("--batch-size", default=AUTO, show_default=True, metavar="1-1000|auto",
+              callback=_batch_size,
+              help="Messages per pop (1-1000), or auto: adapted to the handler's speed.")
 @click.option("--ordered-only", is_flag=True,
               help="Refuse to start unless the queue is ordered (a handler relying on order).")
 @click.option("--rate-limit", default=None, metavar="COUNT/SECONDS",
@@ -137,7 +153,7 @@ class HandlerNotFound(CliError):
 def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | None,
            checker_fn: str | None, check_interval: float, max_checks: int,
            queue: str | None, topic: str | None, group: str,
-           mode: str | None, concurrency: int, batch_size: int, ordered_only: bool,
+           mode: str | None, concurrency: int, batch_size: int | str, ordered_only: bool,
            rate_limit: str | None, retry_delays: str | None, max_retries: int | None,
            processes: int, stop_timeout: float, connect_timeout: float | None,
            log_format: str, log_level: str, as_json: bool) -> None:

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from .._core.board import BoardState, DeliveryState, InFlightBatch
+from .._core.board import BoardState, DeliveryState, InFlightBatch, Results, begin
 from ..message import Message
 
 
@@ -163,9 +163,17 @@ class Deliveries:
         with self._lock:
             self._state.finish(worker)
 
+    def begin(self, batch: InFlightBatch) -> bool:
+        with self._lock:
+            return begin(batch, time.monotonic())
+
     def slow(self, now: float, older_than: float) -> list[InFlightBatch]:
         with self._lock:
             return self._state.slow(now, older_than)
+
+    def stalled(self, now: float, after: float) -> list[tuple[list[Message], Results]]:
+        with self._lock:
+            return self._state.stalled(now, after)
 
     def overdue(self, now: float, timeout: float, *,
                 ordered: bool) -> list[tuple[int, InFlightBatch]]:

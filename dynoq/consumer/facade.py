@@ -52,7 +52,7 @@ class Consumer:
                  settings: ConsumerSettings | None = None,
                  group: str = _D.group,
                  concurrency: int = _D.concurrency,
-                 batch_size: int = _D.batch_size,
+                 batch_size: int | str = _D.batch_size,
                  batch_handler: bool = _D.batch_handler,
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,
@@ -237,7 +237,7 @@ class Consumer:
         keep = None if caller is None else caller.ident
         for _, batch in ([] if clean else s.deliveries.abandon_all(keep)):
             try:  # finish or give back: nothing stays in flight until its timeout
-                self._processor.give_back(batch)
+                self._processor.stopped(batch)
                 if batch.shard is not None and s.board.done(batch.shard, found=True):
                     s.leases.release(batch.shard)
             except DynoqError as exc:

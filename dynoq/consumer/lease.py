@@ -32,20 +32,22 @@ class Leases:
         return float(wait)
 
     def renew(self, shards: Iterable[int]) -> set[int]:
-        """Extend the leases on ``shards``; return the ones no longer held."""
-        shards = list(shards)
-        if not shards:
+        """Extend the leases on ``shards``, each in the tenure it was taken in; return
+        the ones no longer held (gone, or taken again since: that tenure is over)."""
+        with self._lock:
+            fences = self._book.tenures(shards)
+        if not fences:
             return set()
         sent = time.monotonic()
-        lost: set[int] = self.queue.backend.run(self._ops.renew(shards))
+        lost: set[int] = self.queue.backend.run(self._ops.renew(fences))
         with self._lock:
-            self._book.renewed(shards, lost, sent)
-        return lost
+            return self._book.renewed(fences, lost, sent)
 
     def release(self, shard: int) -> bool:
         with self._lock:
+            fence = self._book.tenures([shard])[shard]
             self._book.forget(shard)
-        return bool(self.queue.backend.run(self._ops.release(shard)))
+        return bool(self.queue.backend.run(self._ops.release(shard, fence)))
 
     def left(self, shard: int, fence: int | None = None) -> float:
         """Seconds the lease on ``shard`` surely has left (0 when not held, or not in the
@@ -53,6 +55,16 @@ class Leases:
         with self._lock:
             return self._book.left(shard, time.monotonic(), fence)
 
-    def fence(self, shard: int) -> int | None:
+    def tenures(self, shards: Iterable[int]) -> dict[int, int | None]:
+        """The fencing number each of ``shards`` is held in (None: not held)."""
         with self._lock:
-            return self._book.fence(shard)
+            return self._book.tenures(shards)
+
+    def ended(self, shard: int, tenure: int | None) -> bool:
+        """See LeaseBook.ended."""
+        with self._lock:
+            return self._book.ended(shard, tenure)
+
+    def values(self, tenures: dict[int, int | None]) -> dict[int, str]:
+        """What a pop, ack or nack shows for each shard: its lease's value in that tenure."""
+        return self._ops.values(tenures)

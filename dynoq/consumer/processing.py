@@ -3,17 +3,17 @@ with the core's flows."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .. import tracing
 from .._core import consuming
-from .._core.board import InFlightBatch, ran_out
-from ..errors import DynoqError, LeaseLost
+from .._core.board import InFlightBatch, Outcome, outcomes, ran_out
+from .._core.sizing import BatchSizer
+from ..errors import LeaseLost
 from ..message import Message
 from ..queue import Queue
 from .lease import Leases
@@ -36,6 +36,12 @@ class Processor:
         self.stats = stats
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
+        # How many messages the workers pop (batch_size "auto": adapted to the handler)
+        self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
+                                in_flight=plan.in_flight)
+        # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
+        self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
+                           and not self.batch_handler)
         self.me = plan.instance_id
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
@@ -64,9 +70,11 @@ class Processor:
         return self.invoker.call(arg, msgs)
 
     def concurrently(self, batch: InFlightBatch, settle: Callable[[], bool],
-                     refill: bool = False) -> str:
+                     begin: Callable[[InFlightBatch], bool], refill: bool = False) -> str:
         """Each message on its own: a failure retries only that message, later.
-        ``settle()`` says whether this worker may settle the batch (not abandoned).
+        ``settle()`` says whether this worker may settle the batch (not abandoned);
+        ``begin(batch)`` whether it may call the handler on the next message (not when
+        the upkeep gave the rest of a stalled batch back: board.DeliveryState.stalled).
         ``refill``: on a keyed queue, the acks may bring the next batch of a hot key
         (``batch.refilled``: consuming.settle)."""
         msgs, seconds = batch.msgs, 0.0
@@ -79,27 +87,33 @@ class Processor:
                 if batch.abandoned or (keyed and ran_out(batch, time.monotonic(),
                                                          self.plan.visibility)):
                     break
+                if self.hands_back and not begin(batch):
+                    break
                 error, s = self._call(batch, msg, (msg,))
                 seconds += s
                 batch.results.append((msg, error))
         if not settle():
             return ABANDONED
-        ok = [m for m, e in batch.results if e is None]
-        failed = [(m, e) for m, e in batch.results if e is not None]
+        ok, failed = outcomes(batch.unsettled)
         more = (max(batch.permits, 1), self.plan.visibility) if refill else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = self.queue.backend.drive(
                 consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
                                  refill=more))
         self.stats.add_tally(tally, seconds)
+        self.sizer.handled(len(batch.results), seconds)
         batch.refilled = tally.refilled
         return DONE
 
-    def give_back_unhandled(self, msgs: list[Message]) -> None:
-        """Give messages back unhandled, at once (no attempt counted)."""
-        with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
-            self.queue.backend.drive(consuming.settle(self.queue.ops, [], [], self.plan.retry,
-                                                      self.me, back=msgs))
+    def give_back(self, rest: Sequence[Message], handled: Iterable[Outcome] = ()) -> None:
+        """Give ``rest`` back unhandled, at once (no attempt counted), and ack or retry
+        the outcomes ``handled`` before it, in one round trip: a stalled batch the upkeep
+        cut (board.DeliveryState.stalled), messages a worker carried and will not
+        handle, a batch still running when the consumer stops (:meth:`stopped`). Raises
+        DynoqError when the server cannot be reached (they expire and come again)."""
+        ok, failed = outcomes(handled)
+        self.stats.add_tally(self.queue.backend.drive(consuming.settle(
+            self.queue.ops, ok, failed, self.plan.retry, self.me, back=rest)))
 
     def orderly(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
         """In order; a failing message blocks the shard and is retried in place (the
@@ -141,6 +155,8 @@ class Processor:
                 self.queue.ops, msgs[:done] if short else msgs, done,
                 None if short else error, self.plan.retry, self.me))
         self.stats.add_tally(tally, seconds)
+        called = len(msgs) if self.batch_handler and not short else len(batch.results)
+        self.sizer.handled(called, seconds)
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
                             f"{self.plan.lease_margin:g}s left, or was lost and taken again "
@@ -152,26 +168,14 @@ class Processor:
         (the watchdog's part): what succeeded is acked, the running message failed
         (retried or dead-lettered, with why), the rest go back unhandled. (An ordered
         batch is settled by its worker when the call returns: see ``orderly``.)"""
-        results = list(batch.results)
-        done = len(results)
-        error = consuming.timed_out(self.plan.settings.consume_timeout)
-        ops, policy = self.queue.ops, self.plan.retry
-        rest = batch.msgs[done:]
+        rest = batch.mine[len(batch.results):]
         running = rest if self.batch_handler else rest[:1]
-        failed = [(m, e) for m, e in results if e is not None] + [(m, error) for m in running]
-        tally = self.queue.backend.drive(consuming.settle(
-            ops, [m for m, e in results if e is None], failed, policy, self.me,
-            back=[] if self.batch_handler else rest[1:]))
-        self.stats.add_tally(tally)
+        error = consuming.timed_out(self.plan.settings.consume_timeout)
+        self.give_back([] if self.batch_handler else rest[1:],
+                       [*batch.unsettled, *((m, error) for m in running)])
 
-    def give_back(self, batch: InFlightBatch) -> None:
+    def stopped(self, batch: InFlightBatch) -> None:
         """Settle a batch still running when the consumer stops (its worker overran the
         stop timeout): what succeeded is acked and the rest goes back unhandled, without
         an attempt counted, so another consumer takes it at once."""
-        results = list(batch.results)
-        ok = [m for m, e in results if e is None]
-        failed = [(m, e) for m, e in results if e is not None]
-        tally = self.queue.backend.drive(consuming.settle(
-            self.queue.ops, ok, failed, self.plan.retry, self.me,
-            back=batch.msgs[len(results):]))
-        self.stats.add_tally(tally)
+        self.give_back(batch.mine[len(batch.results):], batch.unsettled)

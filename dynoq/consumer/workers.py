@@ -139,7 +139,7 @@ class Workers:
     def _concurrent_loop(self, k: int = 0) -> None:
         s = self.shared
         settings = s.plan.settings
-        batch_size, idle = settings.batch_size, settings.idle_wait
+        sizer, idle = self.processor.sizer, settings.idle_wait
         turn = k  # the workers start at different shards
         me = threading.get_ident()
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
@@ -157,7 +157,7 @@ class Workers:
             if carried:
                 n, msgs, carried = held, carried, []
             else:
-                n, msgs = s.flow.take(batch_size, idle), []
+                n, msgs = s.flow.take(sizer.size(), idle), []
             if n == 0:
                 continue
             batch = None
@@ -199,6 +199,7 @@ class Workers:
                 quiet = False
                 batch = s.deliveries.start(me, msgs, permits=n)
                 self.processor.concurrently(batch, lambda: s.deliveries.settle(me),
+                                            s.deliveries.begin,
                                             refill=keyed and streak < MAX_CARRIED)
             finally:
                 s.deliveries.finish(me)
@@ -209,7 +210,8 @@ class Workers:
                     if n and (batch is None or not batch.abandoned):  # else the watchdog did
                         s.flow.give(n)
         if carried:  # stopping: what the last acks brought goes back at once
-            self.processor.give_back_unhandled(carried)
+            with contextlib.suppress(DynoqError):  # they expire and come again
+                self.processor.give_back(carried)
             s.flow.give(held)
 
     def _ordered_loop(self) -> None:
@@ -244,6 +246,7 @@ class Workers:
         started = time.monotonic()
         me = threading.get_ident()
         msgs, found, abandoned = first, True, False
+        tenure = first[0].fence if first else None  # of the lease the work is done in
         try:
             while True:
                 if msgs is None:
@@ -252,7 +255,8 @@ class Workers:
                     if time.monotonic() - started > settings.max_continuous_time:
                         s.board.wake()  # look at the other shards again, then come back
                         break
-                    n = 1 if s.board.is_retrying(shard) else settings.batch_size
+                    n = 1 if s.board.is_retrying(shard) else self.processor.sizer.size()
+                    tenure = s.leases.tenures([shard])[shard]
                     msgs = s.pop(n, shards=[shard])
                     if not msgs:
                         found = False  # empty, or blocked by an earlier retry
@@ -269,8 +273,11 @@ class Workers:
                 msgs = None
         except LeaseLost as exc:
             s.stats.add(lease_lost=1)
-            s.board.drop(shard)
-            log.warning("dynoq: %s; dropped the shard", exc)
+            if s.leases.ended(shard, tenure):
+                s.board.drop(shard)
+                log.warning("dynoq: %s; dropped the shard", exc)
+            else:  # the upkeep took the shard again meanwhile: that lease goes on
+                log.info("dynoq: %s; the shard's newer lease goes on", exc)
         finally:
             s.deliveries.finish(me)
             if not abandoned:

@@ -2,7 +2,7 @@
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] lease
   KEYS[6] why    KEYS[7] counts  KEYS[8] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] lease token of the caller ("" = none: the shard is not leased by it)
+  ARGV[2] the caller's value of the lease ("" = none: the shard is not leased by it)
   ARGV[3] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
   ARGV[4] wake channel, PUBLISHed when something was acked ("" = never: only on an ordered
           shard does an ack make the next message deliverable)

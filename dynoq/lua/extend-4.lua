@@ -1,7 +1,7 @@
 --[[ extend: set a new visibility deadline (now + timeout) for one delivery (Dyno setUnackTimeout).
   KEYS[1] unack  KEYS[2] dlv  KEYS[3] lease  KEYS[4] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] lease token of the caller ("" = none)  ARGV[3] timeout ms
+  ARGV[2] the caller's value of the lease ("" = none)  ARGV[3] timeout ms
   ARGV[4] id  ARGV[5] delivery token ("" = by id alone)
   ARGV[6] wake channel: PUBLISHed when the timeout is 0 (visible again at once, as Dyno's
           setUnackTimeout(id, 0): the next pop of the shard gives it back, as any expired

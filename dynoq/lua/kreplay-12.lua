@@ -23,19 +23,20 @@ if #ARGV > 4 then
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
 end
-local n = 0
+local places, n = {}, 0
 for _, id in ipairs(ids) do
   local rec = redis.call('HGET', msgs, id)
   local key = kparse(rec)
   if key and redis.call('ZREM', dead, id) == 1 then
     redis.call('HDEL', dlv, id)
-    local enq, body = string.match(rec, '^(%w+),%d+,%d+,K%d+:'), nil
-    local _, e = string.find(rec, '^%w+,%d+,%d+,K%d+:')
-    local len = string.byte(rec, e + #key + 1) - 96
-    body = string.sub(rec, e + #key + len + 2)
-    kplace(K, id, key, body, enq, kseq(redis.call('INCR', seq)), conc)
+    places[#places + 1] = id
+    places[#places + 1] = key
+    places[#places + 1] = kbody(rec)
+    places[#places + 1] = string.match(rec, '^(%w+),')  -- its enqueued time, kept
+    places[#places + 1] = kseq(redis.call('INCR', seq))
     n = n + 1
   end
 end
+kplace(K, places, conc)
 if n > 0 then redis.call('PUBLISH', ARGV[3], '1') end
 return n

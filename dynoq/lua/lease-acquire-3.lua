@@ -1,5 +1,10 @@
 --[[ lease-acquire: take a shard's lease if nobody holds it (redis-py's Lock: SET NX PX),
-  and count the takeover in the shard's fencing number, atomically.
+  and count the takeover in the shard's fencing number, atomically. The lease's value
+  is the owner token and that number ("<token>.<fence>"): each tenure has its own, so a
+  batch, an ack or a renewal of an earlier tenure of the same owner is refused too.
+  The owner's own lease in the shard's latest tenure counts as free: its take was
+  answered but the reply lost, or it stopped using the lease (too close to its end to
+  start a handler); it begins a new tenure rather than wait for that one to expire.
   KEYS[1] lease  KEYS[2] fence (the shard's fencing number: it grows at every takeover)
   KEYS[3] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
@@ -11,7 +16,10 @@
 ]]
 local refused = gone(KEYS[3], ARGV[1])
 if refused then return refused end
-if redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  return {1, redis.call('INCR', KEYS[2])}
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[2] .. '.' .. (redis.call('GET', KEYS[2]) or '') then
+  return {0, math.max(redis.call('PTTL', KEYS[1]), 1)}
 end
-return {0, math.max(redis.call('PTTL', KEYS[1]), 1)}
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[2] .. '.' .. fence, 'PX', ARGV[3])
+return {1, fence}

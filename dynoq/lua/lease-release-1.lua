@@ -1,7 +1,7 @@
 --[[ lease-release: drop the caller's lease on a shard if it still holds it.
   KEYS[1] lease
-  ARGV[1] owner token
-  returns: 1 released, 0 not held by the caller
+  ARGV[1] the caller's value of the lease ("<token>.<fence>": lease-acquire)
+  returns: 1 released, 0 not held by the caller (in that tenure)
   flags: allow-oom
 ]]
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('UNLINK', KEYS[1]) end

@@ -2,7 +2,7 @@
   KEYS[1] delayed  KEYS[2] unack  KEYS[3] dlv  KEYS[4] dead  KEYS[5] lease
   KEYS[6] why      KEYS[7] counts  KEYS[8] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] lease token of the caller ("" = none)   ARGV[3] delay ms
+  ARGV[2] the caller's value of the lease ("" = none)   ARGV[3] delay ms
   ARGV[4] max retries (a delivery past it is dead-lettered instead)
   ARGV[5] "retry" (counts as an attempt; past max retries it is dead-lettered),
           "dead" (dead-letter now), or "back" (give back unhandled: the attempt is not

@@ -6,9 +6,9 @@
   ARGV[2] count    ARGV[3] visibility timeout ms
   ARGV[4] nonce (random per call; with the attempt number it makes the delivery token)
   ARGV[5] "1" for an ordered queue (one batch in flight per shard, retries block it)
-  ARGV[6] lease token of the caller ("" = none)   ARGV[7] max retries
+  ARGV[6] the caller's value of the lease ("" = none)   ARGV[7] max retries
   ARGV[8] wake channel (PUBLISHed when expired deliveries were given back)
-  ARGV[9] lease margin ms: with a lease token, a lease with less time left than this is
+  ARGV[9] lease margin ms: with a lease value, a lease with less time left than this is
           treated as gone (the caller could not finish the batch before it ends)
   ARGV[10] ceiling: claim only messages of this priority or a lower value (99: any). The
           caller passes the best priority any shard of the queue holds, so that a pop

@@ -4,7 +4,7 @@
   KEYS[1] unack  KEYS[2] delayed  KEYS[3] dlv  KEYS[4] dead  KEYS[5] lease
   KEYS[6] why    KEYS[7] counts  KEYS[8] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] lease token of the caller ("" = none)  ARGV[3] "1" = force (all deliveries)
+  ARGV[2] the caller's value of the lease ("" = none)  ARGV[3] "1" = force (all deliveries)
   ARGV[4] max retries (a delivery past it is dead-lettered)  ARGV[5] limit
   ARGV[6] wake channel
   returns: {given back, dead-lettered, 1 if more remain else 0}, or GONE or FENCED

@@ -70,7 +70,7 @@ if what == 'commit' then
                unack = unack, delayed = delayed, dead = dead, dlv = dlv, why = why}
     local idle = redis.call('EXISTS', K.kturn) == 0
     local key, body = kparse(rec), kbody(rec)
-    kplace(K, id, key, body, stamp(now), kseq(redis.call('INCR', seq)), conc)
+    kplace(K, {id, key, body, stamp(now), kseq(redis.call('INCR', seq))}, conc)
     if idle then redis.call('PUBLISH', ARGV[7], '1') end
     redis.call('HINCRBY', counts, 'pushed', 1)
   elseif not replaced then

@@ -63,14 +63,17 @@ class Shared:
             count = await self._permits(count)
             if count == 0:
                 return []
+        # Each shard is popped in the tenure its lease is held in now (a stale one is
+        # refused), and its messages carry that tenure's fence.
+        tenures = self.leases.tenures(shards) if plan.ordered else None
         msgs: list[Message] = await self.queue.backend.drive(self.queue.ops.pop(
             count, wait=wait, visibility=plan.visibility, shards=shards,
-            lease=self.leases.token if plan.ordered else "",
+            lease="" if tenures is None else self.leases.values(tenures),
             margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
             until_woken=until_woken))
-        if plan.ordered:
+        if tenures is not None:  # the server checked each shard's tenure: exact
             for m in msgs:
-                m.fence = self.leases.fence(m.shard) if m.shard is not None else None
+                m.fence = tenures[m.shard] if m.shard is not None else None
         return msgs
 
     async def fetch(self, count: int, *, shards: list[int],

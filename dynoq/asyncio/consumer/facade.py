@@ -55,7 +55,7 @@ class Consumer:
                  run_in_thread: bool = False,
                  group: str = _D.group,
                  concurrency: int = _D.concurrency,
-                 batch_size: int = _D.batch_size,
+                 batch_size: int | str = _D.batch_size,
                  batch_handler: bool = _D.batch_handler,
                  max_in_flight: int | None = _D.max_in_flight,
                  strategy: str | Callable[..., list[int]] = _D.strategy,
@@ -180,7 +180,7 @@ class Consumer:
                 s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = await s.queue.backend.subscribe(s.membership.channel)
-        self._upkeep = Upkeep(s, subscription)
+        self._upkeep = Upkeep(s, subscription, self._workers.processor)
         try:
             await self._upkeep.tick(rebalance=True)
         except BaseException:

@@ -29,23 +29,33 @@ class Leases:
         return float(wait)
 
     async def renew(self, shards: Iterable[int]) -> set[int]:
-        """Extend the leases on ``shards``; return the ones no longer held."""
-        shards = list(shards)
-        if not shards:
+        """Extend the leases on ``shards``, each in the tenure it was taken in; return
+        the ones no longer held (gone, or taken again since: that tenure is over)."""
+        fences = self._book.tenures(shards)
+        if not fences:
             return set()
         sent = time.monotonic()
-        lost: set[int] = await self.queue.backend.run(self._ops.renew(shards))
-        self._book.renewed(shards, lost, sent)
-        return lost
+        lost: set[int] = await self.queue.backend.run(self._ops.renew(fences))
+        return self._book.renewed(fences, lost, sent)
 
     async def release(self, shard: int) -> bool:
+        fence = self._book.tenures([shard])[shard]
         self._book.forget(shard)
-        return bool(await self.queue.backend.run(self._ops.release(shard)))
+        return bool(await self.queue.backend.run(self._ops.release(shard, fence)))
 
     def left(self, shard: int, fence: int | None = None) -> float:
         """Seconds the lease on ``shard`` surely has left (0 when not held, or not in the
         tenure ``fence``: LeaseBook.left)."""
         return self._book.left(shard, time.monotonic(), fence)
 
-    def fence(self, shard: int) -> int | None:
-        return self._book.fence(shard)
+    def tenures(self, shards: Iterable[int]) -> dict[int, int | None]:
+        """The fencing number each of ``shards`` is held in (None: not held)."""
+        return self._book.tenures(shards)
+
+    def ended(self, shard: int, tenure: int | None) -> bool:
+        """See LeaseBook.ended."""
+        return self._book.ended(shard, tenure)
+
+    def values(self, tenures: dict[int, int | None]) -> dict[int, str]:
+        """What a pop, ack or nack shows for each shard: its lease's value in that tenure."""
+        return self._ops.values(tenures)

@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ... import tracing
 from ..._core import consuming
-from ..._core.board import InFlightBatch, ran_out
+from ..._core.board import InFlightBatch, Outcome, Results, begin, outcomes, ran_out
+from ..._core.sizing import BatchSizer
 from ...errors import DynoqError, LeaseLost
 from ...message import Message
 from ..events import Watch
@@ -31,6 +32,12 @@ class Processor:
         self.stats = stats
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
+        # How many messages the workers pop (batch_size "auto": adapted to the handler)
+        self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
+                                in_flight=plan.in_flight)
+        # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
+        self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
+                           and not self.batch_handler)
         self.me = plan.instance_id
 
     async def _call(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
@@ -45,54 +52,63 @@ class Processor:
                            batch: InFlightBatch | None = None) -> list[Message]:
         """Each message on its own: a failure retries only that message, later.
         ``refill``: on a keyed queue, the acks may bring up to that many messages of a
-        hot key, returned (consuming.settle). ``batch``: its bookkeeping; on a keyed
-        queue, once its deliveries may have run out (board.ran_out), the rest of it is
-        not handled here."""
-        vis = self.plan.visibility
+        hot key, returned (consuming.settle). ``batch``: its bookkeeping (the outcomes
+        go to ``batch.results`` as they come, for the upkeep to settle if a later call
+        stalls); on a keyed queue, once its deliveries may have run out
+        (board.ran_out), the rest of it is not handled here."""
+        vis, keyed, cuts = self.plan.visibility, self.queue.ops.keyed, self.hands_back
+        results: Results = [] if batch is None else batch.results
 
-        def gone() -> bool:
-            return batch is not None and self.queue.ops.keyed and ran_out(
-                batch, time.monotonic(), vis)
+        def gone() -> bool:  # before each call: may this task handle the next message?
+            if batch is None or not (keyed or cuts):
+                return False
+            now = time.monotonic()
+            # (a stalled call's batch: the upkeep gave the rest back, board.begin)
+            return (keyed and ran_out(batch, now, vis)) or (cuts and not begin(batch, now))
 
-        ok: list[Message] = []
-        failed: list[tuple[Message, BaseException]] = []
         seconds = 0.0
         try:
             if self.batch_handler:
                 error, seconds = await self._call(msgs, msgs)
-                ok, failed = (msgs, []) if error is None else ([], [(m, error) for m in msgs])
+                results.extend((m, error) for m in msgs)
             elif (not self.invoker.middleware and not self.invoker.in_thread
                   and not tracing.active()):
-                seconds = await self._bare(msgs, ok, failed, gone)
+                seconds = await self._bare(msgs, results, gone)
             else:
                 for msg in msgs:
                     if gone():
                         break
                     err, s = await self._call(msg, (msg,))
                     seconds += s
-                    if err is None:
-                        ok.append(msg)
-                    else:
-                        failed.append((msg, err))
+                    results.append((msg, err))
         except asyncio.CancelledError:
-            await self._cut_short(msgs, ok, failed)
+            await self._cut_short(msgs if batch is None else batch.mine, results,
+                                  0 if batch is None else batch.settled)
             raise
+        if batch is not None:  # from here this task settles it (the upkeep cuts no more)
+            batch.settling = True
+        ok, failed = outcomes(results if batch is None else batch.unsettled)
         more = (refill, self.plan.visibility) if refill else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = await self.queue.backend.drive(
                 consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
                                  refill=more))
         self.stats.add_tally(tally, seconds)
+        self.sizer.handled(len(results), seconds)
         return tally.refilled
 
-    async def give_back_unhandled(self, msgs: list[Message]) -> None:
-        """Give messages back unhandled, at once (no attempt counted)."""
-        flow = consuming.settle(self.queue.ops, [], [], self.plan.retry, self.me, back=msgs)
-        with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
-            await asyncio.shield(self.queue.backend.drive(flow))
+    async def give_back(self, rest: Sequence[Message], handled: Iterable[Outcome] = ()) -> None:
+        """Give ``rest`` back unhandled, at once (no attempt counted), and ack or retry
+        the outcomes ``handled`` before it, in one round trip: a stalled batch the upkeep
+        cut (board.DeliveryState.stalled), or messages a worker carried and will not
+        handle. Shielded, so that the settling itself is not cut short. Raises
+        DynoqError when the server cannot be reached (they expire and come again)."""
+        ok, failed = outcomes(handled)
+        flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
+                                back=rest)
+        self.stats.add_tally(await asyncio.shield(self.queue.backend.drive(flow)))
 
-    async def _bare(self, msgs: list[Message], ok: list[Message],
-                    failed: list[tuple[Message, BaseException]],
+    async def _bare(self, msgs: list[Message], results: Results,
                     gone: Callable[[], bool]) -> float:
         # The no-middleware fast path: one clock read and one consume_timeout timer per
         # batch (Python 3.11+; a timer per call before).
@@ -104,9 +120,9 @@ class Processor:
                 try:
                     await self.invoker.handle(msg, (msg,))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
-                    failed.append((msg, exc))
+                    results.append((msg, exc))
                 else:
-                    ok.append(msg)
+                    results.append((msg, None))
             return time.perf_counter() - t0
         handler, timeout = self.invoker.handler, self.invoker.timeout
         watch = Watch(timeout)
@@ -121,19 +137,19 @@ class Processor:
                     if not watch.overran():
                         raise
                     await self.invoker.overran(None, (msg,))
-                    failed.append((msg, consuming.timed_out(timeout)))
+                    results.append((msg, consuming.timed_out(timeout)))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
                     error: Exception = exc
                     if watch.overran():
                         await self.invoker.overran(None, (msg,))
                         error = consuming.timed_out(timeout)
-                    failed.append((msg, error))
+                    results.append((msg, error))
                 else:
                     if watch.overran():  # it swallowed the cancellation, but ran over
                         await self.invoker.overran(None, (msg,))
-                        failed.append((msg, consuming.timed_out(timeout)))
+                        results.append((msg, consuming.timed_out(timeout)))
                     else:
-                        ok.append(msg)
+                        results.append((msg, None))
         finally:
             watch.close()
         return time.perf_counter() - t0
@@ -164,27 +180,27 @@ class Processor:
                         break
                     done += 1
         except asyncio.CancelledError:
-            await self._cut_short(msgs, msgs[:done], [])
+            await self._cut_short(msgs, [(m, None) for m in msgs[:done]])
             raise
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
             tally, blocked = await self.queue.backend.drive(consuming.settle_in_order(
                 self.queue.ops, msgs[:done] if short else msgs, done,
                 None if short else error, self.plan.retry, self.me))
         self.stats.add_tally(tally, seconds)
+        called = len(msgs) if self.batch_handler and not short else done + (error is not None)
+        self.sizer.handled(called, seconds)
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
                             f"{self.plan.lease_margin:g}s left, or was lost and taken again "
                             "since its batch was popped: not starting another handler")
         return bool(blocked)
 
-    async def _cut_short(self, msgs: list[Message], ok: list[Message],
-                         failed: list[tuple[Message, BaseException]]) -> None:
-        """Cancelled mid-batch (a stop that ran out of time): ack what was handled, settle
-        what failed, and give the rest back at once, unhandled (no attempt counted),
-        rather than leave it in flight until its visibility timeout. Shielded, so that
-        the settling itself is not cut short."""
-        seen = {id(m) for m in ok} | {id(m) for m, _ in failed}
-        flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                back=[m for m in msgs if id(m) not in seen])
+    async def _cut_short(self, mine: list[Message], results: Results,
+                         settled: int = 0) -> None:
+        """Cancelled mid-batch (a stop that ran out of time): settle the outcomes
+        (``results[settled:]``: the upkeep settled the ones before when it cut the batch)
+        and give the rest of ``mine`` back at once, unhandled (no attempt counted),
+        rather than leave it in flight until its visibility timeout."""
+        seen = {id(m) for m, _ in results}
         with contextlib.suppress(DynoqError):  # fenced or unreachable: they expire instead
-            self.stats.add_tally(await asyncio.shield(self.queue.backend.drive(flow)))
+            await self.give_back([m for m in mine if id(m) not in seen], results[settled:])

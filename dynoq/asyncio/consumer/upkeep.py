@@ -15,19 +15,23 @@ import time
 
 from ..._core.board import extended
 from ..._core.consuming import CHANNEL_TICK, UpkeepClock
+from ..._core.sizing import STALLED
 from ...errors import DynoqError, LeaseLost, QueueGone
 from ...retry import backoff
 from ..backend.wakeup import Subscription
 from ..events import wait_event
 from .context import Shared
+from .processing import Processor
 
 log = logging.getLogger("dynoq.consumer")
 
 
 
 class Upkeep:
-    def __init__(self, shared: Shared, subscription: Subscription) -> None:
+    def __init__(self, shared: Shared, subscription: Subscription,
+                 processor: Processor) -> None:
         self.shared = shared
+        self._processor = processor
         self._subscription = subscription
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -61,8 +65,12 @@ class Upkeep:
                     beat, rebalance = clock.due(now, notified)
                     if beat or rebalance:
                         clock.ran(now, await self.tick(rebalance=rebalance))
+                    if self._dropped():
+                        self._next_acquire = now  # take it again now, not at a rebalance
                     if now >= self._next_acquire:
                         await self._acquire()
+                    await self._extend_slow()
+                    await self._hand_back_stalled()
                     failures = 0
                 except QueueGone as exc:
                     self.shared.gone(exc)  # the consumer stops
@@ -81,13 +89,13 @@ class Upkeep:
             await self._subscription.close()
 
     async def tick(self, *, rebalance: bool) -> bool:
-        """Heartbeat, renew leases, extend slow deliveries; rebalance when asked or when
-        the group changed. Returns whether it rebalanced."""
+        """Heartbeat, renew leases; rebalance when asked or when the group changed.
+        Returns whether it rebalanced. (Slow deliveries are extended at every look of the
+        loop, a few times a second: a heartbeat interval can be longer than a visibility.)"""
         s = self.shared
         changed, members = await s.membership.heartbeat()
         if s.plan.ordered:
             await s.check_leases(sorted(s.board.leased()))
-        await self._extend_slow()
         if rebalance or changed:
             await self._rebalance(members)
         return rebalance or changed
@@ -110,6 +118,12 @@ class Upkeep:
             await s.membership.notify()
         await self._acquire()
 
+    def _dropped(self) -> bool:
+        """Whether a worker dropped a shard this member should hold (its lease was lost,
+        or taken again since a batch was popped) while no acquisition is due."""
+        return (self.shared.plan.ordered and self._next_acquire == math.inf
+                and bool(self._wanted - self.shared.board.leased()))
+
     async def _acquire(self) -> None:
         """Try to lease wanted shards; retry when the other holder's lease may end."""
         s = self.shared
@@ -126,17 +140,26 @@ class Upkeep:
         self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
                               if retry_in < math.inf else math.inf)
 
+    async def _hand_back_stalled(self) -> None:
+        """The messages waiting behind a stalled handler call go back to the queue, for
+        other workers, and those handled before it are settled (see _core/sizing.py)."""
+        if self._processor.hands_back:
+            for rest, handled in self.shared.deliveries.stalled(time.monotonic(), STALLED):
+                with contextlib.suppress(DynoqError):  # they expire and come again
+                    await self._processor.give_back(rest, handled)
+
     async def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).
         s = self.shared
         vis = s.plan.visibility
-        # A keyed queue's delivery is its key's lock: extended at half its visibility,
-        # before it can run out (else the key's next holder could start meanwhile).
-        older = vis / 2 if s.queue.ops.keyed else vis
+        # At half their visibility, before it can run out: else another consumer could
+        # be handed the messages still waiting in a slow batch (and on a keyed queue, a
+        # delivery is its key's lock: the key's next holder could start meanwhile).
+        older = vis / 2
         for batch in s.deliveries.slow(time.monotonic(), older):
             sent, results = time.monotonic(), []
             try:
-                for m in batch.msgs:
+                for m in batch.mine:
                     results.append(await s.queue.extend(m, vis))
             except LeaseLost:
                 continue  # the shard's worker finds it lost and drops it

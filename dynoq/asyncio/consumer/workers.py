@@ -164,7 +164,7 @@ class Workers:
     async def _concurrent_loop(self, me: int) -> None:
         # The thread consumer's loop (dynoq.consumer.workers), as a task.
         s = self.shared
-        batch, idle = s.plan.settings.batch_size, s.plan.settings.idle_wait
+        sizer, idle = self.processor.sizer, s.plan.settings.idle_wait
         turn = me  # the workers start at different shards
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
@@ -181,7 +181,7 @@ class Workers:
             if carried:
                 n, msgs, carried = held, carried, []
             else:
-                n, msgs = await s.flow.take(batch, idle), []
+                n, msgs = await s.flow.take(sizer.size(), idle), []
             if n == 0:
                 continue
             try:
@@ -229,7 +229,8 @@ class Workers:
                     streak = 0
                     s.flow.give(n)
         if carried:  # stopping: what the last acks brought goes back at once
-            await self.processor.give_back_unhandled(carried)
+            with contextlib.suppress(DynoqError):  # they expire and come again
+                await self.processor.give_back(carried)
             s.flow.give(held)
 
     async def _ordered_loop(self, me: int) -> None:
@@ -264,6 +265,7 @@ class Workers:
         settings = s.plan.settings
         started = time.monotonic()
         msgs, found = first, True
+        tenure = first[0].fence if first else None  # of the lease the work is done in
         try:
             while True:
                 if msgs is None:
@@ -272,7 +274,8 @@ class Workers:
                     if time.monotonic() - started > settings.max_continuous_time:
                         s.board.wake()  # look at the other shards again, then come back
                         break
-                    n = 1 if s.board.is_retrying(shard) else settings.batch_size
+                    n = 1 if s.board.is_retrying(shard) else self.processor.sizer.size()
+                    tenure = s.leases.tenures([shard])[shard]
                     msgs = await s.pop(n, shards=[shard])
                     if not msgs:
                         found = False  # empty, or blocked by an earlier retry
@@ -285,11 +288,13 @@ class Workers:
                     break
                 msgs = None
                 await asyncio.sleep(0)  # let the other tasks in between batches
-        except LeaseLost:
+        except LeaseLost as exc:
             s.stats.add(lease_lost=1)
-            s.board.drop(shard)
-            log.warning("dynoq: lease on shard %d of %r lost; dropped it", shard,
-                        s.queue.name)
+            if s.leases.ended(shard, tenure):
+                s.board.drop(shard)
+                log.warning("dynoq: %s; dropped the shard", exc)
+            else:  # the upkeep took the shard again meanwhile: that lease goes on
+                log.info("dynoq: %s; the shard's newer lease goes on", exc)
         finally:
             s.deliveries.finish(me)
             await self._finish(shard, found)

@@ -17,12 +17,19 @@
   uses: lib/pin.lua
 ]]
 local function keep_places(dlv, popped)
-  local parts, p = {}, 0
+  -- "<length>:" made once per length (ids of a queue are mostly one length): table.concat
+  -- would format a number at every message.
+  local parts, p, heads = {}, 0, {}
   for i = 1, #popped, 2 do
     local id = popped[i]
-    parts[p + 1], parts[p + 2], parts[p + 3], parts[p + 4] = #id, ':', id, popped[i + 1]
-    parts[p + 5] = ';'
-    p = p + 5
+    local n = #id
+    local h = heads[n]
+    if not h then
+      h = n .. ':'
+      heads[n] = h
+    end
+    parts[p + 1], parts[p + 2], parts[p + 3], parts[p + 4] = h, id, popped[i + 1], ';'
+    p = p + 4
   end
   redis.call('HSET', dlv, PIN, table.concat(parts))
 end

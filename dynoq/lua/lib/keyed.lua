@@ -37,7 +37,9 @@
   kprepared(key) -> the header of a prepared (transactional) keyed record: its seq is
     kseq(0), which no placed message has; kreplaced(rec) -> true when a record has a place
     (a push replaced the prepared one); kbody(rec) -> the msgpack body after the header
-  kplace(K, id, key, body, enq, seq, conc) -> writes the record, appends it to its key
+  kplace(K, places, conc) -> writes messages' records and appends each to its key, in
+    order; places: a flat list of id, key, body (without the key), enq, seq per message,
+    ids in no state of the shard (new ones, or dead-lettered ones a replay took out)
   kdrop(K, id, rec, conc) -> removes a message from every state; its key moves on
   kback(K, s, id, seq, conc) -> links a given-back message into state s (its in-flight
     count already lowered) before the first waiting message of its key with a higher seq
@@ -48,6 +50,13 @@
     back and gives the keys that may deliver a new turn: returns how many got one
   ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
     up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
+  kadd(K, conc, ensure, window, now, items, from, out) -> how many were placed, whether
+    the shard's waiters need a wake (it had no key ready), how many were refused (ensure:
+    acked within `window` ms); places the first of each id of `items`
+    (from index `from` on: id, key, body without the key), each last in its key: ensure
+    skips an id that is stored, else its stored copy is replaced (it leaves every state
+    first); out[i] = 1 for each placed, 0 for the others. K needs done and seq besides the
+    keys kplace and kdrop use.
   kensure(k, conc, window, now, items, from) -> how many were placed, whether the
     shard's waiters need a wake (it had no key ready), and how many were refused (acked
     within the window): a topic's publish, Spark's push-batch (and a
@@ -170,20 +179,6 @@ local function kput(K, key, s, conc, turn, untake)
   return false
 end
 
--- Link id last in its key's chain (state s).
-local function kappend(kwait, s, id)
-  local tail = s[5]
-  if s[2] > 0 and tail ~= '' then
-    lset(kwait, tail, 2, id)
-    redis.call('HSET', kwait, id, lpack(tail, ''))
-    s[5] = id
-    s[2] = s[2] + 1
-  else  -- the first to wait (a count without a chain, not written by dynoq: mended)
-    redis.call('HSET', kwait, id, '0|')
-    s[2], s[4], s[5] = 1, id, id
-  end
-end
-
 local function kback(K, s, id, seq, conc)
   local kwait, msgs = K.kwait, K.msgs
   local prev, cur = '', (s[2] > 0 and s[4] or '')
@@ -203,14 +198,6 @@ local function kback(K, s, id, seq, conc)
   if prev == '' then s[4] = id else lset(kwait, prev, 2, id) end
   if cur == '' then s[5] = id else lset(kwait, cur, 1, id) end
   s[2] = s[2] + 1
-end
-
-local function kplace(K, id, key, body, enq, seq, conc)
-  local msgs = K.msgs
-  redis.call('HSET', msgs, id, enq .. ',0,0,K' .. kprefix(key) .. seq .. body)
-  local s = kget(K, key)
-  kappend(K.kwait, s, id)
-  return kput(K, key, s, conc)
 end
 
 local function kdrop(K, id, rec, conc)
@@ -330,6 +317,67 @@ local function kstore(K, order, st, conc)
   return added
 end
 
+-- The messages of one call go last in their keys at once: their records in one HSET, the
+-- touched keys' states in one HMGET and back in one HSET (kload, kstore), every link in
+-- one HSET. A key's new messages chain to each other in push order; the first links
+-- after the key's tail (whose next is set: one HMGET for all the tails).
+local function kplace(K, places, conc)
+  local msgs, kwait = K.msgs, K.kwait
+  local recs, order, by = {}, {}, {}
+  for i = 1, #places, 5 do
+    local id, key = places[i], places[i + 1]
+    recs[#recs + 1] = id
+    recs[#recs + 1] = places[i + 3] .. ',0,0,K' .. kprefix(key) .. places[i + 4] .. places[i + 2]
+    local mine = by[key]
+    if not mine then
+      mine = {}
+      by[key] = mine
+      order[#order + 1] = key
+    end
+    mine[#mine + 1] = id
+  end
+  if #order == 0 then return end
+  bulk('HSET', msgs, recs)
+  local st = kload(K, order)
+  local tails, after = {}, {}  -- the keys whose chain goes on: their tails, first new ids
+  for _, key in ipairs(order) do
+    local s = st[key]
+    if s[2] > 0 and s[5] ~= '' then
+      tails[#tails + 1] = s[5]
+      after[#after + 1] = by[key][1]
+    end
+  end
+  local links = {}
+  if #tails > 0 then
+    local old = bulk_read('HMGET', kwait, tails)
+    for i, tail in ipairs(tails) do
+      if old[i] then  -- a missing link stays missing
+        local prev = lsplit(old[i])
+        links[#links + 1] = tail
+        links[#links + 1] = lpack(prev, after[i])
+      end
+    end
+  end
+  for _, key in ipairs(order) do
+    local s, mine = st[key], by[key]
+    local prev = ''
+    if s[2] > 0 and s[5] ~= '' then
+      prev = s[5]
+      s[2] = s[2] + #mine
+    else  -- the first to wait (a count without a chain, not written by dynoq: mended)
+      s[2], s[4] = #mine, mine[1]
+    end
+    for m, id in ipairs(mine) do
+      links[#links + 1] = id
+      links[#links + 1] = lpack(prev, mine[m + 1] or '')
+      prev = id
+    end
+    s[5] = prev
+  end
+  bulk('HSET', kwait, links)
+  kstore(K, order, st, conc)
+end
+
 local function ktake(K, count, deadline, nonce, conc, out)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
@@ -380,7 +428,8 @@ local function ktake(K, count, deadline, nonce, conc, out)
           z[#z + 1] = deadline
           z[#z + 1] = id
           d[#d + 1] = id
-          d[#d + 1] = a .. '||' .. nonce .. '.' .. a
+          local as = kn(a)  -- formatted once a call per count (see kn)
+          d[#d + 1] = as .. '||' .. nonce .. '.' .. as
           local s = st[owners[i]]
           s[1], s[3] = s[1] + 1, id
           out[#out + 1] = id
@@ -398,27 +447,52 @@ local function ktake(K, count, deadline, nonce, conc, out)
   return n
 end
 
-local function kensure(k, conc, window, now, items, from)
-  local kwait, kturn, kstate, msgs, seq, done = k[1], k[2], k[3], k[4], k[7], k[8]
-  local K = {kwait = kwait, kturn = kturn, kstate = kstate, msgs = msgs, seq = seq}
+local function kadd(K, conc, ensure, window, now, items, from, out)
+  local msgs, seq, done, kturn = K.msgs, K.seq, K.done, K.kturn
+  local idle = redis.call('EXISTS', kturn) == 0  -- no key ready: waiters need the news
   local n = math.floor((#items - from + 1) / 3)
-  local idle = redis.call('EXISTS', kturn) == 0
   local base = redis.call('INCRBY', seq, n) - n
   local enq = stamp(now)
-  local seen, pushed, refused = {}, 0, 0
+  local seen, ids, at = {}, {}, {}  -- the first of each id counts
   for i = 1, n do
-    local j = from + 3 * (i - 1)
-    local id = items[j]
-    if not seen[id] and redis.call('HEXISTS', msgs, id) == 0 then
-      local acked = window > 0 and redis.call('ZSCORE', done, id)
-      if not (acked and tonumber(acked) + window > now) then
-        kplace(K, id, items[j + 1], items[j + 2], enq, kseq(base + i), conc)
-        pushed = pushed + 1
-      else
-        refused = refused + 1
-      end
+    local id = items[from + 3 * (i - 1)]
+    out[i] = 0
+    if not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+      at[#at + 1] = i
     end
-    seen[id] = true
   end
+  if #ids == 0 then return 0, false, 0 end
+  local old = bulk_read('HMGET', msgs, ids)
+  local acked = ensure and window > 0 and bulk_read('ZMSCORE', done, ids) or {}
+  local places, pushed, refused = {}, 0, 0
+  for m, id in ipairs(ids) do
+    local add = true
+    if old[m] then
+      -- a plain push replaces it: the old copy leaves every state first (rare)
+      if ensure then add = false else kdrop(K, id, old[m], conc) end
+    elseif acked[m] and tonumber(acked[m]) + window > now then
+      add = false
+      refused = refused + 1
+    end
+    if add then
+      local i = at[m]
+      local j = from + 3 * (i - 1)
+      places[#places + 1] = id
+      places[#places + 1] = items[j + 1]
+      places[#places + 1] = items[j + 2]
+      places[#places + 1] = enq
+      places[#places + 1] = kseq(base + i)
+      out[i] = 1
+      pushed = pushed + 1
+    end
+  end
+  kplace(K, places, conc)
   return pushed, idle and pushed > 0, refused
+end
+
+local function kensure(k, conc, window, now, items, from)
+  local K = {kwait = k[1], kturn = k[2], kstate = k[3], msgs = k[4], seq = k[7], done = k[8]}
+  return kadd(K, conc, true, window, now, items, from, {})
 end
