@@ -72,7 +72,7 @@ class Handling:
     seq: int | None = None
     fence: int | None = None
     held: bool | None = None
-    refused: bool = False  # its write was refused by the fenced store (lease moved on)
+    refused: bool = False  # its write was refused by the fenced store (taken over)
     attempts: int = 1
     planned: bool = False
     ended: int | None = None  # server time the handler was done (keyed queues; None: unknown)
@@ -100,7 +100,8 @@ class Report:
     without_lease: int = 0
     stale_fence: int = 0
     stale_examples: list[str] = field(default_factory=list)
-    refused: int = 0  # writes the fenced store refused (their handler failed: retried)
+    refused: Counter[str] = field(default_factory=Counter)  # by queue: writes the fenced
+    # store refused (their handler failed: retried)
     dead: int = 0
     duplicates: Counter[str] = field(default_factory=Counter)
     unexplained: list[str] = field(default_factory=list)  # a few duplicates of cause OTHER
@@ -130,7 +131,8 @@ class Report:
             ("same-key overlaps (message groups)", str(self.overlaps), must),
             ("handled without the lease", str(self.without_lease), must),
             ("handled with a stale fence", str(self.stale_fence), must),
-            ("writes refused by the fence (lease moved on)", str(self.refused), ""),
+            ("writes refused by the fence (taken over)", str(self.refused.total()), ""),
+            *((f"  on {q}", str(n), "") for q, n in sorted(self.refused.items())),
             ("dead-lettered", str(self.dead), ""),
             ("duplicates", str(dup_total), ""),
         ]
@@ -166,7 +168,7 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     """
     pushed = list(pushed)
     handlings = list(handlings)
-    refused = sum(1 for h in handlings if h.refused)
+    refused = Counter(h.queue for h in handlings if h.refused)
     handlings = [h for h in handlings if not h.refused]  # they did nothing
     dead_ids = set(dead)
     events = sorted(events, key=lambda e: e.at)

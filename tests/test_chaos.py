@@ -89,7 +89,7 @@ def test_a_write_the_fenced_store_refused_is_counted_and_does_nothing() -> None:
            handled(2, "k-1", queue="ordered", fence=3, held=True, consumer="c1.0"),
            handled(3, "k-1", queue="ordered", fence=2, refused=True)]
     report = check(pushed, log, [], [], visibility=3)
-    assert report.refused == 1 and report.failures() == []
+    assert report.refused == {"ordered": 1} and report.failures() == []
     assert sum(report.duplicates.values()) == 0
     raw = "3000000|r|c0.0|ordered|k-1|k|1|0|2|1|0"
     assert parse_handling(raw).refused and parse_handling(raw).held is None
