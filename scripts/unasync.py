@@ -26,6 +26,7 @@ FILES = {
     "dynoq/asyncio/tasks.py": "dynoq/tasks.py",
     "dynoq/asyncio/halves.py": "dynoq/halves.py",
     "dynoq/asyncio/checker.py": "dynoq/checker.py",
+    "dynoq/asyncio/consumer/lease.py": "dynoq/consumer/lease.py",
 }
 # Applied in order to every line (outside the `# unasync:` overrides).
 SUBS: list[tuple[str, str]] = [
@@ -43,16 +44,18 @@ SUBS: list[tuple[str, str]] = [
     (r"\bAsyncBackend\b", "Backend"),
     (r"\bdynoq\.asyncio\.", "dynoq."),
     (r"\bdynoq\.asyncio\b", "dynoq"),
-    (r"^(\s*from )\.\.(\.*)(\w)", r"\1.\2\3"),  # one package up: the sync twin's level
-    (r"^(\s*from )\.\.( import)", r"\1.\2"),
 ]
+# A relative import: the sync twin sits one package up, so an import that leaves
+# dynoq.asyncio takes one dot less; one that stays inside it keeps its dots.
+RELATIVE = re.compile(r"^(\s*from )(\.+)(?=\w| import)")
 OVERRIDE = re.compile(r"^(\s*)(.*?)\s*# unasync: (.*)$")
 HEADER = ("# Generated from {src} by scripts/unasync.py: edit that file, then run\n"
           "# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).\n")
 
 
-def rewrite_line(line: str) -> tuple[str, str]:
-    """(the asyncio line without its override comment, its sync twin)."""
+def rewrite_line(line: str, level: int = 1) -> tuple[str, str]:
+    """(the asyncio line without its override comment, its sync twin); ``level``: how
+    deep in dynoq.asyncio the module is (1 for dynoq/asyncio/queue.py)."""
     m = OVERRIDE.match(line)
     if m:
         indent, code, sync = m.groups()
@@ -60,17 +63,20 @@ def rewrite_line(line: str) -> tuple[str, str]:
     out = line
     for pattern, repl in SUBS:
         out = re.sub(pattern, repl, out)
+    rel = RELATIVE.match(out)
+    if rel and len(rel[2]) > level:
+        out = rel[1] + rel[2][1:] + out[rel.end():]
     return line, out
 
 
-def unasync(text: str) -> str:
-    """The sync twin of an asyncio module's text. Continuation lines of a statement
-    move left by what the rewrite took out of its first line, so that arguments stay
-    aligned under their bracket."""
+def unasync(text: str, level: int = 1) -> str:
+    """The sync twin of an asyncio module's text (``level``: see rewrite_line).
+    Continuation lines of a statement move left by what the rewrite took out of its
+    first line, so that arguments stay aligned under their bracket."""
     out: list[str] = []
     shift, depth = 0, 0
     for line in text.split("\n"):
-        _, new = rewrite_line(line)
+        _, new = rewrite_line(line, level)
         if depth > 0 and shift > 0 and new.startswith(" " * shift):
             new = new[shift:]
         elif depth == 0:
@@ -90,7 +96,8 @@ def _balance(line: str) -> int:
 
 
 def generated(src: str) -> str:
-    return HEADER.format(src=src) + unasync((ROOT / src).read_text())
+    level = len(Path(src).relative_to("dynoq/asyncio").parts)
+    return HEADER.format(src=src) + unasync((ROOT / src).read_text(), level)
 
 
 def main(argv: list[str]) -> int:

@@ -49,3 +49,11 @@ class Queue:
             time.sleep(1)
         return x'''
     assert unasync.unasync(src) == want
+
+
+def test_a_module_deeper_in_the_package_keeps_the_imports_that_stay_inside_it() -> None:
+    # dynoq/asyncio/consumer/x.py -> dynoq/consumer/x.py: ..queue is dynoq.asyncio.queue
+    # there and dynoq.queue here (same dots); ..._core leaves dynoq.asyncio (one less).
+    src = "from ..._core.group import LeaseBook\nfrom ..queue import Queue\nfrom . import a"
+    want = "from .._core.group import LeaseBook\nfrom ..queue import Queue\nfrom . import a"
+    assert unasync.unasync(src, level=2) == want

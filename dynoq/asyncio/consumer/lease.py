@@ -1,7 +1,8 @@
-"""Shard leases of an ordered-queue consumer, for asyncio (see _core.group)."""
+"""Shard leases of an ordered-queue consumer (redis-py's Lock model; see _core.group)."""
 
 from __future__ import annotations
 
+import contextlib  # unasync: import threading
 import time
 from collections.abc import Iterable
 
@@ -18,6 +19,9 @@ class Leases:
         self.token = token
         self._ops = LeaseOps(queue.ops, token, ttl)
         self._book = LeaseBook(ttl)
+        # The sync twin's workers, upkeep and rebalance threads share the book; tasks
+        # cannot interleave inside a block without an await, so they need no lock.
+        self._guard = contextlib.nullcontext()  # unasync: self._guard = threading.Lock()
 
     async def acquire(self, shard: int) -> float:
         """Try to take ``shard``: 0.0 when taken (the previous holder's in-flight messages
@@ -25,36 +29,43 @@ class Leases:
         sent = time.monotonic()
         wait, fence = await self.queue.backend.drive(self._ops.acquire(shard))
         if wait == 0.0:
-            self._book.taken(shard, fence, sent)
+            with self._guard:
+                self._book.taken(shard, fence, sent)
         return float(wait)
 
     async def renew(self, shards: Iterable[int]) -> set[int]:
         """Extend the leases on ``shards``, each in the tenure it was taken in; return
         the ones no longer held (gone, or taken again since: that tenure is over)."""
-        fences = self._book.tenures(shards)
+        with self._guard:
+            fences = self._book.tenures(shards)
         if not fences:
             return set()
         sent = time.monotonic()
         lost: set[int] = await self.queue.backend.run(self._ops.renew(fences))
-        return self._book.renewed(fences, lost, sent)
+        with self._guard:
+            return self._book.renewed(fences, lost, sent)
 
     async def release(self, shard: int) -> bool:
-        fence = self._book.tenures([shard])[shard]
-        self._book.forget(shard)
+        with self._guard:
+            fence = self._book.tenures([shard])[shard]
+            self._book.forget(shard)
         return bool(await self.queue.backend.run(self._ops.release(shard, fence)))
 
     def left(self, shard: int, fence: int | None = None) -> float:
         """Seconds the lease on ``shard`` surely has left (0 when not held, or not in the
         tenure ``fence``: LeaseBook.left)."""
-        return self._book.left(shard, time.monotonic(), fence)
+        with self._guard:
+            return self._book.left(shard, time.monotonic(), fence)
 
     def tenures(self, shards: Iterable[int]) -> dict[int, int | None]:
         """The fencing number each of ``shards`` is held in (None: not held)."""
-        return self._book.tenures(shards)
+        with self._guard:
+            return self._book.tenures(shards)
 
     def ended(self, shard: int, tenure: int | None) -> bool:
         """See LeaseBook.ended."""
-        return self._book.ended(shard, tenure)
+        with self._guard:
+            return self._book.ended(shard, tenure)
 
     def values(self, tenures: dict[int, int | None]) -> dict[int, str]:
         """What a pop, ack or nack shows for each shard: its lease's value in that tenure."""
