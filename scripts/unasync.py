@@ -26,6 +26,7 @@ FILES = {
     "dynoq/asyncio/tasks.py": "dynoq/tasks.py",
     "dynoq/asyncio/halves.py": "dynoq/halves.py",
     "dynoq/asyncio/checker.py": "dynoq/checker.py",
+    "dynoq/asyncio/consumer/group.py": "dynoq/consumer/group.py",
     "dynoq/asyncio/consumer/lease.py": "dynoq/consumer/lease.py",
 }
 # Applied in order to every line (outside the `# unasync:` overrides).

@@ -1,3 +1,5 @@
+# Generated from dynoq/asyncio/consumer/group.py by scripts/unasync.py: edit that file, then run
+# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
 """Consumer-group membership (see _core.group for how a group lives in Redis)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Consumer-group membership for asyncio (see _core.group for how a group lives in Redis)."""
+"""Consumer-group membership (see _core.group for how a group lives in Redis)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ class Membership:
         await self.queue.backend.run(self._ops.notify())
 
     async def record(self, members: Sequence[str], shards: Sequence[int]) -> None:
-        """Add this member's new assignment to the group's rebalance history (best
-        effort, as the thread consumer's)."""
+        """Add this member's new assignment to the group's rebalance history. Best effort:
+        a history that cannot be written (a server away, an ACL from before it existed)
+        must not stop the rebalance."""
         try:
             await self.queue.backend.run(self._ops.record(members, shards))
         except DynoqError as exc:
@@ -51,3 +52,8 @@ class Membership:
 async def members(queue: Queue, group: str) -> list[str]:
     """The members of a group as last recorded (stale ones included until reaped)."""
     return await queue.backend.run(ops.members(queue.ops.keys, group))  # type: ignore[no-any-return]
+
+
+async def reap(queue: Queue) -> int:
+    """Drop the members whose heartbeat ran out, in every group of ``queue``."""
+    return await queue.backend.drive(ops.reap(queue.ops.keys))
