@@ -518,8 +518,13 @@ class QueueOps(KeyedOps):
         """Ack calls for popped messages (the hot path: one call per shard and lease);
         each reply is how many were acked."""
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
+        shards = self.settings.shards
         for m in msgs:
-            groups[(self._shard_of(m), m.lease or "")] += (m.id or "", m.token or "")
+            shard, msg_id = m.shard, m.id
+            # _shard_of's checks, inline (a drain acks every message); it raises, saying why
+            if not (type(shard) is int and msg_id is not None and 0 <= shard < shards):
+                shard, msg_id = self._shard_of(m), m.id or ""
+            groups[(shard, m.lease or "")] += (msg_id, m.token or "")
         return self._ack_calls(groups)
 
     def _ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
@@ -538,11 +543,13 @@ class QueueOps(KeyedOps):
     def ack_many(self, msgs: Iterable[Message | str]) -> Flow[int]:
         """Ack deliveries (popped messages or ids; one round trip); returns how many."""
         items = validate.check_items(msgs, "ack_many()")
+        if not items:
+            return 0
+        if all(isinstance(m, Message) for m in items):  # a consumer's batch: no lookup
+            return sum((yield Batch(self.ack_calls(items))))
         groups: dict[tuple[int, str], list[str]] = defaultdict(list)
         for shard, msg_id, token, lease in (yield from self._located(items)):
             groups[(shard, lease)] += (msg_id, token)
-        if not groups:
-            return 0
         return sum((yield Batch(self._ack_calls(groups))))
 
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
