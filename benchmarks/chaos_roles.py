@@ -199,8 +199,9 @@ class Handling:
         self.msg, self.call, self.name = msg, call, queue.name
         self.prefix = prefix
         keys = queue.ops.shard_keys[msg.shard]
+        keyed = queue.ops.keyed  # message groups (the "groups" queue)
         # What fences this delivery: an ordered shard's lease, a message group's key fence
-        if queue.name == GROUPS:
+        if keyed:
             assert msg.key is not None and msg.fence is not None
             self.fenced_by, self.fence, self.key = keys.kfence, str(msg.fence), msg.key
         else:
@@ -213,7 +214,7 @@ class Handling:
         # keeps messages in flight; now and then its visibility runs out meanwhile
         slow = first and _fraction(msg.id, "slow") < SLOW_RATE
         self.work = random.uniform(0.005, 0.05) + (nap if slow else 0.0)
-        self.ends_a_key = queue.name == GROUPS  # done: the key's next message may start now
+        self.ends_a_key = keyed  # done: the key's next message may start now
 
     def started(self) -> Cmd:
         # Recorded before anything else; a call that cannot record raises, so the message
