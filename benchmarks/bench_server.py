@@ -10,6 +10,10 @@ one server. Each side does push + pop + ack of --n messages of 100 bytes on one 
   ordered      the same on an ordered queue (ordered=True; one key, so one shard's order)
   keyed        the same on a message-group queue (ordered="key"), its messages spread
                over 1,000 keys (a pop of 100 takes the heads of 100 keys)
+  raw groups   the raw layout of a message-group queue (benchmarks/raw_groups.py: a list
+               of ids per key, the keys with a deliverable head, one delivery in flight
+               per key), the same 1,000 keys: "keyed" is compared with it, and also with
+               "raw" (which keeps no order per key)
   single push  one message a call: q.push against one raw EVALSHA (HSET + ZADD)
 Server CPU: the delta of the server's main thread CPU (INFO cpu, user + sys) over the
 work, in µs a message; "in scripts" is what INFO commandstats gives EVALSHA (the rest:
@@ -34,6 +38,7 @@ import redis
 import dynoq
 from benchmarks.bench_core import RAW_PUSH, raw_bulk_push, raw_drain
 from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
+from benchmarks.raw_groups import RawGroups
 from dynoq._core.codec import new_id
 
 
@@ -65,7 +70,7 @@ def main() -> None:
     args = p.parse_args()
     payload = os.urandom(50).hex().encode()
     n = args.n
-    names = ("raw", "delay queue", "ordered", "keyed", "raw single", "push")
+    names = ("raw", "delay queue", "ordered", "keyed", "raw groups", "raw single", "push")
     runs: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in names}
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
@@ -100,6 +105,15 @@ def main() -> None:
             runs["delay queue"].append(measure(r, n, through(delay, None)))
             runs["ordered"].append(measure(r, n, through(ordered, "k")))
             runs["keyed"].append(measure(r, n, through(keyed, "k", 1000)))
+            groups = RawGroups(r, f"raw:g{rep}")
+
+            def raw_groups(g: RawGroups = groups) -> None:
+                for i in range(0, n, 1000):
+                    g.push([(f"k{j % 1000}", new_id(), payload)
+                            for j in range(i, min(i + 1000, n))])
+                g.drain()
+
+            runs["raw groups"].append(measure(r, n, raw_groups))
             runs["raw single"].append(measure(r, args.single_n, lambda: [
                 push_script(keys=["raw:msgs", "raw:ready"], args=[new_id(), i, payload])
                 for i in range(args.single_n)]))
@@ -117,11 +131,15 @@ def main() -> None:
     def ratio(k: str, base: str, i: int) -> str:
         return f"{median([a[i] / b[i] for a, b in zip(runs[k], runs[base], strict=True)]):.2f}x"
 
-    rows = [("work (µs a message)", "server CPU", "runs", "vs raw", "in scripts", "client CPU",
-             "vs raw", "wall", "msgs/s vs raw")]
-    for k, base in (("raw", "raw"), ("delay queue", "raw"), ("ordered", "raw"),
-                    ("keyed", "raw"), ("raw single", "raw single"), ("push", "raw single")):
-        rows.append((k, f"{med(k, 0):.2f}", " ".join(f"{x[0]:.2f}" for x in runs[k]),
+    rows = [("work (µs a message)", "server CPU", "runs", "ratio", "in scripts", "client CPU",
+             "ratio", "wall", "msgs/s ratio")]
+    for label, k, base in (("raw", "raw", "raw"), ("delay queue", "delay queue", "raw"),
+                           ("ordered", "ordered", "raw"), ("keyed", "keyed", "raw"),
+                           ("raw groups", "raw groups", "raw"),
+                           ("keyed vs raw groups", "keyed", "raw groups"),
+                           ("raw single", "raw single", "raw single"),
+                           ("push", "push", "raw single")):
+        rows.append((label, f"{med(k, 0):.2f}", " ".join(f"{x[0]:.2f}" for x in runs[k]),
                      "" if k == base else ratio(k, base, 0), f"{med(k, 1):.2f}",
                      f"{med(k, 2):.2f}", "" if k == base else ratio(k, base, 2),
                      f"{med(k, 3):.2f}",
@@ -132,7 +150,7 @@ def main() -> None:
     print()
     model = [("work", "client µs", "server µs", "N=1 M=1", "N=2 M=1", "N=4 M=1", "N=4 M=3",
               "N=8 M=3")]
-    for k in ("raw", "delay queue", "ordered", "keyed", "push"):
+    for k in ("raw", "delay queue", "ordered", "keyed", "raw groups", "push"):
         c, s = med(k, 2), med(k, 0)
         model.append((k, f"{c:.2f}", f"{s:.2f}", *(
             f"{min(cores / c, masters / s) * 1e6:,.0f}"
