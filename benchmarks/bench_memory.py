@@ -86,7 +86,7 @@ def main() -> None:
                 ratios.append(dyn / raw)
                 encodings = f"{enc(rh)}, {enc(rz)} / {enc(dh)}, {enc(dz)}"
             rows.append((f"{size} B", f"{median(raw_b):.0f}", f"{median(dyn_b):.0f}",
-                         f"{median(ratios):.3f}x", "<= 1.15x",
+                         f"{median(ratios):.3f}x", "<= 1.10x",
                          " ".join(f"{x:.3f}" for x in ratios), encodings))
         client.close()
         r.close()

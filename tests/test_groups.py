@@ -25,7 +25,7 @@ from test_consumer_procs import Procs
 
 import dynoq
 from dynoq import KeyState, Message
-from dynoq._core import codec, inspect
+from dynoq._core import codec, inspect, lua
 from dynoq.cli import EXIT_USAGE, cli
 
 FLAVORS = ("sync", "async")
@@ -266,6 +266,44 @@ def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) 
     q.push(9, key="a")  # the keys work again
     q.push(9, key="c")
     assert sorted(m.key for m in q.pop(count=10)) == ["a", "c"]
+
+
+# A push numbers its messages with kseqs (lib/keyed.lua), which counts base 36 digits up in
+# place: every seq must be kseq's of the same number (they are compared as strings when a
+# given-back message goes back before the later ones of its key), across every carry.
+_SEQS = lua.parse("t-0.lua", """--[[ t: kseqs(first) against kseq, `count` numbers on
+  uses: lib/keyed.lua
+  flags: no-writes
+]]
+local first, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+local nxt, out = kseqs(first), {}
+for i = 0, count - 1 do
+  local s = nxt()
+  if s ~= kseq(first + i) then return {first + i, s, kseq(first + i)} end
+  out[#out + 1] = s
+end
+return out
+""")
+
+
+@pytest.mark.sync_only
+@pytest.mark.parametrize("first", [1, 30, 36 * 36 - 40, 36 ** 3 - 3, 36 ** 7 - 2])
+def test_a_pushs_seqs_are_each_numbers_kseq_across_carries(client: dynoq.Client,
+                                                            first: int) -> None:
+    got = client.redis.eval(_SEQS.plain, 0, first, 50)
+    assert len(got) == 50 and all(type(s) is bytes for s in got), got  # else: which differed
+    assert got == sorted(got)  # as strings, in the numbers' order
+    assert got[0] == b"%c%s" % (96 + len(_base36(first)), _base36(first).encode())
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+        if n == 0:
+            return out
 
 
 # A push of many messages places them in one step (lib/keyed.lua kplace): the model is a

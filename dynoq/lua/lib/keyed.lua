@@ -33,6 +33,7 @@
   K: a table of the shard's keys by name (msgs, kwait, kturn, kstate, kfence, seq, unack,
      dlv, delayed, dead, why); conc: the queue's key_concurrency
   kseq(n) -> n as a string that sorts as the number: a letter for its length, base 36
+  kseqs(first) -> a function returning kseq(first), kseq(first + 1), ... one a call
   kparse(rec) -> key, seq of a keyed record (nil when it is not one)
   kprepared(key) -> the header of a prepared (transactional) keyed record: its seq is
     kseq(0), which no placed message has; kreplaced(rec) -> true when a record has a place
@@ -72,8 +73,36 @@ local function kseq(n)
   return string.char(96 + #s) .. s
 end
 
+-- Successive seqs from `first` on (kseq's form), one string each: a push places hundreds
+-- of messages, and counting the digits up in place costs less than converting each number.
+local function kseqs(first)
+  local d = {string.byte(stamp(first), 1, -1)}  -- base 36 digits, as byte codes
+  local n = #d
+  return function()
+    local out = string.char(96 + n, unpack(d))
+    local i = n
+    while true do  -- add one, carrying: '9' -> 'a', 'z' -> '0' and on to the next digit
+      local c = d[i]
+      if c == 57 then d[i] = 97 break
+      elseif c ~= 122 then d[i] = c + 1 break end
+      d[i] = 48
+      i = i - 1
+      if i == 0 then table.insert(d, 1, 49) n = n + 1 break end
+    end
+    return out
+  end
+end
+
+-- "<length>:" of a key: Lua formats a number with sprintf, so each length is made once.
+local KP = {}
 local function kprefix(key)
-  return #key .. ':' .. key
+  local n = #key
+  local p = KP[n]
+  if not p then
+    p = n .. ':'
+    KP[n] = p
+  end
+  return p .. key
 end
 
 local function kparse(rec)
@@ -467,6 +496,7 @@ local function kadd(K, conc, ensure, window, now, items, from, out)
   local old = bulk_read('HMGET', msgs, ids)
   local acked = ensure and window > 0 and bulk_read('ZMSCORE', done, ids) or {}
   local places, pushed, refused = {}, 0, 0
+  local seqs = kseqs(base + 1)  -- the placed ones' seqs, in push order
   for m, id in ipairs(ids) do
     local add = true
     if old[m] then
@@ -483,7 +513,7 @@ local function kadd(K, conc, ensure, window, now, items, from, out)
       places[#places + 1] = items[j + 1]
       places[#places + 1] = items[j + 2]
       places[#places + 1] = enq
-      places[#places + 1] = kseq(base + i)
+      places[#places + 1] = seqs()
       out[i] = 1
       pushed = pushed + 1
     end
