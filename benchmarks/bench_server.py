@@ -114,6 +114,7 @@ def main() -> None:
                 g.drain()
 
             runs["raw groups"].append(measure(r, n, raw_groups))
+            groups.drop()
             runs["raw single"].append(measure(r, args.single_n, lambda: [
                 push_script(keys=["raw:msgs", "raw:ready"], args=[new_id(), i, payload])
                 for i in range(args.single_n)]))

@@ -10,14 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from conftest import _base_url
 
 from benchmarks.raw_groups import RawGroups
 
 
 @pytest.fixture(params=["embedded"] + (["redis"] if os.environ.get("REDIS_URL") else []))
 def raw(request: pytest.FixtureRequest) -> Iterator[RawGroups]:
-    r = redis.Redis.from_url(_base_url(request.param, request))
+    if request.param == "redis":
+        url = os.environ["REDIS_URL"]
+    else:  # the session's private server (conftest.py)
+        server = request.getfixturevalue("embedded_server")
+        url = f"redis://{server.host}:{server.port}/0"
+    r = redis.Redis.from_url(url)
     q = RawGroups(r, f"rawtest-{uuid.uuid4().hex[:8]}")
     yield q
     q.drop()
