@@ -93,16 +93,20 @@ local function kseqs(first)
   end
 end
 
--- "<length>:" of a key: Lua formats a number with sprintf, so each length is made once.
-local KP = {}
-local function kprefix(key)
-  local n = #key
-  local p = KP[n]
-  if not p then
-    p = n .. ':'
-    KP[n] = p
+-- A count as text, each written once a call: Lua formats a number with sprintf, which
+-- cost more than the rest of a push's Lua together (the same lengths and counts recur).
+local KN = {}
+local function kn(n)
+  local t = KN[n]
+  if not t then
+    t = string.format('%d', n)
+    KN[n] = t
   end
-  return p .. key
+  return t
+end
+
+local function kprefix(key)
+  return kn(#key) .. ':' .. key
 end
 
 local function kparse(rec)
@@ -140,18 +144,6 @@ local function kunpack(v)
     end
   end
   return {0, 0, '', '', ''}
-end
-
--- A count as text, each written once a call: Lua formats a number with sprintf, which
--- cost more than the rest of a push's Lua together (the same lengths and counts recur).
-local KN = {}
-local function kn(n)
-  local t = KN[n]
-  if not t then
-    t = string.format('%d', n)
-    KN[n] = t
-  end
-  return t
 end
 
 local function kpack(s)
