@@ -553,6 +553,24 @@ def test_an_idle_consumer_wakes_when_a_delayed_message_falls_due(
     assert handled[0] - pushed < 15
 
 
+@pytest.mark.parametrize("shards", [1, 4])
+def test_a_stop_wakes_the_worker_waiting_on_the_server(client: dynoq.Client,
+                                                       shards: int) -> None:
+    # An idle consumer's watcher blocks in pop(wait=idle_wait) for all the workers; the
+    # stop's wake-up must end that wait, not the end of idle_wait (60 s here: before the
+    # fix a stop of a one-shard consumer, or any on Redis Cluster, waited it out).
+    q = client.queue("idle-stop", shards=shards)
+    c = client.consumer(q, lambda m: None, concurrency=4, idle_wait=60.0,
+                        lease_ttl=30.0).start()
+    try:
+        time.sleep(1.0)  # the first look found nothing: the watcher waits on the server
+        began = time.monotonic()
+        assert c.stop(timeout=30)
+        assert time.monotonic() - began < 10
+    finally:
+        c.stop(timeout=1)
+
+
 # -- rebalance, leases, fencing ------------------------------------------------------------------
 
 def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consumer]) -> None:

@@ -201,7 +201,8 @@ class Workers:
                 elif s.idle.watch():  # nobody waits on the server: this worker does, for all
                     try:
                         if not probing:  # Redis Cluster: pop waits (and looks first)
-                            msgs = await s.pop(n, wait=idle, shards=order)
+                            # back after a wake-up, found or not: a stop's wakes it too
+                            msgs = await s.pop(n, wait=idle, shards=order, until_woken=True)
                             quiet = not msgs
                         else:  # until a wake-up or the due time; then look, next turn
                             # (also after a quiet idle_wait: one probe, a safety net)
