@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import redis
 
+from benchmarks.common import drop_prefix
+
 # KEYS: msgs ready owner; ARGV: (key, id, payload) triples.
 # A key gets a place in `ready` when its list was empty and it has nothing in flight.
 PUSH = """
@@ -118,6 +120,4 @@ class RawGroups:
 
     def drop(self) -> None:
         """Delete this queue's keys."""
-        found = list(self.r.scan_iter(match=f"{{{self.prefix}}}:*", count=1000))
-        for i in range(0, len(found), 1000):
-            self.r.delete(*found[i:i + 1000])
+        drop_prefix(self.r, f"{{{self.prefix}}}:")
