@@ -5,10 +5,11 @@ unack set per shard, every transition one Lua script) with Apache RocketMQ's ord
 consumption and consumer groups.
 """
 
-from __future__ import annotations
-
-import logging
-from importlib.metadata import PackageNotFoundError, version
+# No `from __future__ import annotations` and only private names of what is imported for
+# use here: dir(dynoq) is the public API and the package's modules.
+import logging as _logging
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
@@ -17,6 +18,7 @@ from .client import Client, connect
 from .consumer import Consumer, Middleware
 from .consumer.many import Consumers
 from .errors import (
+    AwaitableReturned,
     ConnectionFailed,
     DynoqError,
     GroupConflict,
@@ -52,16 +54,17 @@ from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
 
 try:  # one version, pyproject.toml's, as installed (wheel or editable)
-    __version__ = version("dynoq")
-except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = _version("dynoq")
+except _PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
 # A library adds no handler of its own but this one: without it, Python's last-resort
 # handler prints every WARNING dynoq logs to stderr of an application that configured no
 # logging. The application's own configuration decides where dynoq's records go.
-logging.getLogger("dynoq").addHandler(logging.NullHandler())
+_logging.getLogger("dynoq").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "AwaitableReturned",
     "Checker",
     "Client",
     "ConnectionFailed",

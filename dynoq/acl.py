@@ -14,75 +14,16 @@ own. The prefix is a literal in every pattern, glob characters included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._core import grants as _grants
 from ._core import validate
 from ._core.lua import SCRIPTS
+from ._core.roles import ROLES, Role
 from .backend.install import Installed
 from .backend.install import install as _install
 from .errors import InvalidArgument
-
-
-@dataclass(frozen=True)
-class Role:
-    """What a role runs: dynoq's scripts, and direct write commands with the kinds of key
-    each writes (``dynoq._core.grants.KINDS``), and direct channel commands. Every role
-    may send every read of ``grants.READS`` to any key of its prefix."""
-
-    does: str
-    scripts: frozenset[str]
-    writes: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    channels: frozenset[str] = frozenset()  # PUBLISH, SUBSCRIBE on its prefix's channels
-
-
-# open a queue or topic (its settings, its epoch in every shard), read its state
-_OPEN = frozenset({"open", "epoch-set", "peek", "stats"})
-_REGISTER = {"SADD": frozenset({"registries"})}  # a first open registers the name
-
-ROLES: dict[str, Role] = {
-    "producer": Role("open queues and topics, push, ensure, publish, peek, stats; send "
-                     "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
-                     "its message: the consumer's); transactional messages: prepare, "
-                     "commit, roll back, and run their checker (RocketMQ's check-back "
-                     "asks the producer group)",
-                     _OPEN | {"push", "kpush", "publish", "task-push", "task-state", "reschedule",
-                              "tx-prepare", "tx-settle", "tx-publish", "tx-claim"},
-                     _REGISTER),
-    "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
-                  _OPEN | {"push", "kpush", "publish", "push-batch", "batch-commit"},
-                  _REGISTER),
-    "consumer": Role(
-        "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
-        "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
-        "purge dead letters, schedules; run task workers, with kept results; prepare, "
-        "commit and roll back transactional messages from a handler",
-        _OPEN | {"push", "publish", "pop", "probe", "ack", "nack", "extend", "requeue",
-                 "tx-prepare", "tx-settle", "tx-publish",
-                 "task-push", "task-state", "task-cancel", "task-keep",
-                 "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
-                 "lease-renew", "lease-release", "group-heartbeat", "group-leave",
-                 "group-history", "subscription", "rate-take", "schedule-fire",
-                 # message groups (ordered="key"): lua/lib/keyed.lua
-                 "kpush", "kpop", "kack", "knack", "krequeue", "kremove", "kreplay"},
-        {**_REGISTER, "HSET": frozenset({"sched"}), "HDEL": frozenset({"sched"}),
-         "ZREM": frozenset({"marks"})},
-        frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"})),
-    "sweeper": Role(
-        "requeue expired deliveries, promote due messages, trim acked ids, fire schedules, "
-        "reap group members and gone broadcasting members' queues",
-        frozenset({"due", "requeue", "promote", "trim", "group-reap", "subscription",
-                   "schedule-fire", "krequeue"}),
-        {"UNLINK": frozenset({"member_queues"})}),
-    "dashboard": Role("read what the web dashboard shows (docs/dashboard.md)",
-                      frozenset({"stats", "peek"})),
-    "dashboard-actions": Role("the dashboard's, and replay or purge dead letters "
-                              "(--allow-actions)",
-                              frozenset({"stats", "peek", "replay", "purge-dead",
-                                         "kreplay"})),
-}
 
 
 @dataclass(frozen=True)
@@ -127,8 +68,11 @@ def commands(role: str) -> list[str]:
     return sorted(c.lower() for c in {*g.reads, *g.writes, *g.channels, "EVALSHA"})
 
 
-# What every connection sends first (redis-py labels it: refused, it would fill ACL LOG).
-CONNECTION = ("client|setinfo",)
+# What a connection may send first: SELECT, for a URL's database number (a user allowed
+# it may select any: a database number is no boundary between users, docs/security.md).
+# No CLIENT SETINFO (Redis 7.2's, which 7.0 refuses in a rule): dynoq's clients do not
+# send it (dynoq.backend.bounds).
+CONNECTION = ("select",)
 # What a Redis Cluster client needs besides: the topology, the command table (redis-py's
 # key finder), and ASKING (a slot that is migrating).
 CLUSTER = ("asking", "cluster|shards", "cluster|slots", "command")

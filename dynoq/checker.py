@@ -18,7 +18,7 @@ The asyncio shell is written by hand; the sync one is generated from it (scripts
 
 from __future__ import annotations
 
-import inspect
+from ._core.callables import not_awaitable
 import logging
 import secrets
 from collections import Counter
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core import halves, validate
+from ._core.callables import refuse_coroutine_function
 from .errors import DynoqError, InvalidType
 from .message import Message
 from .events import join, new_event, spawn, until_stopped, wait_event
@@ -38,9 +39,14 @@ Check = Callable[[Message], Any]
 OUTCOMES = ("commit", "rollback", "unknown", "invalid", "error", "stale", "buried")
 
 
-def _answer(value: Any) -> Any:
-    """A check's answer, awaited when the check was a coroutine function."""
-    return value if inspect.isawaitable(value) else value
+AWAITS = False
+
+
+def _answer(check: Check, msg: Message) -> Any:
+    """A check's answer, awaited when the check is a coroutine function (the sync
+    checker refuses one, and fails an awaitable answer: nothing there awaits it)."""
+    v = check(msg)
+    return not_awaitable(v, check)
 
 
 class Checker:
@@ -65,6 +71,8 @@ class Checker:
             raise InvalidType(f"a checker checks a Queue or a Topic, got {type(queue).__name__}")
         if not callable(check):
             raise InvalidType(f"check must be callable, got {type(check).__name__}")
+        if not AWAITS:
+            refuse_coroutine_function(check, "the check", halves.ASYNC_CHECKER)
         self.queue = queue
         self.check = check
         self.group = validate.check_name(group, "group")
@@ -163,7 +171,7 @@ class Checker:
 
     def _ask(self, c: halves.Claimed) -> str:
         try:
-            value = self.check(c.msg)
+            value = _answer(self.check, c.msg)
         except Exception:
             log.exception("checker %s: check(%r) raised; asking again in %ss",
                           self.group, c.msg.id, self.check_interval)

@@ -22,6 +22,13 @@ class InvalidType(DynoqError, TypeError):
     """An argument has the wrong type."""
 
 
+class AwaitableReturned(DynoqError, TypeError):
+    """A handler, hook, check or task called where nothing awaits its result (the sync
+    client, or a thread of the asyncio consumer) returned a coroutine or another
+    awaitable: it did not run, so its message fails (never acked) or its check asks
+    again. An ``async def`` is refused there when it is given (``InvalidType``)."""
+
+
 class PayloadError(DynoqError):
     """A payload cannot be stored: see the two subclasses."""
 
@@ -160,7 +167,7 @@ class ResultTimeout(DynoqError, TimeoutError):
 # Refusals: a script refuses with a bare negative integer (lua/lib/refusal.lua); no normal
 # reply is one. LEASED (another consumer leases the shard) is not an error for a pop that
 # holds no lease: it skips the shard. Every other code maps to a typed error here.
-FENCED, LEASED, STALE, CONFLICT, GONE = -1, -2, -3, -4, -5
+FENCED, LEASED, STALE, CONFLICT, GONE, BOUNDS = -1, -2, -3, -4, -5, -6
 _REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
     FENCED: (LeaseLost, "the lease on this shard is gone (expired, or taken over by another "
                         "consumer); stop using the shard"),
@@ -175,6 +182,12 @@ _REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
                       "other settings; nothing was done. Open it again with "
                       "client.queue(name, ...) (client.topic for a topic), which creates it "
                       "as a first open does if it no longer exists"),
+    # Never for a call dynoq makes: each script takes what one call of this version sends
+    # (lua/lib/bounds.lua); a user that sends EVALSHA by hand may meet it.
+    BOUNDS: (InvalidArgument, "the call carries more keys or arguments than one call of "
+                              "this dynoq version sends, a count or time out of its range, "
+                              "or meets a stored hash larger than dynoq writes "
+                              "(docs/security.md, Bounds); nothing was done"),
 }
 
 

@@ -29,7 +29,9 @@ class Message:
     message of an ordered shard) grows at every lease takeover of the shard, so a handler
     writing elsewhere can refuse a write from an older holder. ``failure`` says why a
     dead-lettered (or retried) message failed. ``keep`` is set by a task's worker (a
-    result to keep with the ack, see dynoq.Tasks).
+    result to keep with the ack, see dynoq.Tasks). ``unreadable`` says why a stored
+    record cannot be read (a message of ``peek``, ``get`` or ``dead`` only: its payload,
+    key, headers and tag are then None; a pop never delivers one, it dead-letters it).
     """
 
     payload: Any
@@ -50,6 +52,7 @@ class Message:
     # Set by a handler that wants something kept with the ack (a task's kept result):
     # (key, record, ms to keep it), written just before the ack, in its round trip.
     keep: tuple[str, bytes, int] | None = field(default=None, repr=False, compare=False)
+    unreadable: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ FILES = {
     "dynoq/asyncio/checker.py": "dynoq/checker.py",
     "dynoq/asyncio/consumer/group.py": "dynoq/consumer/group.py",
     "dynoq/asyncio/consumer/lease.py": "dynoq/consumer/lease.py",
+    "dynoq/asyncio/consumer/rates.py": "dynoq/consumer/rates.py",
 }
 # Applied in order to every line (outside the `# unasync:` overrides).
 SUBS: list[tuple[str, str]] = [

@@ -18,7 +18,7 @@ from typing import Any
 
 import dynoq
 import dynoq.asyncio
-from dynoq.asyncio.consumer.facade import is_async
+from dynoq._core.callables import is_coroutine_function
 
 
 class Loop:
@@ -120,7 +120,7 @@ class ClientView(View):
     def consumer(self, queue: Any, handler: Any, **options: Any) -> Any:
         q = self.queue(queue) if isinstance(queue, str) else queue
         target = q._target if isinstance(q, View) else q
-        if callable(handler) and not is_async(handler):
+        if callable(handler) and not is_coroutine_function(handler):
             options["run_in_thread"] = True
 
         async def make() -> Any:

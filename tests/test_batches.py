@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import dynoq
-from dynoq._core.batches import BatchKeys, BatchOps, Counts, Progress
+from dynoq._core.batches import Attempt, BatchKeys, BatchOps, Counts, Progress
 
 
 def outs(q: dynoq.Queue, ids: range | list[int], key: str | None = None) -> list:  # type: ignore[type-arg]
@@ -123,3 +123,49 @@ def test_keyed_batches_count_refuse_and_keep_key_order_across_a_replay(
     run(q, ops.push(outs(q, range(80, 90), key="b"), 1))
     assert got + drain(q) == [f"m{i}" for i in range(20, 90)]
     assert q.stats().keys == 0 and q.size() == 0
+
+
+@pytest.mark.parametrize("ordered", [False, True, "key"])
+@pytest.mark.parametrize("query", ["", "query-1"])
+def test_a_retried_task_counts_what_an_earlier_attempt_pushed_as_pushed(
+        client: dynoq.Client, ordered: bool | str, query: str) -> None:
+    """Attempt 0 of a Spark task pushes 30 of its 50 rows and dies; attempt 1 writes the
+    whole partition: the 30 count as pushed (not as duplicates) and none is pushed again,
+    even though consumers acked them since. A row of the same attempt repeating an id is
+    still a duplicate, and so is an id somebody else pushed."""
+    q = client.queue("retried", shards=2, ordered=ordered)  # type: ignore[arg-type]
+    key = None if ordered is False else "k"
+    batch = 0 if query else None
+    first = BatchOps(q.ops, query, attempt=Attempt("w.3.0", 0))
+    assert run(q, first.push(outs(q, range(0, 30), key=key), batch)) == Counts(30, 0, 0)
+    assert len(drain(q)) == 30  # consumed (no dedupe window: acked ids are gone)
+    run(q, BatchOps(q.ops).push(outs(q, [99], key=key)))  # pushed by somebody else
+    retry = BatchOps(q.ops, query, attempt=Attempt("w.3.0", 1))
+    rows = [*range(0, 40), 3]  # 3 twice: the second is a duplicate
+    assert run(q, retry.push(outs(q, rows, key=key), batch)) == Counts(40, 1, 0)
+    assert run(q, retry.push(outs(q, [*range(40, 50), 5, 35], key=key), batch)) \
+        == Counts(10, 2, 0)  # 5 and 35: this attempt pushed them already
+    assert run(q, retry.push(outs(q, [99], key=key), batch)) == Counts(0, 1, 0)
+    assert sorted(drain(q), key=lambda i: int(i[1:])) == [f"m{i}" for i in (*range(30, 50),
+                                                                             99)]
+    # Another task (another partition) of the same write counts them as duplicates.
+    other = BatchOps(q.ops, query, attempt=Attempt("w.3.1", 0))
+    q.push("x", id="m7", key=key)
+    assert run(q, other.push(outs(q, [7], key=key), batch)) == Counts(0, 1, 0)
+    # Spark counted the task: its record goes.
+    run(q, retry.forget([("w.3.0", [0, 1])]))
+    again = BatchOps(q.ops, query, attempt=Attempt("w.3.0", 2))
+    assert run(q, again.push(outs(q, [7], key=key), batch)) == Counts(0, 1, 0)
+
+
+def test_a_task_record_is_bounded_and_expires(real_client: dynoq.Client) -> None:
+    q = real_client.queue("tasks", shards=2)
+    ops = BatchOps(q.ops, attempt=Attempt("w.1.4", 0), retention=30)
+    run(q, ops.push(outs(q, range(700))))
+    keys = [BatchKeys.of(k, "-", task="w.1.4") for k in q.ops.shard_keys]
+    r = real_client.redis
+    assert sum(r.hlen(k.tried) for k in keys) == 700
+    assert all(0 < r.pttl(k.tried) <= 30_000 for k in keys)
+    run(q, ops.forget([("w.1.4", [0, 1, 2])]))  # shard 2: not there, left alone
+    assert not any(r.exists(k.tried) for k in keys)
+    assert q.size() == 700

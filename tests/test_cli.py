@@ -152,6 +152,64 @@ def test_peek_and_dead_show_any_valid_payload(run: Any, client: dynoq.Client) ->
     assert "$base64:aw==" in ok(run("dead", "any"))
 
 
+def test_peek_and_dead_show_any_stored_record(run: Any, client: dynoq.Client) -> None:
+    """Records written raw (any role that writes records can): msgpack extensions,
+    nesting deeper than JSON goes, text rich would read as markup, an unreadable record:
+    peek and dead show each (table and --json), never a traceback."""
+    import msgpack
+    from helpers import nested, rewrite_bodies
+
+    q = client.queue("raw", shards=1)
+    ids = ["ts", "ext", "deep", "markup", "bad"]
+    q.push_many([dynoq.Message(i, id=i) for i in ids])
+    rewrite_bodies(client, q, {"ts": [{"at": msgpack.Timestamp(5, 1)}],
+                               "ext": [[msgpack.ExtType(3, b"x")]], "deep": [nested(1000)],
+                               "markup": ["[/b] [bold]"], "bad": [1, None, [1]]})
+    peeked = {m["id"]: m for m in json.loads(ok(run("peek", "raw", "--json")))}
+    assert set(peeked) == set(ids)
+    assert peeked["ts"]["payload"] == {"at": {"$timestamp": [5, 1]}}
+    assert peeked["ext"]["payload"] == [[3, {"$base64": "eA=="}]]
+    assert str(peeked["deep"]["payload"]).count("[") > 90  # its first levels, then "..."
+    assert "'...'" in str(peeked["deep"]["payload"])
+    assert peeked["bad"]["payload"] is None and "headers" in peeked["bad"]["unreadable"]
+    table = ok(run("peek", "raw"))
+    assert "$timestamp" in table and "[/b] [bold]" in table and "(unreadable: " in table
+    got = q.pop(10)  # the unreadable one is dead-lettered, the others delivered
+    assert sorted(m.id for m in got) == sorted(ids[:-1])  # type: ignore[type-var]
+    for m in got:
+        dead_letter(q, m)
+    dead = {m["id"]: m for m in json.loads(ok(run("dead", "raw", "--json")))}
+    assert dead["bad"]["failure"]["error_type"] == "RecordError"
+    assert dead["ts"]["payload"] == {"at": {"$timestamp": [5, 1]}}
+    assert "RecordError" in ok(run("dead", "raw"))
+
+
+def test_json_output_is_strict_json_for_floats_json_has_no_number_for(
+        run: Any, client: dynoq.Client) -> None:
+    # Before, `peek --json` printed NaN and Infinity, which no strict JSON parser reads.
+    payload = {"nan": float("nan"), "up": [float("inf")], "down": -float("inf"), "f": 1.5}
+    q = client.queue("floats", shards=1, max_retries=0)
+    q.push(payload, id="p", headers={"h": float("nan")})
+    shown = {"nan": "NaN", "up": ["Infinity"], "down": "-Infinity", "f": 1.5}
+
+    def strict(text: str) -> Any:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+    [peeked] = strict(ok(run("peek", "floats", "--json")))
+    assert (peeked["payload"], peeked["headers"]) == (shown, {"h": "NaN"})
+    [m] = q.pop()
+    dead_letter(q, m)
+    assert strict(ok(run("dead", "floats", "--json")))[0]["payload"] == shown
+
+
+def test_purge_dead_of_nothing_asks_nothing(run: Any, client: dynoq.Client) -> None:
+    client.queue("clean", shards=2)
+    out = ok(run("purge-dead", "clean"))  # no --yes, no input: it must not prompt
+    assert "nothing to purge" in out and "?" not in out
+    assert json.loads(ok(run("purge-dead", "clean", "--json"))) == {"queue": "clean",
+                                                                    "purged": 0}
+
+
 def test_a_cluster_url_at_a_single_server_or_a_closed_port(embedded_server: Any) -> None:
     single = f"redis+cluster://{embedded_server.host}:{embedded_server.port}"
     failed(CliRunner().invoke(cli, ["--url", single, "stats"]), EXIT_UNREACHABLE,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -9,7 +11,9 @@ import redis
 from helpers import shard_keys
 
 import dynoq
+import dynoq.asyncio
 
+FLAVORS = ("sync", "async")  # the tests that take the flavor fixture run on both clients
 
 def test_unix_socket_url(embedded_server: Any) -> None:
     with dynoq.connect(f"unix://{embedded_server.socket_file}", prefix="unix-t") as c:
@@ -59,3 +63,23 @@ def test_client_is_a_context_manager_and_repr(url: str, prefix: str,
     with dynoq.connect(url, prefix=prefix) as c:
         assert prefix in repr(c)
         assert "orders" in repr(c.queue("orders", shards=1))
+
+
+@pytest.mark.parametrize("missing", ["fakeredis", "lupa"])
+def test_memory_without_its_extra_says_what_to_install(
+        missing: str, flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a bare ModuleNotFoundError (fakeredis), or "unknown command 'evalsha'" at
+    # the first script (lupa, which runs fakeredis' Lua).
+    monkeypatch.setitem(sys.modules, missing, None)
+    with pytest.raises(dynoq.ConnectionFailed, match=r"pip install 'dynoq\[memory\]'"):
+        if flavor == "sync":
+            dynoq.connect("memory://no-extra").queue("q").push(1)
+        else:
+            async def use() -> None:
+                client = dynoq.asyncio.connect("memory://no-extra")
+                try:
+                    await (await client.queue("q")).push(1)
+                finally:
+                    await client.close()
+
+            asyncio.run(use())

@@ -4,6 +4,7 @@ retries, dead letters, hooks, stats, graceful stop, rebalance, fencing, bad inpu
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import itertools
 import threading
@@ -115,6 +116,74 @@ def test_bad_handler_and_queue(client: dynoq.Client) -> None:
     assert isinstance(unwrap(c), (Consumer, dynoq.asyncio.Consumer)) and not c.assignment
     with pytest.raises(ValueError):  # errors in arguments are also ValueError
         Retry(-1)
+
+
+class _AsyncCall:
+    async def __call__(self, msg: dynoq.Message) -> None: ...
+
+
+class _AsyncBefore(Middleware):
+    async def before(self, msg: dynoq.Message) -> None:  # type: ignore[override]
+        ...
+
+
+async def _async_handle(msg: dynoq.Message) -> None: ...
+
+
+@pytest.mark.sync_only
+@pytest.mark.parametrize(("options", "named"), [
+    ({}, "_async_handle"),
+    ({"handler": functools.partial(_async_handle)}, "_async_handle"),
+    ({"handler": _AsyncCall()}, "_AsyncCall"),
+    ({"before": _async_handle}, "hook _async_handle"),
+    ({"after": _async_handle}, "hook _async_handle"),
+    ({"middleware": [_AsyncBefore()]}, "hook _AsyncBefore.before"),
+], ids=["async-def", "partial", "async-call", "before", "after", "middleware"])
+def test_the_thread_consumer_refuses_an_async_def_handler_or_hook(
+        client: dynoq.Client, options: dict[str, Any], named: str) -> None:
+    # Before, an async def handler was called, never awaited, and its message acked:
+    # the worker logged "handled 1, failed 0" and the body never ran.
+    q = client.queue("refused", shards=2)
+    options = dict(options)  # (shared by every backend's run)
+    handler = options.pop("handler", _async_handle if not options else lambda m: None)
+    with pytest.raises(InvalidType, match=f"{named} is async def.*dynoq.asyncio"):
+        client.consumer(q, handler, **options)
+    assert members(q, "default") == []  # nothing was written
+
+
+@pytest.mark.parametrize("via", ["handler", "before"])
+def test_a_call_that_returns_an_awaitable_fails_on_threads_and_runs_on_asyncio(
+        client: dynoq.Client, consumers: list[Consumer], flavor: str, via: str) -> None:
+    # A plain def that returns a coroutine. On threads (the thread consumer, and a sync
+    # handler the asyncio consumer runs in a thread) nothing awaits it: it did not run,
+    # so its message is dead-lettered (max_retries=0) with why, never acked, and the
+    # coroutine is not left unawaited. The asyncio consumer awaits a hook's awaitable
+    # (before, a before= callable's coroutine was dropped there, unawaited).
+    q = client.queue("awaitables", shards=1, max_retries=0)
+    ran: list[Any] = []
+
+    async def body(msg: dynoq.Message) -> None:
+        ran.append(msg.payload)
+
+    def returns_a_coroutine(msg: dynoq.Message) -> Any:
+        return body(msg)
+
+    handler = returns_a_coroutine if via == "handler" else lambda m: None
+    hooks = {"before": returns_a_coroutine} if via == "before" else {}
+    q.push("x", id="m1")
+    c = client.consumer(q, handler, **hooks, **FAST)
+    consumers.append(c.start())
+    if flavor == "async" and via == "before":
+        wait_for(lambda: c.stats().handled == 1, what="the handled message")
+        assert ran == ["x"] and q.stats().dead == 0
+        return
+    wait_for(lambda: q.stats().dead == 1, what="the dead letter")
+    [dead] = q.dead()
+    assert dead.failure is not None and dead.failure.error_type == "AwaitableReturned"
+    assert "returned coroutine, an awaitable" in dead.failure.error
+    assert ran == [] and q.stats().total("acked") == 0
+    wait_for(lambda: c.stats().failed == 1)
+    assert c.stats().handled == 0
 
 
 # -- concurrent queues -----------------------------------------------------------------------
@@ -301,6 +370,38 @@ def test_explicit_retry_and_dead_letter(client: dynoq.Client,
     wait_for(lambda: c.stats().handled == 1)
     s = c.stats()
     assert (s.retried, s.dead_lettered, s.failed) == (1, 1, 2)
+
+
+@pytest.mark.parametrize("ordered", [False, "key"])
+def test_a_retry_raised_while_handling_an_error_keeps_the_error_in_its_dead_letter(
+        client: dynoq.Client, consumers: list[Consumer], ordered: Any) -> None:
+    # Before, the dead letter said only "retry requested (delay=0.0)": the error that
+    # made the handler retry was lost from `failure.error`.
+    q = client.queue("caused", shards=1, max_retries=0, ordered=ordered)
+
+    def handle(msg: dynoq.Message) -> None:
+        try:
+            {}[msg.payload]
+        except KeyError as exc:
+            if msg.payload == "explicit":
+                raise DeadLetter("no such order") from exc
+            if msg.payload == "hidden":
+                raise Retry(0) from None  # said to hide it: it stays hidden
+            raise Retry(0)  # noqa: B904 - the implicit context is what is tested
+
+    for name in ("implicit", "explicit", "hidden"):
+        q.push(name, id=name, key=name)
+    consumers.append(client.consumer(q, handle, **FAST).start())
+    wait_for(lambda: q.stats().dead == 3, what="three dead letters")
+    failures = {m.id: m.failure for m in q.dead()}
+    implicit, explicit, hidden = (failures[n] for n in ("implicit", "explicit", "hidden"))
+    assert implicit is not None and explicit is not None and hidden is not None
+    assert (implicit.error_type, implicit.error) == (
+        "Retry", "retry requested (delay=0.0); cause: KeyError: 'implicit'")
+    assert "KeyError: 'implicit'" in implicit.traceback
+    assert (explicit.error_type, explicit.error) == (
+        "DeadLetter", "no such order; cause: KeyError: 'explicit'")
+    assert (hidden.error_type, hidden.error) == ("Retry", "retry requested (delay=0.0)")
 
 
 def test_hooks_and_middleware(client: dynoq.Client, consumers: list[Consumer]) -> None:

@@ -407,6 +407,21 @@ def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Cli
         assert groups.status == 200
 
 
+def test_a_keyed_queue_shows_how_long_its_oldest_message_waits(client: dynoq.Client) -> None:
+    # Before, "oldest waiting" was blank ("-") for an ordered="key" queue.
+    q = client.queue("aged", shards=2, ordered="key")
+    q.push_many([dynoq.Message(i, key=f"k{i % 3}") for i in range(6)])
+    with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
+        base = dash.url.rstrip("/")
+
+        def oldest() -> Any:
+            data = json.loads(http(base + "/api/overview").text)
+            return next(row for row in data["queues"] if row["name"] == "aged")["oldest"]
+
+        wait_for(lambda: oldest() is not None, what="the sampler to see the queue")
+        assert oldest() >= 0
+
+
 def test_a_queue_stored_in_a_later_layout_is_named_not_a_server_error(
         embedded_client: dynoq.Client) -> None:
     """A queue a later dynoq wrote (a layout this version does not read): its page says
@@ -450,3 +465,47 @@ def test_a_pool_run_dry_is_busy_not_broken(embedded_server: Any) -> None:
             assert r.headers.get("retry-after") == "1"
             assert "PoolExhausted" in r.text or "connection" in r.text
     delete_prefix(url, prefix)
+
+
+def test_the_pages_show_any_stored_record(client: dynoq.Client) -> None:
+    """Records written raw (any role that writes records can): msgpack extensions,
+    nesting deeper than JSON goes, unreadable records waiting, in flight, delayed and
+    dead. Every page answers 200 and shows each one (an unreadable one as such)."""
+    import html
+
+    import msgpack
+    from helpers import nested, rewrite_bodies
+
+    q = client.queue("raw", shards=1)
+    q.push("x", id="bad-flying")
+    [m] = q.pop()  # in flight, its record broken after
+    q.push_many([dynoq.Message(i, id=i) for i in ("ts", "ext", "deep", "bad")])
+    q.push("x", id="bad-later", delay=3600)
+    assert m.id is not None
+    rewrite_bodies(client, q, {"ts": [{"at": msgpack.Timestamp(5, 1)}],
+                               "ext": [[msgpack.ExtType(3, b"x")]], "deep": [nested(1000)],
+                               "bad": [1, None, [1]], "bad-later": [1, 2],
+                               m.id: [1, None, None, 5]})
+    with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
+        base = dash.url.rstrip("/")
+
+        def page(path: str) -> str:
+            r = http(base + path)
+            assert r.status == 200, (path, r.status, r.text[:300])
+            return html.unescape(r.text)
+
+        queue = page("/queue?q=raw")
+        assert '{"at": {"$timestamp": [5, 1]}}' in queue and "[[3, " in queue
+        assert "(unreadable: record's headers are a list" in queue  # peeked
+        assert "(unreadable: record's tag" in queue  # in flight
+        assert "(unreadable: record's key is a int" in queue  # delayed
+        assert "(unreadable: " in page("/queue/list?q=raw&kind=delayed")
+        assert "(unreadable: " in page("/queue/list?q=raw&kind=in_flight")
+        assert "$timestamp" in page("/queue/message?q=raw&id=ts")
+        assert '"..."' in page("/queue/message?q=raw&id=deep")
+        assert "cannot be read: record's headers" in page("/queue/message?q=raw&id=bad")
+        got = q.pop(10)  # the unreadable one is dead-lettered, the others delivered
+        assert sorted(x.id for x in got) == ["deep", "ext", "ts"]  # type: ignore[type-var]
+        dead = page("/queue/dead?q=raw")
+        assert 'data-id="bad"' in dead and "RecordError" in dead
+        assert "RecordError" in page("/queue/message?q=raw&id=bad")

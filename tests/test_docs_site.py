@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dashboard_kit import BROWSER_ARGS, chromium
 
 import dynoq
@@ -55,6 +56,20 @@ def test_every_page_of_docs_is_in_the_site(site: Path) -> None:
         assert f">{title}<" in built.read_text().replace("&para;", ""), (page, title)
     for shot in (ROOT / "docs" / "screenshots").glob("*.png"):
         assert (site / "screenshots" / shot.name).read_bytes() == shot.read_bytes()
+
+
+def test_reference_has_a_page_and_the_home_page_names_every_guide_page(site: Path) -> None:
+    # Before, /reference/ was a 404 and the home page named neither message groups nor
+    # transactions.
+    reference = (site / "reference" / "index.html").read_text()
+    for page in ("dynoq", "asyncio", "spark", "cli"):
+        assert f'href="{page}/"' in reference, page
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    [guide] = [entry["Guide"] for entry in nav if "Guide" in entry]
+    home = (ROOT / "docs" / "index.md").read_text()
+    for entry in guide:
+        [(title, page)] = entry.items()
+        assert f"]({page})" in home, title
 
 
 # Imported by dynoq.spark on first use (they need pyspark): documented under their module.
@@ -125,8 +140,8 @@ def test_every_page_renders(page: Any, served: str) -> None:
         req.url.startswith(served) and req.failure != "net::ERR_ABORTED"
         and errors.append(f"request failed: {req.url}: {req.failure}"))
         or req.url.startswith(served) or outside.add(req.url.split("/")[2]))
-    for name in [*PAGES, "reference/dynoq", "reference/asyncio", "reference/spark",
-                 "reference/cli"]:
+    for name in [*PAGES, "reference", "reference/dynoq", "reference/asyncio",
+                 "reference/spark", "reference/cli"]:
         page.goto(served + ("" if name == "index" else f"{name}/"))
         heading = page.locator("article h1").first
         assert heading.is_visible(), name

@@ -49,7 +49,8 @@ def test_example_runs(script: Path, embedded_server: Any) -> None:
     if script.name == "quickstart.py":  # the lower priority value first, across shards
         got = [line for line in done.stdout.splitlines() if line.startswith("got")]
         assert got == ["got {'order': 7, 'vip': True}", "got {'order': 8}",
-                       "got {'order': 9}"], done.stdout
+                       "got {'order': 9}", "got {'order': 42} after its delay"], done.stdout
+        assert "left: 0 events, 0 orders" in done.stdout
 
 
 def test_readme_quick_start_is_the_example_verbatim() -> None:

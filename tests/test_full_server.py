@@ -114,7 +114,7 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
                        "kpush"}
     read_only = {name for name, s in SCRIPTS.items()
                  if s.source.startswith("#!lua flags=no-writes\n")}
-    assert read_only == {"due", "peek", "probe", "stats", "task-state"}
+    assert read_only == {"due", "peek", "probe", "stats", "koldest", "task-state"}
     assert all(s.source.startswith("#!lua flags=allow-oom\n")
                for name, s in SCRIPTS.items() if name not in refused | read_only)
     assert all(not s.plain.startswith("#!") and s.source.endswith(s.plain)

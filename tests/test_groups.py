@@ -540,6 +540,29 @@ def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
 
 # -- the command line -----------------------------------------------------------------------
 
+def test_oldest_waiting_is_the_oldest_head_of_the_keys_to_serve(
+        url: str, prefix: str, client: dynoq.Client) -> None:
+    # Before, a keyed shard's oldest waiting was never computed: stats(), `dynoq stats`
+    # and the dashboard showed none with 65 messages waiting 13 s.
+    q = client.queue("aged", shards=1, ordered="key")
+    assert q.stats().shards[0].oldest_ready_at is None
+    hot = q.push_many([Message(i, id=f"hot{i}", key="hot") for i in range(3)])
+    time.sleep(0.02)  # the server's clock counts ms
+    q.push("late", id="cold", key="cold")
+    q.ack(q.pop()[0])  # hot's first: hot takes its next turn behind cold
+    assert [m.id for m in q.peek()] == ["cold", "hot1"]  # served next: the younger one
+    enqueued = q.get(hot[1]).enqueued_at
+    assert enqueued is not None and enqueued < q.get("cold").enqueued_at
+    assert q.stats().shards[0].oldest_ready_at == enqueued
+    result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "stats", "aged",
+                                      "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert json.loads(result.output)["queues"][0]["oldest_waiting_age"] >= 0.02
+    q.ack_many(q.pop(count=10))
+    q.ack_many(q.pop(count=10))
+    assert q.stats().shards[0].oldest_ready_at is None
+
+
 def test_cli_keys_lists_the_busiest_and_the_blocked_keys(url: str, prefix: str,
                                                          client: dynoq.Client) -> None:
     q = client.queue("ev", shards=2, ordered="key")

@@ -103,6 +103,37 @@ def test_an_ordered_queue_refuses_its_by_key_paths_too(
     assert keys_of(client, prefix) == []
 
 
+def test_a_keyed_queue_refuses_its_reads_of_keys_too(
+        make_client: Callable[..., Any], prefix: str) -> None:
+    # keys(), key_state() and peek() read a keyed queue's hashes without a script: before,
+    # a vanished queue answered them with nothing, as if it were idle.
+    client = make_client()
+    q = client.queue("grouped", shards=3, ordered="key")
+    for i in range(6):
+        q.push(i, id=f"m{i}", key=f"k{i % 2}")
+    [popped] = q.pop()
+    wipe(client, prefix)
+    for name, op in {
+            "push": lambda: q.push(9, key="k9"),
+            "push_many": lambda: q.push_many([dynoq.Message(1, key="k1")]),
+            "pop": lambda: q.pop(), "pop with wait": lambda: q.pop(wait=0.05),
+            "ack": lambda: q.ack(popped), "ack by id": lambda: q.ack("m1"),
+            "ack_many": lambda: q.ack_many([popped]), "nack": lambda: q.nack(popped),
+            "extend": lambda: q.extend(popped, 30), "stats": lambda: q.stats(),
+            "size": lambda: q.size(), "peek": lambda: q.peek(),
+            "get": lambda: q.get("m1"), "contains": lambda: q.contains("m1"),
+            "remove": lambda: q.remove("m1"), "requeue_expired": lambda: q.requeue_expired(),
+            "dead": lambda: q.dead(), "replay_dead": lambda: q.replay_dead(),
+            "replay_dead ids": lambda: q.replay_dead(["m1"]),
+            "purge_dead": lambda: q.purge_dead(), "clear": lambda: q.clear(),
+            "keys": lambda: q.keys(), "key_state": lambda: q.key_state("k0"),
+            "key_state of an unknown key": lambda: q.key_state("nobody")}.items():
+        with pytest.raises(dynoq.QueueGone, match="queue 'grouped' is gone"):
+            op()
+            pytest.fail(f"{name} did not raise")
+    assert keys_of(client, prefix) == []
+
+
 def test_a_queue_created_anew_with_other_shards_refuses_the_old_objects(
         make_client: Callable[..., Any], prefix: str) -> None:
     # The night: 8 ordered shards vanish, a new process opens the name with the

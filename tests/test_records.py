@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import threading
 import tracemalloc
+from typing import Any
 
+import msgpack
 import pytest
 from helpers import dead_letter, shard_keys, wait_for
 
 import dynoq
 from dynoq import Message
+from dynoq._core import codec
+
+FLAVORS = ("sync", "async")
 
 
 def test_an_undecodable_record_is_quarantined_and_the_rest_delivered(
@@ -125,3 +130,188 @@ def test_the_header_is_compact_and_older_decimal_headers_still_read(
     moved = q.get("old")
     assert moved is not None and moved.enqueued_at == old.enqueued_at
     assert moved.deliver_at is not None and moved.deliver_at - before > 55
+
+
+# -- hostile records: every field of a record, malformed (docs/security.md) ----------------
+
+def _pack(*fields: Any) -> bytes:
+    return bytes(msgpack.packb(list(fields), use_bin_type=True))
+
+
+# A record body after its header, as dynoq writes it: msgpack [payload, key, headers, tag].
+BAD_BODIES = {
+    "headers a list": _pack(1, None, [1, 2]),
+    "headers a str": _pack(1, None, "h"),
+    "key an int": _pack(1, 5),
+    "key a dict": _pack(1, {"k": 1}),
+    "tag an int": _pack(1, None, None, 7),
+    "tag with spaces": _pack(1, None, None, "a b"),
+    "tag an ext type": _pack(1, None, None, msgpack.ExtType(1, b"")),
+    "an extra field": _pack(1, None, None, None, 1),
+    "no field": _pack(),
+    "a map": bytes(msgpack.packb({"payload": 1})),
+    "a scalar": bytes(msgpack.packb(5)),
+    "not msgpack": b"\xc1",
+    "truncated": _pack("a long enough payload")[:-3],
+    "nothing": b"",
+}
+# A whole record (the header's fields malformed), of a message pushed at ``enq``.
+BAD_HEADERS = {
+    "no header": lambda enq: b"garbage",
+    "priority a word": lambda enq: enq + b",0,high," + _pack(1),
+    "priority out of range": lambda enq: enq + b",0,12345678901234567890," + _pack(1),
+    "due offset a word": lambda enq: enq + b",soon,0," + _pack(1),
+    "due offset with an underscore": lambda enq: enq + b",1_0,0," + _pack(1),
+    "due in year 10000": lambda enq: enq + b",9999999999999999,0," + _pack(1),
+    "enqueued time with a sign": lambda enq: b"+" + enq + b",0,0," + _pack(1),
+    "enqueued time huge": lambda enq: b"9" * 400 + b",0,0," + _pack(1),
+    "enqueued in year 20000": lambda enq: b"599999999999999,0,0," + _pack(1),
+}
+
+
+def _hostile_queue(client: dynoq.Client, name: str, **settings: Any
+                   ) -> tuple[dynoq.Queue, set[str], set[str]]:
+    """A one-shard queue holding good messages and one message for every malformed
+    record (its record rewritten raw, as any role that may write records can): the ids
+    of the good ones and of the bad ones. On a keyed queue each bad one waits first in
+    its own key, before a good one of the same key."""
+    q = client.queue(name, shards=1, **settings)
+    keyed = settings.get("ordered") == "key"
+    bad = [f"bad {n}" for n in [*BAD_BODIES, *BAD_HEADERS]]
+    good = [f"good {i}" for i in range(len(bad) + 1)]
+    order = [x for pair in zip(good, bad, strict=False) for x in pair] + good[len(bad):]
+    if keyed:  # each bad one first in its key, a good one after it
+        order = [x for pair in zip(bad, good, strict=False) for x in pair] + good[len(bad):]
+    q.push_many([Message(i, id=i, key=f"key {k // 2}" if keyed else None)
+                 for k, i in enumerate(order)])
+    msgs = shard_keys(q, 0).msgs
+    for name_, body in BAD_BODIES.items():
+        record = client.redis.hget(msgs, f"bad {name_}")
+        end = len(codec.encode_body(f"bad {name_}", None, None, 1 << 20))
+        client.redis.hset(msgs, f"bad {name_}", record[:-end] + body)  # header kept
+    for name_, make in BAD_HEADERS.items():
+        enq = client.redis.hget(msgs, f"bad {name_}").split(b",", 1)[0]
+        client.redis.hset(msgs, f"bad {name_}", make(enq))
+    return q, set(good), set(bad)
+
+
+def _pop_all(q: dynoq.Queue, want: int) -> list[Message]:
+    got: list[Message] = []
+    for _ in range(want + 5):  # a keyed pop takes one message of each key at a time
+        batch = q.pop(100)
+        got += batch
+        q.ack_many(batch)
+        if len(got) >= want:
+            break
+    return got
+
+
+@pytest.mark.parametrize("kind", ["concurrent", "ordered", "keyed"])
+def test_a_hostile_record_in_any_field_is_dead_lettered_and_the_rest_delivered(
+        client: dynoq.Client, kind: str) -> None:
+    """Every way a record can be malformed: the pop that meets it dead-letters it with
+    the reason (RecordError) and delivers the rest of its batch; it raises nothing."""
+    settings: dict[str, Any] = {"concurrent": {}, "ordered": {"ordered": True},
+                                "keyed": {"ordered": "key"}}[kind]
+    q, good, bad = _hostile_queue(client, f"hostile-{kind}", max_retries=1, **settings)
+    got = _pop_all(q, len(good))
+    assert sorted(m.id for m in got) == sorted(good)  # type: ignore[type-var]
+    assert all(m.payload == m.id and m.unreadable is None for m in got)
+    dead = {m.id: m for m in q.dead(1000)}
+    assert set(dead) == bad
+    for m in dead.values():
+        assert m.failure is not None and m.failure.error_type == "RecordError", m
+        # at the first pop that met it (a keyed pop dead-letters a record that does
+        # not name its key before delivering it: 0 attempts)
+        assert m.attempts <= 1 and m.unreadable, m
+    assert q.stats().unacked == 0 and q.size() == 0
+
+
+def _corrupt(client: dynoq.Client, q: dynoq.Queue, msg_id: str, key: str | None = None
+             ) -> None:
+    """Headers that are not a dict: the record of the issue (raw HSET on msgs). ``key``:
+    the message's key in its body (an ordered queue's)."""
+    msgs = shard_keys(q, 0).msgs
+    record = client.redis.hget(msgs, msg_id)
+    end = len(codec.encode_body(msg_id, key, None, 1 << 20))
+    client.redis.hset(msgs, msg_id, record[:-end] + _pack(msg_id, key, ["not", "a dict"]))
+
+
+@pytest.mark.parametrize("ordered", [False, True, "key"])
+def test_a_consumer_dead_letters_a_hostile_record_at_the_first_pop_that_meets_it(
+        client: dynoq.Client, ordered: bool | str) -> None:
+    """max_retries=1 and a short visibility timeout: the record is dead-lettered at its
+    first delivery (never expiring again and again), and the consumer handles the rest
+    (on a keyed queue the key's next message too, delivered with the ack of the one
+    before: a hot key alone)."""
+    q = client.queue(f"hostile-consumer-{ordered}", shards=1, max_retries=1,
+                     unack_timeout=1.0, ordered=ordered)
+    key = "one key" if ordered else None
+    q.push_many([Message(i, id=i, key=key) for i in ("m0", "m1", "m2")])
+    _corrupt(client, q, "m1", key if ordered is True else None)
+    handled: list[str] = []
+    c = client.consumer(q, lambda m: handled.append(m.payload), idle_wait=0.05,
+                        instance_id="reader-1")
+    with c:
+        wait_for(lambda: sorted(handled) == ["m0", "m2"] and q.stats().dead == 1,
+                 what="the rest handled, the hostile record dead")
+    [dead] = q.dead()
+    assert dead.id == "m1" and dead.attempts == 1 and dead.unreadable
+    assert dead.failure is not None and dead.failure.error_type == "RecordError"
+    assert dead.failure.consumer == "reader-1" and "headers" in dead.failure.error
+    stats = q.stats()
+    assert (stats.unacked, stats.size, stats.total("expired")) == (0, 0, 0)
+
+
+def test_views_show_an_unreadable_record_and_never_raise(client: dynoq.Client) -> None:
+    """peek, get and the dead letters show an unreadable record as such (its id, why it
+    cannot be read) before a pop met it and after; a dead letter whose record was
+    broken later shows its failure and why it cannot be read."""
+    q = client.queue("hostile-views", shards=1)
+    q.push_many([Message(i, id=i) for i in ("m0", "m1", "m2")])
+    _corrupt(client, q, "m1")
+    client.redis.hset(shard_keys(q, 0).dlv, "m2", b"not a state")
+    peeked = q.peek(10)
+    assert [m.id for m in peeked] == ["m0", "m1", "m2"]
+    assert peeked[1].payload is None and "headers" in (peeked[1].unreadable or "")
+    seen = q.get("m1")
+    assert seen is not None and seen.unreadable and seen.failure is None
+    [m0] = q.pop()
+    assert dead_letter(q, m0)
+    client.redis.hset(shard_keys(q, 0).msgs, "m0", b"broken after it died")
+    assert q.get("m2") is not None and q.get("m2").attempts == 0  # type: ignore[union-attr]
+    got = q.pop(10)
+    assert [m.id for m in got] == ["m2"]
+    dead = {m.id: m for m in q.dead()}
+    assert dead["m0"].unreadable and dead["m0"].failure is None  # its record, not a failure
+    assert dead["m1"].unreadable and dead["m1"].failure is not None
+
+
+@pytest.mark.parametrize("state", [b"99999999999999999999|", b"18446744073709551615|"])
+def test_a_delivery_state_of_absurd_attempts_is_dead_lettered_not_delivered(
+        client: dynoq.Client, state: bytes) -> None:
+    """Attempts no delivery reaches (a delivery state written raw): a handler never sees
+    the count (a task's worker would fail to keep its result), the message is
+    dead-lettered at once, the rest delivered."""
+    q = client.queue("hostile-attempts", shards=1, max_retries=100)
+    q.push_many([Message(i, id=i) for i in ("m0", "m1")])
+    client.redis.hset(shard_keys(q, 0).dlv, "m1", state)
+    got = q.pop(10)
+    assert [(m.id, m.attempts) for m in got] == [("m0", 1)]
+    [dead] = q.dead()
+    assert dead.id == "m1" and dead.failure is not None
+    assert dead.failure.error_type == "RecordError" and "attempts" in dead.failure.error
+    assert q.stats().unacked == 1
+
+
+def test_msgpack_extensions_are_refused_on_push_naming_where(client: dynoq.Client) -> None:
+    q = client.queue("extensions", shards=1)
+    for payload, where in [(msgpack.Timestamp(5, 1), "payload is a msgpack.Timestamp"),
+                           ({"a": [1, msgpack.ExtType(3, b"x")]}, "payload['a'][1]"),
+                           ([{msgpack.ExtType(3, b""): 1}], "a key of payload[0]")]:
+        with pytest.raises(dynoq.PayloadTypeError, match=where.replace("[", r"\[")):
+            q.push(payload)
+    with pytest.raises(dynoq.PayloadTypeError, match=r"headers\['at'\]"):
+        q.push_many([Message(1, headers={"at": msgpack.Timestamp(1, 0)})])
+    q.push("ordinary text that holds \u0590\u05d0 bytes an extension starts with")
+    assert q.size() == 1

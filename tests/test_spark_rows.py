@@ -43,6 +43,34 @@ def test_plain_makes_values_msgpack_safe() -> None:
     msgpack.packb(out, use_bin_type=True)
 
 
+def test_decimals_are_plain_digits_with_exactly_their_scale() -> None:
+    """The same number comes with other exponents from Arrow and from Rows: its stored
+    text is one, plain digits with exactly the column's scale (by Python type, without a
+    schema: with the value's own); a value with more decimals than its scale is refused
+    with its row, never rounded."""
+    T = pytest.importorskip("pyspark.sql.types")
+    fields = [("zero", T.DecimalType(38, 18)), ("tiny", T.DecimalType(20, 10)),
+              ("neg", T.DecimalType(20, 10)), ("big", T.DecimalType(38, 0))]
+    conv = converters(plan(_schema([T.StructField("id", T.StringType())]
+                                   + [T.StructField(n, t) for n, t in fields]),
+                           [n for n, _ in fields], id_col="id"))
+    digits = "12345678901234567890123456789012345678"  # 38
+    want = {"zero": "0.000000000000000000", "tiny": "0.0000001000",
+            "neg": "-0.0000000001", "big": digits}
+    for given in ({"zero": Decimal("0E-18"), "tiny": Decimal("1.000E-7"),
+                   "neg": Decimal("-1E-10"), "big": Decimal(f"{digits[0]}.{digits[1:]}E+37")},
+                  {"zero": Decimal("-0"), "tiny": Decimal("0.0000001"),
+                   "neg": Decimal("-1.00E-10"), "big": Decimal(digits)}):
+        assert {c: f(given[c]) for c, f in conv.items() if f is not None} == want
+    assert plain({"a": Decimal("0E-18"), "b": Decimal("1.000E-7"), "c": Decimal("-0.0")}) \
+        == {"a": "0.000000000000000000", "b": "0.0000001000", "c": "0.0"}
+    made = to_messages(RowSpec.of("id"), [{"id": "r", "tiny": Decimal("1E-11")}], never,
+                       plan=plan(_schema([T.StructField("id", T.StringType()),
+                                          T.StructField("tiny", T.DecimalType(20, 10))]),
+                                 ["tiny"], id_col="id"))
+    assert not made.messages and "cannot be stored" in made.rejected[0].reason
+
+
 def messages(spec: RowSpec, rows: list[dict[str, Any]], now: Any = never,
              **options: Any) -> list[dynoq.Message]:
     made = to_messages(spec, rows, now, **options)

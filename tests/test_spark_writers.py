@@ -28,7 +28,7 @@ def write_with(how: str, df: Any, client: dynoq.Client, queue: str, **cols: Any)
     """Write ``df`` to ``queue`` with one of the WRITERS (column options as the sinks')."""
     if how.startswith("format"):
         names = {"id_col": "idCol", "key_col": "keyCol", "delay_col": "delayCol",
-                 "priority_col": "priorityCol"}
+                 "priority_col": "priorityCol", "batch_size": "batchSize"}
         (df.write.format("dynoq").options(**source_options(client, queue))
          .options(**{names[k]: v for k, v in cols.items()})
          .option("arrow", str(how == "format-arrow").lower()).mode("append").save())
@@ -52,19 +52,23 @@ EVERY_TYPE = """SELECT * FROM VALUES (
   timestamp_millis(1714557600250), TIMESTAMP_NTZ'2024-05-01 12:00:00',
   INTERVAL '0 00:01:30' DAY TO SECOND, array(1, 2, NULL), map('a', 1, 'b', 2),
   named_struct('n', 1, 'due', map(DATE'2024-05-01', array(named_struct('x', 1.5D)))),
-  array(map('k', named_struct('t', timestamp_millis(0)))), NULL
+  array(map('k', named_struct('t', timestamp_millis(0)))), NULL,
+  CAST(0 AS DECIMAL(38,18)), CAST('0.0000001' AS DECIMAL(20,10)),
+  CAST('-0.0000000001' AS DECIMAL(20,10))
 ), (
   'r2', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-  NULL, NULL, NULL, NULL, NULL
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 ) AS t(id, i8, i16, i32, i64, f32, f64, dec, s, bin, flag, day, ts, ntz, dur, arr, m, st,
-       nested, nothing)"""
+       nested, nothing, zero, tiny, negative)"""
 
 R1 = {"id": "r1", "i8": 1, "i16": 2, "i32": 3, "i64": 4, "f32": 1.5, "f64": 2.25,
       "dec": "12.30", "s": "text", "bin": b"\x00\x01", "flag": True, "day": "2024-05-01",
       "ts": "2024-05-01T10:00:00.250000+00:00", "ntz": "2024-05-01T12:00:00", "dur": 90.0,
       "arr": [1, 2, None], "m": {"a": 1, "b": 2},
       "st": {"n": 1, "due": {"2024-05-01": [{"x": 1.5}]}},
-      "nested": [{"k": {"t": "1970-01-01T00:00:00+00:00"}}], "nothing": None}
+      "nested": [{"k": {"t": "1970-01-01T00:00:00+00:00"}}], "nothing": None,
+      # plain digits, exactly the scale's decimals (not "0E-18", "1.000E-7", "-1E-10")
+      "zero": "0.000000000000000000", "tiny": "0.0000001000", "negative": "-0.0000000001"}
 
 
 def test_every_type_is_stored_the_same_by_every_writer(spark: Any,
@@ -92,6 +96,10 @@ def _jobs(spark: Any) -> list[int]:
 @pytest.mark.parametrize(("select", "cols", "error"), [
     ("'r1' AS id, map(named_struct('a', 1), 'x') AS m", {"id_col": "id"},
      "column 'm' is a map keyed by struct"),
+    ("'r1' AS id, array(map(array(1), 'x')) AS m", {"id_col": "id"},
+     "column 'm' (at m[]) is a map keyed by array"),
+    ("'r1' AS id, INTERVAL '1-2' YEAR TO MONTH AS ym", {"id_col": "id"},
+     "column 'ym' is interval year to month, which has no payload form"),
     ("X'01' AS id, 1 AS v", {"id_col": "id"}, "id column 'id' is binary"),
     ("'r1' AS id, '10' AS d", {"id_col": "id", "delay_col": "d"},
      "delay column 'd' is string: a delay is seconds"),
@@ -111,6 +119,21 @@ def test_column_types_are_checked_on_the_driver_by_every_writer(
             assert isinstance(info.value, dynoq.InvalidType), how
         assert _jobs(spark) == before, how  # refused on the driver: no job ran
     assert q.size() == 0
+
+
+def test_partition_sink_without_a_schema_names_the_columns_pyspark_cannot_decode(
+        spark: Any, sclient: dynoq.Client) -> None:
+    """Without schema=, a column PySpark cannot turn into a Row (a map keyed by arrays, a
+    year-month interval) fails the job before the sink sees a row: the error says why and
+    how to have it refused on the driver instead."""
+    sclient.queue("undecodable", shards=1)
+    for column in ("map(array(1), 'x')", "INTERVAL '1-2' YEAR TO MONTH"):
+        df = spark.sql(f"SELECT 'r1' AS id, {column} AS v")
+        with pytest.raises(Exception, match=r"(?s)InvalidType: PySpark cannot turn a row .*"
+                                            r"give partition_sink schema=df.schema"):
+            df.foreachPartition(partition_sink(sclient, "undecodable", id_col="id"))
+        with pytest.raises(dynoq.InvalidType, match="column 'v'"):
+            partition_sink(sclient, "undecodable", id_col="id", schema=df.schema)
 
 
 # -- every row counted once: pushed, skipped (duplicate), refused (with where and why) --------
@@ -181,6 +204,91 @@ def test_a_micro_batch_of_format_dynoq_is_counted_on_the_driver(
     batches = [r.getMessage() for r in caplog.records if "micro-batch" in r.getMessage()]
     assert len(batches) == 2 and q.size() == 60, batches
     assert all("pushed 30, skipped 0 as duplicates, refused 0" in b for b in batches)
+
+
+def test_a_batch_write_needs_mode_append_and_the_docs_say_so(spark: Any,
+                                                              sclient: dynoq.Client) -> None:
+    """Spark refuses its default save mode for a Python data source before dynoq runs
+    (the API cannot accept it); dynoq refuses overwrite, naming mode("append"); neither
+    runs a job or writes anything, and docs/spark.md says mode("append") is needed."""
+    q = sclient.queue("modes", shards=1)
+    w = (spark.range(3).write.format("dynoq").options(**source_options(sclient, "modes"))
+         .option("idCol", "id"))
+    before = _jobs(spark)
+    with pytest.raises(Exception, match="ErrorIfExists"):
+        w.save()
+    with pytest.raises(Exception, match=re.escape('use mode("append")')):
+        w.mode("overwrite").save()
+    assert _jobs(spark) == before and q.size() == 0
+    w.mode("append").save()
+    assert q.size() == 3
+    docs = (Path(__file__).parents[1] / "docs" / "spark.md").read_text()
+    assert 'A batch write needs `.mode("append")`' in docs
+
+
+# -- a task retried after its Python worker was killed -------------------------------------------
+
+def test_rows_a_killed_attempt_pushed_count_as_pushed_after_the_task_is_retried(
+        spark: Any, sclient: dynoq.Client) -> None:
+    """Partition 0's Python worker is SIGKILLed once its first rows were pushed, and Spark
+    runs the task again from its first row: every row counts once, as pushed (not as a
+    duplicate), on the driver, whichever writer wrote it; the task's record of what its
+    attempts pushed is gone when the write ends."""
+    from prometheus_client import REGISTRY
+    from pyspark import TaskContext
+
+    def counted(queue: str, outcome: str) -> float:
+        labels = {"queue": queue, "outcome": outcome}
+        return REGISTRY.get_sample_value("dynoq_spark_rows_total", labels) or 0.0
+
+    url, prefix, kills = sclient.url, sclient.prefix, f"{sclient.prefix}:test-kills"
+    pad = "x" * 480  # Python workers' and the JVM's pipes are buffered (64 KiB): big rows
+    #                  reach the writer while the worker upstream of it waits to be killed
+
+    def killed_once(queue: str) -> Any:
+        def upstream(batches: Any) -> Any:
+            import os
+            import signal
+            import time
+
+            import pyarrow as pa
+
+            ctx = TaskContext.get()
+            first = ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0
+            rows = 0
+            for rb in batches:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([f"{i:04d}{pad}" for i in rb.column(0).to_pylist()])],
+                    names=["id"])
+                rows += rb.num_rows
+                if first and rows >= 300:  # the writer pushed some: kill this worker
+                    with dynoq.connect(url, prefix=prefix) as c:
+                        q = c.open_existing(queue)
+                        deadline = time.monotonic() + 30
+                        while (q is not None and q.get(f"{0:04d}{pad}") is None
+                               and time.monotonic() < deadline):
+                            time.sleep(0.02)
+                        c.redis.incr(kills)
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return upstream
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        # the three ways a task's counts reach the driver: a data source's commit, an
+        # accumulator (partition_sink), collected rows (batch_sink and write)
+        for how in ("format-arrow", "partition_sink", "batch_sink"):
+            q = sclient.queue(f"killed-{how}", shards=2)
+            before = int(sclient.redis.get(kills) or 0)
+            pushed, skipped = counted(q.name, "pushed"), counted(q.name, "skipped")
+            df = spark.range(0, 800, 1, 2).mapInArrow(killed_once(q.name), "id string")
+            write_with(how, df, sclient, q.name, id_col="id", batch_size=50)
+            assert int(sclient.redis.get(kills)) == before + 1, how  # one worker killed
+            assert q.size() == 800, how
+            assert (counted(q.name, "pushed") - pushed, counted(q.name, "skipped") - skipped) \
+                == (800, 0), how
+            assert not sclient.redis.keys(f"{prefix}:*:tried:*"), how
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
 # -- threads -------------------------------------------------------------------------------------

@@ -345,6 +345,17 @@ def test_status_through_every_state(setup: Setup) -> None:
     assert setup.app.handle(h.id).result(timeout=1) == "g1"
 
 
+def test_a_succeeded_task_tells_the_runs_it_took(setup: Setup) -> None:
+    # docs/tasks.md: attempts are the runs started; a task that returned on its third run
+    # said 0 (its kept record had no attempts)
+    h = setup.task("third").delay(4)
+    setup.worker()
+    assert h.result(timeout=20) == 4
+    info = h.info()
+    assert (info.state, info.attempts, info.result) == ("succeeded", 3, 4)
+    assert setup.app.handle(h.id).info().attempts == 3  # by id alone, too
+
+
 def test_cancel_before_it_runs_and_reschedule(setup: Setup) -> None:
     record, add = setup.task("record"), setup.task("add")
     never = record.apply(("never",), delay=0.5)
@@ -382,6 +393,18 @@ def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> No
     assert "flaky" in fa.traceback  # where it failed
 
 
+def test_a_task_whose_function_returns_an_awaitable_fails_and_never_succeeds(
+        setup: Setup) -> None:
+    # A plain def (on asyncio: run in a thread) returning a coroutine: nothing awaits it,
+    # so its body never ran; before, the task "succeeded" (or failed to keep a coroutine).
+    h = setup.task("hands_back").delay(5)
+    setup.worker()
+    wait_for(lambda: h.status() == "dead", what="the task dead")
+    with pytest.raises(dynoq.TaskFailed, match="AwaitableReturned"):
+        h.result(timeout=5)
+    assert setup.logged("hands_back") == []
+
+
 def test_an_unknown_task_is_dead_lettered_at_once_with_the_reason(setup: Setup) -> None:
     q = setup.client.queue(task_apps.QUEUE)
     q.push({"task": "renamed.long.ago", "args": [], "kwargs": {}}, id="old")
@@ -402,6 +425,32 @@ def test_an_unknown_task_is_dead_lettered_at_once_with_the_reason(setup: Setup) 
                                                         ["old queue", [], None]],
              what="the rest runs")
     assert setup.app.handle("old").status() == "dead"
+
+
+def test_a_hostile_record_is_dead_lettered_at_once_and_the_other_tasks_run(
+        setup: Setup) -> None:
+    """A task message whose stored record was rewritten raw with headers that are not a
+    dict (any role that writes records can): the worker's first pop that meets it
+    dead-letters it with the reason, the other calls run; nothing expires over and over."""
+    import msgpack
+
+    q = setup.client.queue(task_apps.QUEUE)
+    record = setup.task("record")
+    bad = record.delay("hostile")
+    record.delay("before")
+    msgs = q.ops.shard_keys[q.shard_for(bad.id)].msgs
+    head = setup.client.redis.hget(msgs, bad.id).split(b",", 3)
+    setup.client.redis.hset(msgs, bad.id, b",".join(head[:3]) + b"," + msgpack.packb(
+        [{"task": "record", "args": ["hostile"], "kwargs": {}}, None, ["not a dict"]]))
+    record.delay("after")
+    setup.worker()
+    wait_for(lambda: q.stats().dead == 1, what="the hostile record dead")
+    wait_for(lambda: sorted(x[0] for x in setup.logged("record")) == ["after", "before"],
+             what="the other calls")
+    [dead] = q.dead()
+    assert dead.id == bad.id and dead.attempts == 1 and dead.unreadable
+    assert dead.failure is not None and dead.failure.error_type == "RecordError"
+    assert bad.status() == "dead" and q.stats().total("expired") == 0
 
 
 def test_kept_results_expire(setup: Setup) -> None:

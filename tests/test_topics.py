@@ -306,6 +306,25 @@ def test_bad_topic_input(client: dynoq.Client) -> None:
     assert t.unsubscribe("g") and not t.unsubscribe("g") and t.subscriptions() == []
 
 
+def test_a_group_named_like_the_spark_sinks_bookkeeping_is_refused(
+        client: dynoq.Client) -> None:
+    """A group "commit" or "wrote" would share its queue's keys with the Spark sinks'
+    bookkeeping of a queue of the topic's name, and fall under the spark role's UNLINK and
+    PEXPIRE of it (docs/security.md): refused, with nothing subscribed."""
+    from dynoq._core.grants import RESERVED_GROUPS
+
+    assert {"commit", "wrote"} <= set(RESERVED_GROUPS)
+    t = client.topic("news", shards=2)
+    for group in RESERVED_GROUPS:
+        with pytest.raises(dynoq.InvalidArgument, match="Spark"):
+            t.subscribe(group)
+        with pytest.raises(dynoq.InvalidArgument, match="Spark"):
+            t.subscribe(group, mode="broadcasting")
+        with pytest.raises(dynoq.InvalidArgument, match="Spark"):
+            t.group_queue(group)
+    assert t.subscriptions() == []
+
+
 # -- real processes ---------------------------------------------------------------------------
 
 MEMBER = str(Path(__file__).with_name("topic_member.py"))

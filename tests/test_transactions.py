@@ -360,6 +360,47 @@ def test_unknown_answers_ask_again_then_bury(client: dynoq.Client,
     assert [m.id for m in q.pop(10)] == ["s-1"]
 
 
+@pytest.mark.sync_only
+def test_the_sync_checker_refuses_an_async_def_check(client: dynoq.Client) -> None:
+    # Before, it was called, never awaited, and its coroutine taken for an answer: a
+    # committed transaction ended in the dead letters as "transaction unresolved".
+    q = client.queue("tx", shards=1)
+
+    async def check(msg: Message) -> str:
+        return "commit"
+
+    with pytest.raises(dynoq.InvalidType, match=r"check .*check is async def.*dynoq\.asyncio"):
+        client.checker(q, check)
+
+
+def test_a_check_that_returns_an_awaitable_on_threads_asks_again(
+        client: dynoq.Client, flavor: str) -> None:
+    # A plain def returning a coroutine: the sync checker counts an error and asks again
+    # (it never takes the coroutine for an answer); the asyncio checker awaits it.
+    q = client.queue("tx", shards=1)
+    q.prepare("x", id="a-1", check_after=0)
+    ran: list[str] = []
+
+    async def answer(msg: Message) -> str:
+        ran.append(msg.id or "")
+        return "commit"
+
+    checker = _checker(client, q, lambda m: answer(m), max_checks=100)
+    checker.start()
+    try:
+        if flavor == "async":
+            wait_for(lambda: q.stats().prepared == 0, what="the check's answer")
+        else:
+            wait_for(lambda: checker.counts["error"] >= 2, what="two errors")
+    finally:
+        checker.stop()
+    if flavor == "async":
+        assert ran == ["a-1"] and [m.id for m in q.pop(10)] == ["a-1"]
+    else:
+        assert ran == [] and q.stats().prepared == 1 and q.stats().dead == 0
+        assert checker.counts["invalid"] == 0
+
+
 def test_a_checker_that_lost_its_claim_decides_nothing(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=1)
     q.prepare("x", id="f-1", check_after=0)

@@ -280,6 +280,43 @@ def test_worker_runs_a_transaction_checker_until_sigterm(real_url: str,
     assert sorted(m.payload for m in q.pop(10)) == [0, 2, 4]
 
 
+@pytest.mark.slow
+def test_worker_runs_an_async_def_handler_and_check_on_asyncio(
+        real_url: str, real_client: dynoq.Client) -> None:
+    # Before, the sync consumer called an async def handler and acked its message unrun
+    # ("handled 1, failed 0"), and the checker took a coroutine for an answer.
+    client = real_client
+    q = client.queue("async-jobs", shards=2)
+    q.push_many([dynoq.Message(i, id=f"j{i}") for i in range(6)])
+    tx = client.queue("async-tx", shards=1)
+    for n in range(4):
+        tx.prepare(n, id=f"t{n}", check_after=0)
+    workers = [_start(real_url, client.prefix, "worker_handlers:record_async", "--queue",
+                      "async-jobs", "--log-format", "json"),
+               _start(real_url, client.prefix, "--checker", "worker_handlers:check_even_async",
+                      "--queue", "async-tx", "--check-interval", "0.2", "--log-format", "json")]
+    log = f"{client.prefix}:log"
+    try:
+        wait_for(lambda: client.redis.llen(log) >= 6 and tx.stats().prepared == 0,
+                 timeout=30, what="every message handled and every half decided")
+    finally:
+        for p in workers:
+            p.send_signal(signal.SIGTERM)
+    for p in workers:
+        assert p.wait(15) == 0
+    handled = sorted(int(x.split(b"|")[1]) for x in client.redis.lrange(log, 0, -1))
+    assert handled == list(range(6)) and q.stats().total("acked") == 6
+    assert sorted(m.payload for m in tx.pop(10)) == [0, 2]
+    messages = []
+    for p in workers:
+        assert p.stderr is not None
+        messages += [json.loads(line)["message"] for line in p.stderr.read().splitlines()
+                     if line.startswith("{")]
+    assert any("(asyncio)" in m and "worker started" in m for m in messages), messages
+    assert any("worker stopped: handled 6, failed 0" in m for m in messages), messages
+    assert any("'commit': 2" in m and "checker stopped" in m for m in messages), messages
+
+
 def test_worker_checker_usage_errors(embedded_server: Any, prefix: str) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     p = _start(url, prefix, "--checker", "worker_handlers:check_even")  # no --queue

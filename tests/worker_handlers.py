@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -27,4 +28,17 @@ def fail(msg: dynoq.Message) -> None:
 
 def check_even(msg: dynoq.Message) -> str:
     """A transaction check for ``dynoq worker --checker``: even payloads commit."""
+    return "commit" if msg.payload % 2 == 0 else "rollback"
+
+
+async def record_async(msg: dynoq.Message) -> None:
+    """An ``async def`` handler: ``dynoq worker`` runs it on the asyncio client."""
+    assert _client is not None
+    await asyncio.sleep(0)
+    _client.redis.rpush(os.environ["TEST_LOG_KEY"], f"{os.getpid()}|{msg.payload}")
+
+
+async def check_even_async(msg: dynoq.Message) -> str:
+    """An ``async def`` transaction check: even payloads commit."""
+    await asyncio.sleep(0)
     return "commit" if msg.payload % 2 == 0 else "rollback"

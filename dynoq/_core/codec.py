@@ -12,12 +12,18 @@ Decoding is bounded: a record larger than the client's ``max_payload_bytes``, or
 more lists and dicts than :data:`MAX_CONTAINERS`, is refused (a crafted 1 MB record of
 empty lists would otherwise expand to tens of MB), and so is a payload that would not
 decode back as it was pushed (a dict with tuple keys, say): it is refused on push.
+
+A record is anybody's bytes (any role that writes records can write any): :func:`decode`
+checks every field against what dynoq writes and raises RecordError for anything else,
+never another error, so that a pop dead-letters it and every view shows it as unreadable
+(:func:`readable`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import traceback
 from collections import deque
@@ -26,6 +32,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from ..errors import (
+    DynoqError,
     InvalidArgument,
     InvalidType,
     OrderedQueueError,
@@ -34,11 +41,16 @@ from ..errors import (
     RecordError,
 )
 from ..message import Failure, Message
-from . import validate
+from . import logs, validate
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_CONTAINERS = 65_536  # lists and dicts in one decoded record
 MAX_ERROR_TEXT, MAX_TRACEBACK = 1000, 4000  # characters kept of a failure
+# The latest time a record may say (9999-12-31T23:59:59.999Z, the last datetime can show)
+# and the most attempts a delivery may have (exact in the scripts' doubles): beyond them a
+# record is not dynoq's, and its times or count would break whoever reads them.
+MAX_MS = 253_402_300_799_999
+MAX_ATTEMPTS = 2 ** 53
 
 
 class _Budget:
@@ -56,19 +68,30 @@ class _Budget:
         return value
 
 
-def unpack(body: bytes, limit: int) -> Any:
-    """msgpack ``body`` within the bounds above; RecordError when it cannot be read."""
+def _no_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"a msgpack extension (type {code})")
+
+
+def unpack(body: bytes, limit: int, *, extensions: bool = True) -> Any:
+    """msgpack ``body`` within the bounds above; RecordError when it cannot be read, or
+    (``extensions`` False) when it holds a msgpack extension (an ExtType, a Timestamp)."""
     size = len(body)
     if size > limit:
         raise RecordError(f"record body of {size} bytes is over the limit of {limit}")
     try:
         if size <= MAX_CONTAINERS:  # every list or dict takes a byte: no count needed
-            return msgpack.unpackb(body, raw=False, strict_map_key=False)
+            if extensions:  # a record read (a hot path: only what it needs)
+                return msgpack.unpackb(body, raw=False, strict_map_key=False)
+            # No extension: each has data but an empty ExtType, which calls the hook (a
+            # Timestamp never calls it)
+            return msgpack.unpackb(body, raw=False, strict_map_key=False,
+                                   max_ext_len=0, ext_hook=_no_extension)
+        ext_len, ext_hook = (limit, msgpack.ExtType) if extensions else (0, _no_extension)
         budget = _Budget()
         return msgpack.unpackb(body, raw=False, strict_map_key=False,
                                max_str_len=limit, max_bin_len=limit, max_array_len=limit,
-                               max_map_len=limit, max_ext_len=limit, list_hook=budget.take,
-                               object_hook=budget.take)
+                               max_map_len=limit, max_ext_len=ext_len, ext_hook=ext_hook,
+                               list_hook=budget.take, object_hook=budget.take)
     except Exception as exc:  # noqa: BLE001 - any failure to decode is a bad record
         raise RecordError(f"record cannot be decoded: {type(exc).__name__}: {exc}") from None
 
@@ -123,12 +146,38 @@ def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
     if type(payload) in _SCALARS and headers is None:
         return body  # a scalar (key and tag are checked strings) always reads back
     try:  # what cannot be read back must not be stored: it would fail every consumer
-        unpack(body, limit)
+        unpack(body, limit, extensions=False)
     except RecordError as exc:
+        _refuse_extensions(payload, headers)  # a msgpack extension, maybe: say where
         raise PayloadTypeError(
             f"payload would not decode as it was pushed ({exc}); use dict keys of str, int "
             f"or bytes, and at most {MAX_CONTAINERS} lists and dicts") from None
     return body
+
+
+_EXTENSIONS = (msgpack.ExtType, msgpack.Timestamp)
+
+
+def _refuse_extensions(payload: Any, headers: dict[str, Any] | None) -> None:
+    """PayloadTypeError naming where ``payload`` or ``headers`` holds a msgpack extension
+    (``msgpack.ExtType``, ``msgpack.Timestamp``): msgpack encodes them, but they are not
+    payloads (no view can show them, a consumer in another language cannot read them).
+    Packing bounded the walk: every value took at least a byte of the record."""
+    todo: list[tuple[Any, str]] = [(payload, "payload"), (headers, "headers")]
+    while todo:
+        value, where = todo.pop()
+        if isinstance(value, _EXTENSIONS):
+            raise PayloadTypeError(
+                f"{where} is a msgpack.{type(value).__name__}, a msgpack "
+                "extension: payloads hold bytes, str, numbers, bools, None, and lists or "
+                "dicts of those (send a Timestamp as a number or a str)")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, _EXTENSIONS):
+                    todo.append((k, f"a key of {where}"))
+                todo.append((v, f"{where}[{k!r:.40}]"))
+        elif isinstance(value, (list, tuple)):
+            todo += ((v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
 class Outgoing(NamedTuple):  # a tuple: made once per pushed message, a hot path
@@ -196,41 +245,106 @@ def _keyed(msg: Message, limit: int) -> Outgoing:
 
 def _key_header(body: bytes) -> tuple[str, bytes]:
     """A keyed record's key and the msgpack body after it ("K<len>:<key><seq>" first:
-    lua/lib/keyed.lua)."""
-    head, _, rest = body[1:].partition(b":")
+    lua/lib/keyed.lua); RecordError when it is not that."""
+    head, colon, rest = body[1:].partition(b":")
+    if not (colon and head.isdigit() and len(head) <= 4):
+        raise RecordError("record has an unreadable key header")
     n = int(head)
-    return rest[:n].decode(), rest[n + 1 + rest[n] - 96:]
+    seq = rest[n] - 96 if n < len(rest) else 0  # its seq: a letter for its length, base 36
+    if not (n <= validate.MAX_ID_LENGTH and 0 < seq <= 12 and n + seq < len(rest)):
+        raise RecordError("record has an unreadable key header")
+    try:
+        return rest[:n].decode(), rest[n + 1 + seq:]
+    except UnicodeDecodeError:
+        raise RecordError("record has a key that is not UTF-8") from None
+
+
+def _header(enq: bytes, due_off: bytes, prio: bytes) -> tuple[int, int, int]:
+    """The enqueued time and due offset (ms) and the priority of a record's header
+    (lua/lib/record.lua), or RecordError: the enqueued time in base 36, or decimal when
+    written before (12+ digits); the due offset in digits (negative after a reschedule
+    when the server's clock went back)."""
+    if len(enq) < 12 and enq.isalnum():  # ASCII letters, digits: int() takes "+1_0 " too
+        enq_ms = int(enq, 36)
+    elif 12 <= len(enq) <= 16 and enq.isdigit():
+        enq_ms = int(enq)
+    else:
+        raise RecordError(f"record has no dynoq header: enqueued time {enq[:20]!r}")
+    digits = due_off[1:] if due_off[:1] == b"-" else due_off
+    if not (digits.isdigit() and len(digits) <= 16):
+        raise RecordError(f"record has no dynoq header: due offset {due_off[:20]!r}")
+    delay_ms = int(due_off)
+    if not (prio.isdigit() and len(prio) <= 3 and int(prio) <= validate.MAX_PRIORITY):
+        raise RecordError(f"record has a priority out of 0..{validate.MAX_PRIORITY}: "
+                          f"{prio[:20]!r}")
+    if not (enq_ms <= MAX_MS and 0 <= enq_ms + delay_ms <= MAX_MS):
+        raise RecordError(f"record has times out of range: enqueued at {enq_ms} ms, due "
+                          f"{delay_ms} ms later")
+    return enq_ms, delay_ms, int(prio)
+
+
+def _fields(fields: list[Any], key: str | None
+            ) -> tuple[str | None, dict[Any, Any] | None, str | None]:
+    """The key, headers and tag of a record body's fields (after the payload): what push
+    stores, or RecordError."""
+    n = len(fields)
+    if n > 4:
+        raise RecordError(f"record body has {n} fields, not a dynoq message's 1 to 4")
+    stored, headers = fields[1], fields[2] if n > 2 else None
+    tag = fields[3] if n > 3 else None
+    if stored is not None and type(stored) is not str:
+        raise RecordError(f"record's key is a {type(stored).__name__}, not a str")
+    if headers is not None and type(headers) is not dict:
+        raise RecordError(f"record's headers are a {type(headers).__name__}, not a dict")
+    if tag is not None:
+        try:
+            validate.check_tag(tag)
+        except DynoqError as exc:
+            raise RecordError(f"record's tag is invalid: {str(exc)[:200]}") from None
+    return (stored if key is None else key), headers, tag
 
 
 def decode(msg_id: str, record: bytes, shard: int | None = None, attempts: int = 0,
            token: str | None = None, lease: str | None = None,
            limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
     """Turn a stored record back into a Message (a hot path: one call per delivery, so
-    a pop's loop passes the arguments by position); RecordError when it cannot be read."""
+    a pop's loop passes the arguments by position); RecordError, and no other error,
+    when it is not a record as dynoq writes it (see the module's doc)."""
     try:
         enq, due_off, prio, body = record.split(b",", 3)
-        # lua/lib/record.lua: base 36, or decimal when written before (12+ digits)
-        enq_ms = int(enq, 36) if len(enq) < 12 else int(enq)
-        # most messages have no delay and priority 0: a compare is cheaper than int()
-        delay_ms = 0 if due_off == b"0" else int(due_off)
-        priority = 0 if prio == b"0" else int(prio)
     except ValueError:
         raise RecordError("record has no dynoq header (it was not written by dynoq)") from None
+    if due_off == b"0" and prio == b"0" and len(enq) < 10 and enq.isalnum():
+        # most messages: no delay, priority 0, enqueued in base 36 before 36^9 ms (5138)
+        enq_ms, delay_ms, priority = int(enq, 36), 0, 0
+    else:
+        enq_ms, delay_ms, priority = _header(enq, due_off, prio)
+    if type(attempts) is not int or not 0 <= attempts <= MAX_ATTEMPTS:
+        raise RecordError(f"delivery state has attempts out of range: {attempts!r:.40}")
     key = None
     if body[:1] == b"K":  # a message group's record (msgpack bodies start with an array)
-        try:
-            key, body = _key_header(body)
-        except (ValueError, IndexError, UnicodeDecodeError):
-            raise RecordError("record has an unreadable key header") from None
+        key, body = _key_header(body)
     fields = unpack(body, limit)
     if type(fields) is not list or not fields:
         raise RecordError("record body is not a dynoq message")
-    n = len(fields)
-    return Message(fields[0], msg_id, delay_ms / 1000, priority,
-                   key if key is not None else fields[1] if n > 1 else None,
-                   fields[2] if n > 2 else None,
-                   fields[3] if n > 3 else None, shard, attempts,
-                   (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
+    headers = tag = None
+    if len(fields) > 1:
+        key, headers, tag = _fields(fields, key)
+    return Message(fields[0], msg_id, delay_ms / 1000, priority, key, headers, tag, shard,
+                   attempts, (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
+
+
+def readable(msg_id: str, record: bytes, shard: int | None = None, attempts: int = 0,
+             token: str | None = None, lease: str | None = None,
+             limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
+    """:func:`decode`, or for a record that cannot be read a Message that says why
+    (``unreadable``; payload, key, headers and tag None): what a view shows, and what a
+    pop dead-letters (``QueueOps.quarantine``)."""
+    try:
+        return decode(msg_id, record, shard, attempts, token, lease, limit)
+    except RecordError as exc:
+        return Message(None, msg_id, shard=shard, attempts=attempts, token=token,
+                       lease=lease, unreadable=str(exc))
 
 
 def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
@@ -239,15 +353,23 @@ def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
     (lua/lib/delivery.lua in_flight)."""
     if not state:
         return 1 if in_flight else 0
-    return int(state.split(b"|", 1)[0] or 0)
+    head = state.split(b"|", 1)[0]  # as lua/lib/delivery.lua reads it: 0 when not a count
+    return int(head) if head.isdigit() and len(head) <= 16 else 0
 
 
 # -- why a message failed (lua/lib/why.lua) -------------------------------------------------
 
 def why(error: BaseException, consumer: str) -> bytes:
     """The reason a consumer records with a failed message: msgpack [error type, message,
-    traceback, consumer], each bounded."""
-    text = str(error)[:MAX_ERROR_TEXT]
+    traceback, consumer], each bounded. The message names the error it was raised from
+    (``raise Retry()`` in an ``except``: the error is the cause, the one worth reading;
+    the traceback keeps its end, which a long chain's cause may not be part of)."""
+    text = str(error)
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if cause is not None:
+        named = f"cause: {logs.describe(cause)}"
+        text = f"{text}; {named}" if text else named
+    text = text[:MAX_ERROR_TEXT]
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     packed: bytes = msgpack.packb([type(error).__name__, text, trace[-MAX_TRACEBACK:],
                                    consumer], use_bin_type=True)
@@ -260,51 +382,93 @@ def failure(raw: bytes | None) -> Failure | None:
         return None
     try:
         first, last, kind, detail = raw.split(b",", 3)
-        times = int(first) / 1000, int(last) / 1000
+        times = _failed_at(first), _failed_at(last)
         if kind == b"x":
             return Failure("VisibilityTimeout", "its deliveries were not acked within the "
                            "visibility timeout (a consumer crashed or hung) until its "
                            "retries were spent", "", "", *times)
+        if kind == b"r":  # lua/lib/keyed.lua ktake()
+            return Failure("RecordError", "its record does not name the key it waited in "
+                           "(not written by dynoq)", "", "", *times)
         if kind == b"t":  # lua/lib/tx.lua bury_half(): detail is the checks made
             return Failure("TransactionUnresolved",
                            f"transaction unresolved: still undecided after {int(detail)} "
                            "checks, so it was rolled back (replaying it delivers it)",
                            "", "", *times)
-        error_type, error, trace, consumer = unpack(detail, 64 * 1024)
-        return Failure(str(error_type), str(error), str(trace), str(consumer), *times)
-    except (ValueError, TypeError, RecordError):
+        texts = unpack(detail, 64 * 1024)
+        if type(texts) is not list or len(texts) != 4 or any(type(t) is not str
+                                                               for t in texts):
+            raise ValueError("not four strings")
+        error_type, error, trace, consumer = texts
+        return Failure(error_type, error, trace, consumer, *times)
+    except (ValueError, RecordError):
         return Failure("Unknown", "the stored reason is unreadable", "", "", 0.0, 0.0)
+
+
+def _failed_at(field: bytes) -> float:
+    if not (field.isdigit() and len(field) <= 16 and int(field) <= MAX_MS):
+        raise ValueError("not a time")
+    return int(field) / 1000
 
 
 # -- JSON for humans (CLI, exports) --------------------------------------------------------
 
 def json_default(value: object) -> Any:
-    """``json.dumps`` default: bytes become ``{"$base64": "..."}`` (JSON has no bytes)."""
+    """``json.dumps`` default: bytes become ``{"$base64": "..."}`` (JSON has no bytes), a
+    msgpack Timestamp (in a record not pushed by dynoq) ``{"$timestamp": [seconds,
+    nanoseconds]}``; an ExtType, a named tuple, shows as the list [code, data]."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, msgpack.Timestamp):
+        return {"$timestamp": [value.seconds, value.nanoseconds]}
     raise TypeError(f"cannot show {type(value).__name__} as JSON")
 
 
 def to_json(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
-    """JSON text of a payload (or anything made of what payloads hold): every valid
-    payload shows. Bytes become ``{"$base64": "..."}``; a dict key JSON has no form for
-    (bytes) becomes ``"$base64:..."``, and with ``sort_keys`` keys of mixed types are
-    sorted as the text JSON writes for them."""
+    """Strict JSON text (RFC 8259) of a payload (or anything made of what payloads hold):
+    every valid payload shows. Bytes become ``{"$base64": "..."}``; a float JSON has no
+    number for becomes the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (the
+    value kept, as Spark and PostgreSQL write it); a dict key JSON has no form for (bytes)
+    becomes ``"$base64:..."``, and with ``sort_keys`` keys of mixed types are sorted as
+    the text JSON writes for them. A value nested deeper than the encoder goes (a record
+    not written by dynoq: msgpack reads 1,024 levels) shows its first :data:`SHOWN_DEPTH`."""
+    try:
+        return _json(value, indent, sort_keys)
+    except RecursionError:
+        return _json(_shallow(value, SHOWN_DEPTH), indent, sort_keys)
+
+
+SHOWN_DEPTH = 100  # levels of lists and dicts JSON shows of a deeper value
+
+
+def _shallow(value: Any, depth: int) -> Any:
+    """``value`` with what is nested more than ``depth`` levels down as "..."."""
+    if isinstance(value, dict):
+        return {k: _shallow(v, depth - 1) for k, v in value.items()} if depth else "..."
+    if isinstance(value, (list, tuple)):
+        return [_shallow(v, depth - 1) for v in value] if depth else "..."
+    return value
+
+
+def _json(value: Any, indent: int | None, sort_keys: bool) -> str:
     try:
         return json.dumps(value, default=json_default, ensure_ascii=False, indent=indent,
-                          sort_keys=sort_keys)
-    except TypeError:  # rare: a bytes key, or keys of mixed types to sort (a second pass)
+                          sort_keys=sort_keys, allow_nan=False)
+    except (TypeError, ValueError):  # rare: a bytes key, keys of mixed types to sort, or
+        # a NaN or infinity (a second pass)
         return json.dumps(_text_keys(value), default=json_default, ensure_ascii=False,
-                          indent=indent, sort_keys=sort_keys)
+                          indent=indent, sort_keys=sort_keys, allow_nan=False)
 
 
 def _text_keys(value: Any) -> Any:
     """``value`` with every dict key as the text JSON writes for it (a bytes key as
-    ``"$base64:..."``)."""
+    ``"$base64:..."``), and every float JSON has no number for as its name."""
     if isinstance(value, dict):
         return {_key_text(k): _text_keys(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_text_keys(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return value
 
 
@@ -323,6 +487,7 @@ def message_json(m: Message) -> dict[str, Any]:
     return {"id": m.id, "payload": m.payload, "priority": m.priority, "key": m.key,
             "headers": m.headers, "tag": m.tag, "shard": m.shard, "attempts": m.attempts,
             "deliver_at": m.deliver_at, "enqueued_at": m.enqueued_at,
+            "unreadable": m.unreadable,
             "failure": None if f is None else {
                 "error_type": f.error_type, "error": f.error, "traceback": f.traceback,
                 "consumer": f.consumer, "first_failed_at": f.first_failed_at,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DynoqError
 from .calls import Batch, Call
-from .ops import PUSH_CHUNK
+from .ops import body_size, chunks
 
 if TYPE_CHECKING:
     from .codec import Outgoing
@@ -111,13 +111,16 @@ def plan(items: Sequence[Pending]) -> tuple[Call | Batch, list[list[Pending]]]:
     owners: list[list[Pending]] = []
     for (_, shard, mode), members in groups.items():
         ops = members[0].ops
-        for i in range(0, len(members), PUSH_CHUNK):
-            part = members[i:i + PUSH_CHUNK]
+        for part in chunks(members, _body_size):
             calls.append(ops.push_call(mode, shard, [p.out for p in part]))
-            owners.append(part)
+            owners.append(list(part))
     if len(calls) == 1:
         return calls[0], owners
     return Batch(calls, each=True), owners
+
+
+def _body_size(p: Pending) -> int:
+    return body_size(p.out)
 
 
 def settle(owners: Sequence[Sequence[Pending]], replies: Sequence[Any]) -> None:

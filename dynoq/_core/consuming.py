@@ -358,6 +358,8 @@ def settle(ops: QueueOps, ok: Sequence[Message],
     for given, buried in replies[acks:acks + len(failed)]:
         tally.retried += given
         tally.dead_lettered += buried
+    if any(m.unreadable is not None for m in tally.refilled):
+        tally.refilled = yield from ops.quarantine(tally.refilled, consumer)
     return tally
 
 

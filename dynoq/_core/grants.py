@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "subs": ("{*}:subs",),
     "commit": ("{*}:commit:*",),  # Spark: a query's committed batch, per shard
     "wrote": ("{*}:wrote:*",),  # Spark: the ids its uncommitted batch handled
+    "tried": ("{*}:tried:*",),  # Spark: the ids a write task's attempts pushed
     "meta": ("queue:*", "topic:*"),
     "registries": ("queues", "topics"),
     "members": ("group:{*}:*",),  # (the pattern also covers ttls and history: other types)
@@ -60,13 +61,21 @@ KINDS: dict[str, tuple[str, ...]] = {
     "result": ("result:{*}:*",),  # a task's kept state and result (dynoq.Tasks)
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
-    # Every key of broadcasting members' queues (their names hold two ':'), which the
-    # sweeper deletes when a member is gone: shard keys three parts after the hash tag,
-    # group keys whose hash tag holds two ':'.
-    "member_queues": ("{*}:*:*:*", "group:{*:*:*}*", "groups:{*:*:*}", "claim:{*:*:*}"),
 }
 
+# The Spark sinks' bookkeeping keys are "<prefix>:{<queue>:<shard>}:<part>:<query or task>",
+# as a topic group's queue keys are "<prefix>:{<topic>:<shard>}:<group>:<field>": a group
+# named like a part would share keys with them, under their patterns (dynoq._core.topics
+# refuses such a group).
+RESERVED_GROUPS = tuple(sorted(
+    p.split(":")[1] for patterns in KINDS.values() for p in patterns
+    if re.fullmatch(r"\{\*\}:[a-z]+:\*", p)))
+
 _CALL_RE = re.compile(r"(?:redis\.call|bulk_read|bulk)\('([A-Z]+)'(?:,\s*([^,)]+))?")
+_COMMENT_RE = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+# A local function of a script or shared piece: from its line to the first "end" at the
+# start of a line (bodies are indented).
+_FUNC_RE = re.compile(r"^local function (\w+)\(.*?^end\b", re.M | re.S)
 _ALIAS_RE = re.compile(r"local\s+([\w\s,]+?)\s*=\s*((?:KEYS\[\d+\]\s*,\s*)*KEYS\[\d+\])")
 _KEYS_RE = re.compile(r"KEYS\[(\d+)\]")
 
@@ -93,7 +102,7 @@ def script_uses(script: Script) -> Uses:
     reads: set[str] = set()
     channels: set[str] = set()
     writes: dict[str, set[str]] = {}
-    for cmd, arg in _CALL_RE.findall(text):
+    for cmd, arg in _CALL_RE.findall(reachable(text)):
         if cmd in READS or cmd in KEYLESS:
             reads.add(cmd)
         elif cmd in CHANNEL:
@@ -105,6 +114,36 @@ def script_uses(script: Script) -> Uses:
                              "dynoq._core.grants: classify it")
     return Uses(frozenset(reads), {c: frozenset(k) for c, k in writes.items()},
                 frozenset(channels))
+
+
+def reachable(source: str) -> str:
+    """The code of ``source`` that can run, comments left out: its top-level code and the
+    local functions that code calls, transitively. A shared piece brings every function it
+    holds, and a role is granted only what its scripts can send (a producer's push does
+    not get what lib/keyed.lua's pop half sends)."""
+    code = _COMMENT_RE.sub("", source)
+    functions: dict[str, str] = {}
+    for m in _FUNC_RE.finditer(code):
+        name, body = m.group(1), m.group(0)
+        # a line at the start of a line inside it: its "end" is not where it ends
+        if name in functions or re.search(r"\n[^\s]", body.rsplit("\n", 1)[0]):
+            raise ValueError(f"local function {name}: defined twice, or a line of its "
+                             "body is not indented (dynoq._core.grants cannot tell where "
+                             "it ends)")
+        functions[name] = body
+    top = _FUNC_RE.sub("", code)
+    if "function" in top:
+        raise ValueError("a function outside 'local function name(...) ... end' at the "
+                         "start of a line: dynoq._core.grants cannot tell when it runs")
+    called: list[str] = []
+    todo = [top]
+    while todo:
+        text = todo.pop()
+        for name, body in functions.items():
+            if name not in called and re.search(rf"\b{name}\b", text):
+                called.append(name)
+                todo.append(body)
+    return "\n".join([top, *(functions[name] for name in called)])
 
 
 def _kind(script: Script, arg: str, aliases: dict[str, str], cmd: str) -> str:

@@ -23,7 +23,7 @@ from . import validate
 from .calls import Batch, Call, Cmd, Flow
 from .keys import GroupKeys, QueueKeys
 from .lua import script
-from .ops import QueueOps
+from .ops import CALL_SHARDS, QueueOps
 
 _HEARTBEAT, _LEAVE, _REAP = script("group-heartbeat"), script("group-leave"), script("group-reap")
 _ACQUIRE, _RENEW = script("lease-acquire"), script("lease-renew")
@@ -172,14 +172,18 @@ class LeaseOps:
         reply: the set of those no longer held in that tenure."""
         values = self.values(fences)
         shards = list(values)
-        if self.queue.cross_slot:  # one call renews them all (a consumer idles cheaply)
-            keys = [self.queue.shard_keys[s].lease for s in shards]
-            calls = [Call(_RENEW, keys, [self.ttl_ms, *values.values()])]
+        if self.queue.cross_slot:  # one call renews CALL_SHARDS (a consumer idles cheaply)
+            calls = [Call(_RENEW, [self.queue.shard_keys[s].lease for s in part],
+                          [self.ttl_ms, *(values[s] for s in part)])
+                     for part in (shards[i:i + CALL_SHARDS]
+                                  for i in range(0, len(shards), CALL_SHARDS))]
         else:
             calls = [_RENEW.call(self.queue.shard_keys[s], [self.ttl_ms, v])
                      for s, v in values.items()]
 
         def parse(replies: list[Any]) -> set[int]:
+            for r in replies:
+                raise_for(r, f"lease renewal on {self.queue.name!r}")
             flags = [int(f) for r in replies for f in r]
             return {s for s, ok in zip(shards, flags, strict=True) if not ok}
 

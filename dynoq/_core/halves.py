@@ -27,6 +27,7 @@ _PREPARE, _SETTLE, _CLAIM = script("tx-prepare"), script("tx-settle"), script("t
 _PUBLISH = script("tx-publish")
 
 ANSWERS = ("commit", "rollback", "unknown")  # what a checker's check may return
+ASYNC_CHECKER = "dynoq.asyncio's client.checker()"  # where an async def check runs
 MAX_CLAIM = 100  # prepared messages one claim call hands out
 DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED = 1, 2, 0, 5, 3, 4  # tx-settle's replies
 UNRESOLVED = "transaction unresolved"  # the dead-letter reason after max_checks
@@ -148,12 +149,8 @@ class TxOps:
             self.ops.refused(reply, what)
             out: list[Claimed] = []
             for i in range(0, len(reply), 4):
-                msg_id = _text(reply[i])
-                try:
-                    m = codec.decode(msg_id, reply[i + 1], shard=shard,
-                                     attempts=int(reply[i + 2]), limit=limit)
-                except RecordError:
-                    m = Message(None, id=msg_id, shard=shard, attempts=int(reply[i + 2]))
+                m = codec.readable(_text(reply[i]), reply[i + 1], shard, int(reply[i + 2]),
+                                   limit=limit)
                 out.append(Claimed(m, int(reply[i + 2]), _text(reply[i + 3])))
             return out
 

@@ -9,7 +9,7 @@ holds back only its key. The storage is lua/lib/keyed.lua's.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -23,7 +23,9 @@ _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), 
 _KREMOVE, _KREQUEUE, _KREPLAY = script("kremove"), script("krequeue"), script("kreplay")
 _KCLEAR = script("kclear")
 MAX_KEYS_REPORT = 1000  # keys one `dynoq keys` report lists at most
-EXPIRE_LIMIT = 1000  # deliveries one krequeue call gives back
+# Deliveries one krequeue call gives back (each about 40 µs of the server's time: a call
+# stays well within DESIGN §2.14's 50 ms)
+EXPIRE_LIMIT = 500
 
 
 def _ints(reply: Any) -> list[int]:
@@ -77,6 +79,12 @@ class KeyedOps:
                 ) -> Callable[[Any], Any]:
         raise NotImplementedError
 
+    def epoch_checks(self, shards: Iterable[int], context: str) -> list[Cmd]:
+        raise NotImplementedError
+
+    def quarantine(self, msgs: list[Message], consumer: str) -> Flow[list[Message]]:
+        raise NotImplementedError
+
     def _keyed_only(self, what: str) -> None:
         if not self.keyed:
             raise InvalidArgument(f"{what} is for queues with ordered=\"key\"; queue "
@@ -92,11 +100,12 @@ class KeyedOps:
 
     # -- consuming ------------------------------------------------------------------------
 
-    def _ktake(self, shard: int, count: int, vis_ms: int
+    def _ktake(self, shard: int, count: int, vis_ms: int, consumer: str = ""
                ) -> Flow[tuple[list[Message], int, float, dict[int, int]]]:
         """One pop of a keyed shard: the heads of up to ``count`` keys, round-robin.
-        Returns them, 1 when a key there may deliver more (else 0), the ms until
-        something may be deliverable when nothing was (-1: unknown), and {}."""
+        Returns them (an unreadable one dead-lettered: ``quarantine``), 1 when a key
+        there may deliver more (else 0), the ms until something may be deliverable when
+        nothing was (-1: unknown), and {}."""
         nonce = f"{random.getrandbits(32):08x}"
         reply = yield Call(_KPOP, _KPOP.key_list(self.shard_keys[shard]), [
             self.epoch, count, vis_ms, nonce, self._max_retries, self.wake, self._conc])
@@ -104,18 +113,21 @@ class KeyedOps:
             self.refused(reply, f"pop from shard {shard} of {self.name!r}")
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), {}
-        return self._kdecoded(reply, 2, shard, nonce), int(reply[1]), -1.0, {}
+        got = self._kdecoded(reply, 2, shard, nonce)
+        if any(m.unreadable is not None for m in got):
+            got = yield from self.quarantine(got, consumer)
+        return got, int(reply[1]), -1.0, {}
 
     def _kdecoded(self, reply: list[Any], start: int, shard: int, nonce: str
                   ) -> list[Message]:
         """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
-        record, attempts, fence each."""
-        decode, limit = codec.decode, self.limit
+        record, attempts, fence each; an unreadable one says why (``codec.readable``:
+        the caller quarantines it)."""
+        read, limit = codec.readable, self.limit
         out = []
         for i in range(start, len(reply), 4):
             n = int(reply[i + 2])
-            m = decode(_text(reply[i]), reply[i + 1], shard=shard, attempts=n,
-                       token=f"{nonce}.{n}", limit=limit)
+            m = read(_text(reply[i]), reply[i + 1], shard, n, f"{nonce}.{n}", None, limit)
             m.fence = int(reply[i + 3])
             out.append(m)
         return out
@@ -124,9 +136,10 @@ class KeyedOps:
                      ) -> tuple[Call, list[Message]] | None:
         """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
         messages when that is fair (kack-12.lua): the call, and the list its reply's
-        messages are put in once it has run. None when ``msgs`` span shards."""
+        messages are put in once it has run (the caller quarantines the unreadable
+        ones). None when ``msgs`` span shards, or are more than one call carries."""
         shards = {m.shard for m in msgs}
-        if len(shards) != 1 or not self.keyed:
+        if len(shards) != 1 or not self.keyed or len(msgs) > validate.MAX_BATCH:
             return None
         [shard] = shards
         assert shard is not None
@@ -198,9 +211,12 @@ class KeyedOps:
         text = validate.check_key(key)
         if text is None:
             raise InvalidArgument("key_state() needs a key")
-        keys = self.shard_keys[shard_of(text, self._shards)]
-        raw, fence = yield Batch([Cmd(("HGET", keys.kstate, text)),
-                                  Cmd(("HGET", keys.kfence, text))])
+        shard = shard_of(text, self._shards)
+        keys = self.shard_keys[shard]
+        # a vanished queue raises QueueGone here, not "no such key"
+        checks = self.epoch_checks([shard], f"key_state() of {self.name!r}")
+        *_, raw, fence = yield Batch([*checks, Cmd(("HGET", keys.kstate, text)),
+                                      Cmd(("HGET", keys.kfence, text))])
         in_flight, waiting, last, first = parse_state(raw)
         if not (in_flight or waiting):
             return KeyState()
@@ -217,10 +233,14 @@ class KeyedOps:
         limit = validate.check_count(limit, "limit", high=MAX_KEYS_REPORT)
         busiest: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
-        for keys in self.shard_keys:
+        for shard, keys in enumerate(self.shard_keys):
             cursor, seen = b"0", 0
+            # a vanished queue raises QueueGone (with the first page), not "no keys"
+            checks = self.epoch_checks([shard], f"keys() of {self.name!r}")
             while seen < 10 * limit:
-                cursor, page = yield Cmd(("HSCAN", keys.kstate, cursor, "COUNT", 100))
+                *_, (cursor, page) = yield Batch(
+                    [*checks, Cmd(("HSCAN", keys.kstate, cursor, "COUNT", 100))])
+                checks = []
                 items = page.items() if isinstance(page, dict) else pairs(page)
                 for k, v in items:
                     f, w, _, _ = parse_state(v)
@@ -236,10 +256,7 @@ class KeyedOps:
                     rec, state, why = raw[3 * j:3 * j + 3]
                     if rec is None:
                         continue
-                    try:
-                        m = codec.decode(_text(msg_id), rec, limit=self.limit)
-                    except Exception:  # noqa: BLE001 - an unreadable record: show its id
-                        m = Message(None, id=_text(msg_id))
+                    m = codec.readable(_text(msg_id), rec, limit=self.limit)
                     fail = codec.failure(why)
                     blocked.append({"key": m.key, "id": m.id,
                                     "attempts": codec.attempts_of(state),
@@ -252,7 +269,8 @@ class KeyedOps:
         """The heads of the next keys to be served, in turn order (not claimed)."""
         out: list[Message] = []
         for shard, keys in enumerate(self.shard_keys):
-            turns = yield Cmd(("ZRANGE", keys.kturn, 0, count - 1))
+            checks = self.epoch_checks([shard], f"peek at {self.name!r}")
+            *_, turns = yield Batch([*checks, Cmd(("ZRANGE", keys.kturn, 0, count - 1))])
             if not turns:
                 continue
             states = yield Cmd(("HMGET", keys.kstate, *turns))
@@ -260,6 +278,6 @@ class KeyedOps:
             recs = yield Batch([Cmd(("HGET", keys.msgs, i or "")) for i in ids])
             for msg_id, rec in zip(ids, recs, strict=True):
                 if msg_id and rec is not None:
-                    out.append(codec.decode(msg_id, rec, shard=shard, limit=self.limit))
+                    out.append(codec.readable(msg_id, rec, shard, limit=self.limit))
         return out[:count]
 

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import InvalidType
 from ..message import Message
 from . import logs
+from .callables import refuse_coroutine_function
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -36,13 +37,13 @@ class CallableHooks(Middleware):
         self._before = before
         self._after = after
 
-    def before(self, msg: Message) -> None:
-        if self._before is not None:
-            self._before(msg)
+    # What the callables return goes back to the driver: the asyncio consumer awaits an
+    # awaitable, the thread consumer fails it (nothing there awaits it).
+    def before(self, msg: Message) -> Any:
+        return None if self._before is None else self._before(msg)
 
-    def after(self, msg: Message, error: BaseException | None, seconds: float) -> None:
-        if self._after is not None:
-            self._after(msg, error)
+    def after(self, msg: Message, error: BaseException | None, seconds: float) -> Any:
+        return None if self._after is None else self._after(msg, error)
 
 
 def chain(middleware: Sequence[Any], before: Callable[..., Any] | None,
@@ -56,6 +57,15 @@ def chain(middleware: Sequence[Any], before: Callable[..., Any] | None,
     if before is not None or after is not None:
         hooks.insert(0, CallableHooks(before, after))
     return hooks
+
+
+def refuse_async_hooks(hooks: Sequence[Middleware]) -> None:
+    """The thread consumer refuses an ``async def`` hook: nothing there awaits it."""
+    for m in hooks:
+        fns = (m._before, m._after) if isinstance(m, CallableHooks) else (m.before, m.after)
+        for fn in fns:
+            if fn is not None:
+                refuse_coroutine_function(fn, "the hook", "a dynoq.asyncio consumer")
 
 
 # -- one handler call inside the middleware, as a flow of calls --------------------------

@@ -15,8 +15,8 @@ import random
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ..errors import (
     GONE,
@@ -43,8 +43,15 @@ from .settings import QueueSettings, merge
 log = logging.getLogger("dynoq")
 
 PUSH_CHUNK = 500  # messages per push call: bounded script time, few round trips
+# Bytes of message bodies one push call carries: the server reads and copies each (about
+# 2 ms a megabyte), so 500 messages of 100 KB in one call held it for 110 ms (DESIGN §2.14).
+PUSH_BYTES = 8 * 1024 * 1024
 IDS_CHUNK = 1000  # ids per ack / replay call
 SWEEP_LIMIT = 1000  # deliveries one requeue / replay / purge call handles
+# Shards one call reads or renews where a script may span hash tags (one server): a probe,
+# a pop naming other shards, a sweeper's due, a lease renewal. Each script refuses more
+# (lua/lib/bounds.lua: one call stays within ~50 ms of the server's time, DESIGN §2.14).
+CALL_SHARDS = 256
 OPEN_TRIES = 3  # reads of a queue's settings while it keeps being created anew
 ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
 # A pop's lease: the lease's value ("" = none), or each shard's (a consumer holds each
@@ -54,6 +61,7 @@ Lease = str | Mapping[int, str]
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _EXTEND, _REQUEUE, _PROBE = script("extend"), script("requeue"), script("probe")
 _OPEN, _EPOCH, _CLEAR = script("open"), script("epoch-set"), script("clear")
+_KOLDEST = script("koldest")
 
 
 def _ints(reply: Any) -> list[int]:
@@ -223,8 +231,8 @@ class QueueOps(KeyedOps):
         for o in outs:
             groups[(self.shard_for(o.routing), mode or _mode(o))].append(o)
         calls: list[Call | Cmd] = [
-            self._push_call(how, shard, group[i:i + PUSH_CHUNK])
-            for (shard, how), group in groups.items() for i in range(0, len(group), PUSH_CHUNK)]
+            self._push_call(how, shard, part)
+            for (shard, how), group in groups.items() for part in chunks(group, body_size)]
         return self._replicated(calls, _sum_of_sums)
 
     def _replicated(self, calls: list[Call | Cmd], parse: Any) -> Batch:
@@ -333,7 +341,7 @@ class QueueOps(KeyedOps):
         hint = -1.0
         ranks: dict[int, int] = {}
         first, others = order[0], order[1:]
-        if others and self.ranked and not self.cross_slot:
+        if others and self.ranked and (not self.cross_slot or len(others) >= CALL_SHARDS):
             ranks, hint = yield from self.look(order)
         else:
             ahead = others if others and self.ranked else []
@@ -387,7 +395,7 @@ class QueueOps(KeyedOps):
         full), the ms until something may be deliverable (-1: unknown) and the ranks of
         ``others``."""
         if self.keyed:
-            got = yield from self._ktake(shard, count, vis_ms)
+            got = yield from self._ktake(shard, count, vis_ms, consumer)
             return got
         # A delivery token needs to differ between deliveries, not to be secret: random's
         # generator (reseeded in a forked child) instead of os.urandom, a system call
@@ -413,7 +421,8 @@ class QueueOps(KeyedOps):
         try:
             batch = self._decoded(reply, shard, nonce, lease)
         except RecordError:  # one or more unreadable: quarantine them, keep the rest
-            batch = yield from self._quarantine(reply, shard, nonce, lease, consumer)
+            batch = yield from self.quarantine(
+                self._decoded(reply, shard, nonce, lease, codec.readable), consumer)
         for m in batch:  # a recurring message's occurrence: push the next one now
             sched = occurrence_of(m)
             if sched is not None:
@@ -422,16 +431,20 @@ class QueueOps(KeyedOps):
 
     def look(self, shards: Sequence[int]) -> Flow[tuple[dict[int, int], float]]:
         """Each shard's rank (see :meth:`_pass`) and the ms until something may be
-        deliverable (-1: unknown): one probe call, or on Redis Cluster (a script's keys
-        share a slot) one probe per shard, pipelined."""
-        if self.cross_slot:
+        deliverable (-1: unknown): one probe call (CALL_SHARDS shards a call), or on Redis
+        Cluster (a script's keys share a slot) one probe per shard, pipelined."""
+        if self.cross_slot and len(shards) <= CALL_SHARDS:
             *ranks, hint = yield self.probe(shards)
             return dict(zip(shards, (int(r) for r in ranks), strict=True)), float(hint)
-        replies = yield Batch([self.probe([s]) for s in shards])
+        step = CALL_SHARDS if self.cross_slot else 1
+        groups = [shards[i:i + step] for i in range(0, len(shards), step)]
+        replies = yield Batch([self.probe(g) for g in groups])
+        found: dict[int, int] = {}
         hint = -1.0
-        for _, h in replies:
+        for group, (*seen, h) in zip(groups, replies, strict=True):
+            found.update(zip(group, (int(r) for r in seen), strict=True))
             hint = _sooner(hint, float(h))
-        return {s: int(r[0]) for s, r in zip(shards, replies, strict=True)}, hint
+        return found, hint
 
     def probe(self, shards: Sequence[int]) -> Call:
         """One read-only look at ``shards`` (one server: a cluster's keys must share a
@@ -441,26 +454,30 @@ class QueueOps(KeyedOps):
         return Call(_PROBE, [k for s in shards for k in self._probe_keys[s]], [self.epoch],
                     self._parser("probe", -1, _same))
 
-    def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
+    def _decoded(self, reply: list[Any], shard: int, nonce: str, lease: str,
+                 decode: Callable[..., Message] = codec.decode) -> list[Message]:
         """The messages of a pop reply (1, rest, the first deliveries' token, then id,
-        record, attempts per message)."""
-        decode, limit, held = codec.decode, self.limit, lease or None
+        record, attempts per message); ``decode``: codec.decode (RecordError for an
+        unreadable record) or codec.readable (a message saying why)."""
+        limit, held = self.limit, lease or None
         return [decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
                 for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce),
                                     strict=True)]
 
-    def _quarantine(self, reply: list[Any], shard: int, nonce: str, lease: str,
-                    consumer: str) -> Flow[list[Message]]:
-        """Decode a pop reply one by one; dead-letter what cannot be read, with why."""
-        good: list[Message] = []
-        for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce), strict=True):
-            try:
-                good += self._decoded([None, None, reply[2], *reply[i:i + 3]], shard,
-                                      nonce, lease)
-            except RecordError as exc:
-                yield self._nack_call(shard, _decode_str(reply[i]), token,
-                                      lease, 0.0, "dead", codec.why(exc, consumer))
-        return good
+    def quarantine(self, msgs: list[Message], consumer: str) -> Flow[list[Message]]:
+        """Dead-letter the unreadable messages of a pop's (``codec.readable``), each with
+        why (a RecordError, recorded as ``consumer``'s), in one round trip; the others.
+        A record no consumer can read would otherwise come back at every visibility
+        timeout and never reach its retry limit (no handler fails it). By id alone:
+        whichever delivery of that record is current cannot be read either, and a
+        delivery state written raw may not give back the token it made."""
+        bad = [m for m in msgs if m.unreadable is not None]
+        if bad:
+            yield Batch([self._nack_call(self._shard_of(m), m.id or "", "", m.lease or "",
+                                         0.0, "dead",
+                                         codec.why(RecordError(m.unreadable), consumer))
+                         for m in bad])
+        return [m for m in msgs if m.unreadable is None]
 
     def _shard_of(self, msg: Message) -> int:
         """The shard a message was popped from, which must be one of this queue's."""
@@ -664,14 +681,7 @@ class QueueOps(KeyedOps):
                 out.append(None)
                 continue
             attempts = codec.attempts_of(state, in_flight is not None)
-            try:
-                m = codec.decode(msg_id, record, shard=shard, attempts=attempts,
-                                 limit=self.limit)
-            except RecordError:
-                if why is None:
-                    raise
-                # A quarantined record: show its id and why, not its unreadable payload.
-                m = Message(None, id=msg_id, shard=shard, attempts=attempts)
+            m = codec.readable(msg_id, record, shard, attempts, limit=self.limit)
             m.failure = codec.failure(why)
             out.append(m)
         return out
@@ -703,13 +713,15 @@ class QueueOps(KeyedOps):
             ranked: list[tuple[tuple[int, float, int, int], Message]] = []
             for shard, reply in enumerate(replies):
                 self.refused(reply, f"peek at shard {shard} of {self.name!r}")
+                rank = (0, 0.0)
                 for pos, i in enumerate(range(1, len(reply), 3)):
-                    try:
-                        m = codec.decode(reply[i].decode(), reply[i + 1], shard=shard,
-                                         attempts=int(reply[i + 2]), limit=self.limit)
-                    except RecordError:
-                        continue  # unreadable: the next pop quarantines it
-                    ranked.append(((m.priority, m.deliver_at or 0.0, shard, pos), m))
+                    m = codec.readable(reply[i].decode(), reply[i + 1], shard,
+                                       int(reply[i + 2]), limit=self.limit)
+                    if m.unreadable is None:
+                        rank = (m.priority, m.deliver_at or 0.0)
+                    # an unreadable one (the pop that meets it dead-letters it) shows
+                    # where its shard holds it: ranked as the message before it
+                    ranked.append(((*rank, shard, pos), m))
             ranked.sort(key=lambda pair: pair[0])
             return [m for _, m in ranked[:count]]
 
@@ -723,15 +735,18 @@ class QueueOps(KeyedOps):
             for i, r in enumerate(replies[:n]):
                 self.refused(r, f"stats of shard {i} of {self.name!r}")
             out = []
+            # a keyed shard: the oldest head of its next keys to serve (koldest-3.lua) too
+            heads = replies[4 * n:] if self.keyed else [-1] * n
             for i, r in enumerate(replies[:n]):
                 committed, rolled_back = (int(c or 0) for c in replies[n + 2 * i + 1])
+                oldest = min((t for t in (int(r[4]), int(heads[i])) if t >= 0), default=-1)
                 out.append(ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
-                                      None if int(r[4]) < 0 else int(r[4]) / 1000,
+                                      None if oldest < 0 else oldest / 1000,
                                       pushed=int(r[5]), acked=int(r[6]),
                                       retried=int(r[7]), expired=int(r[8]),
                                       dead_lettered=int(r[9]), prepared=int(replies[n + 2 * i]),
                                       committed=committed, rolled_back=rolled_back))
-            counted = replies[3 * n:]
+            counted = replies[3 * n:4 * n]
             return QueueStats(self.name, tuple(out), sum(int(c) for c in counted))
 
         # On a keyed queue the waiting messages are in kwait (a hash), in place of ready.
@@ -744,6 +759,7 @@ class QueueOps(KeyedOps):
             Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))]
         if self.keyed:
             calls += self.key_count()
+            calls += [_KOLDEST.call(k, []) for k in self.shard_keys]
         return Batch(calls, parse=parse)
 
     def clear(self) -> Batch:
@@ -874,6 +890,7 @@ def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind
     flat = [x for kv in wanted.to_hash().items() for x in kv]
     for _ in range(OPEN_TRIES):
         reply = yield Call(_OPEN, [meta], [secrets.token_hex(4), *layout.READS, *flat])
+        raise_for(reply, f"open of {what} {name!r}")  # BOUNDS: a hash dynoq did not write
         if int(reply[0]) < 0:  # a layout this version does not read: nothing written
             raise layout.refusal(what, name, int(reply[1]))
         fields = {_decode_str(k): _decode_str(v) for k, v in pairs(reply[1:])}
@@ -955,6 +972,35 @@ def queue_names(prefix: str) -> Cmd:
     """Every registered queue under ``prefix``, sorted."""
     return Cmd(("SMEMBERS", registry_key(prefix)),
                lambda raw: sorted(_decode_str(n) for n in raw))
+
+
+# -- push calls --------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: Callable[[T], int], most: int = PUSH_CHUNK,
+           budget: int = PUSH_BYTES) -> Iterator[Sequence[T]]:
+    """``items`` in calls of at most ``most`` items and ``budget`` bytes (``size`` of
+    each; an item larger than that goes alone)."""
+    for i in range(0, len(items), most):
+        part = items[i:i + most]
+        if sum(map(size, part)) <= budget:
+            yield part
+            continue
+        start, held = 0, 0
+        for j, item in enumerate(part):
+            n = size(item)
+            if j > start and held + n > budget:
+                yield part[start:j]
+                start, held = j, 0
+            held += n
+        yield part[start:]
+
+
+def body_size(out: codec.Outgoing) -> int:
+    """What a message weighs in a push call (its encoded body)."""
+    return len(out.body)
 
 
 # -- small parsers -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument, RecordError
+from ..errors import InvalidArgument
 from ..message import Message
 from . import codec
 from .calls import Batch, Cmd, Flow, pairs, server_time
@@ -96,12 +96,7 @@ def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
         if record is None or state not in wanted:
             continue
         attempts = codec.attempts_of(dlv, zset == "unacked")
-        try:
-            m = codec.decode(msg_id, record, shard=shard, attempts=attempts, limit=q.limit)
-        except RecordError:
-            if why is None:
-                raise
-            m = Message(None, id=msg_id, shard=shard, attempts=attempts)
+        m = codec.readable(msg_id, record, shard, attempts, limit=q.limit)
         m.failure = codec.failure(why)
         found.append(Found(m, state, at))
     if zset == "delayed" and "delayed" not in wanted and live[-1][0] / 1000 > now:

@@ -29,6 +29,8 @@ def _stored(settings: Any) -> dict[str, str]:
 
 
 MAX_KEY_CONCURRENCY = 1000
+MAX_RETRIES = 1_000_000
+MAX_RATE = 10**9  # the most permits a rate limit grants in one period
 
 
 def check_ordered(ordered: object, key_concurrency: object) -> tuple[bool | str, int | None]:
@@ -76,7 +78,7 @@ class QueueSettings:
     def __post_init__(self) -> None:
         try:
             validate.check_int(self.shards, "shards", low=1, high=validate.MAX_SHARDS)
-            validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
+            validate.check_int(self.max_retries, "max_retries", low=0, high=MAX_RETRIES)
             validate.check_int(self.min_replicas, "min_replicas", low=0, high=100)
             ordered, concurrency = check_ordered(self.ordered, self.key_concurrency)
             object.__setattr__(self, "ordered", ordered)
@@ -281,7 +283,7 @@ class ConsumerSettings:
                                                                 Mapping):
             raise InvalidType("strategy_options must be a mapping of option names")
         if self.max_retries is not None:
-            validate.check_int(self.max_retries, "max_retries", low=0, high=1_000_000)
+            validate.check_int(self.max_retries, "max_retries", low=0, high=MAX_RETRIES)
         if self.instance_id is not None:
             validate.check_text(self.instance_id, "instance_id")
         for name in ("lease_ttl", "rebalance_interval", "max_continuous_time", "idle_wait"):
@@ -292,7 +294,7 @@ class ConsumerSettings:
         if self.rate_limit is not None:
             if not isinstance(self.rate_limit, (tuple, list)) or len(self.rate_limit) != 2:
                 raise InvalidType("rate_limit must be (count, period_seconds) or None")
-            validate.check_count(self.rate_limit[0], "rate_limit count", high=10**9)
+            validate.check_count(self.rate_limit[0], "rate_limit count", high=MAX_RATE)
             validate.check_seconds(self.rate_limit[1], "rate_limit period", minimum=0.001)
         for name in ("before", "after"):
             value = getattr(self, name)

@@ -8,7 +8,10 @@ about 140,000: benchmarks/bench_consumer.py), slow ones get one message at a tim
 before, so a popped message waits little for the calls before it, and is not held from
 other consumers for long. A queue with ``ordered="key"`` takes one at a time: a batch's
 slow call would hold its other keys, and no head-of-line blocking is that queue's promise.
-A number is used as it is.
+A number is used as it is. Under a rate limit of ``count`` a period no pop takes more than
+``count`` messages, and "auto" no more than a worker's share of them (``count`` over the
+consumer's ``concurrency``): the calls wait for permits (``_core.rates``), and a popped
+message waiting for one is held from the other consumers.
 
 A call can still stall (a fast handler whose backend hangs): on a plain concurrent queue
 the messages behind it in an "auto" batch go back to the queue once it has run
@@ -32,11 +35,16 @@ class BatchSizer:
 
     __slots__ = ("_cap", "_per_message")
 
-    def __init__(self, batch_size: int | str, *, keyed: bool, in_flight: int) -> None:
+    def __init__(self, batch_size: int | str, *, keyed: bool, in_flight: int,
+                 rate_limit: tuple[int, float] | None = None, concurrency: int = 1) -> None:
         if batch_size != AUTO:
             self._cap, self._per_message = int(batch_size), 0.0
+            if rate_limit is not None:
+                self._cap = min(self._cap, int(rate_limit[0]))
         else:
             self._cap = 1 if keyed else min(AUTO_MAX, in_flight)
+            if rate_limit is not None:
+                self._cap = max(1, min(self._cap, int(rate_limit[0]) // max(concurrency, 1)))
             self._per_message = BUDGET  # nothing seen yet: the first pop takes one
 
     @property

@@ -17,12 +17,19 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from ..errors import ConnectionFailed, DynoqError, InvalidArgument, LayoutError, QueueGone
+from ..errors import (
+    ConnectionFailed,
+    DynoqError,
+    InvalidArgument,
+    LayoutError,
+    PermissionDenied,
+    QueueGone,
+)
 from . import logs, validate
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
 from .lua import script
-from .ops import SWEEP_LIMIT, QueueOps, queue_names, read_queue
+from .ops import CALL_SHARDS, SWEEP_LIMIT, QueueOps, queue_names, read_queue
 from .retry import backoff
 from .schedules import ScheduleOps
 from .settings import QueueSettings, TopicSettings
@@ -34,7 +41,6 @@ DEFAULT_INTERVAL = 1.0  # seconds between a sweeper's passes
 REFRESH_INTERVAL = 10.0  # seconds between registry re-reads and member reaping
 WORK_LOG_GAP = 10.0  # at most one "did something" line per this many seconds
 IDLE_LOG_GAP = 60.0  # a heartbeat line when there was nothing to do
-BATCH_SHARDS = 256  # shards one `due` call checks where a script may span hash tags
 REQUEUE, PROMOTE, TRIM, FIRE = 1, 2, 4, 8  # the `due` script's bits
 
 
@@ -67,6 +73,8 @@ class TopicSweep:
 
     queues: dict[str, QueueSweep] = field(default_factory=dict)
     members_removed: int = 0
+    # gone broadcasting members left as they are: this user may not delete their queues
+    members_kept: int = 0
 
 
 @dataclass
@@ -124,7 +132,7 @@ def sweep_queue(q: QueueOps, *, reap_members: bool, cross_slot: bool,
     before it failed is still counted)."""
     out = QueueSweep() if out is None else out
     shards = q.settings.shards
-    batch = BATCH_SHARDS if cross_slot else 1
+    batch = CALL_SHARDS if cross_slot else 1  # shards one `due` call checks
     due = script("due")
     window = validate.to_ms(q.settings.dedupe_window)
     # Where a script may span hash tags, the first call also counts the queue's consumer
@@ -212,6 +220,16 @@ def sweep_topic(t: TopicOps, *, reap_members: bool, cross_slot: bool) -> Flow[To
             if max([since, *ends]) + t.settings.member_grace < now:
                 gone.append(target)
         if gone:
+            try:
+                # Their queues first: a user that may not delete a queue's keys (the
+                # sweeper role) is refused before anything changed, and the members stay
+                # routed, for an admin's sweeper to reap. drop() deletes them again, with
+                # what a publish put there meanwhile.
+                yield t.delete_queues(gone)
+            except PermissionDenied:
+                out.members_kept = len(gone)
+                gone = []
+        if gone:
             yield from t.drop(gone)
             groups = [t.target_queue(name).keys.group(targets[name][0]) for name in gone]
             yield Batch([Cmd(("UNLINK", g.members, g.ttls, g.claim, g.registry, g.history))
@@ -285,6 +303,8 @@ class Sweeps:
                 self._failed(report, f"topic {name!r}", exc)
                 continue
             report.queues.update(swept.queues)  # group queues are named <topic>:<group>
+            if swept.members_kept:
+                self._kept(name, swept.members_kept)
             if swept.members_removed:
                 report.queues.setdefault(name, QueueSweep()).reaped += swept.members_removed
         if self.observer is not None:
@@ -310,6 +330,16 @@ class Sweeps:
         if now - self._warned.get(what, -IDLE_LOG_GAP) >= IDLE_LOG_GAP:
             self._warned[what] = now  # once a minute per queue, not every pass
             log.warning("sweeping %s failed (retried every pass): %s", what, exc)
+
+    def _kept(self, topic: str, members: int) -> None:
+        what = f"members of topic {topic!r}"
+        now = time.monotonic()
+        if now - self._warned.get(what, -IDLE_LOG_GAP) >= IDLE_LOG_GAP:
+            self._warned[what] = now  # once a minute per topic, not every pass
+            log.warning("topic %r: %d gone broadcasting member(s) left with their queues: "
+                        "this sweeper's user may not delete a queue (the sweeper role); "
+                        "run a sweeper as an admin user to reap them (docs/security.md)",
+                        topic, members)
 
     def _refresh(self) -> Flow[None]:
         found = yield from registered(self.prefix)

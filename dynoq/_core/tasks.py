@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from ..errors import (
 )
 from ..message import Failure, Message
 from . import codec, validate
+from .callables import is_coroutine_function
 from .calls import Batch, Call
 from .codec import Outgoing
 from .keys import result_key
@@ -99,15 +99,6 @@ def task_name(fn: Callable[..., Any]) -> str:
     name its tasks, or its workers, which import it by its module name, will not know
     them)."""
     return f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def is_coroutine_function(fn: Any) -> bool:
-    """Whether calling ``fn`` gives a coroutine (async def, behind partials or as an
-    object's ``async def __call__``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None))  # noqa: B004 - a callable object's method
 
 
 @dataclass(frozen=True)
@@ -419,11 +410,13 @@ def call_of(msg: Message) -> tuple[str, Sequence[Any], dict[str, Any]]:
 _SUCCEEDED, _CANCELLED = "s", "c"
 
 
-def kept_record(state: str, task: str, value: Any, limit: int) -> bytes:
-    """A kept record: msgpack [state, task, value], or [state, task, None, why the value
-    is not kept] when msgpack cannot carry it or it is over the size limit."""
+def kept_record(state: str, task: str, value: Any, limit: int, attempts: int = 0) -> bytes:
+    """A kept record: msgpack [state, task, value, None, attempts], or [state, task, None,
+    why the value is not kept, attempts] when msgpack cannot carry it or it is over the
+    size limit. ``attempts``: runs started (a record of an earlier version has 3 or 4
+    fields: read as 0)."""
     try:
-        record: bytes = msgpack.packb([state, task, value], use_bin_type=True)
+        record: bytes = msgpack.packb([state, task, value, None, attempts], use_bin_type=True)
         if len(record) > limit:
             why = f"the return value is {len(record)} bytes, over the limit of {limit}"
         else:
@@ -432,7 +425,7 @@ def kept_record(state: str, task: str, value: Any, limit: int) -> bytes:
     except (TypeError, ValueError, OverflowError, RecordError) as exc:
         why = (f"the return value ({type(value).__name__}) cannot be kept: msgpack carries "
                f"bytes, str, numbers, bools, None, lists and dicts ({exc})")
-    packed: bytes = msgpack.packb([state, task, None, why], use_bin_type=True)
+    packed: bytes = msgpack.packb([state, task, None, why, attempts], use_bin_type=True)
     return packed
 
 
@@ -441,7 +434,7 @@ def keep_success(ops: QueueOps, msg: Message, task: str, value: Any,
     """What a worker writes with the ack of a task that returned (``Message.keep``)."""
     assert msg.shard is not None and msg.id is not None
     return (result_key(ops.keys.prefix, ops.keys.tag or ops.name, msg.shard, msg.id),
-            kept_record(_SUCCEEDED, task, value, ops.limit), keep_ms)
+            kept_record(_SUCCEEDED, task, value, ops.limit, msg.attempts), keep_ms)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -558,7 +551,8 @@ def derive(task_id: str, reply: Sequence[Any], limit: int) -> TaskInfo:
             return TaskInfo(task_id, TaskState.CANCELLED, task=task or None)
         value = fields[2] if len(fields) > 2 else None
         note = fields[3] if len(fields) > 3 else None
-        return TaskInfo(task_id, TaskState.SUCCEEDED, result=value, note=note,
+        runs = fields[4] if len(fields) > 4 and type(fields[4]) is int else 0
+        return TaskInfo(task_id, TaskState.SUCCEEDED, max(runs, 0), result=value, note=note,
                         task=task or None)
     return TaskInfo(task_id, TaskState.UNKNOWN)
 

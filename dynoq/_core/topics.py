@@ -31,13 +31,25 @@ from ..errors import (
 from ..message import Message, QueueStats
 from . import codec, validate
 from .calls import Batch, Call, Cmd, Flow, pairs
+from .grants import RESERVED_GROUPS
 from .keys import QueueKeys, TopicKeys, member_token, topic_registry_key
 from .lua import script
-from .ops import PUSH_CHUNK, QueueOps, open_stored, read_stored
+from .ops import (
+    PUSH_BYTES,
+    PUSH_CHUNK,
+    QueueOps,
+    body_size,
+    chunks,
+    open_stored,
+    read_stored,
+)
 from .settings import TopicSettings
 
 MODES = ("clustering", "broadcasting")
 MAX_TARGETS = 1000  # group and member queues of one topic
+# Copies one publish call places (its messages times the topic's group queues): the
+# call's time on the server (lua/publish-11.lua refuses more; DESIGN §2.14).
+MAX_COPIES = 2000
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
 _QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
@@ -87,9 +99,26 @@ def _target_spec(spec: str) -> tuple[str, str, str, str]:
     return group, mode, tags, since
 
 
+def publish_chunk(targets: int) -> int:
+    """Messages one publish call carries to a shard of ``targets`` group queues."""
+    return max(1, min(PUSH_CHUNK, MAX_COPIES // max(targets, 1)))
+
+
 def tag_filter(tags: Sequence[str]) -> str:
     """The publish script's filter of a tag list: "" for every message, else "|a|b|"."""
     return "" if not tags else "|" + "|".join(tags) + "|"
+
+
+def check_group(group: object) -> str:
+    """A topic's group name: a name (validate.check_name), none of RESERVED_GROUPS (its
+    queue would share keys with the Spark sinks' bookkeeping of a queue of the topic's
+    name, and fall under the spark role's UNLINK and PEXPIRE of them)."""
+    name = validate.check_name(group, "group")
+    if name in RESERVED_GROUPS:
+        raise InvalidArgument(f"a topic's group may not be named {name!r}: its queue would "
+                              "share keys with the Spark sinks' bookkeeping (reserved: "
+                              f"{', '.join(RESERVED_GROUPS)})")
+    return name
 
 
 class TopicOps:
@@ -121,7 +150,7 @@ class TopicOps:
     # -- group queues ----------------------------------------------------------------------
 
     def target(self, group: str, member: str | None = None) -> QueueKeys:
-        return self.keys.group_queue(validate.check_name(group, "group"), member)
+        return self.keys.group_queue(check_group(group), member)
 
     def group_queue(self, group: str, member: str | None = None) -> QueueOps:
         """The queue a clustering group (or one broadcasting member) consumes."""
@@ -153,7 +182,7 @@ class TopicOps:
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {MODES}, got {mode!r}")
         parsed = validate.check_tags(tags)
-        group = validate.check_name(group, "group")
+        group = check_group(group)
         if mode == "broadcasting" and member is not None:
             validate.check_text(member, "member")
         current = yield from self.subscriptions()
@@ -217,8 +246,10 @@ class TopicOps:
 
     def drop(self, fields: Sequence[str]) -> Flow[None]:
         """Drop subscription entries (and delete the queues of the targets among them)."""
-        yield Batch([self._subscription(s, ["drop", *fields])
-                     for s in range(self.settings.shards)])
+        step = 2 * MAX_TARGETS  # entries one subscription call drops (subscription-2.lua)
+        yield Batch([self._subscription(s, ["drop", *fields[i:i + step]])
+                     for s in range(self.settings.shards)
+                     for i in range(0, len(fields), step)])
         self._cache.clear()
         yield self.delete_queues([f for f in fields if not f.startswith("~")])
 
@@ -332,8 +363,10 @@ class TopicOps:
             for shard in by_shard:
                 if shard not in self._cache:
                     self._cache[shard] = yield from self._shard_subs(shard)
-            jobs = [(shard, group[i:i + PUSH_CHUNK]) for shard, group in by_shard.items()
-                    for i in range(0, len(group), PUSH_CHUNK)]
+            jobs = [(shard, part) for shard, group in by_shard.items()
+                    for targets in [len(self._cache[shard].targets)]
+                    for part in chunks(group, body_size, publish_chunk(targets),
+                                       PUSH_BYTES // max(targets, 1))]
             replies = yield Batch([self._publish_call(s, self._cache[s], chunk)
                                    for s, chunk in jobs])
             stale: dict[int, list[codec.Outgoing]] = defaultdict(list)

@@ -124,7 +124,9 @@ def check_text(value: object, what: str, *, max_length: int = MAX_NAME_LENGTH) -
     return _utf8(value, what)
 
 
-_TAG_RE = re.compile(r"[^|\s\x00-\x1f\x7f]{1,128}")
+MAX_TAG_LENGTH = 128  # characters of a message tag
+MAX_TAGS = 64  # tags of one subscription
+_TAG_RE = re.compile(rf"[^|\s\x00-\x1f\x7f]{{1,{MAX_TAG_LENGTH}}}")
 
 
 def check_tag(value: object) -> str:
@@ -133,8 +135,8 @@ def check_tag(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidType(f"tag must be a str, got {type(value).__name__}")
     if not _TAG_RE.fullmatch(value):
-        raise InvalidArgument(f"tag {value!r} is invalid: use 1-128 characters without "
-                              "whitespace or '|'")
+        raise InvalidArgument(f"tag {value!r} is invalid: use 1-{MAX_TAG_LENGTH} characters "
+                              "without whitespace or '|'")
     return _utf8(value, "tag")
 
 
@@ -150,8 +152,8 @@ def check_tags(value: object) -> tuple[str, ...]:
         raise InvalidArgument(f"tags {value!r} is invalid: use '*' or tags joined by '||'")
     for t in tags:
         check_tag(t)
-    if len(tags) > 64:
-        raise InvalidArgument("a subscription may name at most 64 tags")
+    if len(tags) > MAX_TAGS:
+        raise InvalidArgument(f"a subscription may name at most {MAX_TAGS} tags")
     return tuple(sorted(set(tags)))
 
 

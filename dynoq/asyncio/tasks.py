@@ -19,6 +19,7 @@ from typing import Any, overload
 
 from .._core import tasks as core
 from .._core import validate
+from .._core.callables import call_sync
 from .._core.tasks import TaskInfo, TaskOptions, TaskState
 from ..errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
 from ..message import ConsumerStats, Message
@@ -28,6 +29,13 @@ from .consumer.many import Consumers
 from .queue import Queue
 
 ASYNC = True  # unasync: ASYNC = False
+
+
+def _runner(fn: Callable[..., Any], in_thread: bool) -> Callable[..., Any]:
+    """What a worker calls to run ``fn``: a sync function of an asyncio app runs in a
+    thread; a sync function's awaitable result fails its run (nothing awaits it)."""
+    sync = functools.partial(call_sync, fn)
+    return functools.partial(asyncio.to_thread, sync) if in_thread else fn  # unasync: return sync
 
 
 def _now() -> float:
@@ -186,9 +194,7 @@ class Task:
         self.name = options.name
         self.keep_ms = options.keep_ms
         self._arguments = core.Arguments(options.name, fn)
-        self.run = fn
-        if options.run_in_thread:  # a sync function of an asyncio app: in a thread
-            self.run = functools.partial(asyncio.to_thread, fn)  # unasync: self.run = fn
+        self.run = _runner(fn, options.run_in_thread)
 
     def __repr__(self) -> str:
         return f"<dynoq.asyncio.Task {self.name!r} on queue {self.options.queue!r}>"

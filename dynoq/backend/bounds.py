@@ -9,14 +9,17 @@ Here they become redis-py keyword arguments, the same on every redis-py version
 - redis-py sends each command once (``Retry(NoBackoff(), 0)``): dynoq resends a failed
   request itself, within the retry window, once per request (see the runners), so no
   retry loop nests in another. A ``retry=`` given to ``connect()`` goes to redis-py as
-  before and then dynoq resends nothing; ``retry=None`` sends each command once.
+  before and then dynoq resends nothing; ``retry=None`` sends each command once;
+- no ``CLIENT SETINFO`` on connect (:func:`unlabelled`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import redis
+import redis.asyncio
 import redis.asyncio.retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -37,7 +40,28 @@ def bounded(options: dict[str, Any], *, cluster: bool = False,
     options["retry"] = once(aio) if retry is _GIVEN or retry is None else retry
     if retry is not _GIVEN:  # the caller's choice: redis-py's retries or none at all
         bounds = Timeouts(bounds.connect, bounds.command, 0.0)
+    unlabelled(options, cluster=cluster, aio=aio)
     return bounds
+
+
+def unlabelled(options: dict[str, Any], *, cluster: bool = False, aio: bool = False) -> None:
+    """Tell redis-py not to send ``CLIENT SETINFO`` when it connects, unless the caller
+    chose a label (``driver_info``, ``lib_name``, ``lib_version``). A role's ACL rules then
+    need not allow it: Redis 7.0 and 7.1 refuse ``+client|setinfo`` in a rule (it came in
+    7.2), and a refused one fills the server's ACL LOG. redis-py 7.2.2 and later take
+    ``driver_info=None``, earlier ones ``lib_name=None, lib_version=None``; 7.2.0 and 7.2.1
+    always send it (refused, it is ignored)."""
+    if options.keys() & {"driver_info", "lib_name", "lib_version"}:
+        return
+    # The class whose keywords reach the connections (a sync cluster's nodes are Redis).
+    cls = (redis.asyncio.RedisCluster if aio and cluster else
+           redis.asyncio.Redis if aio else redis.Redis)
+    takes = inspect.signature(cls.__init__).parameters
+    if "driver_info" in takes:
+        if redis.VERSION >= (7, 2, 2):
+            options["driver_info"] = None
+    elif "lib_name" in takes:
+        options["lib_name"] = options["lib_version"] = None
 
 
 def cluster_bounded(options: dict[str, Any], aio: bool = False) -> Timeouts:

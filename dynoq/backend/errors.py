@@ -6,7 +6,9 @@ from __future__ import annotations
 import redis
 from redis.exceptions import MaxConnectionsError, RedisClusterException
 
+from .._core.calls import Call
 from .._core.pool import PoolLimits, exhausted_message
+from .._core.roles import refused_script
 from ..errors import (
     ConnectionFailed,
     DynoqError,
@@ -36,9 +38,11 @@ def pool_exhausted(exc: BaseException) -> bool:
         isinstance(exc, redis.ConnectionError) and str(exc).startswith(POOL_EMPTY))
 
 
-def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
+def translate(exc: BaseException, pool: PoolLimits | None = None,
+              request: object = None) -> DynoqError:
     """The DynoqError for ``exc``, with a one-line message that holds no secret; ``pool``
-    (the client's pool limits) for the message of a pool that ran dry."""
+    (the client's pool limits) for the message of a pool that ran dry; ``request`` (what
+    was sent) to name the script a refusal was of."""
     if isinstance(exc, DynoqError):
         return exc
     if pool_exhausted(exc):
@@ -48,11 +52,13 @@ def translate(exc: BaseException, pool: PoolLimits | None = None) -> DynoqError:
             isinstance(exc, redis.ResponseError)
             and (text.startswith(("NOPERM", "WRONGPASS", "NOAUTH"))
                  or "ACL failure" in text or "no permissions" in text)):
-        if "'evalsha'" in text:  # its ACL names other SHA-1s: another version's rules
+        if "'evalsha'" in text:  # the server does not say which script: the request does
+            if isinstance(request, Call):
+                return PermissionDenied(f"{refused_script(request.script.name)} ({text})")
             return PermissionDenied(f"the server refused this user: {text} (its ACL does "
-                                    "not allow this dynoq version's scripts: apply the "
-                                    "rules of `dynoq acl ROLE` of this version, see "
-                                    "docs/security.md, upgrading)")
+                                    "not allow this script: see the roles' scripts in "
+                                    "docs/security.md; rules of another dynoq version "
+                                    "allow other scripts: see upgrading there)")
         return PermissionDenied(f"the server refused this user: {text} (check the "
                                 "password and the user's ACL: see docs/security.md)")
     if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in text.lower():

@@ -103,7 +103,7 @@ class Backend:
                         continue
                 if isinstance(exc, DynoqError):
                     raise
-                raise translate(exc, self.pool) from exc
+                raise translate(exc, self.pool, request) from exc
 
     def _attempt(self, request: Call | Cmd | Batch) -> Any:
         if type(request) is Call:
@@ -263,8 +263,8 @@ def finish(batch: Batch, replies: list[Any], pool: PoolLimits | None = None) -> 
     for call, reply in zip(batch.calls, replies, strict=False):
         if isinstance(reply, Exception):
             if not batch.each:
-                raise translate(reply, pool) from reply
-            out.append(translate(reply, pool))
+                raise translate(reply, pool, call) from reply
+            out.append(translate(reply, pool, call))
             continue
         try:
             out.append(reply if call.parse is None else call.parse(reply))

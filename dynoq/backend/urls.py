@@ -52,11 +52,13 @@ def resolve(url: str | None) -> tuple[str, str]:
 
 def memory_server(url: str) -> Any:
     """The in-process fakeredis server ``memory://<name>`` names: one per name in the
-    process, shared by sync and asyncio clients."""
+    process, shared by sync and asyncio clients; ConnectionFailed saying what to install
+    when the 'memory' extra is not (called before any other use of fakeredis)."""
     try:
         import fakeredis
+        import lupa  # noqa: F401 - fakeredis runs dynoq's scripts with it (else: "unknown command")
     except ImportError:  # depends on the extras installed
-        raise ConnectionFailed("memory:// needs the 'memory' extra: "
+        raise ConnectionFailed("memory:// needs the 'memory' extra (fakeredis and lupa): "
                                "pip install 'dynoq[memory]'") from None
     name = urlsplit(url).netloc or "default"
     with _memory_lock:
@@ -175,11 +177,12 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
 
 
 def _memory(url: str, options: dict[str, Any], limits: PoolLimits) -> Backend:
+    server = memory_server(url)  # first: it says what to install
     import fakeredis
 
     timeouts.take(options)  # no socket to bound, but the options are checked alike
     # fakeredis >= 2.35 builds its pool from connection_pool_class.
-    client = fakeredis.FakeRedis(server=memory_server(url), max_connections=limits.size,
+    client = fakeredis.FakeRedis(server=server, max_connections=limits.size,
                                  connection_pool_class=memory_pool_class(limits), **options)
     return Backend(client, url=url, display_url=url, replicas=False, plain=True,
                    closer=lambda: close_client(client), pool=limits)

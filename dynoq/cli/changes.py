@@ -49,7 +49,12 @@ def replay(env: Env, queue: str, ids: tuple[str, ...], as_json: bool) -> None:
 def purge_dead(env: Env, queue: str, yes: bool, as_json: bool) -> None:
     """Delete every dead-lettered message of QUEUE for good."""
     q = env.queue(queue)
-    confirm(yes, f"delete the {q.stats().dead} dead letter(s) of {queue!r} for good?")
+    dead = q.stats().dead
+    if not dead:  # nothing to confirm: a script (or cron) without --yes must not block
+        emit(as_json, {"queue": queue, "purged": 0},
+             f"no dead letters in {queue!r}: nothing to purge")
+        return
+    confirm(yes, f"delete the {dead} dead letter(s) of {queue!r} for good?")
     n = per_shard(q, f"purging {queue}",
                   lambda s: q.backend.drive(q.ops.drain_dead(s, replay=False)), as_json)
     emit(as_json, {"queue": queue, "purged": n}, f"purged {n} message(s)")

@@ -49,7 +49,8 @@ def show_messages(title: str, msgs: list[Message], as_json: bool) -> None:
         return
     header = ["id", "shard", "priority", "key", "attempts", "payload"]
     rows = [[m.id or "", str(m.shard), str(m.priority), m.key or "", str(m.attempts),
-             to_json(m.payload)] for m in msgs]
+             to_json(m.payload) if m.unreadable is None else f"(unreadable: {m.unreadable})"]
+            for m in msgs]
     if any(m.failure for m in msgs):  # dead letters: why each one failed
         header += ["failed with", "by"]
         for row, m in zip(rows, msgs, strict=True):
@@ -62,15 +63,18 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
     except ImportError:  # rich is the optional `cli` extra: plain columns without it
         plain_table(header, rows, click.echo)
         return
-    table = Table(title=title)
+    # Text, not str: rich reads "[/b]" in a str as markup (and fails on it), and what is
+    # shown here (payloads, ids, names, errors) is anybody's text
+    table = Table(title=Text(title))
     for i, name in enumerate(header):
         table.add_column(name, justify="right" if name in NUMERIC else "left",
                          overflow="fold", no_wrap=i == 0)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     Console(file=sys.stdout).print(table)
 
 

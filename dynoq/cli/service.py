@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ from typing import Any
 
 import click
 
+from .._core.callables import is_coroutine_function
 from .._core.retry import check_delays
 from .._core.sizing import AUTO
 from .._core.validate import MAX_BATCH
@@ -186,9 +188,10 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
             os.environ["DYNOQ_URL"] = env.url
         argv = ["--prefix", env.prefix, *_worker_args(click.get_current_context())]
         sys.exit(supervise(argv, processes, stop_timeout))
+    options: dict[str, Any] = {"group": group, "concurrency": concurrency,
+                               "batch_size": batch_size, "rate_limit": limit,
+                               "retry_delays": delays, "max_retries": max_retries}
     if tasks_app is not None:
-        options = {"group": group, "concurrency": concurrency, "batch_size": batch_size,
-                   "rate_limit": limit, "retry_delays": delays, "max_retries": max_retries}
         try:
             task_worker.run(env, tasks_app, queues, options, stop_timeout=stop_timeout,
                             connect_timeout=connect_timeout, ordered_only=ordered_only)
@@ -207,13 +210,24 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         log.info("worker stopped before Redis was reachable")
         return
     client = found
+    # An async def handler or check runs on the asyncio client: nothing awaits it here.
+    on_asyncio = is_coroutine_function(fn)
     if checker_fn is not None:
-        checker = client.checker(env.queue(queue or ""), fn, group=group,
-                                 check_interval=check_interval, max_checks=max_checks,
-                                 concurrency=concurrency)
-        log.info("checker started: %s on queue %r, group %r", checker_fn, queue, group)
-        checker.run()
-        log.info("checker stopped: %s", dict(checker.counts))
+        checks: dict[str, Any] = dict(group=group, check_interval=check_interval,
+                                      max_checks=max_checks, concurrency=concurrency)
+        checked = env.queue(queue or "")
+        log.info("checker started: %s on queue %r, group %r%s", checker_fn, queue, group,
+                 " (asyncio)" if on_asyncio else "")
+        if on_asyncio:
+            from . import async_worker
+
+            counts = asyncio.run(async_worker.check(client.url, client.prefix, fn,
+                                                    queue=checked.name, **checks))
+        else:
+            checker = client.checker(checked, fn, **checks)
+            checker.run()
+            counts = checker.counts
+        log.info("checker stopped: %s", dict(counts))
         return
     if topic is not None:
         source: Queue | Topic | None = client.open_existing_topic(topic)
@@ -225,13 +239,19 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         ordered = source.settings.ordered
     if ordered_only and not ordered:
         raise CliError(f"{queue or topic!r} is not ordered, and --ordered-only was given")
-    consumer = client.consumer(source, fn, group=group, mode=mode, concurrency=concurrency,
-                               batch_size=batch_size, rate_limit=limit,
-                               retry_delays=delays, max_retries=max_retries)
-    log.info("worker started: %s on %s %r, group %r, concurrency %d", handler,
-             "topic" if topic else "queue", topic or queue, group, concurrency)
-    consumer.run(stop_timeout=stop_timeout)
-    s = consumer.stats()
+    log.info("worker started: %s on %s %r, group %r, concurrency %d%s", handler,
+             "topic" if topic else "queue", topic or queue, group, concurrency,
+             " (asyncio)" if on_asyncio else "")
+    if on_asyncio:
+        from . import async_worker
+
+        s = asyncio.run(async_worker.consume(client.url, client.prefix, fn, queue=queue,
+                                             topic=topic, stop_timeout=stop_timeout,
+                                             mode=mode, **options))
+    else:
+        consumer = client.consumer(source, fn, mode=mode, **options)
+        consumer.run(stop_timeout=stop_timeout)
+        s = consumer.stats()
     log.info("worker stopped: handled %d, failed %d, retried %d, dead-lettered %d",
              s.handled, s.failed, s.retried, s.dead_lettered)
 

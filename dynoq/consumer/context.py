@@ -15,6 +15,7 @@ from ..queue import Queue
 from .board import Deliveries, IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
+from .rates import RateGate
 from .stats import StatsCounter
 
 log = logging.getLogger("dynoq.consumer")
@@ -29,6 +30,7 @@ class Shared:
     membership: Membership
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
     flow: InFlight = field(init=False)
+    gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see workers._concurrent_loop).
@@ -45,16 +47,15 @@ class Shared:
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
+        limit = self.plan.settings.rate_limit
+        self.gate = (None if limit is None else RateGate(self.membership, limit, self.stopping,
+                                                         self.plan.settings.idle_wait))
 
     def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
             until_woken: bool = False) -> list[Message]:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
-        if plan.settings.rate_limit is not None:
-            count = self._permits(count)
-            if count == 0:
-                return []
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
@@ -73,10 +74,6 @@ class Shared:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         consuming.fetch)."""
-        if self.plan.settings.rate_limit is not None:
-            count = self._permits(count)
-            if count == 0:
-                return [], None
         got: tuple[list[Message], float | None] = self.queue.backend.drive(consuming.fetch(
             self.queue.ops, count, shards, visibility=self.plan.visibility,
             consumer=self.plan.instance_id, backlog=backlog))
@@ -86,16 +83,6 @@ class Shared:
         """Block up to ``timeout`` seconds for a wake-up on the queue's channel; True
         ("quiet") when none came (see backend.wait)."""
         return bool(self.queue.backend.wait(self.queue.ops.wake, timeout))
-
-    def _permits(self, want: int) -> int:
-        """Permits of the group's rate limit for up to ``want`` messages; waits (at most
-        idle_wait) for the next one when none is free."""
-        assert self.plan.settings.rate_limit is not None
-        count, period = self.plan.settings.rate_limit
-        granted, wait = self.membership.take(count, period, want)
-        if granted == 0 and not self.stopping.wait(min(wait, self.plan.settings.idle_wait)):
-            granted, _ = self.membership.take(count, period, want)
-        return granted
 
     def check_leases(self, shards: list[int]) -> None:
         """Renew the leases on ``shards``; stop handing out the ones that are gone."""

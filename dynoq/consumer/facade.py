@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._core import logs
+from .._core.callables import refuse_coroutine_function
 from .._core.calls import Cmd, Flow
 from .._core.consuming import check_mode, for_topic, resolve, settings_of
+from .._core.middleware import refuse_async_hooks
 from .._core.ops import QueueOps
 from ..errors import DynoqError, InvalidType, QueueGone
 from ..message import ConsumerStats
@@ -76,6 +78,9 @@ class Consumer:
                               f"{type(queue).__name__}")
         if not callable(handler):
             raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
+        refuse_coroutine_function(handler, "the handler",
+                                  "dynoq.asyncio (await client.queue(...), then "
+                                  "client.consumer(q, handler))")
         named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
                      batch_handler=batch_handler, max_in_flight=max_in_flight,
                      strategy=strategy, strategy_options=strategy_options,
@@ -119,10 +124,11 @@ class Consumer:
                               Leases(queue, token, self.settings.lease_ttl),
                               Membership(queue, self.settings.group, plan.instance_id,
                                          self.settings.lease_ttl))
-        invoker = Invoker(self.handler, chain(self.settings.middleware, self.settings.before,
-                                              self.settings.after))
+        hooks = chain(self.settings.middleware, self.settings.before, self.settings.after)
+        refuse_async_hooks(hooks)
+        invoker = Invoker(self.handler, hooks)
         self._processor = Processor(queue, self.handler, invoker, plan, self._stats,
-                                    self._shared.leases)
+                                    self._shared.leases, self._shared.gate)
         self._workers = Workers(self._shared, self._processor)
         self._shared.on_gone = self._stop_soon
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._core.callables import call_sync
 from .._core.middleware import CallableHooks, Middleware, chain, invocation
 from ..message import Message
 
@@ -27,7 +28,7 @@ class Invoker:
                 return stop.value  # type: ignore[no-any-return]
             error = None
             try:
-                step.fn(*step.args)
+                call_sync(step.fn, *step.args)
             except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
                 error = exc
 

@@ -3,6 +3,7 @@ with the core's flows."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -12,12 +13,15 @@ from typing import Any
 from .. import tracing
 from .._core import consuming
 from .._core.board import InFlightBatch, Outcome, outcomes, ran_out
+from .._core.callables import not_awaitable
+from .._core.rates import Permits
 from .._core.sizing import BatchSizer
-from ..errors import LeaseLost
+from ..errors import DynoqError, LeaseLost
 from ..message import Message
 from ..queue import Queue
 from .lease import Leases
 from .middleware import Invoker
+from .rates import RateGate
 from .stats import StatsCounter
 
 log = logging.getLogger("dynoq.consumer")
@@ -28,8 +32,10 @@ DONE, BLOCKED, ABANDONED = "done", "blocked", "abandoned"
 
 class Processor:
     def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
-                 plan: consuming.Plan, stats: StatsCounter, leases: Leases) -> None:
+                 plan: consuming.Plan, stats: StatsCounter, leases: Leases,
+                 gate: RateGate | None = None) -> None:
         self.queue = queue
+        self.gate = gate  # the group's rate limit, taken for each call (None: no limit)
         self.handler = handler
         self.invoker = invoker
         self.plan = plan
@@ -38,7 +44,8 @@ class Processor:
         self.batch_handler = plan.settings.batch_handler
         # How many messages the workers pop (batch_size "auto": adapted to the handler)
         self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
-                                in_flight=plan.in_flight)
+                                in_flight=plan.in_flight, rate_limit=plan.settings.rate_limit,
+                                concurrency=plan.settings.concurrency)
         # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
         self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
                            and not self.batch_handler)
@@ -63,7 +70,7 @@ class Processor:
         if not self.invoker.middleware:
             t0 = time.perf_counter()
             try:
-                self.handler(arg)
+                not_awaitable(self.handler(arg), self.handler)  # nothing here awaits it
             except Exception as exc:  # noqa: BLE001 - the handler's failure is data for retries
                 return exc, time.perf_counter() - t0
             return None, time.perf_counter() - t0
@@ -77,15 +84,25 @@ class Processor:
         the upkeep gave the rest of a stalled batch back: board.DeliveryState.stalled).
         ``refill``: on a keyed queue, the acks may bring the next batch of a hot key
         (``batch.refilled``: consuming.settle)."""
-        msgs, seconds = batch.msgs, 0.0
+        msgs, seconds, held, refused = batch.msgs, 0.0, Permits(), False
         if self.batch_handler:
-            error, seconds = self._call(batch, msgs, msgs)
-            batch.results.extend((m, error) for m in msgs)
+            while len(batch.results) < len(msgs):  # in parts the rate limit lets through
+                part = msgs[len(batch.results):]
+                k = self._permits(held, len(part), whole=True)
+                if not k:
+                    refused = True
+                    break
+                error, s = self._call(batch, part[:k], part[:k])
+                seconds += s
+                batch.results.extend((m, error) for m in part[:k])
         else:
             keyed = self.queue.ops.keyed
-            for msg in msgs:
+            for i, msg in enumerate(msgs):
                 if batch.abandoned or (keyed and ran_out(batch, time.monotonic(),
                                                          self.plan.visibility)):
+                    break
+                if not self._permits(held, len(msgs) - i):
+                    refused = True
                     break
                 if self.hands_back and not begin(batch):
                     break
@@ -95,15 +112,31 @@ class Processor:
         if not settle():
             return ABANDONED
         ok, failed = outcomes(batch.unsettled)
-        more = (max(batch.permits, 1), self.plan.visibility) if refill else None
+        back = batch.mine[len(batch.results):] if refused else []  # stopping: back at once
+        more = (max(batch.permits, 1), self.plan.visibility) if refill and not back else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = self.queue.backend.drive(
                 consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                 refill=more))
+                                 back=back, refill=more))
         self.stats.add_tally(tally, seconds)
-        self.sizer.handled(len(batch.results), seconds)
+        self.handled(len(batch.results), seconds)
         batch.refilled = tally.refilled
         return DONE
+
+    def _permits(self, held: Permits, left: int, whole: bool = False) -> int:
+        """How many of the next ``left`` messages may be called now: one (``whole``: all,
+        in one call), or under the group's rate limit those its permits allow, waiting
+        for them; 0 when the consumer stops meanwhile."""
+        if self.gate is None:
+            return left if whole else 1
+        return self.gate.take(held, left if whole else 1, left, whole)
+
+    def handled(self, messages: int, seconds: float) -> None:
+        """``messages`` were called in ``seconds``: the batch size and the rate limit's
+        permits follow the handler's speed."""
+        self.sizer.handled(messages, seconds)
+        if self.gate is not None:
+            self.gate.limit.called(messages, seconds)
 
     def give_back(self, rest: Sequence[Message], handled: Iterable[Outcome] = ()) -> None:
         """Give ``rest`` back unhandled, at once (no attempt counted), and ack or retry
@@ -126,37 +159,39 @@ class Processor:
         msgs, shard = batch.msgs, batch.shard
         assert shard is not None
         tenure = msgs[0].fence if msgs else None  # the lease's fence it was popped under
-        done, error, seconds, short = 0, None, 0.0, False
-        if self.batch_handler:
-            short = self.leases.left(shard, tenure) < self.plan.lease_margin
-            if not short:
-                error, seconds = self._call(batch, msgs, msgs)
-                done = len(msgs) if error is None else 0
-        else:
-            for msg in msgs:
-                if batch.abandoned or batch.overran:
-                    break
-                if self.leases.left(shard, tenure) < self.plan.lease_margin:
-                    short = True
-                    break
-                error, s = self._call(batch, msg, (msg,))
-                seconds += s
-                batch.results.append((msg, error))
-                if error is not None or batch.overran:
-                    break
-                done += 1
+        done, error, seconds, short, refused = 0, None, 0.0, False, False
+        called = last = 0  # messages called; where the last call's messages begin
+        held = Permits()
+        while done < len(msgs) and error is None and not (batch.abandoned or batch.overran):
+            if self.leases.left(shard, tenure) < self.plan.lease_margin:
+                short = True
+                break
+            # one message, or (a batch handler) the rest in parts the rate limit allows
+            k = self._permits(held, len(msgs) - done, whole=self.batch_handler)
+            if not k:
+                refused = True
+                break
+            part = msgs[done:done + k]
+            error, s = self._call(batch, part if self.batch_handler else part[0], part)
+            seconds, called, last = seconds + s, called + k, done
+            if not self.batch_handler:
+                batch.results.append((part[0], error))
+            if error is None:
+                done += k
         if not settle():
             return ABANDONED
         if batch.overran:  # the call that ran over is the last one made
-            done = 0 if self.batch_handler else len(batch.results) - 1
-            error, short = consuming.timed_out(self.plan.settings.consume_timeout), False
+            done, short = last, False
+            error = consuming.timed_out(self.plan.settings.consume_timeout)
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
             tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
                 self.queue.ops, msgs[:done] if short else msgs, done,
                 None if short else error, self.plan.retry, self.me))
         self.stats.add_tally(tally, seconds)
-        called = len(msgs) if self.batch_handler and not short else len(batch.results)
-        self.sizer.handled(called, seconds)
+        self.handled(called, seconds)
+        if refused:  # stopping: what was not called goes back to its place at once
+            with contextlib.suppress(DynoqError):  # else it comes back with the lease
+                self.give_back(msgs[done:])
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
                             f"{self.plan.lease_margin:g}s left, or was lost and taken again "

@@ -147,10 +147,9 @@ class Workers:
         probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
-        # whole queue again (round-robin across shards). Not under a group rate limit:
-        # a carried batch takes no permit of it (only a look does).
-        keyed = (s.queue.ops.keyed and not settings.batch_handler
-                 and settings.rate_limit is None)
+        # whole queue again (round-robin across shards). (A rate limit's permits are
+        # taken by the calls, carried or not.)
+        keyed = s.queue.ops.keyed and not settings.batch_handler
         carried: list[Message] = []
         streak = held = 0
         while self._active():
@@ -172,10 +171,6 @@ class Workers:
                     last.saw(len(msgs), n, hint, time.monotonic())
                 if msgs:
                     s.idle.found()  # more may be due: one sleeping worker comes to look
-                elif looked and hint is None and probing:  # no rate-limit permit: go on
-                    s.flow.give(n)
-                    n = 0
-                    continue
                 elif s.idle.watch():  # nobody waits on the server: this worker does, for all
                     try:
                         if not probing:  # Redis Cluster: pop waits (and looks first)

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from .._core.codec import to_json
+from ..message import Message
 
 PREVIEW = 120  # characters of a payload in a list
 FULL = 64 * 1024  # characters of a payload, headers or traceback on a message's page
@@ -57,10 +58,19 @@ def pretty(value: Any, limit: int = FULL) -> str:
     return clip(to_json(value, indent=2), limit)
 
 
+def payload(msg: Message, limit: int = PREVIEW) -> str:
+    """A message's payload as one line of JSON, cut at ``limit`` characters; of a record
+    that cannot be read, why."""
+    if msg.unreadable is not None:
+        return clip(f"(unreadable: {msg.unreadable})", limit)
+    return preview(msg.payload, limit)
+
+
 def link(path: str, **params: Any) -> str:
     """A path with its query (names and ids go in the query: they may hold '/')."""
     query = urlencode({k: v for k, v in params.items() if v is not None})
     return f"{path}?{query}" if query else path
 
 
-FILTERS = {"span": span, "clock": clock, "preview": preview, "pretty": pretty, "clip": clip}
+FILTERS = {"span": span, "clock": clock, "preview": preview, "pretty": pretty, "clip": clip,
+           "payload": payload}

@@ -8,14 +8,15 @@
           shard does an ack make the next message deliverable)
   ARGV[5..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked, or GONE or FENCED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua lib/pin.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua lib/pin.lua
   flags: allow-oom
 ]]
 local unack, msgs, dlv, done, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local window = int(ARGV[3], 0, MAX_MS)
+if not (#KEYS == 8 and fits(#ARGV, 4, 2, IDS_CHUNK) and window) then return BOUNDS end
 local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
-local window = tonumber(ARGV[3])
 local ids = {}
 for j = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end

@@ -5,10 +5,12 @@
   ARGV[1] batch id (>= 0)
   ARGV[2] retention of the query's keys in ms
   returns: 1 if recorded now, 0 if that batch (or a later one) was already committed
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
 local commit, wrote = KEYS[1], KEYS[2]
-local batch, keep = tonumber(ARGV[1]), tonumber(ARGV[2])
+local batch, keep = int(ARGV[1], 0, EXACT), int(ARGV[2], 1, MAX_MS)
+if not (#KEYS == 2 and #ARGV == 2 and batch and keep) then return BOUNDS end
 local state = redis.call('HMGET', commit, 'committed', 'batch')
 local fresh = batch > (tonumber(state[1]) or -1)
 if fresh then redis.call('HSET', commit, 'committed', batch) end

@@ -6,9 +6,10 @@
   KEYS[12] decided KEYS[13] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   returns: number of keys deleted, or GONE (nothing was deleted)
-  uses: lib/refusal.lua
+  uses: lib/bounds.lua lib/refusal.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 13 and #ARGV == 1) then return BOUNDS end
 local refused = gone(KEYS[13], ARGV[1])
 if refused then return refused end
 -- One key a call, each named: dynoq.acl grants every write by the kind of its key.

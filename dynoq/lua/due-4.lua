@@ -9,13 +9,17 @@
            2 = due delayed messages to promote, 4 = acked ids to trim, 8 = a recurring
            message's current tick has come (its next one may need pushing); 0 = nothing;
            then, with the optional key, the number of consumer groups
-  uses: lib/clock.lua lib/pin.lua
+  uses: lib/bounds.lua lib/clock.lua lib/pin.lua
   flags: no-writes
 ]]
-local now = now_ms()
-local limits, bits = {now, now, now - tonumber(ARGV[1]), now}, {1, 2, 4, 8}
-local out = {}
+local window = int(ARGV[1], 0, MAX_MS)
 local groups = #KEYS % 4 == 1
+if not (fits(#KEYS - (groups and 1 or 0), 4, 4, CALL_SHARDS - 1) and #ARGV == 1 and window) then
+  return BOUNDS
+end
+local now = now_ms()
+local limits, bits = {now, now, now - window, now}, {1, 2, 4, 8}
+local out = {}
 for g = 1, #KEYS - (groups and 1 or 0), 4 do
   local mask = 0
   for j = 0, 3 do

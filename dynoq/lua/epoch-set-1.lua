@@ -9,11 +9,13 @@
   ARGV[2] "newer": write it unless the key holds the same or a later epoch;
           "force": write it (the key holds a later epoch that no stored queue has)
   returns: {1 if written else 0, the value the key held before ("" = none)}
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
 local function stamp(value)
   return tonumber(string.sub(value, 1, 13)) or -1, string.sub(value, 14, 21)
 end
+if not (#KEYS == 1 and #ARGV == 2) then return BOUNDS end
 local held = redis.call('GET', KEYS[1])
 local write = not held or ARGV[2] == 'force'
 if not write and held ~= ARGV[1] then

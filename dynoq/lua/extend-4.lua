@@ -8,10 +8,12 @@
           delivery, and a waiting consumer looks now)
   returns: 1 extended, 0 not in flight (or a stale token), or GONE or FENCED
            (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/batch.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/batch.lua
   flags: allow-oom
 ]]
 local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
+local timeout = int(ARGV[3], 0, MAX_MS)
+if not (#KEYS == 4 and #ARGV == 6 and timeout) then return BOUNDS end
 local refused = gone(KEYS[4], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
 local id = ARGV[4]
@@ -24,7 +26,6 @@ if not matches(d, ARGV[5], score) then return 0 end
 if not d then
   redis.call('HSET', dlv, id, '1|' .. place_of(dlv, id) .. '|' .. token_of(score))
 end
-local timeout = tonumber(ARGV[3])
 redis.call('ZADD', unack, now_ms() + timeout, id)
 if timeout == 0 then redis.call('PUBLISH', ARGV[6], '1') end
 return 1

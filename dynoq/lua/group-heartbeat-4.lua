@@ -10,10 +10,11 @@
   ARGV[4] group channel (PUBLISHed when a member joined or was dropped)
   returns: {1 if the member is new else 0, members dropped, member, member, ...},
            or CONFLICT (another group holds the queue; nothing was written)
-  uses: lib/clock.lua lib/refusal.lua lib/members.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/members.lua
   flags: allow-oom
 ]]
 local members, ttls, registry, claim = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if not (#KEYS == 4 and #ARGV == 4 and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
 local owner = redis.call('GET', claim)
 if owner and owner ~= ARGV[1] then return CONFLICT end
 redis.call('SET', claim, ARGV[1], 'PX', ARGV[3])

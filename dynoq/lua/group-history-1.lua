@@ -4,10 +4,12 @@
   ARGV[1] entry (JSON: member, shards, members, count)  ARGV[2] most entries kept
   ARGV[3] lifetime ms of the list after this entry
   returns: 1
-  uses: lib/clock.lua
+  uses: lib/bounds.lua lib/clock.lua
   flags: allow-oom
 ]]
+local most = int(ARGV[2], 1, HISTORY_CAP)
+if not (#KEYS == 1 and #ARGV == 3 and most and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
 redis.call('LPUSH', KEYS[1], now_ms() .. ' ' .. ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+redis.call('LTRIM', KEYS[1], 0, most - 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1

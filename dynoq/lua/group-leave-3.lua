@@ -4,8 +4,10 @@
   ARGV[1] member  ARGV[2] group channel (PUBLISHed so the others rebalance now)
   ARGV[3] group name
   returns: 1 removed, 0 it was not a member
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 3 and #ARGV == 3) then return BOUNDS end
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('GET', KEYS[3]) == ARGV[3] then

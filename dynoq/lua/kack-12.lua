@@ -15,15 +15,20 @@
   ARGV[8..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked (take 0), or {acked, id, record, attempts, fence,
            ...} (take > 0); or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
   flags: allow-oom
 ]]
+local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
+local take = int(ARGV[5], 0, MAX_BATCH)
+if not (#KEYS == 12 and fits(#ARGV, 7, 2, MAX_BATCH) and window and conc and take
+        and int(ARGV[6], 0, MAX_MS)) then
+  return BOUNDS
+end
 local refused = gone(KEYS[12], ARGV[1])
 if refused then return refused end
 local K = {msgs = KEYS[2], kwait = KEYS[5], kturn = KEYS[6], kstate = KEYS[7], seq = KEYS[8],
            kfence = KEYS[11], unack = KEYS[1], dlv = KEYS[3]}
 local unack, msgs, dlv, done, why, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], KEYS[10]
-local window, conc, take = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local kturn = KEYS[6]
 local reasons = redis.call('EXISTS', why) == 1  -- a failure reason to forget, maybe
 local ids, toks, seen = {}, {}, {}
@@ -81,7 +86,7 @@ if window > 0 then
 end
 if take > 0 and redis.call('ZCARD', kturn) == 1 then  -- one key alone may deliver
   local now = now_ms()
-  if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out) > 0 then
+  if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out, now) > 0 then
     woke = woke and redis.call('EXISTS', kturn) == 1  -- nobody else needs waking for it
     redis.call('ZADD', unack, '+inf', PIN)
     redis.call('HSET', dlv, PIN, '')

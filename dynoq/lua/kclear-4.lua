@@ -3,9 +3,10 @@
   KEYS[1] kwait  KEYS[2] kturn  KEYS[3] kstate  KEYS[4] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   returns: number of keys deleted, or GONE (nothing was deleted)
-  uses: lib/refusal.lua
+  uses: lib/bounds.lua lib/refusal.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 4 and #ARGV == 1) then return BOUNDS end
 local refused = gone(KEYS[4], ARGV[1])
 if refused then return refused end
 return redis.call('UNLINK', KEYS[1]) + redis.call('UNLINK', KEYS[2])

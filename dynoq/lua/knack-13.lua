@@ -13,16 +13,18 @@
   ARGV[7] key_concurrency
   ARGV[8..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
   flags: allow-oom
 ]]
+local delay, max_retries = int(ARGV[2], 0, MAX_MS), int(ARGV[3], 0, MAX_RETRIES)
+local conc = int(ARGV[7], 1, MAX_KEY_CONCURRENCY)
+if not (#KEYS == 13 and #ARGV == 9 and delay and max_retries and conc) then return BOUNDS end
 local refused = gone(KEYS[13], ARGV[1])
 if refused then return refused end
 local K = {msgs = KEYS[3], kwait = KEYS[6], kturn = KEYS[7], kstate = KEYS[8], seq = KEYS[9]}
 local delayed, unack, msgs, dlv, dead, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10], KEYS[11]
-local delay, max_retries, mode = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local reason, conc = ARGV[6], tonumber(ARGV[7])
+local mode, reason = ARGV[4], ARGV[6]
 local now = now_ms()
 local back, buried = 0, 0
 for j = 8, #ARGV, 2 do

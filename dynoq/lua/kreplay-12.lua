@@ -7,21 +7,24 @@
   ARGV[2] limit (used when no ids are given)  ARGV[3] wake channel
   ARGV[4] key_concurrency  ARGV[5..] ids to replay (none = the oldest `limit`)
   returns: number of messages replayed, or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
   flags: allow-oom
 ]]
+local limit, conc = int(ARGV[2], 1, SWEEP_LIMIT), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
+if not (#KEYS == 12 and fits(#ARGV, 4, 1, IDS_CHUNK) and limit and conc) then
+  return BOUNDS
+end
 local refused = gone(KEYS[12], ARGV[1])
 if refused then return refused end
 local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
            seq = KEYS[5], dead = KEYS[6], dlv = KEYS[7], why = KEYS[8], unack = KEYS[9],
            delayed = KEYS[10]}
 local msgs, seq, dead, dlv = KEYS[1], KEYS[5], KEYS[6], KEYS[7]
-local conc = tonumber(ARGV[4])
 local ids = {}
 if #ARGV > 4 then
   for j = 5, #ARGV do ids[#ids + 1] = ARGV[j] end
 else
-  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
+  ids = redis.call('ZRANGE', dead, 0, limit - 1)
 end
 local places, n = {}, 0
 for _, id in ipairs(ids) do

@@ -11,9 +11,10 @@
   ARGV[2] owner token  ARGV[3] lifetime ms
   returns: {1, fencing number} when taken, {0, ms until the lease may be free} when held,
            or GONE (nothing was written)
-  uses: lib/refusal.lua
+  uses: lib/bounds.lua lib/refusal.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 3 and #ARGV == 3 and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
 local refused = gone(KEYS[3], ARGV[1])
 if refused then return refused end
 local held = redis.call('GET', KEYS[1])

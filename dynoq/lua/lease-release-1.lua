@@ -2,7 +2,9 @@
   KEYS[1] lease
   ARGV[1] the caller's value of the lease ("<token>.<fence>": lease-acquire)
   returns: 1 released, 0 not held by the caller (in that tenure)
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 1 and #ARGV == 1) then return BOUNDS end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('UNLINK', KEYS[1]) end
 return 0

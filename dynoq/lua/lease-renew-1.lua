@@ -4,8 +4,13 @@
   ARGV[1] lifetime ms  ARGV[1 + i] the caller's value of KEYS[i]
   returns: one flag per lease, in KEYS order: 1 renewed, 0 gone, held by another owner,
            or taken again since (another tenure)
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
+if not (fits(#KEYS, 1, 1, CALL_SHARDS - 1) and #ARGV == #KEYS + 1
+        and int(ARGV[1], 1, MAX_MS)) then
+  return BOUNDS
+end
 local out = {}
 for i, lease in ipairs(KEYS) do
   if redis.call('GET', lease) == ARGV[i + 1] then

@@ -5,14 +5,16 @@
   KEYS[1] meta (the queue's settings hash; field "layout" holds its storage layout)
   ARGV[1] the layout to upgrade to (the caller's)
   returns: {the layout before, the layout after} ({0, 0}: no such queue)
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
+local to = int(ARGV[1], 1, EXACT)
+if not (#KEYS == 1 and #ARGV == 1 and to) then return BOUNDS end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, 0}
 end
 local held = redis.call('HGET', KEYS[1], 'layout')
 local before = held and (tonumber(held) or 0) or 1
-local to = tonumber(ARGV[1])
 if before < 1 or before >= to then
   return {before, before}
 end

@@ -13,14 +13,15 @@
           traceback, consumer] (lib/why.lua); not recorded for mode "back"
   ARGV[9..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or GONE or FENCED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua lib/batch.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua lib/batch.lua
   flags: allow-oom
 ]]
 local delayed, unack, dlv, dead, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local delay, max_retries = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_RETRIES)
+if not (#KEYS == 8 and #ARGV == 10 and delay and max_retries) then return BOUNDS end
 local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
 if refused then return refused end
-local delay, max_retries = tonumber(ARGV[3]), tonumber(ARGV[4])
 local mode = ARGV[5]
 local to_dead, keep = mode == 'dead', ARGV[6] == '1' or mode == 'back'
 local now = now_ms()

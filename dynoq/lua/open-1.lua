@@ -12,17 +12,23 @@
   ARGV[4..] field, value pairs to store when the queue does not exist yet
   returns: {1 if this call created the queue else 0, field, value, ...} (the stored hash),
            or {-1, the stored layout} when the caller does not read it (0: unreadable)
-  uses: lib/clock.lua
+  uses: lib/bounds.lua lib/clock.lua
   flags: allow-oom
 ]]
+local oldest, newest = int(ARGV[2], 0, EXACT), int(ARGV[3], 0, EXACT)
+if not (#KEYS == 1 and fits(#ARGV, 3, 2, MAX_FIELDS) and oldest and newest) then
+  return BOUNDS
+end
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'layout', ARGV[3], unpack(ARGV, 4))
   created = 1
 else
+  -- More fields than an open stores were not written by dynoq: not read whole (HGETALL)
+  if redis.call('HLEN', KEYS[1]) > MAX_FIELDS + 2 then return BOUNDS end
   local layout = redis.call('HGET', KEYS[1], 'layout')
   layout = layout and (tonumber(layout) or 0) or 1
-  if layout < tonumber(ARGV[2]) or layout > tonumber(ARGV[3]) then
+  if layout < oldest or layout > newest then
     return {-1, layout}
   end
 end

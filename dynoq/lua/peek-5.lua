@@ -4,13 +4,14 @@
   ARGV[2] count
   returns: {now ms, id, record, attempts, ...}: ready messages first, then due delayed
            ones; or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua
   flags: no-writes
 ]]
+local count = int(ARGV[2], 1, MAX_BATCH)
+if not (#KEYS == 5 and #ARGV == 2 and count) then return BOUNDS end
 local refused = gone(KEYS[5], ARGV[1])
 if refused then return refused end
 local ready, delayed, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local count = tonumber(ARGV[2])
 local now = now_ms()
 local out = {now}
 local ids = redis.call('ZRANGE', ready, 0, count - 1)

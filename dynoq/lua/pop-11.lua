@@ -29,18 +29,25 @@
            rest: what the shard still holds ready: 0 nothing, 1 + p its next message's
            priority p (above the ceiling), -1 not looked at (the batch was full)
            GONE, FENCED or LEASED (lib/refusal.lua)
-  uses: lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
         lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua
   flags: allow-oom
 ]]
 local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local count, vis, nonce = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local ordered, token, max_retries = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
+local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
+local ordered, token, max_retries = ARGV[5] == '1', ARGV[6], int(ARGV[7], 0, MAX_RETRIES)
+-- The ceiling only bounds a compare: a rank from a priority above 99 (stored by hand) is
+-- taken as it is, not refused.
+local margin, ceiling = int(ARGV[9], 0, MAX_MS), int(ARGV[10], 0, math.huge)
+if not (fits(#KEYS, 11, 3, CALL_SHARDS - 1) and #ARGV == 10 and count and vis and max_retries
+        and margin and ceiling) then
+  return BOUNDS
+end
 
 local refused = gone(KEYS[11], ARGV[1]) or fenced(lease, token)
 if refused then return refused end
-if token ~= '' and redis.call('PTTL', lease) < tonumber(ARGV[9]) then return FENCED end
+if token ~= '' and redis.call('PTTL', lease) < margin then return FENCED end
 if ordered and token == '' and redis.call('EXISTS', lease) == 1 then return LEASED end
 local now = now_ms()
 
@@ -52,7 +59,7 @@ if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
 promote(delayed, ready, msgs, dlv, seq, now, 5000)
 
 -- The other shards named, if any: what they may deliver bounds what this pop claims.
-local ceiling, others, later = tonumber(ARGV[10]), {}, -1
+local others, later = {}, -1
 for g = 12, #KEYS, 3 do
   local r, ms = rank_of(KEYS[g], KEYS[g + 1], KEYS[g + 2], now)
   others[#others + 1] = r

@@ -7,9 +7,10 @@
   returns: one rank per shard (lib/rank.lua: 0 nothing deliverable, 1 + the lowest
            priority it may deliver), then ms until something may become deliverable
            anywhere (-1: unknown); or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/rank.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/rank.lua
   flags: no-writes
 ]]
+if not (fits(#KEYS, 4, 4, CALL_SHARDS - 1) and #ARGV == 1) then return BOUNDS end
 for g = 4, #KEYS, 4 do
   local refused = gone(KEYS[g], ARGV[1])
   if refused then return refused end

@@ -4,12 +4,13 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] limit (most messages moved by this call)
   returns: {promoted, 1 if more may be due else 0}, or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/promote.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/promote.lua
   flags: allow-oom
 ]]
+local limit = int(ARGV[2], 1, SWEEP_LIMIT)
+if not (#KEYS == 6 and #ARGV == 2 and limit) then return BOUNDS end
 local refused = gone(KEYS[6], ARGV[1])
 if refused then return refused end
-local limit = tonumber(ARGV[2])
 local n = promote(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now_ms(), limit)
 local more = 0
 if n == limit then more = 1 end

@@ -17,22 +17,39 @@
   returns: copies added over all targets, GONE (the topic is gone: nothing was written),
            or STALE when the subscriptions changed since the caller read them (it reads
            them again and retries)
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/keyed.lua
   flags: none
 ]]
+local window, targets = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_TARGETS)
+local conc = int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
+if not (window and targets and (conc or ARGV[5] == '') and #KEYS == 2 + 9 * targets
+        and fits(#ARGV, 5 + 2 * targets, 5,
+                 math.min(PUSH_CHUNK, math.floor(MAX_COPIES / math.max(targets, 1))))) then
+  return BOUNDS
+end
+local first = 6 + 2 * targets
+-- Each filter is searched once per message, each tag once per group queue: bounded, and
+-- each message's tag as a filter holds it ("|tag|") made once, not once per group queue.
+for t = 1, targets do
+  if #ARGV[4 + 2 * t] > MAX_FILTER_BYTES then return BOUNDS end
+end
+local needles = {}
+for j = first, #ARGV, 5 do
+  local tag = ARGV[j + 3]
+  if #tag > MAX_TAG_BYTES then return BOUNDS end
+  needles[j] = tag ~= '' and '|' .. tag .. '|'
+end
 local refused = gone(KEYS[2], ARGV[1])
 if refused then return refused end
 if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
-local window, targets, conc = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local first = 6 + 2 * targets
 local now = now_ms()
+local promoting = promote_share(targets)
 local added = 0
 for t = 1, targets do
   local filter, channel = ARGV[4 + 2 * t], ARGV[5 + 2 * t]
   local items = {}
   for j = first, #ARGV, 5 do
-    local tag = ARGV[j + 3]
-    if filter == '' or (tag ~= '' and string.find(filter, '|' .. tag .. '|', 1, true)) then
+    if filter == '' or (needles[j] and string.find(filter, needles[j], 1, true)) then
       local m = #items
       if conc then
         items[m + 1], items[m + 2], items[m + 3] = ARGV[j], ARGV[j + 1], ARGV[j + 4]
@@ -52,7 +69,7 @@ for t = 1, targets do
       if wake then redis.call('PUBLISH', channel, '1') end
       added = added + pushed
     else
-      local _, pushed, wake = push_into(k, true, window, now, items, 1)
+      local _, pushed, wake = push_into(k, true, window, now, items, 1, nil, promoting)
       if wake then redis.call('PUBLISH', channel, '1') end
       added = added + pushed
     end

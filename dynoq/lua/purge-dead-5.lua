@@ -3,13 +3,15 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] limit
   returns: number of messages deleted (less than the limit once the set is empty), or GONE
-  uses: lib/refusal.lua lib/bulk.lua
+  uses: lib/bounds.lua lib/refusal.lua lib/bulk.lua
   flags: allow-oom
 ]]
+local limit = int(ARGV[2], 1, SWEEP_LIMIT)
+if not (#KEYS == 5 and #ARGV == 2 and limit) then return BOUNDS end
 local refused = gone(KEYS[5], ARGV[1])
 if refused then return refused end
 local dead, msgs, dlv = KEYS[1], KEYS[2], KEYS[3]
-local ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
+local ids = redis.call('ZRANGE', dead, 0, limit - 1)
 if #ids == 0 then return 0 end
 bulk('ZREM', dead, ids)
 bulk('HDEL', msgs, ids)

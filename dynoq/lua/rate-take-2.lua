@@ -5,18 +5,23 @@
   KEYS[2] rate_state (hash: total = permits in the log, seq = grant counter)
   ARGV[1] count  ARGV[2] period ms  ARGV[3] want
   returns: {permits granted (0..want), ms until more may be free (0 when want was met)}
-  uses: lib/clock.lua
+  uses: lib/bounds.lua lib/clock.lua lib/bulk.lua
   flags: allow-oom
 ]]
 local log, state = KEYS[1], KEYS[2]
-local count, period, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- period: the window a consumer counts grants over, a little longer than the limit's own
+local count, period = int(ARGV[1], 1, MAX_RATE), int(ARGV[2], 1, EXACT)
+local want = int(ARGV[3], 0, MAX_RATE)
+if not (#KEYS == 2 and #ARGV == 3 and count and period and want) then return BOUNDS end
 local now = now_ms()
-local old = redis.call('ZRANGEBYSCORE', log, '-inf', now - period)
+-- At most SWEEP_LIMIT grants leave a call (a long quiet period may have aged many): those
+-- left count a while longer, so fewer permits are granted, never more.
+local old = redis.call('ZRANGEBYSCORE', log, '-inf', now - period, 'LIMIT', 0, SWEEP_LIMIT)
 if #old > 0 then
   local freed = 0
-  for _, m in ipairs(old) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
+  for _, m in ipairs(old) do freed = freed + (tonumber(string.match(m, ':(%d+)$')) or 0) end
   redis.call('HINCRBY', state, 'total', -freed)
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - period)
+  bulk('ZREM', log, old)
 end
 local total = tonumber(redis.call('HGET', state, 'total') or '0')
 local granted = math.max(math.min(want, count - total), 0)

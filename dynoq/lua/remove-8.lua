@@ -5,9 +5,10 @@
   ARGV[2] id  ARGV[3] wake channel (PUBLISHed when an in-flight message was removed: on an
   ordered shard that makes the next message deliverable)
   returns: 1 removed, 0 unknown id, or GONE
-  uses: lib/refusal.lua
+  uses: lib/bounds.lua lib/refusal.lua
   flags: allow-oom
 ]]
+if not (#KEYS == 8 and #ARGV == 3) then return BOUNDS end
 local refused = gone(KEYS[8], ARGV[1])
 if refused then return refused end
 local delayed, ready, unack, msgs, dlv, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

@@ -4,9 +4,11 @@
   ARGV[2] limit (used when no ids are given)  ARGV[3] wake channel
   ARGV[4..] ids to replay (none = the oldest `limit` dead messages)
   returns: number of messages replayed, or GONE
-  uses: lib/clock.lua lib/refusal.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua
   flags: allow-oom
 ]]
+local limit = int(ARGV[2], 1, SWEEP_LIMIT)
+if not (#KEYS == 5 and fits(#ARGV, 3, 1, IDS_CHUNK) and limit) then return BOUNDS end
 local refused = gone(KEYS[5], ARGV[1])
 if refused then return refused end
 local dead, delayed, dlv, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -14,7 +16,7 @@ local ids = {}
 if #ARGV > 3 then
   for j = 4, #ARGV do ids[#ids + 1] = ARGV[j] end
 else
-  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
+  ids = redis.call('ZRANGE', dead, 0, limit - 1)
 end
 local now = now_ms()
 local n = 0

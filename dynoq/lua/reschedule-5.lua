@@ -3,13 +3,15 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] id  ARGV[3] delay ms  ARGV[4] wake channel
   returns: 1 moved, 0 not waiting (unknown, in flight or dead), or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/record.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua
   flags: allow-oom
 ]]
+local delay = int(ARGV[3], 0, MAX_MS)
+if not (#KEYS == 5 and #ARGV == 4 and delay) then return BOUNDS end
 local refused = gone(KEYS[5], ARGV[1])
 if refused then return refused end
 local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local id, delay = ARGV[2], tonumber(ARGV[3])
+local id = ARGV[2]
 if redis.call('ZREM', ready, id) == 0 and not redis.call('ZSCORE', delayed, id) then return 0 end
 local now = now_ms()
 redis.call('ZADD', delayed, now + delay, id)

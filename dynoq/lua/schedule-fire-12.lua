@@ -10,18 +10,22 @@
   ARGV[2] schedule id  ARGV[3] tick ms (server clock)  ARGV[4] the occurrence's id
   ARGV[5] priority  ARGV[6] msgpack body  ARGV[7] wake channel  ARGV[8] dedupe window ms
   returns: 1 pushed, 0 not (unscheduled, or this tick was pushed already), or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua
   flags: allow-oom
 ]]
+local tick, window = int(ARGV[3], 0, EXACT), int(ARGV[8], 0, MAX_MS)
+if not (#KEYS == 12 and #ARGV == 8 and tick and window and int(ARGV[5], 0, MAX_PRIORITY)) then
+  return BOUNDS
+end
 local refused = gone(KEYS[12], ARGV[1])
 if refused then return refused end
-local id, tick = ARGV[2], tonumber(ARGV[3])
+local id = ARGV[2]
 if redis.call('HEXISTS', KEYS[10], id) == 0 then return 0 end
 local mark = redis.call('ZSCORE', KEYS[11], id)
 if mark and tonumber(mark) >= tick then return 0 end
 redis.call('ZADD', KEYS[11], tick, id)
 local now = now_ms()
-local _, pushed, wake = push_into(KEYS, true, tonumber(ARGV[8]), now,
+local _, pushed, wake = push_into(KEYS, true, window, now,
                             {ARGV[4], math.max(tick - now, 0), ARGV[5], ARGV[6]}, 1)
 if wake then redis.call('PUBLISH', ARGV[7], '1') end
 return pushed

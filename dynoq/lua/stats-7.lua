@@ -8,9 +8,10 @@
             ms timestamp the oldest waiting message became ready, or -1,
             then the cumulative counts: pushed, acked, retried, expired, dead-lettered},
            or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/record.lua lib/pin.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua lib/pin.lua
   flags: no-writes
 ]]
+if not (#KEYS == 7 and #ARGV == 2) then return BOUNDS end
 local refused = gone(KEYS[7], ARGV[1])
 if refused then return refused end
 local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

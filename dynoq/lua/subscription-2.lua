@@ -6,9 +6,11 @@
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] "add" or "drop"   ARGV[3..] field, value pairs to add / fields to drop
   returns: the new version, or GONE (the topic is gone: nothing was written)
-  uses: lib/clock.lua lib/refusal.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua
   flags: allow-oom
 ]]
+-- add: two entries (the group's and its queue's); drop: a topic's entries
+if not (#KEYS == 2 and fits(#ARGV, 2, 1, 2 * MAX_TARGETS)) then return BOUNDS end
 local refused = gone(KEYS[2], ARGV[1])
 if refused then return refused end
 if ARGV[2] == 'add' then

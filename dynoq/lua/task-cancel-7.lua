@@ -8,9 +8,11 @@
   ARGV[5] wake channel (PUBLISHed: on an ordered shard a cancelled retry unblocks it)
   returns: 1 cancelled; 0 not waiting (running, dead-lettered, ended or unknown: nothing
            was changed); GONE (nothing was changed)
-  uses: lib/refusal.lua
+  uses: lib/bounds.lua lib/refusal.lua
   flags: allow-oom
 ]]
+local keep = int(ARGV[3], 0, MAX_MS)
+if not (#KEYS == 7 and #ARGV == 5 and keep) then return BOUNDS end
 local refused = gone(KEYS[7], ARGV[1])
 if refused then return refused end
 local delayed, ready, msgs, dlv, why = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -21,6 +23,6 @@ end
 redis.call('HDEL', msgs, id)
 redis.call('HDEL', dlv, id)
 redis.call('HDEL', why, id)
-if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[6], ARGV[4], 'PX', ARGV[3]) end
+if keep > 0 then redis.call('SET', KEYS[6], ARGV[4], 'PX', ARGV[3]) end
 redis.call('PUBLISH', ARGV[5], '1')
 return 1

@@ -4,8 +4,13 @@
   ARGV pairs, one per key: ms to keep it (0: write nothing: a call that only makes the
        server load this script, see dynoq/_core/tasks.py load_keep), the record
   returns: how many were kept
+  uses: lib/bounds.lua
   flags: allow-oom
 ]]
+if not (fits(#KEYS, 1, 1, MAX_BATCH - 1) and #ARGV == 2 * #KEYS) then return BOUNDS end
+for i = 1, #ARGV, 2 do
+  if not int(ARGV[i], 0, MAX_MS) then return BOUNDS end
+end
 local kept = 0
 for i, result in ipairs(KEYS) do
   if ARGV[2 * i - 1] ~= '0' then

@@ -10,13 +10,18 @@
   ARGV[4] id  ARGV[5] delay ms  ARGV[6] priority  ARGV[7] msgpack body
   returns: 1 pushed, 0 skipped (the id waits, runs, is dead-lettered or has a kept record),
            or GONE (nothing was written)
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua
   flags: none
 ]]
+local window = int(ARGV[2], 0, MAX_MS)
+if not (#KEYS == 11 and #ARGV == 7 and window and int(ARGV[5], 0, MAX_MS)
+        and int(ARGV[6], 0, MAX_PRIORITY)) then
+  return BOUNDS
+end
 local refused = gone(KEYS[11], ARGV[1])
 if refused then return refused end
 if redis.call('EXISTS', KEYS[10]) == 1 then return 0 end
-local out, _, wake = push_into(KEYS, true, tonumber(ARGV[2]), now_ms(), ARGV, 4)
+local out, _, wake = push_into(KEYS, true, window, now_ms(), ARGV, 4)
 if wake then redis.call('PUBLISH', ARGV[3], '1') end
 if out[1] == 1 then return 1 end
 return 0

@@ -7,9 +7,10 @@
            "ready", "msgs" (stored, in none of those) or "" (not stored); score its score
            there ("" when none); attempts from its delivery state; why its failure
            (lib/why.lua) or false; kept its kept record or false; now the server's ms
-  uses: lib/clock.lua lib/delivery.lua
+  uses: lib/bounds.lua lib/clock.lua lib/delivery.lua
   flags: no-writes
 ]]
+if not (#KEYS == 8 and #ARGV == 1) then return BOUNDS end
 local id = ARGV[1]
 local where, score = '', ''
 if redis.call('HEXISTS', KEYS[5], id) == 1 then

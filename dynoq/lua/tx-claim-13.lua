@@ -10,9 +10,12 @@
   ARGV[5] token base (a claim's token is "<base>:<n>")
   returns: {id, record, checks including this one, token} per claimed message, flat;
            or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/tx.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/tx.lua
   flags: allow-oom
 ]]
+local count, claim = int(ARGV[2], 1, MAX_CLAIM), int(ARGV[3], 1, MAX_MS)
+local most = int(ARGV[4], 0, math.huge)
+if not (#KEYS == 13 and #ARGV == 5 and count and claim and most) then return BOUNDS end
 local refused = gone(KEYS[13], ARGV[1])
 if refused then return refused end
 local delayed, ready, unack, msgs, dead, counts, half, txs, decided, why =
@@ -20,8 +23,8 @@ local delayed, ready, unack, msgs, dead, counts, half, txs, decided, why =
 local k = {delayed = delayed, ready = ready, unack = unack, msgs = msgs, dead = dead,
            half = half, txs = txs, decided = decided, why = why, counts = counts}
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', half, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local claim, most, base = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local due = redis.call('ZRANGEBYSCORE', half, '-inf', now, 'LIMIT', 0, count)
+local base = ARGV[5]
 local out = {}
 for i, id in ipairs(due) do
   local rec = redis.call('HGET', msgs, id)

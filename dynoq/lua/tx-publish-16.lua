@@ -21,15 +21,23 @@
   returns: as tx-settle-16.lua's commit (1 done, 2 committed before, 0 rolled back before
            or a stale claim, 5 no such prepared message), GONE, or STALE when the
            subscriptions changed since the caller read them (it reads them and retries)
-  uses: lib/clock.lua lib/refusal.lua lib/push.lua lib/tx.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/tx.lua lib/keyed.lua
   flags: allow-oom
 ]]
+local window, targets = int(ARGV[6], 0, MAX_MS), int(ARGV[7], 0, MAX_TARGETS)
+local conc = int(ARGV[8], 1, MAX_KEY_CONCURRENCY)
+if not (window and targets and (conc or ARGV[8] == '') and #KEYS == 7 + 9 * targets
+        and #ARGV == 8 + 2 * targets and #ARGV[5] <= MAX_TAG_BYTES) then
+  return BOUNDS
+end
+for t = 1, targets do
+  if #ARGV[7 + 2 * t] > MAX_FILTER_BYTES then return BOUNDS end
+end
 local refused = gone(KEYS[2], ARGV[1])
 if refused then return refused end
 if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
 local msgs, half, txs, decided, counts = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, tok, tag = ARGV[3], ARGV[4], ARGV[5]
-local window, targets, conc = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
 forget_decisions(decided, now)
 local pending = redis.call('ZSCORE', half, id)
@@ -66,7 +74,7 @@ for t = 1, targets do
       if pushed > 0 then redis.call('HINCRBY', counts, 'pushed', pushed) end
       if wake then redis.call('PUBLISH', channel, '1') end
     else
-      local _, _, wake = push_into(k, true, window, now, items, 1)
+      local _, _, wake = push_into(k, true, window, now, items, 1, nil, promote_share(targets))
       if wake then redis.call('PUBLISH', channel, '1') end
     end
   end

@@ -18,10 +18,16 @@
            5 no such prepared message (never prepared, or decided over a day ago);
            3 unknown noted, asked again later; 4 unknown, and buried (max checks spent);
            or GONE
-  uses: lib/clock.lua lib/refusal.lua lib/record.lua lib/promote.lua lib/place.lua lib/tx.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua lib/promote.lua
+    lib/place.lua lib/tx.lua
     lib/keyed.lua
   flags: allow-oom
 ]]
+local interval, most = int(ARGV[5], 0, MAX_MS), int(ARGV[6], 0, math.huge)
+local conc = int(ARGV[8], 1, MAX_KEY_CONCURRENCY)
+if not (#KEYS == 16 and #ARGV == 8 and interval and most and (conc or ARGV[8] == '')) then
+  return BOUNDS
+end
 local refused = gone(KEYS[13], ARGV[1])
 if refused then return refused end
 local delayed, ready, unack, msgs, dlv, dead, seq, counts, half, txs, decided, why =
@@ -29,7 +35,6 @@ local delayed, ready, unack, msgs, dlv, dead, seq, counts, half, txs, decided, w
   KEYS[10], KEYS[11], KEYS[12]
 local k = {delayed = delayed, ready = ready, unack = unack, msgs = msgs, dead = dead,
            half = half, txs = txs, decided = decided, why = why, counts = counts}
-local conc = tonumber(ARGV[8])
 local id, what, tok = ARGV[2], ARGV[3], ARGV[4]
 local now = now_ms()
 forget_decisions(decided, now)
@@ -46,11 +51,11 @@ if tok ~= '' and (held ~= tok or tonumber(pending) <= now) then
   return 0  -- the claim ran out (another checker may hold it now): this one decides nothing
 end
 if what == 'unknown' then
-  if checks >= tonumber(ARGV[6]) then
+  if checks >= most then
     bury_half(k, id, now, checks)
     return 4
   end
-  redis.call('ZADD', half, now + tonumber(ARGV[5]), id)
+  redis.call('ZADD', half, now + interval, id)
   redis.call('HSET', txs, id, checks .. '|')
   return 3
 end

@@ -15,9 +15,9 @@ path), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datas
 ``export`` (the read-only scan), ``session``.
 """
 
-from __future__ import annotations
-
-from typing import Any
+# No `from __future__ import annotations`, and typing's names kept private: dir() of the
+# package is its public API and its modules.
+from typing import Any as _Any
 
 from .._core.batches import Counts, Progress
 from .report import WriteResult
@@ -29,7 +29,7 @@ _NEED_PYSPARK = {"DynoqDataSource": "datasource", "queue_dataframe": "datasource
                  "register": "datasource", "spark_session": "session"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """Names that need pyspark, imported on first use."""
     module = _NEED_PYSPARK.get(name)
     if module is None:
@@ -37,6 +37,11 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    """The module's names and those imported on first use (tab completion, ``dir()``)."""
+    return sorted({*globals(), *_NEED_PYSPARK})
 
 
 __all__ = ["BatchSink", "Counts", "DynoqDataSource", "Progress", "QueueSink", "Rejection",

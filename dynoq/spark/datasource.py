@@ -9,6 +9,7 @@ Register it once per session, and in every thread of yours that uses it
     opts = source_options(client, "orders")          # url, prefix, connection options
     df.write.format("dynoq").options(**opts).option("idCol", "event_id")
         .option("keyCol", "customer").mode("append").save()          # batch write
+        # (mode("append") is required: Spark refuses its default save mode itself)
     stream.writeStream.format("dynoq").options(**opts).option("idCol", "event_id")
         .option("checkpointLocation", path).start()                   # exactly-once
     spark.read.format("dynoq").options(**opts).load()                 # read, claims nothing
@@ -64,7 +65,7 @@ from .export import SCHEMA, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
 from .target import Target, int_option
-from .writer import RowWriter
+from .writer import Recorded, RowWriter, Tally, settle
 
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
@@ -78,7 +79,7 @@ _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 @dataclass
 class Written(WriterCommitMessage):
     """A write task's commit message: its partition's counts, its first refused rows
-    (and the query it wrote for, on a stream)."""
+    (the query it wrote for, on a stream), and what it recorded of its pushes."""
 
     partition: int
     pushed: int
@@ -87,16 +88,18 @@ class Written(WriterCommitMessage):
     query: str = ""
     invalid: int = 0
     rejected: tuple[Rejection, ...] = ()
+    recorded: Recorded | None = None
 
     @property
     def counts(self) -> Counts:
         return Counts(self.pushed, self.skipped, self.refused, self.invalid)
 
     @classmethod
-    def of(cls, tally: Any, query: str = "") -> Written:
+    def of(cls, tally: Tally, query: str = "",
+           recorded: Recorded | None = None) -> Written:
         c = tally.counts
         return cls(_partition(), c.pushed, c.skipped, c.refused, query, c.invalid,
-                   tuple(tally.rejected))
+                   tuple(tally.rejected), recorded)
 
 
 def _options(options: Mapping[str, str], allowed: set[str]) -> dict[str, str]:
@@ -160,12 +163,22 @@ def _total(messages: Iterable[WriterCommitMessage | None]) -> WriteResult:
 
 class _Reporting:
     """Spark runs a commit in a Python worker of its own: its report goes to the driver
-    through the session's channel (see :mod:`.report`)."""
+    through the session's channel (see :mod:`.report`). Spark commits (or aborts) once
+    the tasks that sent ``messages`` succeeded: their records of what their attempts
+    pushed go."""
 
     writer: RowWriter
     channel: Any
 
+    def _written(self, writer: RowWriter, tally: Tally) -> Written:
+        """A task's commit message; what the task recorded of its pushes goes once Spark
+        counted it (through the channel; without one, at the commit)."""
+        settled = settle(writer, tally, self.channel)
+        return Written.of(tally, writer.query, None if settled else tally.recorded)
+
     def _report(self, messages: list[WriterCommitMessage | None], what: str) -> None:
+        # what the tasks' own notes did not settle (no channel)
+        self.writer.forget(m.recorded for m in messages if isinstance(m, Written))
         t = self.writer.target
         send(self.channel, Report(t.queue, t.where, what, _total(messages)))
 
@@ -186,7 +199,8 @@ class RowsWriter(_Commits, DataSourceWriter):
         self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        return Written.of(self.writer.push_rows(row.asDict() for row in iterator))
+        return self._written(self.writer, self.writer.push_rows(row.asDict()
+                                                                 for row in iterator))
 
 
 class ArrowWriter(_Commits, DataSourceArrowWriter):
@@ -195,7 +209,7 @@ class ArrowWriter(_Commits, DataSourceArrowWriter):
         self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        return Written.of(self.writer.push_arrow(iterator))
+        return self._written(self.writer, self.writer.push_arrow(iterator))
 
 
 # -- streaming writes ------------------------------------------------------------------------
@@ -232,8 +246,8 @@ class RowsStreamWriter(_StreamCommits, DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> Written:
         writer, batch = self._task_writer()
-        return Written.of(writer.push_rows((row.asDict() for row in iterator), batch),
-                          writer.query)
+        return self._written(writer, writer.push_rows((row.asDict() for row in iterator),
+                                                      batch))
 
 
 class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
@@ -243,7 +257,7 @@ class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> Written:
         writer, batch = self._task_writer()
-        return Written.of(writer.push_arrow(iterator, batch), writer.query)
+        return self._written(writer, writer.push_arrow(iterator, batch))
 
 
 # -- reads -----------------------------------------------------------------------------------
@@ -320,9 +334,12 @@ class DynoqDataSource(DataSource):
 
 
 def _no_overwrite(overwrite: bool) -> None:
+    # Spark refuses its default mode (errorifexists) and "ignore" itself, before this
+    # runs (UNSUPPORTED_DATA_SOURCE_SAVE_MODE): append and overwrite reach a data source.
     if overwrite:
-        raise InvalidArgument('format("dynoq") only appends messages to a queue: use '
-                              'mode("append") (outputMode "append" for streams)')
+        raise InvalidArgument('format("dynoq") only appends messages to a queue (a write '
+                              'never deletes any): use mode("append") (outputMode "append" '
+                              "for streams)")
 
 
 _sources: weakref.WeakKeyDictionary[Any, type[DynoqDataSource]] = weakref.WeakKeyDictionary()

@@ -6,8 +6,11 @@ in the driver's, where the user's logging and Prometheus registry live. A
 :class:`Channel` carries what they have to it: a Spark accumulator made on the driver,
 whose updates Spark hands to the driver's Python process when each task or commit ends.
 There, :class:`Reports` (its accumulator parameter) logs and counts each report as it
-arrives and keeps nothing. ``dynoq.spark.register(spark)`` gives the session's
-``format("dynoq")`` one; ``partition_sink`` takes one when made on a driver.
+arrives and keeps nothing; Spark hands over only the updates of tasks that succeeded, so
+this is also where a task's record of what its attempts pushed is deleted
+(:func:`send_done`).
+``dynoq.spark.register(spark)`` gives the session's ``format("dynoq")`` one;
+``partition_sink`` takes one when made on a driver.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +86,9 @@ class Report:
     result: WriteResult
 
 
+Note = Report | Callable[[], None]  # what a channel carries
+
+
 def emit(report: Report) -> None:
     """Log ``report`` (logger dynoq.spark, INFO) and count it in Prometheus."""
     t = report.result.total
@@ -128,15 +134,26 @@ class Reports:
         self.token = uuid.uuid4().hex
         _here.add(self.token)
 
-    def zero(self, value: list[Report]) -> list[Report]:
+    def zero(self, value: list[Note]) -> list[Note]:
         return []
 
-    def addInPlace(self, value1: list[Report], value2: list[Report]) -> list[Report]:
+    def addInPlace(self, value1: list[Note], value2: list[Note]) -> list[Note]:
         if self.token in _here:
-            for r in value2:
-                emit(r)
+            for note in value2:
+                _arrived(note)
             return []
         return value1 + value2
+
+
+def _arrived(note: Note) -> None:
+    """A report or a task's clean-up, on the driver: the task that sent it succeeded."""
+    if isinstance(note, Report):
+        emit(note)
+        return
+    try:
+        note()
+    except Exception:  # a clean-up fails no job
+        log.warning("dynoq.spark: a Spark task's clean-up failed", exc_info=True)
 
 
 def channel(spark_context: Any) -> Any:
@@ -161,3 +178,12 @@ def send(acc: Any, report: Report) -> None:
         emit(report)
     else:
         acc.add([report])
+
+
+def send_done(acc: Any, done: Callable[[], None]) -> bool:
+    """Have ``done`` (picklable) run on the driver once Spark counted the task that calls
+    this as succeeded; False when there is no channel (nothing is sent)."""
+    if acc is None:
+        return False
+    acc.add([done])
+    return True

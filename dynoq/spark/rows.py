@@ -6,7 +6,9 @@ column). When the writer knows the schema (every writer does, ``partition_sink``
 given ``schema=``), values are converted by their Spark type (:mod:`.types`, whose table
 says what each type is stored as), so every writer stores the same payload. Without a
 schema, :func:`plain` converts them by their Python type, to the same forms, except that
-a naive datetime is taken as local time (a ``timestamp_ntz`` would then be shifted).
+a naive datetime is taken as local time (a ``timestamp_ntz`` would then be shifted) and a
+decimal keeps the exponent it came with (PySpark's Rows write a number below 0.000001 in
+engineering notation: up to two decimals more than its scale).
 
 Every row is counted once: pushed, skipped (its id is in the queue, or came earlier in
 the same write) or refused. A row that makes no valid message is refused with the column
@@ -29,7 +31,7 @@ from typing import Any
 from .._core.validate import MAX_PRIORITY
 from ..errors import InvalidArgument, InvalidType, PayloadTypeError
 from ..message import Message
-from .types import Plan, converters
+from .types import Plan, converters, decimal_text
 
 _PASS = frozenset({str, int, float, bool, bytes, type(None)})
 MAX_ID_LENGTH = 512
@@ -47,7 +49,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, (dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, Decimal):
-        return str(value)
+        return decimal_text(value)
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, (bytearray, memoryview)):

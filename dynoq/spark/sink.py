@@ -29,17 +29,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.batches import RETENTION, Counts, Progress, check_query
 from ..client import Client
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidType
 from .report import Report, WriteResult, channel, send
 from .rows import RowSpec
 from .target import Target
-from .writer import RowWriter, report, write_dataframe
+from .writer import RowWriter, report, settle, write_dataframe
 
 log = logging.getLogger("dynoq.spark")
 QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lasting id
@@ -55,15 +55,18 @@ class QueueSink:
     channel: Any = field(default=None, compare=False)
 
     def __call__(self, rows: Iterable[Any]) -> None:
-        self.push_rows(row.asDict() if hasattr(row, "asDict") else row for row in rows)
+        self.push_rows(row.asDict() if hasattr(row, "asDict") else row
+                       for row in _decoded(rows, self.writer.plan is not None))
 
     def push_rows(self, rows: Iterable[Mapping[str, Any]]) -> Counts:
-        """Push rows (mappings); what happened to them (reported to the driver)."""
+        """Push rows (mappings); what happened to them (reported to the driver, which
+        then deletes the task's record of its pushes: without a channel it expires)."""
         tally = self.writer.push_rows(rows)
         part = _partition()
         t = self.writer.target
         send(self.channel, Report(t.queue, t.where, f"partition {part}", WriteResult.of(
             [(part, tally.counts)], [(part, r) for r in tally.rejected])))
+        settle(self.writer, tally, self.channel)
         return tally.counts
 
     def write(self, df: Any) -> WriteResult:
@@ -106,6 +109,26 @@ class BatchSink:
     def progress(self, query: str) -> Progress:
         """Where ``query`` stands on the queue (committed batch, batch in progress)."""
         return self.writer.for_query(query).progress()
+
+
+def _decoded(rows: Iterable[Any], typed: bool) -> Iterator[Any]:
+    """``rows``, with PySpark's own failure to decode one (before the sink sees it)
+    named: such a column fails the job, since no row of it can be refused alone."""
+    it = iter(rows)
+    while True:
+        try:
+            row = next(it)
+        except StopIteration:
+            return
+        except (TypeError, NotImplementedError) as exc:  # what PySpark's Row decoding raises
+            hint = ("" if typed else ": give partition_sink schema=df.schema to have such "
+                    "a column refused on the driver, before any task starts")
+            raise InvalidType(
+                f"PySpark cannot turn a row of this partition into Python "
+                f"({type(exc).__name__}: {exc}); a map keyed by arrays, a year-month or a "
+                f"calendar interval has no Python form: cast the column first{hint}"
+            ) from exc
+        yield row
 
 
 def _partition() -> int:
@@ -160,8 +183,13 @@ def partition_sink(where: str | Client, queue: str, *, id_col: str,
     ``priority_col`` 0..99; ``payload_cols`` the payload's columns (default: all);
     ``batch_size`` rows per push (1..100000). ``schema``: the DataFrame's schema
     (``df.schema``; recommended): its column types are checked now, and values are stored
-    by their Spark type, exactly as every other writer stores them (without it, by their
-    Python type: the same, except that a ``timestamp_ntz`` is taken as local time).
+    by their Spark type, exactly as every other writer stores them. Without it, by their
+    Python type: the same, except that a ``timestamp_ntz`` is taken as local time, a
+    decimal below 0.000001 may get up to two more decimals than its scale (PySpark hands
+    it over in engineering notation), and a column PySpark cannot decode into a Row (a
+    map keyed by arrays, a year-month or a calendar interval) fails the job with
+    InvalidType instead of being refused on the driver.
+
     Checks the queue now, on the driver: InvalidArgument if it does not exist or cannot
     take this mapping, InvalidType if a column's type cannot be stored, ConnectionFailed
     if the server is unreachable."""

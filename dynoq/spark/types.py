@@ -18,7 +18,8 @@ Spark SQL type                             payload value
 string, char, varchar                      str
 boolean; byte, short, int, long            bool; int
 float, double                              float (NaN and infinities as they are)
-decimal(p, s)                              str, exact, with its scale (``"12.30"``)
+decimal(p, s)                              str: plain digits with exactly s decimals
+                                           (``"12.30"``, ``"0.000000"``)
 binary                                     bytes
 date                                       ``"YYYY-MM-DD"``
 timestamp                                  ISO 8601 in UTC (``"2024-05-01T10:00:00+00:00"``)
@@ -39,6 +40,7 @@ user-defined types (cast them to one of the types above).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import functools
 import json
 import re
@@ -54,7 +56,7 @@ Convert = Callable[[Any], Any]
 _STRING = re.compile(r"(string( collate \S+)?|char\(\d+\)|varchar\(\d+\))$")
 _INTEGRAL = frozenset({"byte", "short", "integer", "long"})
 _FRACTIONAL = frozenset({"float", "double"})
-_DECIMAL = re.compile(r"decimal\(\d+,\s*-?\d+\)$")
+_DECIMAL = re.compile(r"decimal\(\d+,\s*(-?\d+)\)$")
 _DAY_TIME = re.compile(r"interval (day|hour|minute|second)( to (hour|minute|second))?$")
 _TIME = re.compile(r"time(\(\d\))?$")
 _CAST = "cast the column to a supported type first"
@@ -162,8 +164,10 @@ def _atomic(t: str) -> tuple[bool, Convert | None]:
     stored as they are)."""
     if _is_string(t) or t in _INTEGRAL or t in _FRACTIONAL or t in ("boolean", "void"):
         return True, None
+    scale = _DECIMAL.match(t)
     found: Convert | None = (
-        str if _DECIMAL.match(t) else _binary if t == "binary"
+        functools.partial(decimal_text, scale=int(scale.group(1))) if scale
+        else _binary if t == "binary"
         else _iso if t == "date" or _TIME.match(t) else _instant if t == "timestamp"
         else _wall_clock if t == "timestamp_ntz" else _seconds if _DAY_TIME.match(t)
         else None)
@@ -171,6 +175,25 @@ def _atomic(t: str) -> tuple[bool, Convert | None]:
 
 
 # -- the executors' conversions ----------------------------------------------------------------
+
+# Wide enough for any Spark decimal (38 digits, and a scale down to -38 with the legacy
+# negative scales); a value that would lose a digit raises instead of being rounded.
+_EXACT = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Inexact])
+
+
+def decimal_text(value: decimal.Decimal, scale: int | None = None) -> str:
+    """A decimal as its stored text: plain digits, never an exponent, with exactly
+    ``scale`` decimals (a ``decimal(p, s)``'s s; none when s < 0), or with its own when
+    ``scale`` is None (no schema). Writers hand the same number over with other
+    exponents (Arrow: ``0E-18``; Rows: ``-1.00E-10`` for a scale of 10), and every one
+    stores the same text: ``"0.000000000000000000"``, ``"-0.0000000001"``. Zero has no
+    sign. ArithmeticError if the value has more decimals than ``scale``."""
+    if scale is not None:
+        value = value.quantize(decimal.Decimal(1).scaleb(-max(scale, 0)), context=_EXACT)
+    if value.is_zero():
+        value = value.copy_abs()
+    return format(value, "f")
+
 
 def _instant(value: dt.datetime) -> str:
     """An instant as ISO 8601 in UTC. Naive datetimes are local time, as PySpark hands

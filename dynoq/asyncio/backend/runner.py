@@ -119,7 +119,7 @@ class AsyncBackend:
                         continue
                 if isinstance(exc, DynoqError):
                     raise
-                raise translate(exc, self.pool) from exc
+                raise translate(exc, self.pool, request) from exc
 
     async def _attempt(self, request: Call | Cmd | Batch) -> Any:
         r = self._client or await self._open()
@@ -129,7 +129,7 @@ class AsyncBackend:
             # as batches do (redis.asyncio sends ASKING on another connection).
             [raw] = await self._send(r, self._commands([request]), [])
             if isinstance(raw, Exception):
-                raise translate(raw, self.pool) from raw
+                raise translate(raw, self.pool, request) from raw
         elif type(request) is Call:
             raw = await self._eval(r, request)
         elif type(request) is Cmd:

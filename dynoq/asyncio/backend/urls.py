@@ -140,9 +140,10 @@ def wrap(client: Any) -> AsyncBackend:
 
 async def _memory(url: str, options: dict[str, Any],
                   limits: PoolLimits) -> tuple[Any, Closer]:
+    server = memory_server(url)  # first: it says what to install
     from fakeredis import FakeAsyncRedis
 
-    client = FakeAsyncRedis(server=memory_server(url), **memory_options(limits), **options)
+    client = FakeAsyncRedis(server=server, **memory_options(limits), **options)
     return client, lambda: close_client(client)
 
 

@@ -12,11 +12,11 @@ from ..._core.board import DeliveryState
 from ..._core.consuming import Counts, Plan
 from ...errors import QueueGone
 from ...message import Message
-from ..events import wait_event
 from ..queue import Queue
 from .board import IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
+from .rates import RateGate
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -30,6 +30,7 @@ class Shared:
     membership: Membership
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
     flow: InFlight = field(init=False)
+    gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: DeliveryState = field(default_factory=DeliveryState)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see workers._concurrent_loop).
@@ -43,6 +44,9 @@ class Shared:
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
+        limit = self.plan.settings.rate_limit
+        self.gate = (None if limit is None else RateGate(self.membership, limit, self.stopping,
+                                                         self.plan.settings.idle_wait))
 
     def gone(self, exc: QueueGone) -> None:
         """The queue is gone: retrying cannot help, so the consumer stops, once, and says
@@ -59,10 +63,6 @@ class Shared:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
-        if plan.settings.rate_limit is not None:
-            count = await self._permits(count)
-            if count == 0:
-                return []
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
@@ -80,10 +80,6 @@ class Shared:
                     backlog: bool = False) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips (see consuming.fetch)."""
-        if self.plan.settings.rate_limit is not None:
-            count = await self._permits(count)
-            if count == 0:
-                return [], None
         got: tuple[list[Message], float | None] = await self.queue.backend.drive(
             consuming.fetch(self.queue.ops, count, shards, visibility=self.plan.visibility,
                             consumer=self.plan.instance_id, backlog=backlog))
@@ -93,17 +89,6 @@ class Shared:
         """Wait up to ``timeout`` seconds for a wake-up on the queue's channel; True
         ("quiet") when none came."""
         return bool(await self.queue.backend.wait(self.queue.ops.wake, timeout))
-
-    async def _permits(self, want: int) -> int:
-        """Permits of the group's rate limit for up to ``want`` messages; waits (at most
-        idle_wait) for the next one when none is free."""
-        assert self.plan.settings.rate_limit is not None
-        count, period = self.plan.settings.rate_limit
-        granted, wait = await self.membership.take(count, period, want)
-        if granted == 0 and not await wait_event(self.stopping,
-                                                 min(wait, self.plan.settings.idle_wait)):
-            granted, _ = await self.membership.take(count, period, want)
-        return granted
 
     async def check_leases(self, shards: list[int]) -> None:
         """Renew the leases on ``shards``; stop handing out the ones that are gone."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
-import inspect
 import logging
 import secrets
 import signal
@@ -14,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._core import logs
+from ..._core.callables import is_coroutine_function
 from ..._core.calls import Cmd, Flow
 from ..._core.consuming import Counts, check_mode, for_topic, resolve, settings_of
 from ..._core.middleware import chain
@@ -81,7 +80,7 @@ class Consumer:
             raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
         if not isinstance(run_in_thread, bool):
             raise InvalidType("run_in_thread must be a bool")
-        if run_in_thread == is_async(handler):
+        if run_in_thread == is_coroutine_function(handler):
             raise InvalidType(
                 "run_in_thread=True is for a sync handler; this one is async def"
                 if run_in_thread else
@@ -137,7 +136,8 @@ class Consumer:
                                 timeout=self.settings.consume_timeout,
                                 name=f"dynoq-{queue.name}")
         self._workers = Workers(self._shared, Processor(queue, self.handler, self._invoker,
-                                                        plan, self._stats, self._shared.leases))
+                                                        plan, self._stats, self._shared.leases,
+                                                        self._shared.gate))
         self._shared.on_gone = self._stop_soon
 
     def __repr__(self) -> str:
@@ -266,9 +266,10 @@ class Consumer:
                 s.board.drop(shard)  # first: assignment never shows a released shard
                 await s.leases.release(shard)
 
-    async def run(self) -> None:
-        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop;
-        returns when the stop has finished (also one that another task began). Raises
+    async def run(self, stop_timeout: float = 30.0) -> None:
+        """Start (unless started), wait until SIGINT/SIGTERM or :meth:`stop`, then stop
+        (``stop_timeout``: see :meth:`stop`); returns when the stop has finished (also
+        one that another task began). Raises
         QueueGone when the queue vanished or was created anew under the consumer (which
         then stopped)."""
         loop = asyncio.get_running_loop()
@@ -286,7 +287,7 @@ class Consumer:
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
-            await self.stop()
+            await self.stop(stop_timeout)
         if self._shared.failure is not None:
             raise self._shared.failure
 
@@ -295,12 +296,3 @@ class Consumer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-def is_async(fn: Any) -> bool:
-    """Whether calling ``fn`` gives a coroutine (async def, also behind partial or as an
-    object's ``async def __call__``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None))  # noqa: B004 - a callable object's method

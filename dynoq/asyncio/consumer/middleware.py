@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..._core.callables import call_sync
 from ..._core.consuming import timed_out
 from ..._core.middleware import Middleware, invocation
 from ...message import Message
@@ -69,7 +70,7 @@ class Invoker:
                 await self.overran(None, msgs)
                 raise timed_out(self.timeout) from None
             return
-        job = self.pool.submit(contextvars.copy_context().run, self.handler, arg)
+        job = self.pool.submit(contextvars.copy_context().run, call_sync, self.handler, arg)
         call = asyncio.wrap_future(job)
         call.add_done_callback(_retrieve)  # also when nobody awaits it any more
         try:

@@ -13,6 +13,7 @@ from typing import Any
 from ... import tracing
 from ..._core import consuming
 from ..._core.board import InFlightBatch, Outcome, Results, begin, outcomes, ran_out
+from ..._core.rates import Permits
 from ..._core.sizing import BatchSizer
 from ...errors import DynoqError, LeaseLost
 from ...message import Message
@@ -20,12 +21,15 @@ from ..events import Watch
 from ..queue import Queue
 from .lease import Leases
 from .middleware import Invoker
+from .rates import RateGate
 
 
 class Processor:
     def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
-                 plan: consuming.Plan, stats: consuming.Counts, leases: Leases) -> None:
+                 plan: consuming.Plan, stats: consuming.Counts, leases: Leases,
+                 gate: RateGate | None = None) -> None:
         self.queue = queue
+        self.gate = gate  # the group's rate limit, taken for each call (None: no limit)
         self.handler = handler
         self.invoker = invoker
         self.plan = plan
@@ -34,7 +38,8 @@ class Processor:
         self.batch_handler = plan.settings.batch_handler
         # How many messages the workers pop (batch_size "auto": adapted to the handler)
         self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
-                                in_flight=plan.in_flight)
+                                in_flight=plan.in_flight, rate_limit=plan.settings.rate_limit,
+                                concurrency=plan.settings.concurrency)
         # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
         self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
                            and not self.batch_handler)
@@ -66,16 +71,26 @@ class Processor:
             # (a stalled call's batch: the upkeep gave the rest back, board.begin)
             return (keyed and ran_out(batch, now, vis)) or (cuts and not begin(batch, now))
 
-        seconds = 0.0
+        seconds, held, refused = 0.0, Permits(), False
         try:
             if self.batch_handler:
-                error, seconds = await self._call(msgs, msgs)
-                results.extend((m, error) for m in msgs)
+                while len(results) < len(msgs):  # in parts the rate limit lets through
+                    part = msgs[len(results):]
+                    k = await self._permits(held, len(part), whole=True)
+                    if not k:
+                        refused = True
+                        break
+                    error, s = await self._call(part[:k], part[:k])
+                    seconds += s
+                    results.extend((m, error) for m in part[:k])
             elif (not self.invoker.middleware and not self.invoker.in_thread
-                  and not tracing.active()):
+                  and not tracing.active() and self.gate is None):
                 seconds = await self._bare(msgs, results, gone)
             else:
-                for msg in msgs:
+                for i, msg in enumerate(msgs):
+                    if not await self._permits(held, len(msgs) - i):
+                        refused = True
+                        break
                     if gone():
                         break
                     err, s = await self._call(msg, (msg,))
@@ -88,14 +103,31 @@ class Processor:
         if batch is not None:  # from here this task settles it (the upkeep cuts no more)
             batch.settling = True
         ok, failed = outcomes(results if batch is None else batch.unsettled)
-        more = (refill, self.plan.visibility) if refill else None
+        mine = msgs if batch is None else batch.mine
+        back = mine[len(results):] if refused else []  # stopping: back at once
+        more = (refill, self.plan.visibility) if refill and not back else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = await self.queue.backend.drive(
                 consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                 refill=more))
+                                 back=back, refill=more))
         self.stats.add_tally(tally, seconds)
-        self.sizer.handled(len(results), seconds)
+        self.handled(len(results), seconds)
         return tally.refilled
+
+    async def _permits(self, held: Permits, left: int, whole: bool = False) -> int:
+        """How many of the next ``left`` messages may be called now: one (``whole``: all,
+        in one call), or under the group's rate limit those its permits allow, waiting
+        for them; 0 when the consumer stops meanwhile."""
+        if self.gate is None:
+            return left if whole else 1
+        return await self.gate.take(held, left if whole else 1, left, whole)
+
+    def handled(self, messages: int, seconds: float) -> None:
+        """``messages`` were called in ``seconds``: the batch size and the rate limit's
+        permits follow the handler's speed."""
+        self.sizer.handled(messages, seconds)
+        if self.gate is not None:
+            self.gate.limit.called(messages, seconds)
 
     async def give_back(self, rest: Sequence[Message], handled: Iterable[Outcome] = ()) -> None:
         """Give ``rest`` back unhandled, at once (no attempt counted), and ack or retry
@@ -162,23 +194,23 @@ class Processor:
         shard = msgs[0].shard
         assert shard is not None
         tenure = msgs[0].fence  # the lease's fence it was popped under
-        done, error, seconds, short = 0, None, 0.0, False
+        done, error, seconds, short, refused, called = 0, None, 0.0, False, False, 0
+        held = Permits()
         try:
-            if self.batch_handler:
-                short = self.leases.left(shard, tenure) < self.plan.lease_margin
-                if not short:
-                    error, seconds = await self._call(msgs, msgs)
-                    done = len(msgs) if error is None else 0
-            else:
-                for msg in msgs:
-                    if self.leases.left(shard, tenure) < self.plan.lease_margin:
-                        short = True
-                        break
-                    error, s = await self._call(msg, (msg,))
-                    seconds += s
-                    if error is not None:
-                        break
-                    done += 1
+            while done < len(msgs) and error is None:
+                if self.leases.left(shard, tenure) < self.plan.lease_margin:
+                    short = True
+                    break
+                # one message, or (a batch handler) the rest in parts the rate limit allows
+                k = await self._permits(held, len(msgs) - done, whole=self.batch_handler)
+                if not k:
+                    refused = True
+                    break
+                part = msgs[done:done + k]
+                error, s = await self._call(part if self.batch_handler else part[0], part)
+                seconds, called = seconds + s, called + k
+                if error is None:
+                    done += k
         except asyncio.CancelledError:
             await self._cut_short(msgs, [(m, None) for m in msgs[:done]])
             raise
@@ -187,8 +219,9 @@ class Processor:
                 self.queue.ops, msgs[:done] if short else msgs, done,
                 None if short else error, self.plan.retry, self.me))
         self.stats.add_tally(tally, seconds)
-        called = len(msgs) if self.batch_handler and not short else done + (error is not None)
-        self.sizer.handled(called, seconds)
+        self.handled(called, seconds)
+        if refused:  # stopping: what was not called goes back to its place at once
+            await self._cut_short(msgs[done:], [])
         if short:
             raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
                             f"{self.plan.lease_margin:g}s left, or was lost and taken again "

@@ -14,7 +14,7 @@
                   parsed once per script call
   Format: per message "<length of id>:<id><score>;" (an id may hold any character); at
   most one pop's batch, 1,000 ids of up to 512 characters.
-  uses: lib/pin.lua
+  uses: lib/pin.lua lib/bounds.lua
 ]]
 local function keep_places(dlv, popped)
   -- "<length>:" made once per length (ids of a queue are mostly one length): table.concat
@@ -39,7 +39,9 @@ local function place_of(dlv, id)
   if not batch_places then
     batch_places = {}
     local s, at = redis.call('HGET', dlv, PIN) or '', 1
-    while at <= #s do
+    -- at most one pop's batch: a longer string was not written by keep_places
+    for _ = 1, MAX_BATCH do
+      if at > #s then break end
       local colon = string.find(s, ':', at, true)
       if not colon then break end
       local len = tonumber(string.sub(s, at, colon - 1))

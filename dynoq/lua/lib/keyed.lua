@@ -1,7 +1,7 @@
 --[[ lib/keyed: message groups (ordered="key", DESIGN §3.5): order per key, no
   head-of-line blocking. Shared by kpush, kpop, kack, knack, kremove, krequeue, kreplay,
   and by whatever else places a new message into a keyed shard (a transaction's commit).
-  uses: lib/record.lua lib/delivery.lua lib/why.lua lib/bulk.lua
+  uses: lib/record.lua lib/delivery.lua lib/why.lua lib/bulk.lua lib/kstate.lua
 
   A keyed shard keeps, besides msgs/unack/dlv/delayed/dead/why of every queue:
   kwait   hash id -> "<#prev>|<prev><next>" for every waiting message: each key's waiting
@@ -49,8 +49,11 @@
   kget(K, key) -> a key's state {in flight, waiting, last id, head, tail}; kput writes it
   kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc) writes them
     back and gives the keys that may deliver a new turn: returns how many got one
-  ktake(K, count, deadline, nonce, conc, out) -> appends id, record, attempts, fence of
-    up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms)
+  ktake(K, count, deadline, nonce, conc, out, now) -> appends id, record, attempts, fence
+    of up to `count` keys' heads to `out` (keys round-robin; deadline: a string, ms);
+    returns how many, and how many it dead-lettered: a head whose record does not name
+    its key (not written by dynoq: no script could find its key again to free it) is
+    dead-lettered when K has dead and why (kpop), else left waiting and the take ends
   kadd(K, conc, ensure, window, now, items, from, out) -> how many were placed, whether
     the shard's waiters need a wake (it had no key ready), how many were refused (ensure:
     acked within `window` ms); places the first of each id of `items`
@@ -58,15 +61,16 @@
     skips an id that is stored, else its stored copy is replaced (it leaves every state
     first); out[i] = 1 for each placed, 0 for the others. K needs done and seq besides the
     keys kplace and kdrop use.
-  kensure(k, conc, window, now, items, from) -> how many were placed, whether the
+  kensure(k, conc, window, now, items, from, out) -> how many were placed, whether the
     shard's waiters need a wake (it had no key ready), and how many were refused (acked
     within the window): a topic's publish, Spark's push-batch (and a
     transaction's commit) into one group's keyed shard, push-if-absent (an id acked
     within `window` ms is skipped too). The caller counts them and wakes: _core/grants.py
-    reads a lib whole, so a write to counts here would be granted to every role that runs
-    any script using this lib.
+    grants a role what every function its scripts call sends, so a write to counts here
+    would be granted to every role whose scripts call kensure.
     k: {kwait, kturn, kstate, msgs, dlv, dead, seq, done, counts}; items: a flat list,
-    from index `from` on, of id, key, body (without the key)
+    from index `from` on, of id, key, body (without the key); out (optional): filled as
+    kadd's
 ]]
 local function kseq(n)
   local s = stamp(n)
@@ -113,9 +117,9 @@ local function kparse(rec)
   local _, e, n = string.find(rec or '', '^%w+,%d+,%d+,K(%d+):')
   if not e then return nil end
   n = tonumber(n)
-  local key = string.sub(rec, e + 1, e + n)
-  local len = string.byte(rec, e + n + 1) - 96
-  return key, string.sub(rec, e + n + 1, e + n + 1 + len)
+  local len = (string.byte(rec, e + n + 1) or 0) - 96
+  if len < 1 then return nil end  -- a header cut short (not written by dynoq)
+  return string.sub(rec, e + 1, e + n), string.sub(rec, e + n + 1, e + n + 1 + len)
 end
 
 local function kprepared(key)
@@ -133,19 +137,7 @@ local function kbody(rec)
   return string.sub(rec, at + 1 + string.byte(rec, at) - 96)
 end
 
--- A key's state: {in flight, waiting, last delivered id, head, tail} (lib header).
-local function kunpack(v)
-  if v then
-    local f, w, a, b, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|()')
-    if f then
-      a, b = tonumber(a), tonumber(b)
-      return {tonumber(f), tonumber(w), string.sub(v, at, at + a - 1),
-              string.sub(v, at + a, at + a + b - 1), string.sub(v, at + a + b)}
-    end
-  end
-  return {0, 0, '', '', ''}
-end
-
+-- A key's state: {in flight, waiting, last delivered id, head, tail}: kunpack (lib/kstate.lua).
 local function kpack(s)
   if s[2] <= 0 then s[4], s[5] = '', '' end  -- nothing waits: no chain
   return kn(math.max(s[1], 0)) .. '|' .. kn(math.max(s[2], 0)) .. '|' .. kn(#s[3]) .. '|'
@@ -252,14 +244,33 @@ local function kdrop(K, id, rec, conc)
   kput(K, key, s, conc, nil, true)
 end
 
+-- Messages to give back, each {id, key, seq}, in descending seq order: each then goes
+-- back before the others of its key given back in the same call, at the head of its key,
+-- in one step of kback's walk (which walks past given-back messages of a lower seq: in
+-- ascending order a key's 1,000 expired deliveries took 500,000 steps, 1.5 s).
+local function by_seq_desc(a, b)
+  return a[3] > b[3]
+end
+
+local function kbacklog(msgs, ids)
+  local recs = #ids > 0 and bulk_read('HMGET', msgs, ids) or {}
+  local out = {}
+  for i, id in ipairs(ids) do
+    local key, seq = kparse(recs[i])
+    out[i] = {id, key, seq or ''}
+  end
+  table.sort(out, by_seq_desc)
+  return out
+end
+
 local function kexpire(K, now, limit, max_retries, conc)
   local msgs, kfence, unack, dlv, dead, why =
     K.msgs, K.kfence, K.unack, K.dlv, K.dead, K.why
   local items = redis.call('ZRANGEBYSCORE', unack, '-inf', now, 'LIMIT', 0, limit)
   local back, buried = 0, 0
-  for _, id in ipairs(items) do
+  for _, m in ipairs(kbacklog(msgs, items)) do
+    local id, key, seq = m[1], m[2], m[3]
     redis.call('ZREM', unack, id)
-    local key, seq = kparse(redis.call('HGET', msgs, id))
     if key then
       local s = kget(K, key)
       s[1] = s[1] - 1
@@ -284,9 +295,9 @@ end
 local function kpromote(K, now, limit, conc)
   local msgs, delayed = K.msgs, K.delayed
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-  for _, id in ipairs(due) do
+  for _, m in ipairs(kbacklog(msgs, due)) do
+    local id, key, seq = m[1], m[2], m[3]
     redis.call('ZREM', delayed, id)
-    local key, seq = kparse(redis.call('HGET', msgs, id))
     if key then
       local s = kget(K, key)
       s[1] = s[1] - 1
@@ -399,10 +410,11 @@ local function kplace(K, places, conc)
   kstore(K, order, st, conc)
 end
 
-local function ktake(K, count, deadline, nonce, conc, out)
+local function ktake(K, count, deadline, nonce, conc, out, now)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
+  local dead, why = K.dead, K.why
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
-  local n, rounds = 0, 0
+  local n, rounds, buried, alien = 0, 0, 0, false
   -- A round takes one head of each of the keys with the lowest turns; a key that may
   -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
   while n < count and rounds < count do
@@ -423,13 +435,17 @@ local function ktake(K, count, deadline, nonce, conc, out)
       end
     end
     local links = #heads > 0 and bulk_read('HMGET', kwait, heads) or {}
-    local ids, owners = {}, {}
+    local recs = #heads > 0 and bulk_read('HMGET', msgs, heads) or {}
+    local ids, owners, got = {}, {}, {}
     for i, key in ipairs(firsts) do
       local s, link = st[key], links[i]
-      if link then  -- unlink the head: its next is the new head (whose prev is not kept)
+      if link and not dead and recs[i] and kparse(recs[i]) ~= key then
+        alien = true  -- not its key's record: left for kpop to dead-letter
+      elseif link then  -- unlink the head: its next is the new head (whose prev is not kept)
         local _, nxt = lsplit(link)
         ids[#ids + 1] = heads[i]
         owners[#owners + 1] = key
+        got[#ids] = recs[i]
         s[4] = nxt
         s[2] = nxt == '' and 0 or math.max(s[2] - 1, 1)
       else
@@ -438,13 +454,16 @@ local function ktake(K, count, deadline, nonce, conc, out)
     end
     if #ids > 0 then
       bulk('HDEL', kwait, ids)
-      local recs = bulk_read('HMGET', msgs, ids)
       local states = bulk_read('HMGET', dlv, ids)
       local fs = fences and bulk_read('HMGET', kfence, owners) or {}
       local z, d = {}, {}
       for i, id in ipairs(ids) do
-        local rec = recs[i]
-        if rec then
+        local rec = got[i]
+        if rec and kparse(rec) ~= owners[i] then
+          redis.call('ZADD', dead, now, id)
+          record_why(why, id, now, 'r', '')
+          buried = buried + 1
+        elseif rec then
           local a = attempts(states[i]) + 1
           z[#z + 1] = deadline
           z[#z + 1] = id
@@ -464,8 +483,9 @@ local function ktake(K, count, deadline, nonce, conc, out)
       bulk('HSET', dlv, d)
     end
     kstore(K, keys, st, conc)
+    if alien then break end
   end
-  return n
+  return n, buried
 end
 
 local function kadd(K, conc, ensure, window, now, items, from, out)
@@ -514,7 +534,7 @@ local function kadd(K, conc, ensure, window, now, items, from, out)
   return pushed, idle and pushed > 0, refused
 end
 
-local function kensure(k, conc, window, now, items, from)
+local function kensure(k, conc, window, now, items, from, out)
   local K = {kwait = k[1], kturn = k[2], kstate = k[3], msgs = k[4], seq = k[7], done = k[8]}
-  return kadd(K, conc, true, window, now, items, from, {})
+  return kadd(K, conc, true, window, now, items, from, out or {})
 end

@@ -1,10 +1,12 @@
 --[[ lib/members: consumer-group membership, shared by group-heartbeat and group-reap.
   drop_stale(members, ttls, now) -> members dropped, members still alive (a list)
     A member whose last heartbeat (score in `members`) plus its own TTL (in `ttls`) is
-    before `now` leaves both keys. Groups are small (tens of members): check each one.
+    before `now` leaves both keys. Groups are small (tens of members): check each one, up
+    to MAX_MEMBERS (lib/bounds.lua), the longest silent first.
+  uses: lib/bounds.lua
 ]]
 local function drop_stale(members, ttls, now)
-  local all = redis.call('ZRANGE', members, 0, -1, 'WITHSCORES')
+  local all = redis.call('ZRANGE', members, 0, MAX_MEMBERS - 1, 'WITHSCORES')
   local dropped, alive = 0, {}
   for i = 1, #all, 2 do
     local ttl = tonumber(redis.call('HGET', ttls, all[i]) or '0')

@@ -1,6 +1,7 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
   uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua lib/place.lua
-  push_into(k, ensure, window, now, items, from, skip) -> outcome per item, added, wake
+  push_into(k, ensure, window, now, items, from, skip, promoting)
+    -> outcome per item, added, wake
     k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
     items: a flat list, from index `from` on, of id, delay ms, priority, body for each
@@ -14,12 +15,22 @@
     was announced by an earlier push: a waiter looks again after each wake-up until it
     finds ready empty, and naps only until the earliest due time it saw. (A PUBLISH on
     every push costs the server a call and every subscriber a read.)
-    Promotes what is due first, so ready order is exactly "became ready first".
+    Promotes what is due first (at most `promoting`, PROMOTE when nil), so ready order is
+    exactly "became ready first" while no more than that fell due since the last look.
+  PROMOTE  due messages one push promotes first (25 ms of the server's time, about)
+  promote_share(targets) -> what each of `targets` shards of one call promotes: PROMOTE
+    shared (a publish pushes into each group queue of a topic in one call)
 ]]
-local function push_into(k, ensure, window, now, items, from, skip)
+local PROMOTE = 5000
+
+local function promote_share(targets)
+  return math.max(math.floor(PROMOTE / math.max(targets, 1)), 1)
+end
+
+local function push_into(k, ensure, window, now, items, from, skip, promoting)
   local delayed, ready, unack, msgs, dlv, dead, seq, done, counts =
     k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]
-  promote(delayed, ready, msgs, dlv, seq, now, 5000)
+  promote(delayed, ready, msgs, dlv, seq, now, promoting or PROMOTE)
   local n = math.floor((#items - from + 1) / 4)
   local base = redis.call('INCRBY', seq, n) - n
   local out, seen, ids, at = {}, {}, {}, {}

@@ -7,11 +7,13 @@
   CONFLICT -4 another consumer group consumes this queue
   GONE    -5  the queue (or topic) the caller opened is gone: the shard's epoch key does
               not hold the caller's epoch (its keys vanished, or it was created anew)
+  BOUNDS  -6  the call carries more than one call of dynoq does, or a number out of its
+              range (lib/bounds.lua): nothing was done
   fenced(lease, token) -> FENCED when `token` is given and no longer holds `lease`, else nil
   gone(epoch_key, epoch) -> GONE when `epoch` is given and `epoch_key` does not hold it,
               else nil ('' : a queue stored before epochs, not checked; docs/internals.md)
 ]]
-local FENCED, LEASED, STALE, CONFLICT, GONE = -1, -2, -3, -4, -5
+local FENCED, LEASED, STALE, CONFLICT, GONE, BOUNDS = -1, -2, -3, -4, -5, -6
 
 local function fenced(lease, token)
   if token ~= '' and redis.call('GET', lease) ~= token then return FENCED end

@@ -1,7 +1,8 @@
 --[[ lib/why: why a message failed, kept in the shard's `why` hash until it is acked,
   removed or purged: "<first failed ms>,<last failed ms>,<kind>,<detail>", where kind is
-  "e" (detail: msgpack [error type, message, traceback, consumer], made by the consumer)
-  or "x" (its visibility ran out: no consumer said why).
+  "e" (detail: msgpack [error type, message, traceback, consumer], made by the consumer),
+  "x" (its visibility ran out: no consumer said why) or "r" (a keyed shard's pop met a
+  record that does not name the key it waits in: lib/keyed.lua ktake).
   record_why(why, id, now, kind, detail)  keeps the first failure time of an earlier entry
 ]]
 local function record_why(why, id, now, kind, detail)
