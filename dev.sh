@@ -4,7 +4,8 @@
 #   ./dev.sh demo    the demo (a private embedded server unless DYNOQ_URL is set)
 #   ./dev.sh test    lint, type check and the test suite
 #   ./dev.sh bench   the core benchmark
-#   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py)
+#   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py;
+#                    --check, --force)
 #   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
 #   ./dev.sh docs    the documentation site at http://127.0.0.1:8000/ (mkdocs serve)
 set -euo pipefail
@@ -33,7 +34,8 @@ case "${1:-test}" in
     shift || true
     exec .venv/bin/python -m benchmarks.bench_core "$@" ;;
   unasync)
-    exec .venv/bin/python scripts/unasync.py ;;
+    shift || true
+    exec .venv/bin/python scripts/unasync.py "$@" ;;
   floor)
     # The bounds on every connection (tests/test_halfopen.py) on the floor redis-py: that
     # one package in a directory of its own, put in front of the venv's.

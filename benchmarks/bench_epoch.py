@@ -21,6 +21,7 @@ import dynoq
 from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 from dynoq._core.calls import Batch, Call
 from dynoq._core.ops import QueueOps
+from dynoq._core.popping import Planner
 
 PREFIX = "bench-epoch"
 PIPELINE = 500
@@ -63,10 +64,11 @@ def main() -> None:
 
         def pop_ack(ops: QueueOps) -> tuple[float, float]:
             popped: list[dynoq.Message] = []
+            planner = Planner(ops)
 
             def pop() -> None:
                 for _ in range(n):
-                    popped.extend(backend.drive(ops.pop(1)))
+                    popped.extend(backend.drive(planner.pop(1)))
 
             def ack() -> None:
                 for i in range(0, len(popped), PIPELINE):

@@ -62,10 +62,10 @@ return redis.call('ZADD', KEYS[2], 0, ARGV[5])
 
 
 def libs_of(name: str) -> str:
-    """The shared pieces a dynoq script includes, as one text."""
+    """The shared pieces a dynoq script includes, as one text (what comes before its
+    header; after it, its keys by name and its body)."""
     s = lua.script(name)
-    body = (lua.resources.files("dynoq") / "lua" / f"{name}-{len(s.keys)}.lua").read_text()
-    return s.plain[:len(s.plain) - len(body)]
+    return s.plain[:s.plain.index(f"--[[ {name}:")]
 
 
 def function_library(name: str) -> str:

@@ -1,5 +1,6 @@
-# Generated from dynoq/asyncio/checker.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/checker.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest d8ebefbc1212df33: of the text below, an edit by hand does not match).
 """The transaction checker (RocketMQ's check-back): it asks ``check(msg)`` about prepared
 messages their producer left undecided past their ``check_after`` and settles each as
 answered (DESIGN.md §3.6).
@@ -93,7 +94,7 @@ class Checker:
 
     def __repr__(self) -> str:
         return (f"<dynoq.Checker {self.group!r} of {self.queue.name!r} "
-        f"{self.instance_id}>")
+                f"{self.instance_id}>")
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._core import codec, ops, topics, validate
+from ._core import codec, opening, topics, validate
 from ._core.calls import Cmd, server_time
 from ._core.catalog import Catalog
 from ._core.sweep import SweepObserver
@@ -96,7 +96,7 @@ class Client:
 
     def queue_names(self) -> list[str]:
         """Every registered queue under this prefix, sorted."""
-        return list(self.backend.run(ops.queue_names(self.prefix)))
+        return list(self.backend.run(opening.queue_names(self.prefix)))
 
     def sweeper(self, *, interval: float = DEFAULT_INTERVAL,
                 refresh_interval: float = REFRESH_INTERVAL,

@@ -1,5 +1,6 @@
-# Generated from dynoq/asyncio/halves.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/halves.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest fcba87fe47b35363: of the text below, an edit by hand does not match).
 """Transactional messages: the handle of a prepared (half) message, and the ``with`` block
 that commits it on a clean exit and rolls it back on an exception (DESIGN.md §3.6).
 
@@ -22,7 +23,7 @@ class Half:
     its id with ``q.half(id)`` (for a process that prepared it and then restarted)."""
 
     def __init__(self, backend: Backend, tx: TxOps, id: str,
-            shard: int | None = None) -> None:
+                 shard: int | None = None) -> None:
         self.backend = backend
         self.tx = tx
         self.id = id
@@ -55,7 +56,7 @@ class Transaction:
     clean exit, rolls back when the block raises (the exception goes on)."""
 
     def __init__(self, backend: Backend, tx: TxOps, payload: Any,
-            options: dict[str, Any]) -> None:
+                 options: dict[str, Any]) -> None:
         self.backend = backend
         self.tx = tx
         self.payload = payload

@@ -1,3 +1,6 @@
+# Generated from dynoq/asyncio/sweeper.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest 75f3ed18886b9c39: of the text below, an edit by hand does not match).
 """The sweeper: background upkeep of every registered queue and topic (DESIGN.md §4).
 
 What a pass does is in :mod:`dynoq._core.sweep`; this module runs passes on a backend,
@@ -7,7 +10,6 @@ may run at once (every step is an atomic, bounded script).
 
 from __future__ import annotations
 
-import threading
 import time
 
 from ._core import validate
@@ -21,6 +23,7 @@ from ._core.sweep import (
     Sweeps,
 )
 from .backend import Backend
+from .events import Event, new_event, wait_event
 
 
 class Sweeper:
@@ -31,7 +34,8 @@ class Sweeper:
     ``dynoq.metrics.Metrics``) is told about every pass. ``client.sweeper(...)`` makes one.
     """
 
-    def __init__(self, backend: Backend, *, prefix: str, interval: float = DEFAULT_INTERVAL,
+    def __init__(self, backend: Backend, *, prefix: str,
+                 interval: float = DEFAULT_INTERVAL,
                  refresh_interval: float = REFRESH_INTERVAL,
                  observer: SweepObserver | None = None) -> None:
         self.backend = backend
@@ -42,7 +46,7 @@ class Sweeper:
         self.observer = observer
         self._sweeps = Sweeps(self.prefix, self.refresh_interval,
                               cross_slot=backend.cross_slot, observer=observer)
-        self._stop = threading.Event()
+        self._stop = new_event()
 
     def stop(self) -> None:
         """Ask ``run_forever`` to return after the current step."""
@@ -54,7 +58,7 @@ class Sweeper:
         counted in ``errors``."""
         return self.backend.drive(self._sweeps.run_once())
 
-    def run_forever(self, stop_event: threading.Event | None = None) -> SweepReport:
+    def run_forever(self, stop_event: Event | None = None) -> SweepReport:
         """Sweep every ``interval`` seconds until stopped. Connection failures are logged
         and retried with capped exponential backoff; this never raises for them. Returns
         the totals."""
@@ -67,10 +71,10 @@ class Sweeper:
             try:
                 report = self.run_once()
             except Exception as exc:  # noqa: BLE001 - a daemon logs and retries, never exits
-                stop.wait(progress.failed(exc, self._sweeps.take_partial()))
+                wait_event(stop, progress.failed(exc, self._sweeps.take_partial()))
                 continue
             progress.done(report)
-            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+            wait_event(stop, self.interval - (time.monotonic() - started))
         return progress.stopped()
 
 

@@ -1,5 +1,6 @@
-# Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest a455fff284693f60: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -7,9 +8,9 @@ A task is a message ``{"task": name, "args": [...], "kwargs": {...}}`` (msgpack,
 pickle) on one of the app's queues; a worker runs one consumer per queue, whose handler
 runs each message's task. Delays, ordered queues and keys, retries, dead letters with
 their reasons, rate limits and schedules are the queue's and the consumer's own; the
-decisions of this layer are in :mod:`dynoq._core.tasks`, shared by both flavors. The
-asyncio shell (``dynoq/asyncio/tasks.py``) is written by hand; the sync one is generated
-from it (scripts/unasync.py).
+decisions of this layer are in :mod:`dynoq._core.tasks` and :mod:`dynoq._core.taskapp`,
+shared by both flavors. The asyncio shell (``dynoq/asyncio/tasks.py``) is written by hand;
+the sync one is generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
+from ._core import taskapp, validate
 from ._core import tasks as core
-from ._core import validate
 from ._core.callables import call_sync
-from ._core.tasks import TaskInfo, TaskOptions, TaskState
+from ._core.taskapp import TaskOptions
+from ._core.tasks import TaskInfo, TaskState
 from .errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
 from .message import ConsumerStats, Message
 from .settings import ConsumerSettings
@@ -54,7 +56,7 @@ class Tasks:
 
     def __init__(self, client: Client | None = None, *, queue: str = "default") -> None:
         self.client = client
-        self.registry: core.Registry[Task] = core.Registry(queue)
+        self.registry: taskapp.Registry[Task] = taskapp.Registry(queue)
         self._queues: dict[str, Queue] = {}
 
     def __repr__(self) -> str:
@@ -101,9 +103,9 @@ class Tasks:
         InvalidType, and so do a name already taken and a queue option that contradicts
         another task's."""
         def declare(f: Callable[..., Any]) -> Task:
-            core.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
+            taskapp.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
             options = TaskOptions(
-                name=core.task_name(f) if name is None else name,
+                name=taskapp.task_name(f) if name is None else name,
                 queue=self.registry.default_queue if queue is None else queue,
                 retry_delays=None if retry_delays is None else tuple(retry_delays),
                 max_retries=max_retries, timeout=timeout, rate_limit=rate_limit, key=key,
@@ -151,7 +153,7 @@ class Tasks:
         only), each with the consumer ``options`` (as ``client.consumer`` takes them, or
         ``settings=``) and its tasks' timeout, rate limit and retry policies. Start it,
         stop it, or ``run()`` it until SIGTERM."""
-        base = core.worker_settings(settings, options)
+        base = taskapp.worker_settings(settings, options)
         client = self._client()
         made = []
         keeping = {o.queue for o in self.registry.options() if o.keep_ms}
@@ -195,7 +197,7 @@ class Task:
         self.options = options
         self.name = options.name
         self.keep_ms = options.keep_ms
-        self._arguments = core.Arguments(options.name, fn)
+        self._arguments = taskapp.Arguments(options.name, fn)
         self.run = _runner(fn, options.run_in_thread)
 
     def __repr__(self) -> str:

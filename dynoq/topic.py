@@ -1,5 +1,6 @@
-# Generated from dynoq/asyncio/topic.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/topic.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest 66d1979b02021e37: of the text below, an edit by hand does not match).
 """A topic: publish/subscribe with consumer groups (RocketMQ's model; see _core.topics).
 
 Every subscribed group gets every message whose tag matches its expression; a clustering

@@ -85,7 +85,7 @@ def scene(client: dynoq.Client) -> Scene:
     delayed = orders.push_many([dynoq.Message({"n": i}, id=f"later-{i}", delay=600 + i)
                                 for i in range(3)])
     orders.push({"card": "declined"}, id="doomed", priority=0)
-    [doomed] = orders.backend.drive(orders.ops.pop(1, shards=[orders.shard_for("doomed")]))
+    [doomed] = orders.backend.drive(orders.planner.pop(1, shards=[orders.shard_for("doomed")]))
     assert doomed.id == "doomed"  # priority 0 goes first in its shard
     try:
         raise ValueError("card declined by the bank")

@@ -15,6 +15,7 @@ import redis
 import redis.cluster
 
 import dynoq
+from dynoq._core import byid
 from dynoq._core.keys import ShardKeys
 
 # Consumer options that make leases, rebalances and idle waits quick in tests.
@@ -91,17 +92,17 @@ def nested(levels: int) -> Any:
 def pop_leased(q: dynoq.Queue, count: int = 1, *, lease: str,
                shards: list[int] | None = None) -> list[dynoq.Message]:
     """A pop as a lease holder does it (the consumer's way in)."""
-    return q.backend.drive(q.ops.pop(count, shards=shards, lease=lease))
+    return q.backend.drive(q.planner.pop(count, shards=shards, lease=lease))
 
 
 def dead_letter(q: dynoq.Queue, msg: dynoq.Message) -> bool:
     """Dead-letter a delivery now (what a handler's DeadLetter does)."""
-    return q.backend.drive(q.ops.nack(msg, mode="dead"))
+    return q.backend.drive(byid.nack(q.ops, msg, mode="dead"))
 
 
 def requeue_shard(q: dynoq.Queue, shard: int, *, force: bool = False,
                   lease: str = "") -> int:
-    return sum(q.backend.drive(q.ops.requeue(shard, force=force, lease=lease)))
+    return sum(q.backend.drive(q.ops.kind.requeue(shard, force=force, lease=lease)))
 
 
 class RedisServer:

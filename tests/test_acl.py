@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 import dynoq
 from dynoq import acl
-from dynoq._core import grants, validate
+from dynoq._core import byid, grants, validate
 from dynoq._core.keys import (
     QueueKeys,
     ShardKeys,
@@ -303,7 +303,7 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         got = cq.pop(5)
         for m in got:
             if m.id == "d1":
-                cq.backend.drive(cq.ops.nack(m, mode="dead"))
+                cq.backend.drive(byid.nack(cq.ops, m, mode="dead"))
             else:
                 cq.ack(m)
         assert cq.replay_dead() == 1 and cq.remove("d1")
@@ -337,11 +337,11 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         assert looking is not None and looking.stats().shards and looking.peek(1) is not None
         cq.push("again", id="d2")
         for m in cq.pop(10):
-            cq.backend.drive(cq.ops.nack(m, mode="dead"))
+            cq.backend.drive(byid.nack(cq.ops, m, mode="dead"))
         acting = clients["dashboard-actions"].open_existing("jobs")
         assert acting is not None and acting.replay_dead(["d2"]) == 1
         for m in cq.pop(10):
-            cq.backend.drive(cq.ops.nack(m, mode="dead"))
+            cq.backend.drive(byid.nack(cq.ops, m, mode="dead"))
         assert acting.purge_dead() >= 1
     finally:
         for c in clients.values():
@@ -380,7 +380,7 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
         time.sleep(0.4)
         assert clients["sweeper"].sweeper().run_once().errors == 0
         for m in ck.pop(10):
-            ck.backend.drive(ck.ops.nack(m, mode="dead"))
+            ck.backend.drive(byid.nack(ck.ops, m, mode="dead"))
         acting = clients["dashboard-actions"].open_existing("kq")
         assert acting is not None and acting.replay_dead() >= 1 and acting.purge_dead() >= 0
         # transactional messages: prepare, commit, roll back (a queue, a keyed queue, a
@@ -602,9 +602,32 @@ def test_a_script_cannot_widen_a_role_by_accident() -> None:
         grants.script_uses(lua.parse("t-2.lua", head + "redis.call('FLUSHALL')\n"))
 
 
+def test_a_write_is_granted_on_the_kind_its_key_is_named_after() -> None:
+    """A body names its keys as the loader gives them (K, group_keys(g)), a shared piece
+    by its arguments' fields or names: each write is granted on that name's kind."""
+    from dynoq._core import lua
+
+    head = ("--[[ t: a test.\n  KEYS[1] rate  KEYS[2] ready|kturn  KEYS[3] counts\n"
+            "  KEYS[2..] repeated: a group per shard\n  flags: allow-oom\n]]\n")
+    body = ("local function bump(k)\n  redis.call('HINCRBY', k.counts, 'n', 1)\nend\n"
+            "local log = K.rate\nredis.call('ZADD', log, 1, 'x')\n"
+            "local k = group_keys(1)\nredis.call('ZADD', k.kturn, 1, 'x')\nbump(k)\n")
+    uses = grants.script_uses(lua.parse("t-3.lua", head + body))
+    assert uses.writes == {"ZADD": frozenset({"rate", "kturn"}),
+                           "HINCRBY": frozenset({"counts"})}
+    with pytest.raises(ValueError, match="names two kinds"):
+        grants.script_uses(lua.parse("t-3.lua", head + "local log = K.rate\n"
+                                     "local function f(k)\n  local log = k.counts\nend\n"
+                                     "f(group_keys(1))\n"
+                                     "redis.call('ZADD', log, 1, 'x')\n"))
+    with pytest.raises(ValueError, match="cannot tell which key"):
+        grants.script_uses(lua.parse("t-3.lua", head + "local k = group_keys(1)\n"
+                                     "redis.call('UNLINK', k.nothing)\n"))
+
+
 def test_a_role_gets_only_what_the_functions_its_scripts_call_send() -> None:
     """A shared piece brings functions a script never calls: their commands are granted
-    to nobody (a producer's push gets nothing of lib/keyed.lua's pop half)."""
+    to nobody (a producer's publish brings lib/kstore.lua's kfree and never calls it)."""
     from dynoq._core import lua
 
     head = "--[[ t: a test.\n  KEYS[1] ready  KEYS[2] msgs\n  flags: allow-oom\n]]\n"

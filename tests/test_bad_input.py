@@ -113,7 +113,7 @@ def test_bad_pop_and_ops_arguments(client: dynoq.Client) -> None:
                  lambda: q.pop(visibility=0), lambda: q.peek(0),
                  lambda: q.nack("x", delay=-1), lambda: q.extend("x", math.inf),
                  lambda: q.extend("x", -0.5), lambda: q.extend("x", math.nan),
-                 lambda: q.reschedule("x", delay=-5), lambda: q.ops.pop(shards=[7])):
+                 lambda: q.reschedule("x", delay=-5), lambda: q.planner.pop(shards=[7])):
         with pytest.raises(ValueError):
             call()
     with pytest.raises(TypeError):

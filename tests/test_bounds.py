@@ -103,14 +103,14 @@ def _lua_maxima() -> dict[str, int]:
 def test_the_scripts_maxima_are_the_clients_constants() -> None:
     # One number per decision: a client that sends more per call than its scripts take
     # would be refused at its first long push.
-    from dynoq._core import group, halves, keyed, ops, settings, topics
+    from dynoq._core import bounds, group, halves, keyed, settings, topics
 
     clients = {
-        "MAX_BATCH": validate.MAX_BATCH, "PUSH_CHUNK": ops.PUSH_CHUNK,
-        "IDS_CHUNK": ops.IDS_CHUNK, "SWEEP_LIMIT": ops.SWEEP_LIMIT,
+        "MAX_BATCH": validate.MAX_BATCH, "PUSH_CHUNK": bounds.PUSH_CHUNK,
+        "IDS_CHUNK": bounds.IDS_CHUNK, "SWEEP_LIMIT": bounds.SWEEP_LIMIT,
         "EXPIRE_LIMIT": keyed.EXPIRE_LIMIT, "MAX_CLAIM": halves.MAX_CLAIM,
         "MAX_TARGETS": topics.MAX_TARGETS, "MAX_COPIES": topics.MAX_COPIES,
-        "CALL_SHARDS": ops.CALL_SHARDS, "HISTORY_CAP": group.HISTORY_CAP,
+        "CALL_SHARDS": bounds.CALL_SHARDS, "HISTORY_CAP": group.HISTORY_CAP,
         "MAX_TAGS": validate.MAX_TAGS, "MAX_TAG_BYTES": 4 * validate.MAX_TAG_LENGTH,
         "MAX_PRIORITY": validate.MAX_PRIORITY,
         "MAX_KEY_CONCURRENCY": settings.MAX_KEY_CONCURRENCY,
@@ -329,8 +329,8 @@ def test_a_heartbeat_reads_at_most_max_members_of_its_group(client: dynoq.Client
 def test_a_rate_limit_frees_at_most_a_sweeps_worth_of_old_grants_and_never_grants_more(
         client: dynoq.Client) -> None:
     # Grants left in the log past their period still count: fewer permits, never more.
+    from dynoq._core.bounds import SWEEP_LIMIT
     from dynoq._core.group import GroupOps
-    from dynoq._core.ops import SWEEP_LIMIT
 
     q = client.queue("bursty", shards=1)
     member = GroupOps(q.ops.keys, "g", "m1", 10.0)
@@ -355,7 +355,7 @@ def test_a_settings_hash_larger_than_dynoq_writes_is_refused_not_read_whole(
 
 def test_a_pop_across_more_shards_than_one_call_reads_takes_the_lowest_priority_first(
         client: dynoq.Client) -> None:
-    from dynoq._core.ops import CALL_SHARDS
+    from dynoq._core.bounds import CALL_SHARDS
 
     q = client.queue("wide", shards=CALL_SHARDS + 44)
     q.push_many([Message(i, priority=5, id=f"m{i}") for i in range(40)])
@@ -367,8 +367,8 @@ def test_a_pop_across_more_shards_than_one_call_reads_takes_the_lowest_priority_
 
 def test_leases_on_more_shards_than_one_call_renews_are_renewed_together(
         client: dynoq.Client) -> None:
+    from dynoq._core.bounds import CALL_SHARDS
     from dynoq._core.group import LeaseOps
-    from dynoq._core.ops import CALL_SHARDS
 
     q = client.queue("held", shards=CALL_SHARDS + 44, ordered=True)
     leases = LeaseOps(q.ops, "holder", 30.0)
@@ -378,7 +378,7 @@ def test_leases_on_more_shards_than_one_call_renews_are_renewed_together(
 
 def test_a_publish_to_many_groups_places_at_most_max_copies_a_call_and_every_copy(
         client: dynoq.Client) -> None:
-    from dynoq._core.ops import PUSH_CHUNK
+    from dynoq._core.bounds import PUSH_CHUNK
     from dynoq._core.topics import MAX_COPIES
 
     assert MAX_COPIES < 5 * PUSH_CHUNK  # a push's chunk to 5 groups would be refused
@@ -393,8 +393,8 @@ def test_a_push_of_large_messages_goes_in_calls_of_at_most_push_bytes(
         client: dynoq.Client) -> None:
     # The server reads and copies every byte of a call before and while its script runs
     # (about 2 ms a megabyte): 500 messages of 100 KB in one call held it for 110 ms.
+    from dynoq._core.bounds import PUSH_BYTES
     from dynoq._core.calls import Batch
-    from dynoq._core.ops import PUSH_BYTES
 
     q = client.queue("heavy", shards=1)
     outs = [q.ops.prepare(Message(b"x" * 900_000, id=f"h{i}")) for i in range(12)]
@@ -409,7 +409,7 @@ def test_a_push_of_large_messages_goes_in_calls_of_at_most_push_bytes(
 
 def test_a_keys_expired_deliveries_go_back_in_a_step_each(embedded_server: Any) -> None:
     # A given-back message goes before the first waiting one of its key with a higher
-    # seq (lib/keyed.lua kback): given back in ascending seq order, each walked past the
+    # seq (lib/klinks.lua kback): given back in ascending seq order, each walked past the
     # ones before it, and 1,000 expired deliveries of one key took 500,000 steps (1.5 s of
     # the server's time). Counted by the server itself (a private server: its stats).
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"

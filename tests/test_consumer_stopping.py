@@ -157,3 +157,51 @@ def test_an_async_handler_may_stop_its_own_consumer(url: str, prefix: str) -> No
 
     assert asyncio.run(main()) == ([], 0, 2, True)
     delete_prefix(url, prefix)
+
+
+def test_consumers_run_stops_every_consumer_also_when_one_fails_to_start(
+        flavor: str, url: str, prefix: str) -> None:
+    """Consumers.run (a task worker) stops its consumers when a start fails, as
+    Consumer.run does: the one whose start failed after joining leaves the group too
+    (the thread flavor once left it a member until its heartbeat ran out)."""
+    def nothing(msg: dynoq.Message) -> None: ...
+
+    async def anothing(msg: dynoq.Message) -> None: ...
+
+    if flavor == "sync":
+        with dynoq.connect(url, prefix=prefix) as client:
+            q1, q2 = client.queue("many-1", shards=1), client.queue("many-2", shards=1)
+            c1 = client.consumer(q1, nothing, instance_id="m1", **FAST)
+            c2 = client.consumer(q2, nothing, instance_id="m2", **FAST)
+            real = c2.start
+
+            def failing() -> dynoq.Consumer:
+                real()
+                raise RuntimeError("boom")
+
+            c2.start = failing  # type: ignore[method-assign]
+            with pytest.raises(RuntimeError, match="boom"):
+                dynoq.Consumers([c1, c2]).run(stop_timeout=10)
+            left = (members(q1, "default"), members(q2, "default"))
+    else:
+        async def main() -> tuple[list[str], list[str]]:
+            async with dynoq.asyncio.connect(url, prefix=prefix) as client:
+                q1 = await client.queue("many-1", shards=1)
+                q2 = await client.queue("many-2", shards=1)
+                c1 = client.consumer(q1, anothing, instance_id="m1", **FAST)
+                c2 = client.consumer(q2, anothing, instance_id="m2", **FAST)
+                real = c2.start
+
+                async def failing() -> dynoq.asyncio.Consumer:
+                    await real()
+                    raise RuntimeError("boom")
+
+                c2.start = failing  # type: ignore[method-assign]
+                with pytest.raises(RuntimeError, match="boom"):
+                    await dynoq.asyncio.Consumers([c1, c2]).run(stop_timeout=10)
+                group = dynoq.asyncio.consumer.group
+                return (await group.members(q1, "default"), await group.members(q2, "default"))
+
+        left = asyncio.run(main())
+    delete_prefix(url, prefix)
+    assert left == ([], [])

@@ -14,12 +14,12 @@ from dynoq._core.consuming import (
     CHANNEL_TICK,
     LastLook,
     UpkeepClock,
-    fetch,
     nap,
     pop_order,
 )
 from dynoq._core.group import LeaseBook
 from dynoq._core.ops import QueueOps
+from dynoq._core.popping import Planner
 from dynoq._core.settings import QueueSettings
 from dynoq.consumer.board import InFlight, ShardBoard
 from dynoq.errors import InvalidArgument, InvalidType
@@ -134,6 +134,11 @@ def test_upkeep_clock_beats_rebalances_and_recovers() -> None:
 
 def _ops(shards: int, *, cross_slot: bool = True) -> QueueOps:
     return QueueOps("t", "q", QueueSettings(shards=shards), cross_slot=cross_slot)
+
+
+def fetch(ops: QueueOps, count: int, shards: list[int], **options: Any) -> Any:
+    """A concurrent consumer's look (its queue's pop planner in fetch mode)."""
+    return Planner(ops).fetch(count, shards, **options)
 
 
 def _popped(shard: int, n: int) -> list[Any]:
@@ -260,9 +265,10 @@ def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> No
     # After a look that saw priorities above 0, a backlog's first pop names the other
     # shards (one server): it claims nothing they beat, and says what they hold.
     ops = _ops(4)
-    ops.note({0: 6}, [])  # the last look saw priority 5
-    assert ops.ranked
-    flow = fetch(ops, 100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
+    planner = Planner(ops)
+    planner.note({0: 6}, [])  # the last look saw priority 5
+    assert planner.ranked
+    flow = planner.fetch(100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
     first = next(flow)
     assert isinstance(first, Call) and first.script.name == "pop"
     assert len(first.keys) == 11 + 3 * 3 and first.args[-1] == 99
@@ -272,7 +278,7 @@ def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> No
     # shards 3, 0, 1 may deliver 5, 1 and nothing.
     pop = flow.send([0, -1, 6, 6, 2, 0])
     assert isinstance(pop, Call) and pop.script.name == "pop"  # no probe
-    assert pop.keys == ops._pop_keys[0] and pop.args[-1] == 1  # the best shard alone
+    assert pop.keys == ops.kind.pop_keys[0] and pop.args[-1] == 1  # the best shard alone
     with pytest.raises(StopIteration) as stop:
         flow.send(_popped(0, 3))
     assert len(stop.value.value[0]) == 3
@@ -295,7 +301,7 @@ def test_a_watcher_waits_until_the_due_time_not_the_whole_idle_wait() -> None:
 def test_a_waiting_pop_sleeps_until_the_hint_then_looks_again() -> None:
     # One shard, nothing deliverable, something due in 250 ms: pop waits for a wake-up
     # that long (no margin: see consuming.nap), at most what is left of `wait`.
-    flow = _ops(1).pop(1, wait=5.0, shards=[0])
+    flow = Planner(_ops(1)).pop(1, wait=5.0, shards=[0])
     assert isinstance(next(flow), Call)
     wake = flow.send([0, 250, 0])
     assert isinstance(wake, Wake) and wake.timeout == pytest.approx(0.25)
@@ -363,3 +369,45 @@ def test_a_loss_in_an_earlier_tenure_leaves_the_newer_one() -> None:
     book.forget(0)
     book.taken(0, fence=3, sent_at=101.0)
     assert not book.ended(0, 2) and book.ended(0, 3)
+
+
+@pytest.mark.parametrize("kind", ["threads", "tasks"])
+def test_the_upkeep_stop_waits_up_to_its_timeout_in_seconds_in_both_flavors(kind: str) -> None:
+    """Upkeep.stop(timeout) means seconds in both flavors (the thread one once took a
+    monotonic deadline under the same name): a loop that ends within the timeout, but
+    after the channel ticks the stop waits at least, has ended when stop returns."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    import dynoq.asyncio.consumer.upkeep as aupkeep
+    import dynoq.consumer.upkeep as supkeep
+
+    slow = CHANNEL_TICK * 4 + 0.5  # longer than the least a stop waits
+    ended = threading.Event()
+    module = supkeep if kind == "threads" else aupkeep
+    upkeep = module.Upkeep.__new__(module.Upkeep)
+    upkeep.shared = SimpleNamespace(queue=SimpleNamespace(name="q"))
+
+    def loop() -> None:
+        time.sleep(slow)  # a tick under way (a slow heartbeat): the stop is seen after it
+        ended.set()
+
+    async def aloop() -> None:
+        await asyncio.sleep(slow)
+        ended.set()
+
+    if kind == "threads":
+        upkeep._stop = threading.Event()
+        upkeep._loop = loop
+        upkeep.start()
+        upkeep.stop(slow + 5.0)
+    else:
+        async def main() -> None:
+            upkeep._stop = asyncio.Event()
+            upkeep._loop = aloop
+            upkeep.start()
+            await upkeep.stop(slow + 5.0)
+
+        asyncio.run(main())
+    assert ended.is_set()

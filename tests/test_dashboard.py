@@ -177,7 +177,7 @@ def test_actions_need_a_valid_csrf_token_and_a_confirmation(
         assert r.status == 303 and "replayed+1" in r.headers["location"]
         assert q.stats().dead == 0 and q.get("doomed").attempts == 0  # type: ignore[union-attr]
         # purge, confirmed
-        [m] = q.backend.drive(q.ops.pop(1, shards=[q.shard_for("doomed")]))
+        [m] = q.backend.drive(q.planner.pop(1, shards=[q.shard_for("doomed")]))
         assert m.id == "doomed" and dead_letter(q, m)
         r = http(dash.url + "queue/dead/purge?q=orders", method="POST",
                  data={"csrf": token, "confirm": "orders"}, headers={"Cookie": cookie})

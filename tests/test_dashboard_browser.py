@@ -15,6 +15,7 @@ from dashboard_kit import BROWSER_ARGS, chromium, scene
 from helpers import delete_prefix, wait_for
 
 import dynoq
+from dynoq._core import byid
 from dynoq.consumer import Consumer
 from dynoq.dashboard import DashboardConfig, Running
 
@@ -86,8 +87,8 @@ def test_numbers_and_charts_change_without_a_reload(page: Any, client: dynoq.Cli
         page.goto(dash.url + "queue?q=orders")
         dead = page.locator('[data-live="dead"]')
         assert dead.inner_text() == "1"
-        [m] = s.orders.backend.drive(s.orders.ops.pop(1, shards=[shard]))
-        s.orders.backend.drive(s.orders.ops.nack(m, mode="dead"))
+        [m] = s.orders.backend.drive(s.orders.planner.pop(1, shards=[shard]))
+        s.orders.backend.drive(byid.nack(s.orders.ops, m, mode="dead"))
         page.wait_for_function("() => document.querySelector('[data-live=dead]')"
                                ".textContent === '2'")
 

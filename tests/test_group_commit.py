@@ -19,9 +19,10 @@ from test_queue_gone import wipe
 
 import dynoq
 from dynoq._core import codec
+from dynoq._core.bounds import PUSH_CHUNK
 from dynoq._core.calls import Batch, Call
 from dynoq._core.combine import Combiner, Pending, fail, plan, settle
-from dynoq._core.ops import PUSH_CHUNK, QueueOps
+from dynoq._core.ops import QueueOps
 from dynoq.settings import QueueSettings
 
 FLAVORS = ("sync", "async")

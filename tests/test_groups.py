@@ -268,11 +268,11 @@ def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) 
     assert sorted(m.key for m in q.pop(count=10)) == ["a", "c"]
 
 
-# A push numbers its messages with kseqs (lib/keyed.lua), which counts base 36 digits up in
+# A push numbers its messages with kseqs (lib/knum.lua), which counts base 36 digits up in
 # place: every seq must be kseq's of the same number (they are compared as strings when a
 # given-back message goes back before the later ones of its key), across every carry.
 _SEQS = lua.parse("t-0.lua", """--[[ t: kseqs(first) against kseq, `count` numbers on
-  uses: lib/keyed.lua
+  uses: lib/knum.lua
   flags: no-writes
 ]]
 local first, count = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -298,7 +298,7 @@ def test_a_pushs_seqs_are_each_numbers_kseq_across_carries(client: dynoq.Client,
         (len(s) - 1, n) for s, n in zip(got, range(first, first + 50), strict=True)]
 
 
-# A push of many messages places them in one step (lib/keyed.lua kplace): the model is a
+# A push of many messages places them in one step (lib/kplace.lua): the model is a
 # list per key; a plain push of a stored id moves it last into its (new) key, ensure skips
 # it.
 _batches = st.lists(

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import dead_letter
+from helpers import dead_letter, wait_for
 from prometheus_client import CollectorRegistry
-from test_sweeper import Proc, pop_all, wait_for
+from test_sweeper import Proc, pop_all
 
 import dynoq
 from dynoq.metrics import Metrics, QueueCollector, start_metrics_server
@@ -143,13 +143,13 @@ def test_sweeper_process_serves_metrics(real_client: dynoq.Client, real_url: str
 
 
 def _check_scrapes(p: Proc) -> None:
-    wait_for(lambda: "/metrics" in p.text(), "the metrics endpoint to be logged")
+    wait_for(lambda: "/metrics" in p.text(), what="the metrics endpoint to be logged", timeout=30)
     port = int(re.search(r"127\.0\.0\.1:(\d+)/metrics", p.text()).group(1))  # type: ignore[union-attr]
 
     def requeued() -> bool:
         return 'dynoq_requeued_total{queue="scraped"} 7.0' in scrape(port)
 
-    wait_for(requeued, "the requeue counter on the endpoint")
+    wait_for(requeued, what="the requeue counter on the endpoint", timeout=30)
     text = scrape(port)
     ready = sum(float(v) for v in re.findall(
         r'dynoq_queue_messages\{queue="scraped",shard="\d",state="ready"\} ([\d.]+)', text))
@@ -180,7 +180,7 @@ def test_transactions_prepared_decided_and_checks(client: dynoq.Client) -> None:
                              max_checks=2, observer=m.observe_check)
     checker.start()
     try:
-        wait_for(lambda: q.stats().dead == 1, what="buried after two checks")
+        wait_for(lambda: q.stats().dead == 1, what="buried after two checks", timeout=30)
     finally:
         checker.stop()
     labels = {"queue": "txm", "group": "producers"}

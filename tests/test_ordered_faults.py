@@ -16,6 +16,7 @@ from helpers import FAST, shard_keys, wait_for
 
 import dynoq
 from dynoq import Message
+from dynoq._core import byid
 from dynoq._core.group import LeaseOps
 from dynoq._core.keys import ShardKeys
 from dynoq.consumer import Consumer
@@ -29,9 +30,9 @@ def test_pop_refuses_a_lease_too_close_to_its_end(client: dynoq.Client) -> None:
     q.push_many([Message(i, key="k") for i in range(3)])
     client.redis.set(shard_keys(q, 0).lease, "holder", px=300)
     with pytest.raises(dynoq.LeaseLost):  # 300 ms left, 1 s wanted
-        q.backend.drive(q.ops.pop(1, lease="holder", margin=1.0))
+        q.backend.drive(q.planner.pop(1, lease="holder", margin=1.0))
     assert q.stats().unacked == 0  # nothing was claimed
-    [m] = q.backend.drive(q.ops.pop(1, lease="holder", margin=0.05))
+    [m] = q.backend.drive(q.planner.pop(1, lease="holder", margin=0.05))
     assert m.payload == 0
 
 
@@ -218,7 +219,7 @@ def test_every_unblocking_transition_wakes_an_ordered_pop(client: dynoq.Client,
     elif how == "remove":
         q.remove(first.id or "")
     else:
-        q.backend.drive(q.ops.nack(first, mode="dead"))
+        q.backend.drive(byid.nack(q.ops, first, mode="dead"))
     t.join(6)
     assert got and time.monotonic() - t0 < 1.0
     assert got[0].payload == (0 if how == "nack" else 1)

@@ -12,6 +12,7 @@ from helpers import dead_letter, pop_leased, requeue_shard, shard_keys
 
 import dynoq
 from dynoq import Message
+from dynoq._core import byid
 
 FLAVORS = ("sync", "async")
 
@@ -515,7 +516,7 @@ def test_clear_of_a_large_queue_deletes_every_message_and_keeps_the_queue(
     popped = q.pop(1000)
     q.ack_many(popped[:500])  # remembered for the dedupe window
     q.nack(popped[500], delay=30)
-    q.backend.drive(q.ops.nack(popped[501], mode="dead"))
+    q.backend.drive(byid.nack(q.ops, popped[501], mode="dead"))
     q.clear()
     s = q.stats()
     assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
@@ -606,7 +607,7 @@ def test_an_ordered_batch_given_back_every_way_returns_in_its_order(
     assert [m.payload for m in batch] == [1, 2, 3, 4, 5]
     assert q.extend(batch[3], 0.05) and q.extend(batch[0], 30)  # states made by extend
     for m in reversed(batch):  # given back unhandled (a stopping consumer's way)
-        assert q.backend.drive(q.ops.nack(m, mode="back"))
+        assert q.backend.drive(byid.nack(q.ops, m, mode="back"))
     batch = pop(8)
     assert [m.payload for m in batch] == list(range(1, 9))
     for m in reversed(batch):  # retries in place, the last first

@@ -184,7 +184,7 @@ def test_key_routing_keeps_partition_order_per_key(spark: Any,
     seen = 0
     for shard in range(4):
         delivered: list[dynoq.Message] = []
-        while got := q.backend.drive(q.ops.pop(1000, shards=[shard])):
+        while got := q.backend.drive(q.planner.pop(1000, shards=[shard])):
             delivered += got
             q.ack_many(got)  # an ordered shard gives the next batch once this one is acked
         seen += len(delivered)

@@ -17,15 +17,12 @@ from typing import Any
 import helpers
 import pytest
 import redis
+from helpers import wait_for
 from redis.cluster import RedisCluster
 
 import dynoq
 from dynoq.consumer import group
 from dynoq.sweeper import SweepReport
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    helpers.wait_for(cond, timeout, what)
 
 
 def expire_all(q: dynoq.Queue) -> None:
@@ -64,7 +61,8 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
         t = totals.total()
         return t.requeued == 9 and t.promoted >= 10 and t.trimmed == 1
 
-    wait_for(swept_all, "expired deliveries requeued, 'late' promoted, the acked id trimmed")
+    wait_for(swept_all,
+             what="expired deliveries requeued, 'late' promoted, the acked id trimmed", timeout=30)
     stats = q.stats()
     assert (stats.ready, stats.delayed, stats.unacked, stats.dead) == (20, 0, 0, 0)
     acked = popped[0].id
@@ -80,7 +78,7 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
         buried.add(sweeper.run_once())
         return buried.total().dead_lettered == 9 and buried.total().requeued == 11
 
-    wait_for(dead_lettered, "retries spent -> dead letters")
+    wait_for(dead_lettered, what="retries spent -> dead letters", timeout=30)
     stats = q.stats()
     assert (stats.ready, stats.unacked, stats.dead) == (11, 0, 9)
     assert sweeper.run_once().busy is False
@@ -122,7 +120,7 @@ def test_reaps_members_that_stopped_heartbeating(client: dynoq.Client) -> None:
         reaped.add(sweeper.run_once())
         return reaped.queues["grouped"].reaped == 1
 
-    wait_for(reaped_one, "the silent member to be reaped")
+    wait_for(reaped_one, what="the silent member to be reaped", timeout=30)
     assert group.members(grouped, "g") == ["alive"]
     assert reaped.queues["lonely"].reaped == 0
 
@@ -133,7 +131,8 @@ def test_new_and_removed_queues_are_picked_up(client: dynoq.Client) -> None:
     q = client.queue("late-comer", shards=2)
     q.push("a")
     q.pop(visibility=0.05)
-    wait_for(lambda: sweeper.run_once().total().requeued == 1, "the new queue swept")
+    wait_for(lambda: sweeper.run_once().total().requeued == 1,
+             what="the new queue swept", timeout=30)
     client.redis.srem(f"{client.prefix}:queues", "late-comer")
     time.sleep(0.02)
     assert "late-comer" not in sweeper.run_once().queues
@@ -157,7 +156,7 @@ def test_a_broken_queue_does_not_stop_the_others(client: dynoq.Client,
         return totals.total().requeued == 1
 
     with caplog.at_level("WARNING", logger="dynoq.sweeper"):
-        wait_for(fine_swept, "the healthy queue to be swept")
+        wait_for(fine_swept, what="the healthy queue to be swept", timeout=30)
     assert totals.errors >= 1 and set(totals.queues) == {"fine"}
     assert "'broken' failed" in caplog.text and "'garbled' has no readable settings" in caplog.text
     assert caplog.text.count("'broken' failed") == 1  # not once per pass
@@ -189,7 +188,8 @@ def test_run_forever_stops_on_event(client: dynoq.Client) -> None:
     result: list[SweepReport] = []
     t = threading.Thread(target=lambda: result.append(sweeper.run_forever(stop)))
     t.start()
-    wait_for(lambda: q.stats().unacked == 0 and q.stats().ready == 1, "requeued by the loop")
+    wait_for(lambda: q.stats().unacked == 0 and q.stats().ready == 1,
+             what="requeued by the loop", timeout=30)
     stop.set()
     t.join(10)
     assert not t.is_alive() and result[0].total().requeued == 1 and result[0].passes >= 1
@@ -202,7 +202,7 @@ def test_run_forever_survives_an_unreachable_server(caplog: pytest.LogCaptureFix
     t = threading.Thread(target=sweeper.run_forever)
     with caplog.at_level("WARNING", logger="dynoq.sweeper"):
         t.start()
-        wait_for(lambda: "sweep failed" in caplog.text, "a logged failure")
+        wait_for(lambda: "sweep failed" in caplog.text, what="a logged failure", timeout=30)
         sweeper.stop()
         t.join(20)
     assert not t.is_alive()
@@ -262,7 +262,7 @@ def test_process_requeues_expired_and_exits_0_on_sigterm(
     pop_all(q, 50, visibility=0.3)
     p = procs(real_url, prefix, "--interval", "0.05")
     wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, 50),
-             "the sweeper process to requeue every expired delivery")
+             what="the sweeper process to requeue every expired delivery", timeout=30)
     assert p.stop(signal.SIGTERM) == 0
     assert p.totals()["requeued"] == 50
     assert "Traceback" not in p.text()
@@ -271,7 +271,7 @@ def test_process_requeues_expired_and_exits_0_on_sigterm(
 @pytest.mark.slow
 def test_sigint_exits_0(real_url: str, prefix: str, procs: Callable[..., Proc]) -> None:
     p = procs(real_url, prefix, "--interval", "0.05")
-    wait_for(lambda: "sweeper started" in p.text(), "the sweeper to start")
+    wait_for(lambda: "sweeper started" in p.text(), what="the sweeper to start", timeout=30)
     assert p.stop(signal.SIGINT) == 0
     assert "Traceback" not in p.text()
 
@@ -287,9 +287,10 @@ def test_two_sweepers_requeue_each_message_once(
     a = procs(real_url, prefix, "--interval", "0.02")
     b = procs(real_url, prefix, "--interval", "0.02")
     wait_for(lambda: "sweeper started" in a.text() and "sweeper started" in b.text(),
-             "both sweepers to start")
+             what="both sweepers to start", timeout=30)
     expire_all(q)  # both race for the same expired deliveries
-    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n), "all requeued")
+    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n),
+             what="all requeued", timeout=30)
     assert a.stop() == 0 and b.stop() == 0
     assert a.totals()["requeued"] + b.totals()["requeued"] == n
     again = pop_all(q, n)
@@ -310,10 +311,11 @@ def test_killed_sweeper_loses_nothing(
     pop_all(q, n)
     expire_all(q)
     first = procs(real_url, prefix, "--interval", "0.02")
-    wait_for(lambda: q.stats().ready > 0, "the first sweeper to start requeueing", 60)
+    wait_for(lambda: q.stats().ready > 0, what="the first sweeper to start requeueing", timeout=60)
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     procs(real_url, prefix, "--interval", "0.02")
-    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n), "the second one to finish")
+    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n),
+             what="the second one to finish", timeout=30)
     stats = q.stats()
     assert (stats.delayed, stats.dead) == (0, 0)
     again = pop_all(q, n)
@@ -342,9 +344,10 @@ def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[.
             q = client.queue("restart", shards=2)
             q.push_many(list(range(10)))
             pop_all(q, 10, visibility=0.2)
-            wait_for(lambda: q.stats().ready == 10, "requeued before the restart")
+            wait_for(lambda: q.stats().ready == 10, what="requeued before the restart", timeout=30)
         server.stop()
-        wait_for(lambda: "sweep failed" in p.text(), "the sweeper to notice the outage")
+        wait_for(lambda: "sweep failed" in p.text(),
+                 what="the sweeper to notice the outage", timeout=30)
         assert p.p.poll() is None, p.text()  # still running
         server.start()
         with dynoq.connect(url, prefix=prefix) as client:
@@ -352,8 +355,9 @@ def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[.
             assert q.stats().ready == 10  # the append-only file kept them
             pop_all(q, 10, visibility=0.2)
             wait_for(lambda: q.stats().ready == 10 and q.stats().unacked == 0,
-                     "requeued after the restart, by the same sweeper")
-        wait_for(lambda: "reachable again" in p.text(), "the recovery to be logged")
+                     what="requeued after the restart, by the same sweeper", timeout=30)
+        wait_for(lambda: "reachable again" in p.text(),
+                 what="the recovery to be logged", timeout=30)
         assert p.stop() == 0
         assert p.totals()["requeued"] == 20
     finally:
@@ -364,7 +368,8 @@ def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[.
 def test_sweeper_waits_for_a_server_that_is_not_there_yet(
         procs: Callable[..., Proc], prefix: str) -> None:
     p = procs("redis://127.0.0.1:1/0", prefix, "--interval", "0.05")
-    wait_for(lambda: "cannot reach Redis" in p.text(), "a logged connection failure")
+    wait_for(lambda: "cannot reach Redis" in p.text(),
+             what="a logged connection failure", timeout=30)
     assert p.p.poll() is None
     assert p.stop() == 0
     assert "Traceback" not in p.text()

@@ -30,6 +30,7 @@ from helpers import delete_prefix, wait_for
 
 import dynoq
 import dynoq.asyncio
+from dynoq._core import taskapp
 from dynoq._core import tasks as core
 from dynoq._core.keys import shard_of
 from dynoq._core.lua import SCRIPTS
@@ -209,7 +210,7 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     s2 = app.registry.consumer_settings("q2", base, ordered=False)
     assert (s2.consume_timeout, s2.rate_limit) == (60, None)
     policy = s2.retry_delays
-    assert isinstance(policy, core.TaskRetries)
+    assert isinstance(policy, taskapp.TaskRetries)
 
     def of(name: str) -> dynoq.retry.RetryPolicy:
         return policy.of(dynoq.Message({"task": name, "args": [], "kwargs": {}}))
@@ -220,7 +221,7 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     with pytest.raises(InvalidArgument, match="no task of this app"):
         app.registry.pick(["nope"])
     with pytest.raises(InvalidType, match="unknown worker option"):
-        core.worker_settings(None, {"concurency": 2})
+        taskapp.worker_settings(None, {"concurency": 2})
 
 
 @pytest.mark.sync_only
@@ -270,7 +271,7 @@ def test_the_argument_check_agrees_with_binding(flavor: str) -> None:
         ((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1,), {"y": 2}),
         ((1,), {"k": 2}), ((), {"k": 2}), ((1, 2), {"z": 3}), ((), {"x": 1, "y": 2})]
     for fn in (a, b, c, d, e, f, len):
-        check = core.Arguments(fn.__name__, fn)
+        check = taskapp.Arguments(fn.__name__, fn)
         for args, kwargs in calls:
             try:
                 inspect.signature(fn).bind(*args, **kwargs)
@@ -730,7 +731,7 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
 # -- real worker processes: dynoq worker --tasks ------------------------------------------
 
 def _worker(url: str, prefix: str, app: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DYNOQ_URL": url,
+    env = {**os.environ, "DYNOQ_URL": url, "PYTHONFAULTHANDLER": "1",  # see _stop
            "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, "worker",
@@ -739,13 +740,23 @@ def _worker(url: str, prefix: str, app: str, log: Path, *args: str) -> subproces
 
 
 def _stop(p: subprocess.Popen[bytes], log: Path) -> str:
+    """SIGTERM, and the worker's exit code 0; one that has not ended 30 s later is sent
+    SIGABRT, which makes it print every thread's stack (PYTHONFAULTHANDLER) into the log
+    the failure shows."""
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
     try:
         code = p.wait(30)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)
+        try:
+            p.wait(10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        pytest.fail("the worker had not ended 30 s after SIGTERM; its log:\n"
+                    + log.read_text(errors="replace")[-6000:])
     text = log.read_text(errors="replace")
     assert code == 0, text[-3000:]
     return text

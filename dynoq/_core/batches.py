@@ -44,10 +44,11 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from . import codec, validate
+from .bounds import body_size, chunks
 from .calls import Batch, Call, Cmd
 from .keys import ShardKeys
 from .lua import script
-from .ops import QueueOps, body_size, chunks
+from .ops import QueueOps
 
 RETENTION = 7 * 24 * 3600.0  # seconds a query's batch keys outlive its last batch
 MAX_BATCH_ID = 2**53 - 1  # batch ids are compared as Lua numbers (doubles)
@@ -180,7 +181,7 @@ class BatchOps:
         number = -1 if batch is None else check_batch(batch)
         head = [self.ops.epoch, validate.to_ms(self.ops.settings.dedupe_window),
                 self.ops.wake, number, self.retention_ms,
-                self.ops._conc if self.ops.keyed else "",
+                self.ops.kind.conc,
                 "" if self.attempt is None else self.attempt.number]
         check = self.ops.checked(f"push to {self.ops.name!r}")
         by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
@@ -198,7 +199,7 @@ class BatchOps:
         if len(calls) == 1 and not self.ops.settings.min_replicas:
             calls[0].parse = self.ops.checked(f"push to {self.ops.name!r}", _counts)
             return calls[0]  # type: ignore[no-any-return]
-        return self.ops._replicated(calls, _sum_counts)
+        return self.ops.replicated(calls, _sum_counts)
 
     def commit(self, batch: int) -> Batch:
         """Record micro-batch ``batch`` as committed on every shard (idempotent); the
@@ -208,7 +209,7 @@ class BatchOps:
         number = check_batch(batch)
         calls: list[Any] = [Call(_COMMIT, [k.commit, k.wrote], [number, self.retention_ms])
                             for k in self.batch_keys]
-        return self.ops._replicated(calls, lambda replies: any(int(r) for r in replies))
+        return self.ops.replicated(calls, lambda replies: any(int(r) for r in replies))
 
     def shards_of(self, outs: Sequence[codec.Outgoing]) -> set[int]:
         """The shards ``outs`` go to."""

@@ -145,6 +145,21 @@ def together(flows: Sequence[Flow[Any]]) -> Flow[list[Any]]:
     return results
 
 
+# -- reply shapes: what the client hands back, as the core reads it -------------------------
+
+def text(value: bytes | str) -> str:
+    """A reply's string (the client returns bytes; a fake or a decoding client, str)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def ints(reply: Any) -> list[int]:
+    return [int(x) for x in reply]
+
+
+def int_pair(reply: Any) -> tuple[int, int]:
+    return int(reply[0]), int(reply[1])
+
+
 def pairs(raw: Any) -> list[tuple[Any, Any]]:
     """Field/value or member/score pairs from a reply that is a dict, a list of pairs or a
     flat list (the client's reply shapes differ by command and protocol)."""

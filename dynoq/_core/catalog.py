@@ -2,7 +2,7 @@
 
 Shared by the sync and asyncio clients: the first open of a name in a client stores or
 checks its settings on the server and writes its epoch into every shard (the
-:func:`~.ops.open_queue` and :func:`~.topics.open_topic` flows). A later open in the same
+:func:`~.opening.open_queue` and :func:`~.topics.open_topic` flows). A later open in the same
 client reads the stored epoch (one command): while it is the one known, the asked
 settings are only checked against the known ones; when the queue vanished or was created
 anew meanwhile, or one of its operations raised QueueGone, it is opened as a first open
@@ -16,15 +16,12 @@ from typing import Any
 
 from ..errors import QueueConfigError
 from . import validate
-from .calls import Cmd, Flow
+from .calls import Cmd, Flow, text
 from .keys import QueueKeys, TopicKeys
-from .ops import QueueOps, open_queue, read_queue
+from .opening import open_queue, read_queue
+from .ops import QueueOps
 from .settings import QueueSettings, TopicSettings, merge
 from .topics import TopicOps, open_topic, read_topic
-
-
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class Catalog:
@@ -52,7 +49,7 @@ class Catalog:
         known = self._queues.get(name)
         if known is not None:
             held = yield Cmd(("HGET", QueueKeys(self.prefix, name).meta, "epoch"))
-            if _text(held) != known[1].partition("|")[0]:
+            if held is None or text(held) != known[1].partition("|")[0]:
                 known = None  # gone, or created anew by someone else: open it afresh
         if known is None:
             if asked.get("min_replicas") and not self.replicas:
@@ -80,7 +77,7 @@ class Catalog:
         known = self._topics.get(name)
         if known is not None:
             held = yield Cmd(("HGET", TopicKeys(self.prefix, name).meta, "epoch"))
-            if _text(held) != known[1].partition("|")[0]:
+            if held is None or text(held) != known[1].partition("|")[0]:
                 known = None
         if known is None:
             known = yield from open_topic(self.prefix, name, asked)

@@ -387,7 +387,7 @@ def failure(raw: bytes | None) -> Failure | None:
             return Failure("VisibilityTimeout", "its deliveries were not acked within the "
                            "visibility timeout (a consumer crashed or hung) until its "
                            "retries were spent", "", "", *times)
-        if kind == b"r":  # lua/lib/keyed.lua ktake()
+        if kind == b"r":  # lua/lib/ktake.lua
             return Failure("RecordError", "its record does not name the key it waited in "
                            "(not written by dynoq)", "", "", *times)
         if kind == b"t":  # lua/lib/tx.lua bury_half(): detail is the checks made

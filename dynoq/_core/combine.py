@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DynoqError
+from .bounds import body_size, chunks
 from .calls import Batch, Call
-from .ops import body_size, chunks
 
 if TYPE_CHECKING:
     from .codec import Outgoing

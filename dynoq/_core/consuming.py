@@ -20,9 +20,10 @@ from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import codec, logs, validate
-from .calls import Batch, Call, Flow, together
+from .calls import Batch, Call, Flow
 from .lua import script
-from .ops import ANY, QueueOps
+from .ops import QueueOps
+from .popping import quarantine
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .topics import TopicOps
@@ -172,78 +173,17 @@ def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
     return mine + rest
 
 
-def fetch(ops: QueueOps, count: int, shards: Sequence[int], *, visibility: float,
-          consumer: str, backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
-    """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in two
-    round trips however many shards: one read-only ``probe`` says what each shard has
-    deliverable (and in how many ms something may be, when none has), then the pops of
-    the shards holding the lowest priority value go out together, ``count`` shared
-    between them, the first of ``shards`` first. (``pop`` asks shards one after another,
-    one round trip each, and returns at the end: under a steady stream of due messages
-    what it found on the first shards waited for the last ones, several ms on 16 shards,
-    more while other workers' passes compete for the server.) Returns the messages and,
-    when there were none, the ms until something may be deliverable (-1: nothing is
-    waiting); None when unknown.
-
-    With a ``backlog`` (the last look filled its batch) the first shard is asked for the
-    whole ``count`` of priority 0 first (nothing goes before priority 0; after a look that
-    saw priorities above 0, of what the other shards cannot beat): a deep queue
-    fills the batch there, in one pop (sharing it out would cost throughput), and a broad
-    shallow one (every shard a few messages behind, as after a pause of the process) gets
-    the rest with a probe and the ready shards' pops together: three round trips, not one
-    per shard as ``pop`` would take (40-75 ms for 16 shards under load). On Redis
-    Cluster (no probe across slots) and for one shard, this is ``pop``."""
-    if not ops.cross_slot or len(shards) < 2:
-        msgs = yield from ops.pop(count, visibility=visibility, shards=shards,
-                                  consumer=consumer)
-        return msgs, None
-    vis_ms = validate.to_ms(visibility)
-    first: list[Message] = []
-    ranks: dict[int, int] = {}
-    unseen: Sequence[int] = shards
-    hint = -1.0
-    if backlog:  # (after priorities above 0, the others bound it: see QueueOps._pass)
-        ahead = shards[1:] if ops.ranked else []
-        first, rest, hint, seen = yield from ops.take(
-            shards[0], count, ANY if ahead else 0, vis_ms, consumer=consumer, others=ahead)
-        if len(first) >= count:
-            ops.note(seen, first)
-            return first, None
-        count -= len(first)
-        ranks[shards[0]] = rest
-        ranks.update(seen)
-        unseen = [] if ahead else shards[1:]
-    if unseen:
-        found, hint = yield from ops.look(unseen)
-        ranks.update(found)
-    live = {s: r for s, r in ranks.items() if r > 0}
-    if not live:
-        ops.note(ranks, first)
-        return first, None if first else hint
-    best = min(live.values())  # a round takes the lowest priority value only
-    ready = [s for s in shards if live.get(s) == best]
-    k = min(len(ready), count)
-    share, extra = divmod(count, k)
-    got = yield from together([
-        ops.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
-        for i, s in enumerate(ready[:k])])
-    msgs = first + [m for part, *_ in got for m in part]
-    ops.note(ranks, msgs)
-    # Others may have taken them meanwhile: look again at once rather than wait.
-    return msgs, None if msgs else 0.0
-
-
 class LastLook:
     """What a concurrent worker's last look found (monotonic seconds), for its next turn:
-    whether it filled the batch (a backlog: ``fetch(backlog=True)``) and when something
-    may fall due (``nap``). The sync and asyncio worker loops share it."""
+    whether it filled the batch (a backlog: ``Planner.fetch(backlog=True)``) and when
+    something may fall due (``nap``). The sync and asyncio worker loops share it."""
 
     def __init__(self) -> None:
         self.full = False
         self.due_at: float | None = None  # None: nothing is waiting, or unknown
 
     def saw(self, found: int, wanted: int, hint: float | None, now: float) -> None:
-        """A look found ``found`` of ``wanted``; ``hint`` as ``fetch`` returns it."""
+        """A look found ``found`` of ``wanted``; ``hint`` as ``Planner.fetch`` returns it."""
         self.full = found >= wanted
         self.due_at = None if hint is None or hint < 0 else now + hint / 1000
 
@@ -344,8 +284,8 @@ def settle(ops: QueueOps, ok: Sequence[Message],
     shard is ready (a hot key alone: ack and the key's next pop share a round trip);
     they are in ``Tally.refilled``."""
     kept = keeps(ok)
-    took = (ops.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
-            if refill and ok and not failed and not back and ops.keyed else None)
+    took = (ops.kind.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
+            if refill and ok and not failed and not back else None)
     acking = [took[0]] if took else ops.ack_calls(ok)
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
@@ -359,7 +299,7 @@ def settle(ops: QueueOps, ok: Sequence[Message],
         tally.retried += given
         tally.dead_lettered += buried
     if any(m.unreadable is not None for m in tally.refilled):
-        tally.refilled = yield from ops.quarantine(tally.refilled, consumer)
+        tally.refilled = yield from quarantine(ops, tally.refilled, consumer)
     return tally
 
 

@@ -5,10 +5,13 @@ from these.
 Scripts run their commands under the caller's ACL, so a role needs every command its
 scripts send, on the keys they send it to. Reads are granted on every key of the prefix;
 writes only on the kinds of key a script writes with that command (a producer may ZADD to
-``ready`` but not to ``lease``). A script names the key of each call by its KEYS header
-name (``KEYS[2]``), a local alias of it (``local log = KEYS[1]``), or a variable named
-after the key (``ready``, as the shared pieces in ``lua/lib`` do): :func:`script_writes`
-refuses a write it cannot place, so a new script cannot widen a role by accident.
+``ready`` but not to ``lease``). A script names the key of each call by its header name:
+a field of a table of keys by name (``K.ready``: the table ``lua.py`` builds from the
+header, ``group_keys(g).ready``, or a shared piece's argument ``k.ready``), a variable
+named after the key (``ready``, as the shared pieces in ``lua/lib`` do), a local alias of
+one of those (``local log = K.rate``), or ``KEYS[2]`` (read with the header's names): the
+kind is the name. :func:`script_uses` refuses a write it cannot place, so a new script
+cannot widen a role by accident.
 
 Key patterns are Redis globs (``*``, ``?``, ``[...]``, ``\\``): :func:`glob_escape` makes
 a prefix literal, so ``~sh\\*:*`` matches tenant ``sh*``'s keys and not ``shop``'s.
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 
 from .calls import Script
 from .keys import ShardKeys
+from .lua import COMMENT_RE, FUNC_RE, called, local_functions
 
 # Commands by what they do to their keys (tests/test_acl.py checks each against the
 # server's own key specs). A script sending any other command is refused here.
@@ -72,12 +76,10 @@ RESERVED_GROUPS = tuple(sorted(
     if re.fullmatch(r"\{\*\}:[a-z]+:\*", p)))
 
 _CALL_RE = re.compile(r"(?:redis\.call|bulk_read|bulk)\('([A-Z]+)'(?:,\s*([^,)]+))?")
-_COMMENT_RE = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
-# A local function of a script or shared piece: from its line to the first "end" at the
-# start of a line (bodies are indented).
-_FUNC_RE = re.compile(r"^local function (\w+)\(.*?^end\b", re.M | re.S)
-_ALIAS_RE = re.compile(r"local\s+([\w\s,]+?)\s*=\s*((?:KEYS\[\d+\]\s*,\s*)*KEYS\[\d+\])")
-_KEYS_RE = re.compile(r"KEYS\[(\d+)\]")
+# A local naming keys, a statement of its own: local log, state = K.rate, K.rate_state
+_KEY = r"(?:KEYS\[\d+\]|\w+\.\w+)"
+_ALIAS_RE = re.compile(rf"^\s*local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*({_KEY}(?:\s*,\s*{_KEY})*)\s*$",
+                       re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +95,18 @@ class Uses:
 def script_uses(script: Script) -> Uses:
     """What ``script`` sends (its shared pieces included); ValueError for a command that
     is not classified above, or a write whose key cannot be told."""
-    text = script.source
+    code = reachable(script.source)
     aliases: dict[str, str] = {}
-    for names, values in _ALIAS_RE.findall(text):
-        for name, n in zip(names.replace(" ", "").split(","), _KEYS_RE.findall(values),
-                           strict=False):
-            aliases[name.strip()] = script.keys[int(n) - 1]
+    for names, values in _ALIAS_RE.findall(code):
+        for name, value in zip(names.split(","), values.split(","), strict=False):
+            kind = _name(script, value.strip())
+            if kind in KINDS and aliases.setdefault(name.strip(), kind) != kind:
+                raise ValueError(f"{script.name}: local {name.strip()} names two kinds of "
+                                 "key: name it after the key it holds")
     reads: set[str] = set()
     channels: set[str] = set()
     writes: dict[str, set[str]] = {}
-    for cmd, arg in _CALL_RE.findall(reachable(text)):
+    for cmd, arg in _CALL_RE.findall(code):
         if cmd in READS or cmd in KEYLESS:
             reads.add(cmd)
         elif cmd in CHANNEL:
@@ -118,37 +122,30 @@ def script_uses(script: Script) -> Uses:
 
 def reachable(source: str) -> str:
     """The code of ``source`` that can run, comments left out: its top-level code and the
-    local functions that code calls, transitively. A shared piece brings every function it
-    holds, and a role is granted only what its scripts can send (a producer's push does
-    not get what lib/keyed.lua's pop half sends)."""
-    code = _COMMENT_RE.sub("", source)
-    functions: dict[str, str] = {}
-    for m in _FUNC_RE.finditer(code):
-        name, body = m.group(1), m.group(0)
-        # a line at the start of a line inside it: its "end" is not where it ends
-        if name in functions or re.search(r"\n[^\s]", body.rsplit("\n", 1)[0]):
-            raise ValueError(f"local function {name}: defined twice, or a line of its "
-                             "body is not indented (dynoq._core.grants cannot tell where "
-                             "it ends)")
-        functions[name] = body
-    top = _FUNC_RE.sub("", code)
+    local functions that code calls, transitively: a role is granted only what its scripts
+    can send. (The loader, ``lua.py``, already leaves out the shared pieces' functions a
+    script cannot call; a script's own are left out here.)"""
+    code = COMMENT_RE.sub("", source)
+    functions = local_functions(code)
+    top = FUNC_RE.sub("", code)
     if "function" in top:
         raise ValueError("a function outside 'local function name(...) ... end' at the "
                          "start of a line: dynoq._core.grants cannot tell when it runs")
-    called: list[str] = []
-    todo = [top]
-    while todo:
-        text = todo.pop()
-        for name, body in functions.items():
-            if name not in called and re.search(rf"\b{name}\b", text):
-                called.append(name)
-                todo.append(body)
-    return "\n".join([top, *(functions[name] for name in called)])
+    runs = called([top], functions)
+    return "\n".join([top, *(body for name, body in functions.items() if name in runs)])
+
+
+def _name(script: Script, key: str) -> str:
+    """The header name of a key as a call names it: KEYS[2], K.ready or ready."""
+    m = re.fullmatch(r"KEYS\[(\d+)\]", key)
+    if m:
+        n = int(m.group(1))
+        return script.keys[n - 1] if 1 <= n <= len(script.keys) else key
+    return key.rsplit(".", 1)[-1]
 
 
 def _kind(script: Script, arg: str, aliases: dict[str, str], cmd: str) -> str:
-    m = re.fullmatch(r"KEYS\[(\d+)\]", arg)
-    kind = script.keys[int(m.group(1)) - 1] if m else aliases.get(arg, arg)
+    kind = aliases.get(arg) or _name(script, arg)
     if kind not in KINDS:
         raise ValueError(f"{script.name}: cannot tell which key {cmd} {arg} writes: name "
                          "it after its KEYS header name (see dynoq._core.grants)")

@@ -20,10 +20,11 @@ from typing import Any
 
 from ..errors import LeaseLost, raise_for
 from . import validate
-from .calls import Batch, Call, Cmd, Flow
+from .bounds import CALL_SHARDS
+from .calls import Batch, Call, Cmd, Flow, text
 from .keys import GroupKeys, QueueKeys
 from .lua import script
-from .ops import CALL_SHARDS, QueueOps
+from .ops import QueueOps
 
 _HEARTBEAT, _LEAVE, _REAP = script("group-heartbeat"), script("group-leave"), script("group-reap")
 _ACQUIRE, _RENEW = script("lease-acquire"), script("lease-renew")
@@ -34,10 +35,6 @@ _HISTORY = script("group-history")
 HISTORY_CAP = 100  # rebalances kept per group
 HISTORY_TTL_MS = 7 * 24 * 3600 * 1000  # a group's history outlives its last rebalance so long
 HISTORY_MEMBERS = 50  # member names kept in one entry (the count is always kept)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class GroupOps:
@@ -58,7 +55,7 @@ class GroupOps:
 
         def parse(reply: Any) -> tuple[bool, list[str]]:
             raise_for(reply, context)
-            return bool(int(reply[0]) or int(reply[1])), sorted(_text(m) for m in reply[2:])
+            return bool(int(reply[0]) or int(reply[1])), sorted(text(m) for m in reply[2:])
 
         return _HEARTBEAT.call(k, [self.group, self.member, self.ttl_ms, k.channel], parse)
 
@@ -102,7 +99,7 @@ def parse_history(raw: Sequence[bytes | str]) -> list[Rebalance]:
     out = []
     for item in raw:
         try:
-            ms, _, body = _text(item).partition(" ")
+            ms, _, body = text(item).partition(" ")
             e = json.loads(body)
             out.append(Rebalance(int(ms) / 1000, str(e["member"]),
                                  tuple(int(x) for x in e["shards"]),
@@ -115,7 +112,7 @@ def parse_history(raw: Sequence[bytes | str]) -> list[Rebalance]:
 def members(keys: QueueKeys, group: str) -> Cmd:
     """The members of a group as last recorded (stale ones included until reaped)."""
     return Cmd(("ZRANGE", keys.group(validate.check_name(group, "group")).members, 0, -1),
-               lambda raw: sorted(_text(m) for m in raw))
+               lambda raw: sorted(text(m) for m in raw))
 
 
 def reap(keys: QueueKeys) -> Flow[int]:
@@ -124,7 +121,7 @@ def reap(keys: QueueKeys) -> Flow[int]:
     groups = yield Cmd(("SMEMBERS", keys.groups))
     total = 0
     for raw in sorted(groups):
-        group = _text(raw)
+        group = text(raw)
         k = keys.group(group)
         total += int((yield _REAP.call(k, [group, k.channel])))
     return total
@@ -162,7 +159,7 @@ class LeaseOps:
             return int(value) / 1000, 0
         fence = int(value)
         try:
-            yield from self.queue.requeue(shard, force=True, lease=self.value(fence))
+            yield from self.queue.kind.requeue(shard, force=True, lease=self.value(fence))
         except LeaseLost:  # expired at once (a very short ttl and a stall): try later
             return 0.001, 0
         return 0.0, fence

@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import STALE, InvalidArgument, InvalidType, RecordError, raise_for
+from ..errors import InvalidArgument, InvalidType, RecordError
 from ..message import Message
 from . import codec, validate
-from .calls import Batch, Call, Cmd, Flow, pairs
+from .byid import locate
+from .calls import Batch, Call, Cmd, Flow, pairs, text
 from .lua import script
 from .ops import QueueOps
-from .topics import STALE_RETRIES, TopicOps
+from .topics import TopicOps
 
 _PREPARE, _SETTLE, _CLAIM = script("tx-prepare"), script("tx-settle"), script("tx-claim")
-_PUBLISH = script("tx-publish")
 
 ANSWERS = ("commit", "rollback", "unknown")  # what a checker's check may return
 ASYNC_CHECKER = "dynoq.asyncio's client.checker()"  # where an async def check runs
@@ -97,7 +97,7 @@ class TxOps:
         out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
                                        key=key, headers=headers, tag=tag))
         shard = self.ops.shard_for(out.routing)
-        checked = self.ops._parser("prepare", shard, int)
+        checked = self.ops.parser("prepare", shard, int)
 
         def parse(reply: Any) -> bool:
             if checked(reply) == 0 and not out.generated:
@@ -116,8 +116,8 @@ class TxOps:
         tx-settle's code (DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED)."""
         return Call(_SETTLE, self._settle_keys[shard],
                     [self.ops.epoch, msg_id, what, token, validate.to_ms(interval_s),
-                     max_checks, self.ops.wake, self.ops._conc if self.ops.keyed else ""],
-                    self.ops._parser(what, shard, int))
+                     max_checks, self.ops.wake, self.ops.kind.conc],
+                    self.ops.parser(what, shard, int))
 
     def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
                     interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:
@@ -136,7 +136,7 @@ class TxOps:
     def locate(self, msg_id: str) -> Flow[int]:
         """The shard of a prepared id (ordered queues route by key: asks the server)."""
         msg_id = validate.check_id(msg_id)
-        [shard] = yield from self.ops.locate([msg_id])
+        [shard] = yield from locate(self.ops, [msg_id])
         return shard
 
     def claim(self, shard: int, *, count: int, claim_s: float, max_checks: int,
@@ -149,9 +149,9 @@ class TxOps:
             self.ops.refused(reply, what)
             out: list[Claimed] = []
             for i in range(0, len(reply), 4):
-                m = codec.readable(_text(reply[i]), reply[i + 1], shard, int(reply[i + 2]),
+                m = codec.readable(text(reply[i]), reply[i + 1], shard, int(reply[i + 2]),
                                    limit=limit)
-                out.append(Claimed(m, int(reply[i + 2]), _text(reply[i + 3])))
+                out.append(Claimed(m, int(reply[i + 2]), text(reply[i + 3])))
             return out
 
         return Call(_CLAIM, _CLAIM.key_list(self.ops.shard_keys[shard]),
@@ -166,7 +166,7 @@ class TxOps:
         heads = yield Batch([*checks, *(Cmd(("ZRANGE", k.half, 0, limit - 1, "WITHSCORES"))
                                         for k in keys)])
         heads = heads[len(checks):]
-        ranked = sorted((float(score), shard, _text(member))
+        ranked = sorted((float(score), shard, text(member))
                         for shard, head in enumerate(heads)
                         for member, score in pairs(head))[:limit]
         if not ranked:
@@ -189,14 +189,10 @@ class TxOps:
                      parse=lambda replies: [int(r) for r in replies])
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _checks(state: bytes | None) -> int:
     if not state:
         return 0
-    head = _text(state).split("|", 1)[0]
+    head = text(state).split("|", 1)[0]
     return int(head) if head.isdigit() else 0
 
 
@@ -241,25 +237,4 @@ class TopicTxOps(TxOps):
                 tag = codec.decode(msg_id, record, limit=self.ops.limit).tag or ""
             except RecordError:
                 tag = ""  # unreadable: it goes to the groups that take every tag
-        topic = self.topic
-        context = f"commit of {msg_id!r} to {topic.name!r}"
-        for _ in range(STALE_RETRIES):
-            subs = topic._cache.get(shard)
-            if subs is None:
-                subs = topic._cache[shard] = yield from topic._shard_subs(shard)
-            call_keys = [topic.keys.subs(shard), topic.keys.epoch(shard), keys.msgs,
-                         keys.half, keys.txs, keys.decided, keys.counts]
-            args: list[Any] = [topic.epoch, subs.version, msg_id, token, tag,
-                               topic._window_ms, len(subs.targets), topic.conc]
-            for target, filter_ in subs.targets:
-                target_keys = topic._target_keys(target).shard(shard)
-                call_keys += (getattr(target_keys, k) for k in topic.target_key_names)
-                args += (filter_, f"{topic.prefix}:wake:{target}")
-            reply = yield Call(_PUBLISH, call_keys, args)
-            if reply == STALE:
-                topic._cache.pop(shard, None)
-                continue
-            topic._refused(reply, context)
-            return int(reply)
-        raise_for(STALE, f"{context}: subscriptions kept changing")
-        return OTHER
+        return (yield from self.topic.commit(shard, keys, msg_id, token, tag))

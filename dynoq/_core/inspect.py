@@ -16,7 +16,8 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..message import Message
 from . import validate
-from .calls import Batch, Cmd, Flow, pairs
+from .byid import locate, stored
+from .calls import Batch, Cmd, Flow, pairs, text
 from .group import Rebalance, parse_history
 from .keys import QueueKeys
 from .ops import QueueOps
@@ -34,14 +35,10 @@ PAGES = {"in_flight": "unack",  # score: the delivery's visibility deadline
 STATES = (("ready", "ready"), ("delayed", "delayed"), ("in_flight", "unack"), ("dead", "dead"))
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def holder_of(token: bytes | str) -> str:
     """The instance id in a lease token ("<instance id>:<random>"); the random part is
     what fences, so it is never shown."""
-    return _text(token).rpartition(":")[0] or "?"
+    return text(token).rpartition(":")[0] or "?"
 
 
 @dataclass(frozen=True)
@@ -103,13 +100,13 @@ def page(q: QueueOps, kind: str, *, shards: Sequence[int], offset: int = 0,
                               "walk one shard to go further")
     heads = yield Batch([Cmd(("ZRANGE", getattr(q.shard_keys[s], PAGES[kind]), offset,
                               offset + count, "WITHSCORES")) for s in shards])
-    ranked = sorted(entry for entry in ((float(score), s, _text(member))
+    ranked = sorted(entry for entry in ((float(score), s, text(member))
                                         for s, head in zip(shards, heads, strict=True)
                                         for member, score in pairs(head))
                     if entry[0] != math.inf)  # lua/lib/pin.lua's entry: not a message
     more = len(ranked) > count
     ranked = ranked[:count]
-    found = yield from q.stored([(s, msg_id) for _, s, msg_id in ranked])
+    found = yield from stored(q, [(s, msg_id) for _, s, msg_id in ranked])
     entries = [Entry(m, s, score / 1000)
                for (score, s, _), m in zip(ranked, found, strict=True) if m is not None]
     return entries, more
@@ -129,11 +126,11 @@ class Located:
 def find(q: QueueOps, msg_id: str) -> Flow[Located | None]:
     """The message ``msg_id`` with its state, or None when the queue does not hold it."""
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from q.locate([msg_id])
+    [shard] = yield from locate(q, [msg_id])
     keys = q.shard_keys[shard]
     scores = yield Batch([Cmd(("ZSCORE", getattr(keys, field), msg_id))
                           for _, field in STATES])
-    [msg] = yield from q.stored([(shard, msg_id)])
+    [msg] = yield from stored(q, [(shard, msg_id)])
     if msg is None:
         return None
     for (state, _), score in zip(STATES, scores, strict=True):
@@ -152,7 +149,7 @@ def names(key: str, limit: int = MAX_NAMES) -> Flow[tuple[list[str], int]]:
     cursor = 0
     for _ in range(SCAN_STEPS):
         cursor, batch = yield Cmd(("SSCAN", key, cursor, "COUNT", limit))
-        found.update(_text(n) for n in batch)
+        found.update(text(n) for n in batch)
         cursor = int(cursor)
         if cursor == 0 or len(found) >= limit:
             break
@@ -197,10 +194,10 @@ def group(keys: QueueKeys, name: str, *, members: int = 100,
     raw, total, claim, hist = yield Batch([
         Cmd(("ZRANGE", k.members, 0, members - 1, "WITHSCORES")), Cmd(("ZCARD", k.members)),
         Cmd(("GET", k.claim)), Cmd(("LRANGE", k.history, 0, history - 1))])
-    beats = [(_text(m), float(score) / 1000) for m, score in pairs(raw)]
+    beats = [(text(m), float(score) / 1000) for m, score in pairs(raw)]
     ttls = (yield Cmd(("HMGET", k.ttls, *(m for m, _ in beats)))) if beats else []
     return GroupView(
-        name, claim is not None and _text(claim) == name,
+        name, claim is not None and text(claim) == name,
         [Member(m, at, None if ttl is None else int(ttl) / 1000)
          for (m, at), ttl in zip(beats, ttls, strict=True)],
         int(total), parse_history(hist))

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import cronsim
 import msgpack
@@ -29,11 +28,9 @@ import msgpack
 from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
 from . import validate
-from .calls import Batch, Cmd, Flow, pairs, server_time
-from .codec import Outgoing
-from .keys import ShardKeys
+from .calls import Batch, Cmd, Flow, pairs, server_time, text
 from .lua import script
-from .settings import QueueSettings
+from .ops import QueueOps
 
 SCHEDULE, TICK = "dynoq.schedule", "dynoq.tick"  # headers of an occurrence
 MAX_SCHEDULES = 10_000  # per shard
@@ -77,47 +74,18 @@ def check_when(every: object, cron: object) -> tuple[float | None, str | None]:
         raise InvalidArgument("give exactly one of every= (seconds) and cron= (an expression)")
     if every is not None:
         return validate.check_seconds(every, "every", minimum=0.001), None
-    text = validate.check_text(cron, "cron")
+    expr = validate.check_text(cron, "cron")
     try:
-        next(cronsim.CronSim(text, dt.datetime.now(dt.timezone.utc)))
+        next(cronsim.CronSim(expr, dt.datetime.now(dt.timezone.utc)))
     except (cronsim.CronSimError, StopIteration, ValueError) as exc:
-        raise InvalidArgument(f"cron {text!r} is invalid: {exc}") from None
-    return None, text
-
-
-class QueueLike(Protocol):
-    """What schedules need of a queue's operations (``ops.QueueOps``, which fires the next
-    occurrence when it delivers one, so it cannot be imported here)."""
-
-    @property
-    def settings(self) -> QueueSettings: ...
-
-    @property
-    def shard_keys(self) -> Sequence[ShardKeys]: ...
-
-    @property
-    def wake(self) -> str: ...
-
-    @property
-    def epoch(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    def checked(self, context: str, parse: Callable[[Any], Any] | None = None
-                ) -> Callable[[Any], Any]: ...
-
-    def epoch_checks(self, shards: Iterable[int], context: str) -> list[Cmd]: ...
-
-    def shard_for(self, routing: str) -> int: ...
-
-    def prepare(self, item: Any) -> Outgoing: ...
+        raise InvalidArgument(f"cron {expr!r} is invalid: {exc}") from None
+    return None, expr
 
 
 class ScheduleOps:
     """The recurring messages of one queue."""
 
-    def __init__(self, queue: QueueLike) -> None:
+    def __init__(self, queue: QueueOps) -> None:
         self.q = queue
 
     def home(self, sched_id: str, key: str | None) -> int:
@@ -200,8 +168,7 @@ class ScheduleOps:
                          "LIMIT", 0, 1000))
         fired = 0
         for raw in due:
-            fired += yield from self.fire_next(raw.decode() if isinstance(raw, bytes) else raw,
-                                               shard)
+            fired += yield from self.fire_next(text(raw), shard)
         return fired
 
     def unschedule(self, sched_id: str) -> Flow[bool]:
@@ -237,15 +204,11 @@ class ScheduleOps:
         replies = replies[len(checks):]
         out = []
         for defs, marks in zip(replies[::2], replies[1::2], strict=True):
-            ticks = {_text(m): s for m, s in pairs(marks)}
+            ticks = {text(m): s for m, s in pairs(marks)}
             for sid, raw in pairs(defs):
-                name = _text(sid)
+                name = text(sid)
                 out.append(_decode(name, msgpack.unpackb(raw, raw=False), ticks.get(name)))
         return sorted(out, key=lambda s: s.id)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:

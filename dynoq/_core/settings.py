@@ -266,17 +266,7 @@ class ConsumerSettings:
                                   "(or None: as the group is subscribed)")
         validate.check_name(self.group, "group")
         validate.check_count(self.concurrency, "concurrency", high=1024)
-        if isinstance(self.batch_size, str) and self.batch_size != AUTO:
-            raise InvalidArgument(f"batch_size must be a count of messages or {AUTO!r}, "
-                                  f"got {self.batch_size!r}")
-        if self.batch_size != AUTO:
-            validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
-        validate.check_bool(self.batch_handler, "batch_handler")
-        if self.max_in_flight is not None:
-            validate.check_count(self.max_in_flight, "max_in_flight", high=1_000_000)
-            if isinstance(self.batch_size, int) and self.max_in_flight < self.batch_size:
-                raise InvalidArgument(f"max_in_flight ({self.max_in_flight}) must be >= "
-                                      f"batch_size ({self.batch_size})")
+        self._check_batches()
         if not (isinstance(self.strategy, str) or callable(self.strategy)):
             raise InvalidType("strategy must be a strategy name or a function")
         if self.strategy_options is not None and not isinstance(self.strategy_options,
@@ -296,6 +286,24 @@ class ConsumerSettings:
                 raise InvalidType("rate_limit must be (count, period_seconds) or None")
             validate.check_count(self.rate_limit[0], "rate_limit count", high=MAX_RATE)
             validate.check_seconds(self.rate_limit[1], "rate_limit period", minimum=0.001)
+        self._check_hooks()
+
+    def _check_batches(self) -> None:
+        """batch_size, batch_handler and max_in_flight, which holds at least one batch."""
+        if isinstance(self.batch_size, str) and self.batch_size != AUTO:
+            raise InvalidArgument(f"batch_size must be a count of messages or {AUTO!r}, "
+                                  f"got {self.batch_size!r}")
+        if self.batch_size != AUTO:
+            validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
+        validate.check_bool(self.batch_handler, "batch_handler")
+        if self.max_in_flight is not None:
+            validate.check_count(self.max_in_flight, "max_in_flight", high=1_000_000)
+            if isinstance(self.batch_size, int) and self.max_in_flight < self.batch_size:
+                raise InvalidArgument(f"max_in_flight ({self.max_in_flight}) must be >= "
+                                      f"batch_size ({self.batch_size})")
+
+    def _check_hooks(self) -> None:
+        """before, after and middleware: what runs around each handler call."""
         for name in ("before", "after"):
             value = getattr(self, name)
             if value is not None and not callable(value):

@@ -26,10 +26,12 @@ from ..errors import (
     QueueGone,
 )
 from . import logs, validate
+from .bounds import CALL_SHARDS, SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
 from .lua import script
-from .ops import CALL_SHARDS, SWEEP_LIMIT, QueueOps, queue_names, read_queue
+from .opening import queue_names, read_queue
+from .ops import QueueOps
 from .retry import backoff
 from .schedules import ScheduleOps
 from .settings import QueueSettings, TopicSettings
@@ -162,12 +164,12 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
     if q.keyed and mask & (REQUEUE | PROMOTE):
         # A keyed shard's expired deliveries and due retries go back to the head of their
         # key (lua/krequeue-13.lua), never to `ready`.
-        back, buried = yield from q.requeue(shard)
+        back, buried = yield from q.kind.requeue(shard)
         out.requeued += back
         out.dead_lettered += buried
         mask &= ~(REQUEUE | PROMOTE)
     if mask & REQUEUE:
-        back, buried = yield from q.requeue(shard)
+        back, buried = yield from q.kind.requeue(shard)
         out.requeued += back
         out.dead_lettered += buried
         mask |= PROMOTE  # given-back deliveries wait in `delayed`, due now
@@ -185,6 +187,16 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
             dropped, more = yield script("trim").call(
                 keys, [q.epoch, window, SWEEP_LIMIT], q.checked(f"trim on {q.name!r}"))
             out.trimmed += int(dropped)
+
+
+def requeue_expired(q: QueueOps) -> Flow[int]:
+    """Give back every expired delivery of every shard, or dead-letter it when its retries
+    are spent (Dyno's processUnacks: ``Queue.requeue_expired``, one step of a pass)."""
+    total = 0
+    for shard in range(q.settings.shards):
+        back, buried = yield from q.kind.requeue(shard)
+        total += back + buried
+    return total
 
 
 def registered_topics(prefix: str) -> Flow[dict[str, tuple[TopicSettings, str] | None]]:

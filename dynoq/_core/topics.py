@@ -19,30 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (
-    GONE,
-    STALE,
-    GroupConflict,
-    InvalidArgument,
-    QueueGone,
-    gone_error,
-    raise_for,
-)
+from ..errors import STALE, GroupConflict, InvalidArgument, raise_for
 from ..message import Message, QueueStats
 from . import codec, validate
-from .calls import Batch, Call, Cmd, Flow, pairs
+from .bounds import PUSH_BYTES, PUSH_CHUNK, body_size, chunks
+from .calls import Batch, Call, Cmd, Flow, pairs, text
 from .grants import RESERVED_GROUPS
-from .keys import QueueKeys, TopicKeys, member_token, topic_registry_key
+from .keys import QueueKeys, ShardKeys, TopicKeys, member_token, topic_registry_key
 from .lua import script
-from .ops import (
-    PUSH_BYTES,
-    PUSH_CHUNK,
-    QueueOps,
-    body_size,
-    chunks,
-    open_stored,
-    read_stored,
-)
+from .opening import Opened, open_stored, read_stored
+from .ops import QueueOps
 from .settings import TopicSettings
 
 MODES = ("clustering", "broadcasting")
@@ -52,13 +38,10 @@ MAX_TARGETS = 1000  # group and member queues of one topic
 MAX_COPIES = 2000
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
+_TX_PUBLISH = script("tx-publish")
 _QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
 # ... of a keyed topic's (ordered="key"): its waiting keys and states in place of the first three
 _KEYED_KEYS = ("kwait", "kturn", "kstate", *_QUEUE_KEYS[3:])
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -121,23 +104,21 @@ def check_group(group: object) -> str:
     return name
 
 
-class TopicOps:
+class TopicOps(Opened):
     """One topic's operations. Safe to share between threads (the subscription cache is
-    replaced whole, never changed in place). ``epoch`` and ``on_gone`` as on
-    :class:`~.ops.QueueOps`: the topic's epoch, which its group queues share."""
+    replaced whole, never changed in place). ``epoch`` and ``on_gone``: see
+    :class:`~.opening.Opened` (the topic's epoch, which its group queues share)."""
 
     def __init__(self, prefix: str, name: str, settings: TopicSettings,
                  max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
                  cross_slot: bool = False, epoch: str = "",
                  on_gone: Callable[[], None] | None = None) -> None:
+        self.keys = TopicKeys(prefix, name)
+        super().__init__(name, f"topic {name!r}", epoch, self.keys.epoch, on_gone)
         self.cross_slot = cross_slot
         self.prefix = prefix
-        self.name = name
         self.settings = settings
         self.limit = max_payload_bytes
-        self.keys = TopicKeys(prefix, name)
-        self.epoch = epoch
-        self.on_gone = on_gone
         self._queue_settings = settings.queue_settings()
         # publishes route like the group queues: by id, or by key on ordered topics
         self._router = QueueOps(prefix, name, self._queue_settings, max_payload_bytes)
@@ -158,20 +139,10 @@ class TopicOps:
                                 cross_slot=self.cross_slot, epoch=self.epoch,
                                 on_gone=self.on_gone)
 
-    def _gone(self, context: str) -> QueueGone:
-        if self.on_gone is not None:
-            self.on_gone()
-        return gone_error(f"topic {self.name!r}", context)
-
-    def _refused(self, reply: Any, context: str) -> None:
-        if type(reply) is int and reply == GONE:
-            raise self._gone(context)
-        raise_for(reply, context)
-
     def _subscription(self, shard: int, args: Sequence[Any]) -> Call:
         return Call(_SUBSCRIPTION, [self.keys.subs(shard), self.keys.epoch(shard)],
                     [self.epoch, *args],
-                    lambda r: self._refused(r, f"subscription change of {self.name!r}"))
+                    lambda r: self.refused(r, f"subscription change of {self.name!r}"))
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -282,9 +253,9 @@ class TopicOps:
             raw = yield read
         else:
             held, raw = yield Batch([Cmd(("GET", self.keys.epoch(shard))), read])
-            if held is None or _text(held) != self.epoch:
-                raise self._gone(f"a read of the subscriptions of {self.name!r}")
-        return {_text(k): _text(v) for k, v in pairs(raw)}
+            if held is None or text(held) != self.epoch:
+                raise self.gone(f"a read of the subscriptions of {self.name!r}")
+        return {text(k): text(v) for k, v in pairs(raw)}
 
     def subscriptions(self) -> Flow[list[Subscription]]:
         """Every group subscribed to the topic, sorted by group."""
@@ -337,15 +308,23 @@ class TopicOps:
     def shard_for(self, routing: str) -> int:
         return self._router.shard_for(routing)
 
-    def _publish_call(self, shard: int, subs: _Shard,
-                      outs: Sequence[codec.Outgoing]) -> Call:
-        keys: list[str] = [self.keys.subs(shard), self.keys.epoch(shard)]
-        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets),
-                           self.conc]
+    def _targets(self, shard: int, subs: _Shard) -> tuple[list[str], list[Any]]:
+        """What a publish to ``shard`` names of each group queue: its keys there, and its
+        tag filter and wake channel."""
+        keys: list[str] = []
+        args: list[Any] = []
         for target, filter_ in subs.targets:
             shard_keys = self._target_keys(target).shard(shard)
             keys += (getattr(shard_keys, k) for k in self.target_key_names)
             args += (filter_, f"{self.prefix}:wake:{target}")
+        return keys, args
+
+    def _publish_call(self, shard: int, subs: _Shard,
+                      outs: Sequence[codec.Outgoing]) -> Call:
+        targets, routes = self._targets(shard, subs)
+        keys: list[str] = [self.keys.subs(shard), self.keys.epoch(shard), *targets]
+        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets),
+                           self.conc, *routes]
         for o in outs:  # a keyed message's routing is its key, its delay and priority 0
             args += (o.id, o.routing if self.conc else o.delay_ms, o.priority, o.tag, o.body)
         return Call(_PUBLISH, keys, args)
@@ -375,7 +354,7 @@ class TopicOps:
                     self._cache.pop(shard, None)
                     stale[shard] += chunk
                 else:
-                    self._refused(reply, f"publish to {self.name!r}")
+                    self.refused(reply, f"publish to {self.name!r}")
                     added += int(reply)
             if not stale:
                 return added
@@ -383,13 +362,37 @@ class TopicOps:
         raise_for(STALE, f"publish to {self.name!r}: subscriptions kept changing")
         return added
 
+    def commit(self, shard: int, staged: ShardKeys, msg_id: str, token: str,
+               tag: str) -> Flow[int]:
+        """Publish a prepared message of the topic's staging queue (``staged``: its keys
+        on ``shard``) to every group queue whose tags match ``tag``, and mark it decided,
+        in one script (lua/tx-publish-16.lua); the reply is tx-settle's code."""
+        context = f"commit of {msg_id!r} to {self.name!r}"
+        for _ in range(STALE_RETRIES):
+            subs = self._cache.get(shard)
+            if subs is None:
+                subs = self._cache[shard] = yield from self._shard_subs(shard)
+            targets, routes = self._targets(shard, subs)
+            reply = yield Call(_TX_PUBLISH, [
+                self.keys.subs(shard), self.keys.epoch(shard), staged.msgs, staged.half,
+                staged.txs, staged.decided, staged.counts, *targets], [
+                self.epoch, subs.version, msg_id, token, tag, self._window_ms,
+                len(subs.targets), self.conc, *routes])
+            if reply == STALE:
+                self._cache.pop(shard, None)
+                continue
+            self.refused(reply, context)
+            return int(reply)
+        raise_for(STALE, f"{context}: subscriptions kept changing")
+        return 0  # not reached: raise_for raises STALE's error
+
 
 # -- topics under a prefix ------------------------------------------------------------------
 
 def open_topic(prefix: str, name: str,
                asked: dict[str, Any]) -> Flow[tuple[TopicSettings, str]]:
     """Store a new topic's settings (or read the stored ones) and register it; the
-    settings and the topic's epoch token (see :func:`~.ops.open_stored`)."""
+    settings and the topic's epoch token (see :func:`~.opening.open_stored`)."""
     validate.check_name(name, "topic name")
     keys = TopicKeys(prefix, name)
     opened: tuple[TopicSettings, str] = yield from open_stored(
@@ -409,4 +412,4 @@ def read_topic(prefix: str, name: str) -> Flow[tuple[TopicSettings, str] | None]
 
 def topic_names(prefix: str) -> Cmd:
     return Cmd(("SMEMBERS", topic_registry_key(prefix)),
-               lambda raw: sorted(_text(n) for n in raw))
+               lambda raw: sorted(text(n) for n in raw))

@@ -1,4 +1,6 @@
-"""Waiting with a timeout on asyncio: an Event (what threading.Event.wait(timeout) does),
+"""Waiting and running loops on asyncio: what ``dynoq.events`` does with threads, with the
+same names (so a shell written here is generated for threads by scripts/unasync.py): an
+event, a lock, a guard (a lock tasks do without), a task, running calls side by side;
 and an awaitable that must finish in time."""
 
 from __future__ import annotations
@@ -6,10 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+Event = asyncio.Event
+Lock = asyncio.Lock
+Spawned = asyncio.Task[Any]  # what spawn() returns
+# dynoq.events' is a lock; tasks cannot interleave inside a block without an await.
+Guard = contextlib.AbstractContextManager[Any]
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -135,6 +143,16 @@ def new_event() -> asyncio.Event:
     return asyncio.Event()
 
 
+def new_lock() -> asyncio.Lock:
+    return asyncio.Lock()
+
+
+def new_guard() -> Guard:
+    """No lock: tasks cannot interleave inside a block without an await (dynoq.events'
+    is a lock, for threads)."""
+    return contextlib.nullcontext()
+
+
 def spawn(target: Callable[[], Coroutine[Any, Any, Any]], name: str) -> asyncio.Task[Any]:
     """Run ``target()`` as a task named ``name`` (dynoq.events: a thread)."""
     return asyncio.get_running_loop().create_task(target(), name=name)
@@ -146,3 +164,19 @@ async def join(workers: list[asyncio.Task[Any]], timeout: float) -> bool:
         return True
     _, pending = await asyncio.wait(workers, timeout=timeout)
     return not pending
+
+
+async def end(worker: asyncio.Task[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``worker`` to end; one still running then is
+    cancelled, and awaited (dynoq.events: a thread is left to end on its own)."""
+    _, busy = await asyncio.wait([worker], timeout=max(timeout, 0.0))
+    for t in busy:
+        t.cancel()
+        with contextlib.suppress(BaseException):
+            await t
+
+
+async def gather(calls: Sequence[Callable[[], Awaitable[T]]], name: str) -> list[T]:
+    """Await ``calls`` side by side and return their results in order (asyncio.gather:
+    the first error raised is raised). ``name``: dynoq.events names its threads."""
+    return list(await asyncio.gather(*(call() for call in calls)))

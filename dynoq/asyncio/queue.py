@@ -1,9 +1,11 @@
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
-multi-step flows) are in :class:`dynoq._core.ops.QueueOps`, shared by both flavors; this
-class only runs them on a backend. The asyncio shell (``dynoq/asyncio/queue.py``) is
-written by hand; the sync one is generated from it (scripts/unasync.py).
+multi-step flows) are in the core, shared by both flavors (:class:`dynoq._core.ops.QueueOps`
+builds single calls; the flows are the pop planner's, ``_core/popping.py``, and those of
+``_core/byid.py`` and ``_core/deadletters.py``); this class only runs them on a backend.
+The asyncio shell (``dynoq/asyncio/queue.py``) is written by hand; the sync one is
+generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import tracing
+from .._core import byid, deadletters, sweep
 from .._core.halves import Prepared, TxOps
 from .._core.ops import QueueOps
+from .._core.popping import Planner
 from .._core.schedules import Schedule, ScheduleOps
 from .._core.validate import check_id, check_items
 from ..errors import InvalidArgument
@@ -34,6 +38,7 @@ class Queue:
         self.name = ops.name
         self.settings: QueueSettings = ops.settings
         self.tx = TxOps(ops)  # transactional messages (dynoq/_core/halves.py)
+        self.planner = Planner(ops)  # every pop of this queue (dynoq/_core/popping.py)
 
     def __repr__(self) -> str:
         return f"<dynoq.asyncio.Queue {self.name!r} {self.settings}>"
@@ -147,8 +152,8 @@ class Queue:
         message (woken by pushes, not polling). Returns [] when nothing came. On asyncio,
         cancelling a task that waits here claims nothing."""
         with tracing.span("receive", self.name):
-            return await self.backend.drive(self.ops.pop(count, wait=wait,
-                                                         visibility=visibility))
+            return await self.backend.drive(self.planner.pop(count, wait=wait,
+                                                             visibility=visibility))
 
     async def ack(self, msg: Message | str) -> bool:
         """Finish a delivery (a popped message, or an id: slower on ordered queues). False
@@ -160,19 +165,19 @@ class Queue:
         """Ack many deliveries (at most 100,000; one round trip); returns how many were
         current. Errors as :meth:`ack`."""
         with tracing.span("ack", self.name):
-            return await self.backend.drive(self.ops.ack_many(msgs))
+            return await self.backend.drive(byid.ack_many(self.ops, msgs))
 
     async def nack(self, msg: Message | str, *, delay: float = 0.0) -> bool:
         """Give a delivery back now or after ``delay`` seconds; it counts as an attempt, and
         once the queue's max_retries is spent the message is dead-lettered instead. False
         if the delivery is no longer current."""
-        return await self.backend.drive(self.ops.nack(msg, delay=delay))
+        return await self.backend.drive(byid.nack(self.ops, msg, delay=delay))
 
     async def extend(self, msg: Message | str, timeout: float) -> bool:
         """Set a delivery's visibility deadline to now + ``timeout`` seconds (Dyno's
         setUnackTimeout; 0: deliverable again at once, as when its visibility runs out);
         False if it is no longer in flight."""
-        return await self.backend.drive(self.ops.extend(msg, timeout))
+        return await self.backend.drive(byid.extend(self.ops, msg, timeout))
 
     # -- by id -------------------------------------------------------------------------------
 
@@ -180,19 +185,19 @@ class Queue:
         """Move a waiting message's due time to now + ``delay`` seconds (Dyno's setTimeout);
         False if it is not waiting (unknown, in flight or dead). Refused on ordered queues
         (OrderedQueueError)."""
-        return await self.backend.drive(self.ops.reschedule(id, delay=delay))
+        return await self.backend.drive(byid.reschedule(self.ops, id, delay=delay))
 
     async def remove(self, id: str) -> bool:
         """Delete a message wherever it is (waiting, in flight or dead); False if unknown."""
-        return await self.backend.drive(self.ops.remove(id))
+        return await self.backend.drive(byid.remove(self.ops, id))
 
     async def get(self, id: str) -> Message | None:
         """The stored message with its attempts so far, or None."""
-        return await self.backend.drive(self.ops.get(id))
+        return await self.backend.drive(byid.get(self.ops, id))
 
     async def contains(self, id: str) -> bool:
         """Whether a message with this id is stored (waiting, in flight or dead)."""
-        return await self.backend.drive(self.ops.contains(id))
+        return await self.backend.drive(byid.contains(self.ops, id))
 
     def shard_for(self, routing: str) -> int:
         """The shard of an id (concurrent queues) or ordering key (ordered queues)."""
@@ -204,7 +209,7 @@ class Queue:
         """The next ``count`` (1..1000) deliverable messages in delivery order (lower
         priority value first, then earlier ready time), without claiming them. On a
         queue with ordered="key": the heads of the next keys to be served."""
-        return await self.backend.drive(self.ops.peek(count))
+        return await self.backend.drive(self.ops.kind.peek(count))
 
     async def size(self) -> int:
         """Waiting messages (ready + delayed), not in flight, not dead."""
@@ -219,13 +224,13 @@ class Queue:
         """One key of a queue with ordered="key": messages waiting, in flight (a retry
         waiting for its delay holds its key: in flight), the attempts of its head so far
         and its fence; all 0 for a key the queue does not hold."""
-        return await self.backend.drive(self.ops.key_state(key))
+        return await self.backend.drive(self.ops.kind.key_state(key))
 
     async def keys(self, limit: int = 20) -> dict[str, list[dict[str, Any]]]:
         """A queue with ordered="key": its busiest keys (``{key, waiting, in_flight}``)
         and the keys blocked by a failing message (``{key, id, attempts, reason}``), at
         most ``limit`` (1..1000) of each (``dynoq keys QUEUE``)."""
-        return await self.backend.drive(self.ops.keys_report(limit))
+        return await self.backend.drive(self.ops.kind.keys_report(limit))
 
     async def clear(self) -> None:
         """Delete every message of the queue (its settings stay)."""
@@ -235,7 +240,7 @@ class Queue:
         """Give back every delivery whose visibility ran out, over all shards (Dyno's
         processUnacks); returns how many went back or to the dead letters. The sweeper
         and every pop do this too."""
-        return await self.backend.drive(self.ops.requeue_expired())
+        return await self.backend.drive(sweep.requeue_expired(self.ops))
 
     # -- recurring messages ------------------------------------------------------------------
 
@@ -265,13 +270,13 @@ class Queue:
 
     async def dead(self, count: int = 100) -> list[Message]:
         """Up to ``count`` (1..1000) dead-lettered messages, oldest first."""
-        return await self.backend.drive(self.ops.dead(count))
+        return await self.backend.drive(deadletters.dead(self.ops, count))
 
     async def replay_dead(self, ids: Iterable[str] | None = None) -> int:
         """Put dead-lettered messages (all, or these ids: at most 100,000) back on the
         queue with their attempts reset; returns how many."""
-        return await self.backend.drive(self.ops.replay_dead(ids))
+        return await self.backend.drive(deadletters.replay_dead(self.ops, ids))
 
     async def purge_dead(self) -> int:
         """Delete every dead-lettered message for good; returns how many."""
-        return await self.backend.drive(self.ops.purge_dead())
+        return await self.backend.drive(deadletters.purge_dead(self.ops))

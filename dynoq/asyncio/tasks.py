@@ -5,9 +5,9 @@ A task is a message ``{"task": name, "args": [...], "kwargs": {...}}`` (msgpack,
 pickle) on one of the app's queues; a worker runs one consumer per queue, whose handler
 runs each message's task. Delays, ordered queues and keys, retries, dead letters with
 their reasons, rate limits and schedules are the queue's and the consumer's own; the
-decisions of this layer are in :mod:`dynoq._core.tasks`, shared by both flavors. The
-asyncio shell (``dynoq/asyncio/tasks.py``) is written by hand; the sync one is generated
-from it (scripts/unasync.py).
+decisions of this layer are in :mod:`dynoq._core.tasks` and :mod:`dynoq._core.taskapp`,
+shared by both flavors. The asyncio shell (``dynoq/asyncio/tasks.py``) is written by hand;
+the sync one is generated from it (scripts/unasync.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
+from .._core import taskapp, validate
 from .._core import tasks as core
-from .._core import validate
 from .._core.callables import call_sync
-from .._core.tasks import TaskInfo, TaskOptions, TaskState
+from .._core.taskapp import TaskOptions
+from .._core.tasks import TaskInfo, TaskState
 from ..errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
 from ..message import ConsumerStats, Message
 from ..settings import ConsumerSettings
@@ -52,7 +53,7 @@ class Tasks:
 
     def __init__(self, client: Client | None = None, *, queue: str = "default") -> None:
         self.client = client
-        self.registry: core.Registry[Task] = core.Registry(queue)
+        self.registry: taskapp.Registry[Task] = taskapp.Registry(queue)
         self._queues: dict[str, Queue] = {}
 
     def __repr__(self) -> str:
@@ -99,9 +100,9 @@ class Tasks:
         InvalidType, and so do a name already taken and a queue option that contradicts
         another task's."""
         def declare(f: Callable[..., Any]) -> Task:
-            core.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
+            taskapp.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
             options = TaskOptions(
-                name=core.task_name(f) if name is None else name,
+                name=taskapp.task_name(f) if name is None else name,
                 queue=self.registry.default_queue if queue is None else queue,
                 retry_delays=None if retry_delays is None else tuple(retry_delays),
                 max_retries=max_retries, timeout=timeout, rate_limit=rate_limit, key=key,
@@ -149,7 +150,7 @@ class Tasks:
         only), each with the consumer ``options`` (as ``client.consumer`` takes them, or
         ``settings=``) and its tasks' timeout, rate limit and retry policies. Start it,
         stop it, or ``run()`` it until SIGTERM."""
-        base = core.worker_settings(settings, options)
+        base = taskapp.worker_settings(settings, options)
         client = self._client()
         made = []
         keeping = {o.queue for o in self.registry.options() if o.keep_ms}
@@ -193,7 +194,7 @@ class Task:
         self.options = options
         self.name = options.name
         self.keep_ms = options.keep_ms
-        self._arguments = core.Arguments(options.name, fn)
+        self._arguments = taskapp.Arguments(options.name, fn)
         self.run = _runner(fn, options.run_in_thread)
 
     def __repr__(self) -> str:

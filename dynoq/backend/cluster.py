@@ -280,24 +280,7 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
                     raise b.acked
                 acked.append(int(b.acked))
             for c, r in zip(b.calls, b.replies, strict=True):
-                c.ask = None
-                if isinstance(r, AskError):
-                    c.ask = ask(r.host, r.port)
-                elif isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
-                        and str(c.args[1]) in SOURCES:
-                    # A promoted replica or a restarted node has an empty script cache.
-                    where = (b.node.name, str(c.args[1]))
-                    if where not in loaded:
-                        load = Load(b.node, SOURCES[where[1]])
-                        yield load
-                        loaded[where] = load.error
-                    error = loaded[where]
-                    if error is not None and isinstance(
-                            refused := refused_load(error), ScriptsNotInstalled):
-                        c.result, c.done = refused, True  # a role: an admin loads them
-                        continue
-                elif not isinstance(r, TRANSIENT):
-                    c.result, c.done = r, True
+                if (yield from _take_reply(c, r, b.node, ask, loaded)):
                     continue
                 retry.append(c)
                 c.redirects += 1
@@ -307,6 +290,35 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
             yield backoff.next(transient)
         pending = retry
     return acked
+
+
+def _take_reply(c: _Call, r: Any, node: Any, ask: Any,
+                loaded: dict[tuple[str, str], Exception | None]) -> Generator[Load, None, bool]:
+    """True when ``r`` is ``c``'s final reply (set on it); False when ``c`` is sent again:
+    to the node an ASK names, after loading a script ``node`` lacks (once a round per node
+    and script: ``loaded``), or after a transient error."""
+    c.ask = None
+    if isinstance(r, AskError):
+        c.ask = ask(r.host, r.port)
+        return False
+    if isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
+            and str(c.args[1]) in SOURCES:
+        # A promoted replica or a restarted node has an empty script cache.
+        where = (node.name, str(c.args[1]))
+        if where not in loaded:
+            load = Load(node, SOURCES[where[1]])
+            yield load
+            loaded[where] = load.error
+        error = loaded[where]
+        if error is not None and isinstance(
+                refused := refused_load(error), ScriptsNotInstalled):
+            c.result, c.done = refused, True  # a role: an admin loads them
+            return True
+        return False
+    if not isinstance(r, TRANSIENT):
+        c.result, c.done = r, True
+        return True
+    return False
 
 
 def _group(calls: Sequence[_Call], route: Any) -> list[_Sent]:

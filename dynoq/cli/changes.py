@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .._core import layout
+from .._core import deadletters, layout
 from .._core.keys import QueueKeys, TopicKeys
 from .base import (
     JSON_OPTION,
@@ -35,7 +35,8 @@ def replay(env: Env, queue: str, ids: tuple[str, ...], as_json: bool) -> None:
         n = q.replay_dead(list(ids))
     else:
         n = per_shard(q, f"replaying {queue}",
-                      lambda s: q.backend.drive(q.ops.drain_dead(s, replay=True)), as_json)
+                      lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=True)),
+                      as_json)
     emit(as_json, {"queue": queue, "replayed": n}, f"replayed {n} message(s)")
     if ids and n < len(ids):
         raise CliError(f"{len(ids) - n} of the given ids were not dead letters of {queue!r}")
@@ -56,7 +57,8 @@ def purge_dead(env: Env, queue: str, yes: bool, as_json: bool) -> None:
         return
     confirm(yes, f"delete the {dead} dead letter(s) of {queue!r} for good?")
     n = per_shard(q, f"purging {queue}",
-                  lambda s: q.backend.drive(q.ops.drain_dead(s, replay=False)), as_json)
+                  lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=False)),
+                  as_json)
     emit(as_json, {"queue": queue, "purged": n}, f"purged {n} message(s)")
 
 

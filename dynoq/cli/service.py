@@ -166,21 +166,7 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
     codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable, 4 the
     handler (or tasks app) cannot be imported."""
     setup_logging("json" if as_json else log_format, log_level)
-    if checker_fn is not None:
-        if handler is not None or tasks_app is not None or topic is not None or queue is None:
-            raise UsageFailure("--checker MODULE:FUNCTION goes with --queue alone (no "
-                               "HANDLER, --tasks or --topic)")
-    elif tasks_app is not None:
-        if handler is not None or queue is not None or topic is not None:
-            raise UsageFailure("give a HANDLER with --queue or --topic, or --tasks "
-                               "MODULE:APP (with --queues), not both")
-    elif handler is None:
-        raise UsageFailure("give a HANDLER (module:function) with --queue or --topic, "
-                           "--tasks MODULE:APP, or --checker MODULE:FUNCTION with --queue")
-    elif queues is not None:
-        raise UsageFailure("--queues goes with --tasks (a HANDLER takes --queue)")
-    elif (queue is None) == (topic is None):
-        raise UsageFailure("give exactly one of --queue and --topic")
+    _check_worker_choice(handler, tasks_app, queues, checker_fn, queue, topic)
     limit = _rate_limit(rate_limit)
     delays = _retry_delays(retry_delays)
     if processes > 1:
@@ -205,30 +191,66 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
         raise HandlerNotFound(str(exc)) from None
     stop = threading.Event()
     with StopOnSignals(stop):
-        found = env.client_when_reachable(stop, connect_timeout)
-    if found is None:
+        client = env.client_when_reachable(stop, connect_timeout)
+    if client is None:
         log.info("worker stopped before Redis was reachable")
         return
-    client = found
-    # An async def handler or check runs on the asyncio client: nothing awaits it here.
-    on_asyncio = is_coroutine_function(fn)
     if checker_fn is not None:
         checks: dict[str, Any] = dict(group=group, check_interval=check_interval,
                                       max_checks=max_checks, concurrency=concurrency)
-        checked = env.queue(queue or "")
-        log.info("checker started: %s on queue %r, group %r%s", checker_fn, queue, group,
-                 " (asyncio)" if on_asyncio else "")
-        if on_asyncio:
-            from . import async_worker
-
-            counts = asyncio.run(async_worker.check(client.url, client.prefix, fn,
-                                                    queue=checked.name, **checks))
-        else:
-            checker = client.checker(checked, fn, **checks)
-            checker.run()
-            counts = checker.counts
-        log.info("checker stopped: %s", dict(counts))
+        _run_checker(env, client, checker_fn, fn, queue or "", checks)
         return
+    _run_handler(env, client, handler, fn, queue, topic, mode=mode, ordered_only=ordered_only,
+                 stop_timeout=stop_timeout, options=options)
+
+
+def _check_worker_choice(handler: str | None, tasks_app: str | None, queues: str | None,
+                         checker_fn: str | None, queue: str | None,
+                         topic: str | None) -> None:
+    """What a worker runs: a HANDLER on one queue or topic, a tasks app, or a checker."""
+    if checker_fn is not None:
+        if handler is not None or tasks_app is not None or topic is not None or queue is None:
+            raise UsageFailure("--checker MODULE:FUNCTION goes with --queue alone (no "
+                               "HANDLER, --tasks or --topic)")
+    elif tasks_app is not None:
+        if handler is not None or queue is not None or topic is not None:
+            raise UsageFailure("give a HANDLER with --queue or --topic, or --tasks "
+                               "MODULE:APP (with --queues), not both")
+    elif handler is None:
+        raise UsageFailure("give a HANDLER (module:function) with --queue or --topic, "
+                           "--tasks MODULE:APP, or --checker MODULE:FUNCTION with --queue")
+    elif queues is not None:
+        raise UsageFailure("--queues goes with --tasks (a HANDLER takes --queue)")
+    elif (queue is None) == (topic is None):
+        raise UsageFailure("give exactly one of --queue and --topic")
+
+
+def _run_checker(env: Env, client: Client, name: str, fn: Any, queue: str,
+                 checks: dict[str, Any]) -> None:
+    """Run the transaction check ``fn`` (imported from ``name``) on ``queue`` until
+    SIGTERM/SIGINT; an async def check runs on the asyncio client."""
+    on_asyncio = is_coroutine_function(fn)
+    checked = env.queue(queue)
+    log.info("checker started: %s on queue %r, group %r%s", name, queue, checks["group"],
+             " (asyncio)" if on_asyncio else "")
+    if on_asyncio:
+        from . import async_worker
+
+        counts = asyncio.run(async_worker.check(client.url, client.prefix, fn,
+                                                queue=checked.name, **checks))
+    else:
+        checker = client.checker(checked, fn, **checks)
+        checker.run()
+        counts = checker.counts
+    log.info("checker stopped: %s", dict(counts))
+
+
+def _run_handler(env: Env, client: Client, handler: str | None, fn: Any, queue: str | None,
+                 topic: str | None, *, mode: str | None, ordered_only: bool,
+                 stop_timeout: float, options: dict[str, Any]) -> None:
+    """Consume ``queue`` or ``topic`` with ``fn`` until SIGTERM/SIGINT; an async def
+    handler runs on the asyncio client: nothing awaits it here."""
+    on_asyncio = is_coroutine_function(fn)
     if topic is not None:
         source: Queue | Topic | None = client.open_existing_topic(topic)
         if source is None:
@@ -240,8 +262,8 @@ def worker(env: Env, handler: str | None, tasks_app: str | None, queues: str | N
     if ordered_only and not ordered:
         raise CliError(f"{queue or topic!r} is not ordered, and --ordered-only was given")
     log.info("worker started: %s on %s %r, group %r, concurrency %d%s", handler,
-             "topic" if topic else "queue", topic or queue, group, concurrency,
-             " (asyncio)" if on_asyncio else "")
+             "topic" if topic else "queue", topic or queue, options["group"],
+             options["concurrency"], " (asyncio)" if on_asyncio else "")
     if on_asyncio:
         from . import async_worker
 

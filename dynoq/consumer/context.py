@@ -1,22 +1,24 @@
-"""What a consumer's threads share: each piece is thread-safe on its own."""
+# Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest 09424108ad905e99: of the text below, an edit by hand does not match).
+"""What a consumer's workers and upkeep share (threads in the sync twin: there each piece
+is thread-safe on its own; tasks of one event loop need no lock)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .._core import consuming
-from .._core.consuming import Plan
+from .._core.consuming import Counts, Plan
 from ..errors import QueueGone
 from ..message import Message
+from ..events import Event, Guard, Lock, new_event, new_guard, new_lock
 from ..queue import Queue
 from .board import Deliveries, IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
 from .rates import RateGate
-from .stats import StatsCounter
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -25,7 +27,7 @@ log = logging.getLogger("dynoq.consumer")
 class Shared:
     queue: Queue
     plan: Plan
-    stats: StatsCounter
+    stats: Counts
     leases: Leases
     membership: Membership
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
@@ -34,16 +36,16 @@ class Shared:
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see workers._concurrent_loop).
-    looking: threading.Lock = field(default_factory=threading.Lock)
-    stopping: threading.Event = field(default_factory=threading.Event)
+    looking: Lock = field(default_factory=new_lock)
+    stopping: Event = field(default_factory=new_event)
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
     # rebinding), never changed in place, so readers need no lock.
     preferred: list[int] = field(default_factory=list)
     # The QueueGone that stopped the consumer (its queue vanished or was created anew),
-    # and what stops it (the facade's: stop() in a thread of its own).
+    # and what stops it (the facade's: stop() in a thread, or a task, of its own).
     failure: QueueGone | None = None
     on_gone: Callable[[], None] | None = None
-    _gone_lock: threading.Lock = field(default_factory=threading.Lock)
+    _gone_guard: Guard = field(default_factory=new_guard)
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
@@ -59,7 +61,7 @@ class Shared:
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
-        msgs: list[Message] = self.queue.backend.drive(self.queue.ops.pop(
+        msgs: list[Message] = self.queue.backend.drive(self.queue.planner.pop(
             count, wait=wait, visibility=plan.visibility, shards=shards,
             lease="" if tenures is None else self.leases.values(tenures),
             margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
@@ -73,14 +75,14 @@ class Shared:
               backlog: bool = False) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
-        consuming.fetch)."""
-        got: tuple[list[Message], float | None] = self.queue.backend.drive(consuming.fetch(
-            self.queue.ops, count, shards, visibility=self.plan.visibility,
-            consumer=self.plan.instance_id, backlog=backlog))
+        Planner.fetch)."""
+        got: tuple[list[Message], float | None] = self.queue.backend.drive(
+            self.queue.planner.fetch(count, shards, visibility=self.plan.visibility,
+                                     consumer=self.plan.instance_id, backlog=backlog))
         return got
 
     def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for a wake-up on the queue's channel; True
+        """Wait up to ``timeout`` seconds for a wake-up on the queue's channel; True
         ("quiet") when none came (see backend.wait)."""
         return bool(self.queue.backend.wait(self.queue.ops.wake, timeout))
 
@@ -95,7 +97,7 @@ class Shared:
     def gone(self, exc: QueueGone) -> None:
         """The queue is gone: retrying cannot help (its keys vanished, or it is another
         queue now), so the consumer stops, once, and says why."""
-        with self._gone_lock:
+        with self._gone_guard:
             if self.failure is not None:
                 return
             self.failure = exc

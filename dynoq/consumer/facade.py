@@ -173,7 +173,7 @@ class Consumer:
                 s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = s.queue.backend.subscribe(s.membership.channel)
-        self._upkeep = Upkeep(s, subscription, self._workers, self._processor)
+        self._upkeep = Upkeep(s, subscription, self._workers)
         try:
             self._upkeep.tick(rebalance=True)
         except BaseException:
@@ -237,9 +237,9 @@ class Consumer:
         with contextlib.suppress(DynoqError):  # else they return within idle_wait
             # the worker blocked on the wake-up channel returns at once
             s.queue.backend.run(Cmd(("PUBLISH", s.queue.ops.wake, "stop")))
-        clean = self._workers.join(deadline, caller)
+        clean = self._workers.join(deadline - time.monotonic(), caller)
         if self._upkeep is not None:
-            self._upkeep.stop(deadline)
+            self._upkeep.stop(deadline - time.monotonic())
         keep = None if caller is None else caller.ident
         for _, batch in ([] if clean else s.deliveries.abandon_all(keep)):
             try:  # finish or give back: nothing stays in flight until its timeout

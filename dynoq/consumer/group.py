@@ -1,5 +1,6 @@
-# Generated from dynoq/asyncio/consumer/group.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/consumer/group.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest dcea238341af100d: of the text below, an edit by hand does not match).
 """Consumer-group membership (see _core.group for how a group lives in Redis)."""
 
 from __future__ import annotations

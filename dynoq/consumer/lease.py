@@ -1,14 +1,15 @@
-# Generated from dynoq/asyncio/consumer/lease.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/consumer/lease.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest fac546f3de6941c6: of the text below, an edit by hand does not match).
 """Shard leases of an ordered-queue consumer (redis-py's Lock model; see _core.group)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
 
 from .._core.group import LeaseBook, LeaseOps
+from ..events import new_guard
 from ..queue import Queue
 
 
@@ -23,7 +24,7 @@ class Leases:
         self._book = LeaseBook(ttl)
         # The sync twin's workers, upkeep and rebalance threads share the book; tasks
         # cannot interleave inside a block without an await, so they need no lock.
-        self._guard = threading.Lock()
+        self._guard = new_guard()
 
     def acquire(self, shard: int) -> float:
         """Try to take ``shard``: 0.0 when taken (the previous holder's in-flight messages

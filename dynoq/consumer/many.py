@@ -1,17 +1,19 @@
+# Generated from dynoq/asyncio/consumer/many.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest bc8a0f992b152acb: of the text below, an edit by hand does not match).
 """Several consumers run as one service (a task worker runs one consumer per queue):
-started together, stopped together (in parallel, under one deadline), and run until
-SIGTERM or SIGINT. The asyncio twin (``dynoq/asyncio/consumer/many.py``) does the same
-with tasks."""
+started together, stopped together (side by side, events.gather: one stopping must not
+keep the others popping), and run until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Sequence
 
 from .._core.consuming import summed
 from ..errors import InvalidType
 from ..message import ConsumerStats
-from ..signals import StopOnSignals
+from ..events import gather, new_event, until_stopped
 from .facade import Consumer
 
 
@@ -22,7 +24,7 @@ class Consumers:
         if not all(isinstance(c, Consumer) for c in consumers):
             raise InvalidType("Consumers takes dynoq.Consumer objects")
         self.consumers = list(consumers)
-        self._stopping = threading.Event()
+        self._stopping = new_event()
 
     def __repr__(self) -> str:
         return f"<dynoq.Consumers of {[c.queue.name for c in self.consumers]!r}>"
@@ -49,12 +51,10 @@ class Consumers:
     def run(self, stop_timeout: float = 30.0) -> None:
         """Start, block until SIGINT/SIGTERM or :meth:`stop` from another thread, then
         stop (``stop_timeout``: see :meth:`stop`)."""
-        with StopOnSignals(self._stopping):
-            self.start()
-            try:
-                self._stopping.wait()
-            finally:
-                _stop_all(self.consumers, stop_timeout)
+        try:
+            until_stopped(self._stopping, self.start)
+        finally:
+            _stop_all(self.consumers, stop_timeout)
 
     def stats(self) -> ConsumerStats:
         """The consumers' counts, added up."""
@@ -69,15 +69,5 @@ class Consumers:
 
 def _stop_all(consumers: Sequence[Consumer], timeout: float) -> bool:
     """Stop consumers side by side (one stopping must not keep the others popping)."""
-    clean = [True] * len(consumers)
-
-    def stop(i: int) -> None:
-        clean[i] = consumers[i].stop(timeout)
-
-    threads = [threading.Thread(target=stop, args=(i,), name="dynoq-stop", daemon=True)
-               for i in range(len(consumers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return all(clean)
+    return all(gather([functools.partial(c.stop, timeout) for c in consumers],
+                      "dynoq-stop"))

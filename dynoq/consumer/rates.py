@@ -1,18 +1,16 @@
-# Generated from dynoq/asyncio/consumer/rates.py by scripts/unasync.py: edit that file, then run
-# `python scripts/unasync.py` (tests/test_unasync.py fails when this is stale).
+# Generated from dynoq/asyncio/consumer/rates.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest b18b0041221b343b: of the text below, an edit by hand does not match).
 """The group's rate limit at the handler calls (see _core.rates for why there): a worker
 takes permits for the calls it is about to make, and waits for them while none is free."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 from .._core.rates import Permits, RateLimit
-from ..events import wait_event
+from ..events import Event, wait_event
 from .group import Membership
-
-Event = threading.Event
 
 
 class RateGate:

@@ -1,5 +1,9 @@
-"""The upkeep thread: heartbeat, lease renewal, rebalance, lease takeover, and keeping
-slow deliveries invisible.
+# Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest 80dcbe620f9fecaa: of the text below, an edit by hand does not match).
+"""The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
+rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
+calls past consume_timeout (Workers.enforce_timeouts).
 
 It rebalances every ``rebalance_interval`` seconds, and at once when the group's channel
 says a member joined, left or released a shard.
@@ -10,18 +14,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import threading
 import time
 
-from .._core import consuming
 from .._core.board import extended
 from .._core.consuming import CHANNEL_TICK, UpkeepClock
 from .._core.sizing import STALLED
-from ..backend.wakeup import Subscription
 from ..errors import DynoqError, LeaseLost, QueueGone
 from ..retry import backoff
+from ..backend.wakeup import Subscription
+from ..events import Spawned, end, new_event, spawn, wait_event
 from .context import Shared
-from .processing import Processor
 from .workers import Workers
 
 log = logging.getLogger("dynoq.consumer")
@@ -29,27 +31,27 @@ log = logging.getLogger("dynoq.consumer")
 
 
 class Upkeep:
-    def __init__(self, shared: Shared, subscription: Subscription, workers: Workers,
-                 processor: Processor) -> None:
+    def __init__(self, shared: Shared, subscription: Subscription, workers: Workers) -> None:
         self.shared = shared
         self._subscription = subscription
         self._workers = workers
-        self._processor = processor
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._processor = workers.processor
+        self._stop = new_event()
+        self._runner: Spawned | None = None
         self._next_acquire = math.inf
         self._wanted: set[int] = set()  # ordered queues: shards to lease
         self._recorded: tuple[list[str], set[int]] | None = None  # last history entry
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"dynoq-{self.shared.queue.name}-upkeep")
-        self._thread.start()
+        self._runner = spawn(self._loop, f"dynoq-{self.shared.queue.name}-upkeep")
 
-    def stop(self, deadline: float) -> None:
+    def stop(self, timeout: float) -> None:
+        """Stop the loop: wait up to ``timeout`` seconds for it (at least a few ticks of
+        the channel it listens on), then a task is cancelled; a thread cannot be, and
+        ends on its own (events.end)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(max(deadline - time.monotonic(), CHANNEL_TICK * 4))
+        if self._runner is not None:
+            end(self._runner, max(timeout, CHANNEL_TICK * 4))
 
     def _loop(self) -> None:
         settings = self.shared.plan.settings
@@ -68,7 +70,7 @@ class Upkeep:
                         self._next_acquire = now  # take it again now, not at a rebalance
                     if now >= self._next_acquire:
                         self._acquire()
-                    self._enforce_timeouts()
+                    self._workers.enforce_timeouts()
                     self._extend_slow()
                     self._hand_back_stalled()
                     failures = 0
@@ -80,10 +82,11 @@ class Upkeep:
                     pause = backoff(failures)
                     log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
                                 pause, exc)
-                    self._stop.wait(pause)
+                    wait_event(self._stop, pause)
                     clock.failed(time.monotonic())
                     continue
-                notified = self._subscription.get(clock.wait(time.monotonic(), self._next_acquire))
+                wait = clock.wait(time.monotonic(), self._next_acquire)
+                notified = self._subscription.get(wait)
         finally:
             self._subscription.close()
 
@@ -138,30 +141,6 @@ class Upkeep:
                 retry_in = min(retry_in, wait + 0.005)
         self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
                               if retry_in < math.inf else math.inf)
-
-    def _enforce_timeouts(self) -> None:
-        """Every batch whose running handler call went past consume_timeout: replace its
-        stuck worker (up to the cap of calls left running). Concurrent queues: settle
-        it now, the running message failed. Ordered shards: it stays in flight (and
-        extended) with its worker, which settles it when the call returns, so nothing
-        later of the shard is delivered while the call may still run."""
-        s = self.shared
-        settings = s.plan.settings
-        timeout = settings.consume_timeout
-        # A keyed queue's call too: its key stays blocked while the call may still run.
-        held = s.plan.ordered or s.queue.ops.keyed
-        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=held)
-        for worker, batch in overdue:
-            s.stats.add(timed_out=1)
-            left = self._workers.retire(worker)
-            consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
-                              cap=settings.concurrency,
-                              shard=batch.shard if s.plan.ordered else None,
-                              keyed=s.queue.ops.keyed)
-            if held:
-                continue
-            s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
-            self._processor.give_up(batch)
 
     def _hand_back_stalled(self) -> None:
         """The messages waiting behind a stalled handler call go back to the queue, for

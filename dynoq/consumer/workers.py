@@ -92,17 +92,42 @@ class Workers:
         return (not self.shared.stopping.is_set()
                 and threading.get_ident() not in self._retired)
 
-    def join(self, deadline: float, caller: threading.Thread | None = None) -> bool:
-        """Wait until ``deadline`` (monotonic) for the workers, and for the calls left
-        running past consume_timeout; True if all ended. ``caller``: a worker whose
-        handler asked for the stop, which cannot wait for itself (it ends when its
-        handler returns)."""
+    def join(self, timeout: float, caller: threading.Thread | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the workers, and for the calls left running
+        past consume_timeout; True if all ended. ``caller``: a worker whose handler asked
+        for the stop, which cannot wait for itself (it ends when its handler returns)."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             threads = [t for t in [*self._threads.values(), *self._retired.values()]
                        if t is not caller]
         for t in threads:
             t.join(max(deadline - time.monotonic(), 0.0))
         return not any(t.is_alive() for t in threads)
+
+    def enforce_timeouts(self) -> None:
+        """Every batch whose running handler call went past consume_timeout: replace its
+        stuck worker (up to the cap of calls left running). Concurrent queues: settle
+        it now, the running message failed. Ordered shards: it stays in flight (and
+        extended) with its worker, which settles it when the call returns, so nothing
+        later of the shard is delivered while the call may still run. (The upkeep calls
+        this at every look of its loop.)"""
+        s = self.shared
+        settings = s.plan.settings
+        timeout = settings.consume_timeout
+        # A keyed queue's call too: its key stays blocked while the call may still run.
+        held = s.plan.ordered or s.queue.ops.keyed
+        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=held)
+        for worker, batch in overdue:
+            s.stats.add(timed_out=1)
+            left = self.retire(worker)
+            consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
+                              cap=settings.concurrency,
+                              shard=batch.shard if s.plan.ordered else None,
+                              keyed=s.queue.ops.keyed)
+            if held:
+                continue
+            s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
+            self.processor.give_up(batch)
 
     def _guard(self, loop: Callable[[], None]) -> None:
         # A thread must not die on a transient error (a dropped connection): log, back
@@ -144,7 +169,7 @@ class Workers:
         me = threading.get_ident()
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
-        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
+        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
         # whole queue again (round-robin across shards). (A rate limit's permits are

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ExceptionHandler
 
 from ..backend import redact
 from ..client import Client
@@ -38,14 +40,10 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
     the caller's to close. Raises InvalidArgument for a config that would listen beyond
     loopback without a token."""
     config = config or DashboardConfig()
-    env = jinja2.Environment(loader=jinja2.PackageLoader("dynoq.dashboard", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(FILTERS)
-    env.globals["link"] = link
     reader = Reader(client)
     sampler = Sampler(reader, interval=config.interval, window=config.window,
                       limit=config.max_sampled)
-    dash = views.Dash(config, reader, sampler, Jinja2Templates(env=env), Csrf())
+    dash = views.Dash(config, reader, sampler, _templates(), Csrf())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -55,7 +53,23 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
         finally:
             sampler.stop()
 
-    routes = [
+    app = Starlette(routes=_routes(), lifespan=lifespan,
+                    exception_handlers=_exception_handlers(client))
+    app.state.dash = dash
+    app.add_middleware(Guard, config=config, csrf=dash.csrf)
+    return app
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dynoq.dashboard", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    env.globals["link"] = link
+    return Jinja2Templates(env=env)
+
+
+def _routes() -> list[BaseRoute]:
+    return [
         Route("/", views.overview),
         Route("/api/overview", views.api_overview),
         Route("/api/queue", views.api_queue),
@@ -72,43 +86,51 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
               name="static"),
     ]
 
-    def failed(request: Request, status: int, text: str) -> Response:
-        if request.url.path.startswith(("/api/", "/static/")):
-            return PlainTextResponse(text, status_code=status)
-        try:
-            return views.render(request, "error.html", status=status, status_code=status,
-                                message=text, now=0.0)
-        except DynoqError:  # the server is away: the page frame needs it too
-            return PlainTextResponse(text, status_code=status)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        return failed(request, exc.status_code, str(exc.detail))
+def _failed(request: Request, status: int, text: str) -> Response:
+    """An error as a page, or as plain text for the API, static files and when the page
+    cannot be drawn."""
+    if request.url.path.startswith(("/api/", "/static/")):
+        return PlainTextResponse(text, status_code=status)
+    try:
+        return views.render(request, "error.html", status=status, status_code=status,
+                            message=text, now=0.0)
+    except DynoqError:  # the server is away: the page frame needs it too
+        return PlainTextResponse(text, status_code=status)
 
-    async def bad_input(request: Request, exc: Exception) -> Response:
-        return failed(request, 400, str(exc))
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _failed(request, exc.status_code, str(exc.detail))
+
+
+async def _bad_input(request: Request, exc: Exception) -> Response:
+    return _failed(request, 400, str(exc))
+
+
+async def _dynoq_error(request: Request, exc: Exception) -> Response:
+    return _failed(request, 500, f"{type(exc).__name__}: {exc}")
+
+
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    # Stored by another dynoq version: the message says what to run or upgrade.
+    return _failed(request, 409, str(exc))
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    # Every connection in use: load, not an outage; the browser may ask again.
+    reply = _failed(request, 503, f"{type(exc).__name__}: {exc}")
+    reply.headers["Retry-After"] = "1"
+    return reply
+
+
+def _exception_handlers(client: Client) -> dict[Any, ExceptionHandler]:
+    """Each error as the status it means; Redis unreachable names the (redacted) URL."""
 
     async def unreachable(request: Request, exc: Exception) -> Response:
         return PlainTextResponse(f"cannot reach Redis at {redact(client.url)}: {exc}",
                                  status_code=503)
 
-    async def dynoq_error(request: Request, exc: Exception) -> Response:
-        return failed(request, 500, f"{type(exc).__name__}: {exc}")
-
-    async def unreadable(request: Request, exc: Exception) -> Response:
-        # Stored by another dynoq version: the message says what to run or upgrade.
-        return failed(request, 409, str(exc))
-
-    async def busy(request: Request, exc: Exception) -> Response:
-        # Every connection in use: load, not an outage; the browser may ask again.
-        reply = failed(request, 503, f"{type(exc).__name__}: {exc}")
-        reply.headers["Retry-After"] = "1"
-        return reply
-
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
-        HTTPException: http_error, InvalidArgument: bad_input, InvalidType: bad_input,
-        ConnectionFailed: unreachable, LayoutError: unreadable, PoolExhausted: busy,
-        DynoqError: dynoq_error})
-    app.state.dash = dash
-    app.add_middleware(Guard, config=config, csrf=dash.csrf)
-    return app
+    return {HTTPException: _http_error, InvalidArgument: _bad_input, InvalidType: _bad_input,
+            ConnectionFailed: unreachable, LayoutError: _unreadable, PoolExhausted: _busy,
+            DynoqError: _dynoq_error}

@@ -9,21 +9,20 @@
   ARGV[5..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked, or GONE or FENCED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua lib/pin.lua
+        lib/done.lua
   flags: allow-oom
 ]]
-local unack, msgs, dlv, done, lease, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local window = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 8 and fits(#ARGV, 4, 2, IDS_CHUNK) and window) then return BOUNDS end
-local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
+local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, ARGV[2])
 if refused then return refused end
 local ids = {}
 for j = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end
-local deadlines = bulk_read('ZMSCORE', unack, ids)
+local deadlines = bulk_read('ZMSCORE', K.unack, ids)
 -- No states but the pin (a concurrent queue's first deliveries): none to read or delete.
-local states = held(dlv)
-local dlvs = states and bulk_read('HMGET', dlv, ids) or {}
+local states = held(K.dlv)
+local dlvs = states and bulk_read('HMGET', K.dlv, ids) or {}
 local done_ids = {}
 for k, id in ipairs(ids) do
   if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 4], deadlines[k]) then
@@ -32,23 +31,12 @@ for k, id in ipairs(ids) do
 end
 if #done_ids == 0 then return 0 end
 -- An id given twice is removed once: ZREM's count is the number acked.
-local acked = bulk('ZREM', unack, done_ids)
-bulk('HDEL', msgs, done_ids)
-if states then bulk('HDEL', dlv, done_ids) end
+local acked = bulk('ZREM', K.unack, done_ids)
+bulk('HDEL', K.msgs, done_ids)
+if states then bulk('HDEL', K.dlv, done_ids) end
 -- A message that failed before and now succeeded no longer needs its reason.
-if redis.call('EXISTS', why) == 1 then bulk('HDEL', why, done_ids) end
-redis.call('HINCRBY', counts, 'acked', acked)
-if window > 0 then
-  local now = now_ms()
-  local stamps = {}
-  for _, id in ipairs(done_ids) do
-    stamps[#stamps + 1] = now
-    stamps[#stamps + 1] = id
-  end
-  bulk('ZADD', done, stamps)
-  -- Trim a bounded number of ids older than the window (at most what was added, plus some).
-  local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
-  bulk('ZREM', done, old)
-end
+if redis.call('EXISTS', K.why) == 1 then bulk('HDEL', K.why, done_ids) end
+redis.call('HINCRBY', K.counts, 'acked', acked)
+if window > 0 then remember_acked(K.done, done_ids, window, acked) end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], '1') end
 return acked

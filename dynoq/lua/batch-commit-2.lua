@@ -8,16 +8,15 @@
   uses: lib/bounds.lua
   flags: allow-oom
 ]]
-local commit, wrote = KEYS[1], KEYS[2]
 local batch, keep = int(ARGV[1], 0, EXACT), int(ARGV[2], 1, MAX_MS)
 if not (#KEYS == 2 and #ARGV == 2 and batch and keep) then return BOUNDS end
-local state = redis.call('HMGET', commit, 'committed', 'batch')
+local state = redis.call('HMGET', K.commit, 'committed', 'batch')
 local fresh = batch > (tonumber(state[1]) or -1)
-if fresh then redis.call('HSET', commit, 'committed', batch) end
+if fresh then redis.call('HSET', K.commit, 'committed', batch) end
 local current = tonumber(state[2])
 if current == nil or current <= batch then
-  redis.call('UNLINK', wrote)
-  redis.call('HDEL', commit, 'batch')
+  redis.call('UNLINK', K.wrote)
+  redis.call('HDEL', K.commit, 'batch')
 end
-redis.call('PEXPIRE', commit, keep)
+redis.call('PEXPIRE', K.commit, keep)
 return fresh and 1 or 0

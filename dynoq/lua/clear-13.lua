@@ -10,12 +10,12 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 13 and #ARGV == 1) then return BOUNDS end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 -- One key a call, each named: dynoq.acl grants every write by the kind of its key.
-return redis.call('UNLINK', KEYS[1]) + redis.call('UNLINK', KEYS[2])
-  + redis.call('UNLINK', KEYS[3]) + redis.call('UNLINK', KEYS[4])
-  + redis.call('UNLINK', KEYS[5]) + redis.call('UNLINK', KEYS[6])
-  + redis.call('UNLINK', KEYS[7]) + redis.call('UNLINK', KEYS[8])
-  + redis.call('UNLINK', KEYS[9]) + redis.call('UNLINK', KEYS[10])
-  + redis.call('UNLINK', KEYS[11]) + redis.call('UNLINK', KEYS[12])
+return redis.call('UNLINK', K.delayed) + redis.call('UNLINK', K.ready)
+  + redis.call('UNLINK', K.unack) + redis.call('UNLINK', K.msgs)
+  + redis.call('UNLINK', K.dlv) + redis.call('UNLINK', K.dead)
+  + redis.call('UNLINK', K.seq) + redis.call('UNLINK', K.done)
+  + redis.call('UNLINK', K.why) + redis.call('UNLINK', K.half)
+  + redis.call('UNLINK', K.txs) + redis.call('UNLINK', K.decided)

@@ -16,12 +16,12 @@ local function stamp(value)
   return tonumber(string.sub(value, 1, 13)) or -1, string.sub(value, 14, 21)
 end
 if not (#KEYS == 1 and #ARGV == 2) then return BOUNDS end
-local held = redis.call('GET', KEYS[1])
+local held = redis.call('GET', K.epoch)
 local write = not held or ARGV[2] == 'force'
 if not write and held ~= ARGV[1] then
   local ms_held, rnd_held = stamp(held)
   local ms_new, rnd_new = stamp(ARGV[1])
   write = ms_held < ms_new or (ms_held == ms_new and rnd_held < rnd_new)
 end
-if write then redis.call('SET', KEYS[1], ARGV[1]) end
+if write then redis.call('SET', K.epoch, ARGV[1]) end
 return {write and 1 or 0, held or ''}

@@ -11,21 +11,20 @@
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/batch.lua
   flags: allow-oom
 ]]
-local unack, dlv, lease = KEYS[1], KEYS[2], KEYS[3]
 local timeout = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 4 and #ARGV == 6 and timeout) then return BOUNDS end
-local refused = gone(KEYS[4], ARGV[1]) or fenced(lease, ARGV[2])
+local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, ARGV[2])
 if refused then return refused end
 local id = ARGV[4]
-local score = redis.call('ZSCORE', unack, id)
+local score = redis.call('ZSCORE', K.unack, id)
 if not score then return 0 end
-local d = redis.call('HGET', dlv, id)
+local d = redis.call('HGET', K.dlv, id)
 if not matches(d, ARGV[5], score) then return 0 end
 -- A stateless first delivery's token is its unack score, which moves now: it goes into a
 -- state, the token its holder has (lib/delivery.lua), with its place on an ordered shard.
 if not d then
-  redis.call('HSET', dlv, id, '1|' .. place_of(dlv, id) .. '|' .. token_of(score))
+  redis.call('HSET', K.dlv, id, '1|' .. place_of(K.dlv, id) .. '|' .. token_of(score))
 end
-redis.call('ZADD', unack, now_ms() + timeout, id)
+redis.call('ZADD', K.unack, now_ms() + timeout, id)
 if timeout == 0 then redis.call('PUBLISH', ARGV[6], '1') end
 return 1

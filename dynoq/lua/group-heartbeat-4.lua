@@ -13,16 +13,15 @@
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/members.lua
   flags: allow-oom
 ]]
-local members, ttls, registry, claim = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not (#KEYS == 4 and #ARGV == 4 and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
-local owner = redis.call('GET', claim)
+local owner = redis.call('GET', K.claim)
 if owner and owner ~= ARGV[1] then return CONFLICT end
-redis.call('SET', claim, ARGV[1], 'PX', ARGV[3])
+redis.call('SET', K.claim, ARGV[1], 'PX', ARGV[3])
 local now = now_ms()
-local joined = redis.call('ZADD', members, now, ARGV[2])
-redis.call('HSET', ttls, ARGV[2], ARGV[3])
-redis.call('SADD', registry, ARGV[1])
-local dropped, alive = drop_stale(members, ttls, now)
+local joined = redis.call('ZADD', K.members, now, ARGV[2])
+redis.call('HSET', K.ttls, ARGV[2], ARGV[3])
+redis.call('SADD', K.registry, ARGV[1])
+local dropped, alive = drop_stale(K.members, K.ttls, now)
 local out = {joined, dropped}
 for _, member in ipairs(alive) do out[#out + 1] = member end
 if joined == 1 or dropped > 0 then redis.call('PUBLISH', ARGV[4], 'change') end

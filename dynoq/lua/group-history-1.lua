@@ -9,7 +9,7 @@
 ]]
 local most = int(ARGV[2], 1, HISTORY_CAP)
 if not (#KEYS == 1 and #ARGV == 3 and most and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
-redis.call('LPUSH', KEYS[1], now_ms() .. ' ' .. ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, most - 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('LPUSH', K.history, now_ms() .. ' ' .. ARGV[1])
+redis.call('LTRIM', K.history, 0, most - 1)
+redis.call('PEXPIRE', K.history, ARGV[3])
 return 1

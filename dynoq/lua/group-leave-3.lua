@@ -8,10 +8,10 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 3 and #ARGV == 3) then return BOUNDS end
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('GET', KEYS[3]) == ARGV[3] then
-  redis.call('UNLINK', KEYS[3])
+local removed = redis.call('ZREM', K.members, ARGV[1])
+redis.call('HDEL', K.ttls, ARGV[1])
+if redis.call('ZCARD', K.members) == 0 and redis.call('GET', K.claim) == ARGV[3] then
+  redis.call('UNLINK', K.claim)
 end
 redis.call('PUBLISH', ARGV[2], 'change')
 return removed

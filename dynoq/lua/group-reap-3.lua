@@ -6,12 +6,11 @@
   uses: lib/bounds.lua lib/clock.lua lib/members.lua
   flags: allow-oom
 ]]
-local members, ttls, registry = KEYS[1], KEYS[2], KEYS[3]
 if not (#KEYS == 3 and #ARGV == 2) then return BOUNDS end
-local dropped = drop_stale(members, ttls, now_ms())
-if redis.call('ZCARD', members) == 0 then
-  redis.call('SREM', registry, ARGV[1])
-  redis.call('UNLINK', ttls)
+local dropped = drop_stale(K.members, K.ttls, now_ms())
+if redis.call('ZCARD', K.members) == 0 then
+  redis.call('SREM', K.registry, ARGV[1])
+  redis.call('UNLINK', K.ttls)
 end
 if dropped > 0 then redis.call('PUBLISH', ARGV[2], 'change') end
 return dropped

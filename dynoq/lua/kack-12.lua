@@ -2,7 +2,7 @@
   message may then go. A stale delivery token changes nothing. With `take`, the ack and
   the next pop share a round trip when that is fair: when one key alone of the shard is
   ready after the acks (a hot key alone), its next messages are delivered in this reply
-  (ktake, lib/keyed.lua); with several keys ready, nothing is.
+  (lib/ktake.lua); with several keys ready, nothing is.
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] kwait
   KEYS[6] kturn  KEYS[7] kstate  KEYS[8] seq  KEYS[9] why  KEYS[10] counts
   KEYS[11] kfence  KEYS[12] epoch
@@ -15,7 +15,8 @@
   ARGV[8..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
   returns: number of messages acked (take 0), or {acked, id, record, attempts, fence,
            ...} (take > 0); or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
+        lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua
   flags: allow-oom
 ]]
 local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
@@ -24,13 +25,9 @@ if not (#KEYS == 12 and fits(#ARGV, 7, 2, MAX_BATCH) and window and conc and tak
         and int(ARGV[6], 0, MAX_MS)) then
   return BOUNDS
 end
-local refused = gone(KEYS[12], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[2], kwait = KEYS[5], kturn = KEYS[6], kstate = KEYS[7], seq = KEYS[8],
-           kfence = KEYS[11], unack = KEYS[1], dlv = KEYS[3]}
-local unack, msgs, dlv, done, why, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], KEYS[10]
-local kturn = KEYS[6]
-local reasons = redis.call('EXISTS', why) == 1  -- a failure reason to forget, maybe
+local reasons = redis.call('EXISTS', K.why) == 1  -- a failure reason to forget, maybe
 local ids, toks, seen = {}, {}, {}
 for j = 8, #ARGV, 2 do
   if not seen[ARGV[j]] then  -- an id given twice is acked once
@@ -42,18 +39,18 @@ end
 local out = {0}
 local good = {}
 if #ids > 0 then
-  local deadlines = bulk_read('ZMSCORE', unack, ids)
-  local dlvs = bulk_read('HMGET', dlv, ids)
+  local deadlines = bulk_read('ZMSCORE', K.unack, ids)
+  local dlvs = bulk_read('HMGET', K.dlv, ids)
   for k, id in ipairs(ids) do
     if deadlines[k] and matches(dlvs[k], toks[k]) then good[#good + 1] = id end
   end
 end
 if #good == 0 then return take > 0 and out or 0 end
-local recs = bulk_read('HMGET', msgs, good)
-local acked = bulk('ZREM', unack, good)
-bulk('HDEL', msgs, good)
-bulk('HDEL', dlv, good)
-if reasons then bulk('HDEL', why, good) end
+local recs = bulk_read('HMGET', K.msgs, good)
+local acked = bulk('ZREM', K.unack, good)
+bulk('HDEL', K.msgs, good)
+bulk('HDEL', K.dlv, good)
+if reasons then bulk('HDEL', K.why, good) end
 -- each acked message frees a slot of its key
 local order, freed = {}, {}
 for k in ipairs(good) do
@@ -70,26 +67,16 @@ local st = kload(K, order)
 for _, key in ipairs(order) do st[key][1] = st[key][1] - freed[key] end
 -- Waiters need the news only when no key was ready (they look again after each wake-up
 -- until they find none): not at every ack.
-local idle = redis.call('EXISTS', kturn) == 0
+local idle = redis.call('EXISTS', K.kturn) == 0
 local woke = kstore(K, order, st, conc) > 0 and idle
-redis.call('HINCRBY', counts, 'acked', acked)
-if window > 0 then
-  local now = now_ms()
-  local stamps = {}
-  for _, id in ipairs(good) do
-    stamps[#stamps + 1] = now
-    stamps[#stamps + 1] = id
-  end
-  bulk('ZADD', done, stamps)
-  local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - window, 'LIMIT', 0, acked + 10)
-  bulk('ZREM', done, old)
-end
-if take > 0 and redis.call('ZCARD', kturn) == 1 then  -- one key alone may deliver
+redis.call('HINCRBY', K.counts, 'acked', acked)
+if window > 0 then remember_acked(K.done, good, window, acked) end
+if take > 0 and redis.call('ZCARD', K.kturn) == 1 then  -- one key alone may deliver
   local now = now_ms()
   if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out, now) > 0 then
-    woke = woke and redis.call('EXISTS', kturn) == 1  -- nobody else needs waking for it
-    redis.call('ZADD', unack, '+inf', PIN)
-    redis.call('HSET', dlv, PIN, '')
+    woke = woke and redis.call('EXISTS', K.kturn) == 1  -- nobody else needs waking for it
+    redis.call('ZADD', K.unack, '+inf', PIN)
+    redis.call('HSET', K.dlv, PIN, '')
   end
 end
 if woke then redis.call('PUBLISH', ARGV[3], '1') end

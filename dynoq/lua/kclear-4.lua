@@ -1,4 +1,4 @@
---[[ kclear: delete the message groups' keys of one shard (clear-10.lua deletes the rest;
+--[[ kclear: delete the message groups' keys of one shard (clear-13.lua deletes the rest;
   the key fences stay, as a shard's fence does: a fence never goes back).
   KEYS[1] kwait  KEYS[2] kturn  KEYS[3] kstate  KEYS[4] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
@@ -7,7 +7,7 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 4 and #ARGV == 1) then return BOUNDS end
-local refused = gone(KEYS[4], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-return redis.call('UNLINK', KEYS[1]) + redis.call('UNLINK', KEYS[2])
-  + redis.call('UNLINK', KEYS[3])
+return redis.call('UNLINK', K.kwait) + redis.call('UNLINK', K.kturn)
+  + redis.call('UNLINK', K.kstate)

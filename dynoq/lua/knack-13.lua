@@ -13,53 +13,41 @@
   ARGV[7] key_concurrency
   ARGV[8..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua
+        lib/keyed.lua lib/kstore.lua lib/klinks.lua lib/nacked.lua
   flags: allow-oom
 ]]
 local delay, max_retries = int(ARGV[2], 0, MAX_MS), int(ARGV[3], 0, MAX_RETRIES)
 local conc = int(ARGV[7], 1, MAX_KEY_CONCURRENCY)
 if not (#KEYS == 13 and #ARGV == 9 and delay and max_retries and conc) then return BOUNDS end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[3], kwait = KEYS[6], kturn = KEYS[7], kstate = KEYS[8], seq = KEYS[9]}
-local delayed, unack, msgs, dlv, dead, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[10], KEYS[11]
 local mode, reason = ARGV[4], ARGV[6]
 local now = now_ms()
 local back, buried = 0, 0
 for j = 8, #ARGV, 2 do
   local id, tok = ARGV[j], ARGV[j + 1]
-  local d = redis.call('HGET', dlv, id)
-  if d and redis.call('ZSCORE', unack, id) and matches(d, tok) then
+  local d = redis.call('HGET', K.dlv, id)
+  if d and redis.call('ZSCORE', K.unack, id) and matches(d, tok) then
     local n, _, current = delivery(d)
-    redis.call('ZREM', unack, id)
+    redis.call('ZREM', K.unack, id)
     if mode == 'back' then
-      redis.call('HSET', dlv, id, math.max(n - 1, 0) .. '||' .. current)
+      redis.call('HSET', K.dlv, id, math.max(n - 1, 0) .. '||' .. current)
     elseif reason ~= '' then
-      record_why(why, id, now, 'e', reason)
+      record_why(K.why, id, now, 'e', reason)
     end
-    local key, seq = kparse(redis.call('HGET', msgs, id))
+    local key, seq = kparse(redis.call('HGET', K.msgs, id))
     if mode == 'dead' or (mode == 'retry' and n > max_retries) then
-      redis.call('ZADD', dead, now, id)
+      redis.call('ZADD', K.dead, now, id)
       buried = buried + 1
-      if key then
-        local s = kget(K, key)
-        s[1] = s[1] - 1
-        kput(K, key, s, conc)
-      end
+      if key then kfree(K, key, conc) end  -- its slot is free: the key moves on
     elseif delay > 0 or not key then
-      redis.call('ZADD', delayed, now + delay, id)  -- holds its key's slot until due
+      redis.call('ZADD', K.delayed, now + delay, id)  -- holds its key's slot until due
       back = back + 1
     else
-      local s = kget(K, key)
-      s[1] = s[1] - 1
-      kback(K, s, id, seq, conc)
-      kput(K, key, s, conc, 0)
+      kback(K, key, id, seq, conc)
       back = back + 1
     end
   end
 end
-if back + buried > 0 then redis.call('PUBLISH', ARGV[5], '1') end
-if mode == 'retry' and back > 0 then redis.call('HINCRBY', counts, 'retried', back) end
-if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
-return {back, buried}
+return nacked(K.counts, ARGV[5], mode, back, buried)

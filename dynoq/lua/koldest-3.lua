@@ -13,14 +13,13 @@
 ]]
 local LOOK, BUDGET = 32, 262144
 if not (#KEYS == 3 and #ARGV == 0) then return BOUNDS end
-local kturn, kstate, msgs = KEYS[1], KEYS[2], KEYS[3]
-local keys = redis.call('ZRANGE', kturn, 0, LOOK - 1)
+local keys = redis.call('ZRANGE', K.kturn, 0, LOOK - 1)
 if #keys == 0 then return -1 end
 local oldest, read = -1, 0
-for _, v in ipairs(redis.call('HMGET', kstate, unpack(keys))) do
+for _, v in ipairs(redis.call('HMGET', K.kstate, unpack(keys))) do
   local head = kunpack(v)[4]
   if head ~= '' then
-    local rec = redis.call('HGET', msgs, head)
+    local rec = redis.call('HGET', K.msgs, head)
     local enq, off = times(rec)
     if enq and (oldest < 0 or enq + off < oldest) then oldest = enq + off end
     read = read + (rec and #rec or 0)

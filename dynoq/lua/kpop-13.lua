@@ -2,7 +2,7 @@
   at a time, keys round-robin: each key served goes behind the keys already waiting.
   First gives back what expired (at the head of its key, its fence raised; or dead past
   max retries) and the retries that fell due (at the head of their key), bounded. A head
-  whose record does not name its key (not written by dynoq) is dead-lettered (ktake).
+  whose record does not name its key (not written by dynoq) is dead-lettered (lib/ktake.lua).
   KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] kfence
   KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
   KEYS[11] why   KEYS[12] counts  KEYS[13] epoch
@@ -13,7 +13,8 @@
   returns: {1, rest, id, record, attempts, fence, ...}  rest: 1 if a key may deliver more
            {0, hint, 0}  nothing claimed; hint = ms until something may be (-1 unknown)
            or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/hint.lua lib/kexpire.lua
+        lib/ktake.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -21,39 +22,20 @@ local max_retries, conc = int(ARGV[5], 0, MAX_RETRIES), int(ARGV[7], 1, MAX_KEY_
 if not (#KEYS == 13 and #ARGV == 7 and count and vis and max_retries and conc) then
   return BOUNDS
 end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
-           kfence = KEYS[5], seq = KEYS[6], unack = KEYS[7], dlv = KEYS[8],
-           delayed = KEYS[9], dead = KEYS[10], why = KEYS[11]}
-local kturn, unack, dlv, delayed, counts = KEYS[3], KEYS[7], KEYS[8], KEYS[9], KEYS[12]
 local now = now_ms()
 
-local back, buried = kexpire(K, now, 100, max_retries, conc)
-if back > 0 then
-  redis.call('HINCRBY', counts, 'expired', back)
-  redis.call('PUBLISH', ARGV[6], '1')
-end
-if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
+if kexpire(K, now, 100, max_retries, conc) > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 kpromote(K, now, EXPIRE_LIMIT, conc)
 
 local deadline = string.format('%d', now + vis)
 local out = {1, 0}
 local _, alien = ktake(K, count, deadline, nonce, conc, out, now)
-if alien > 0 then redis.call('HINCRBY', counts, 'dead', alien) end
-if #out == 2 then
-  local hint = -1
-  for _, z in ipairs({delayed, unack}) do
-    local first = head(z)
-    if first[2] then
-      local ms = math.max(tonumber(first[2]) - now, 0)
-      if hint < 0 or ms < hint then hint = ms end
-    end
-  end
-  return {0, hint, 0}
-end
+if alien > 0 then redis.call('HINCRBY', K.counts, 'dead', alien) end
+if #out == 2 then return {0, wait_hint(K.delayed, K.unack, now, -1), 0} end
 -- Keep the in-flight keys skiplist/hashtable (lib/pin.lua).
-redis.call('ZADD', unack, '+inf', PIN)
-redis.call('HSET', dlv, PIN, '')
-out[2] = redis.call('ZCARD', kturn) > 0 and 1 or 0
+redis.call('ZADD', K.unack, '+inf', PIN)
+redis.call('HSET', K.dlv, PIN, '')
+out[2] = redis.call('ZCARD', K.kturn) > 0 and 1 or 0
 return out

@@ -11,21 +11,18 @@
   ARGV[6..] groups of three: id, key, msgpack body (without the key); the list is in push
           order: a key's messages are delivered in it
   returns: array of 1 (pushed) / 0 (skipped by ensure), one per message; or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/kadd.lua
   flags: none
 ]]
 local window, conc = int(ARGV[3], 0, MAX_MS), int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
 if not (#KEYS == 13 and fits(#ARGV, 5, 3, PUSH_CHUNK) and window and conc) then
   return BOUNDS
 end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
-           seq = KEYS[5], done = KEYS[6], unack = KEYS[7], delayed = KEYS[8],
-           dead = KEYS[9], dlv = KEYS[10], why = KEYS[11]}
 local ensure = ARGV[2] == 'ensure'
 local out = {}
 local pushed, wake = kadd(K, conc, ensure, window, now_ms(), ARGV, 6, out)
-if pushed > 0 then redis.call('HINCRBY', KEYS[12], 'pushed', pushed) end
+if pushed > 0 then redis.call('HINCRBY', K.counts, 'pushed', pushed) end
 if wake then redis.call('PUBLISH', ARGV[4], '1') end
 return out

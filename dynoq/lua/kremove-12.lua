@@ -5,17 +5,14 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] id  ARGV[3] wake channel  ARGV[4] key_concurrency
   returns: 1 removed, 0 unknown id, or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/refusal.lua lib/kdrop.lua
   flags: allow-oom
 ]]
 local conc = int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
 if not (#KEYS == 12 and #ARGV == 4 and conc) then return BOUNDS end
-local refused = gone(KEYS[12], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
-           seq = KEYS[5], unack = KEYS[6], delayed = KEYS[7], dead = KEYS[8],
-           dlv = KEYS[9], why = KEYS[10]}
-local rec = redis.call('HGET', KEYS[1], ARGV[2])
+local rec = redis.call('HGET', K.msgs, ARGV[2])
 if not rec then return 0 end
 kdrop(K, ARGV[2], rec, conc)
 redis.call('PUBLISH', ARGV[3], '1')

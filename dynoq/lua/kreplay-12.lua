@@ -7,36 +7,26 @@
   ARGV[2] limit (used when no ids are given)  ARGV[3] wake channel
   ARGV[4] key_concurrency  ARGV[5..] ids to replay (none = the oldest `limit`)
   returns: number of messages replayed, or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/refusal.lua lib/replay.lua lib/knum.lua lib/keyed.lua lib/kplace.lua
   flags: allow-oom
 ]]
 local limit, conc = int(ARGV[2], 1, SWEEP_LIMIT), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
 if not (#KEYS == 12 and fits(#ARGV, 4, 1, IDS_CHUNK) and limit and conc) then
   return BOUNDS
 end
-local refused = gone(KEYS[12], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
-           seq = KEYS[5], dead = KEYS[6], dlv = KEYS[7], why = KEYS[8], unack = KEYS[9],
-           delayed = KEYS[10]}
-local msgs, seq, dead, dlv = KEYS[1], KEYS[5], KEYS[6], KEYS[7]
-local ids = {}
-if #ARGV > 4 then
-  for j = 5, #ARGV do ids[#ids + 1] = ARGV[j] end
-else
-  ids = redis.call('ZRANGE', dead, 0, limit - 1)
-end
 local places, n = {}, 0
-for _, id in ipairs(ids) do
-  local rec = redis.call('HGET', msgs, id)
+for _, id in ipairs(dead_ids(K.dead, ARGV, 5, limit)) do
+  local rec = redis.call('HGET', K.msgs, id)
   local key = kparse(rec)
-  if key and redis.call('ZREM', dead, id) == 1 then
-    redis.call('HDEL', dlv, id)
+  if key and redis.call('ZREM', K.dead, id) == 1 then
+    redis.call('HDEL', K.dlv, id)
     places[#places + 1] = id
     places[#places + 1] = key
     places[#places + 1] = kbody(rec)
     places[#places + 1] = string.match(rec, '^(%w+),')  -- its enqueued time, kept
-    places[#places + 1] = kseq(redis.call('INCR', seq))
+    places[#places + 1] = kseq(redis.call('INCR', K.seq))
     n = n + 1
   end
 end

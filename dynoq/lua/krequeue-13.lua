@@ -7,23 +7,17 @@
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] max retries  ARGV[3] limit  ARGV[4] wake channel  ARGV[5] key_concurrency
   returns: {given back, dead-lettered, 1 if more remain else 0}, or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/kexpire.lua
   flags: allow-oom
 ]]
 local max_retries, limit = int(ARGV[2], 0, MAX_RETRIES), int(ARGV[3], 1, EXPIRE_LIMIT)
 local conc = int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
 if not (#KEYS == 13 and #ARGV == 5 and max_retries and limit and conc) then return BOUNDS end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local K = {msgs = KEYS[1], kwait = KEYS[2], kturn = KEYS[3], kstate = KEYS[4],
-           kfence = KEYS[5], seq = KEYS[6], unack = KEYS[7], dlv = KEYS[8],
-           delayed = KEYS[9], dead = KEYS[10], why = KEYS[11]}
-local counts = KEYS[12]
 local now = now_ms()
 local back, buried, looked = kexpire(K, now, limit, max_retries, conc)
 local due = kpromote(K, now, limit, conc)
-if back > 0 then redis.call('HINCRBY', counts, 'expired', back) end
-if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
 if back + due > 0 then redis.call('PUBLISH', ARGV[4], '1') end
 local more = 0
 if looked == limit or due == limit then more = 1 end

@@ -15,12 +15,12 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 3 and #ARGV == 3 and int(ARGV[3], 1, MAX_MS)) then return BOUNDS end
-local refused = gone(KEYS[3], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[2] .. '.' .. (redis.call('GET', KEYS[2]) or '') then
-  return {0, math.max(redis.call('PTTL', KEYS[1]), 1)}
+local held = redis.call('GET', K.lease)
+if held and held ~= ARGV[2] .. '.' .. (redis.call('GET', K.fence) or '') then
+  return {0, math.max(redis.call('PTTL', K.lease), 1)}
 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[2] .. '.' .. fence, 'PX', ARGV[3])
+local fence = redis.call('INCR', K.fence)
+redis.call('SET', K.lease, ARGV[2] .. '.' .. fence, 'PX', ARGV[3])
 return {1, fence}

@@ -6,5 +6,5 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 1 and #ARGV == 1) then return BOUNDS end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('UNLINK', KEYS[1]) end
+if redis.call('GET', K.lease) == ARGV[1] then return redis.call('UNLINK', K.lease) end
 return 0

@@ -10,10 +10,10 @@
 ]]
 local to = int(ARGV[1], 1, EXACT)
 if not (#KEYS == 1 and #ARGV == 1 and to) then return BOUNDS end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', K.meta) == 0 then
   return {0, 0}
 end
-local held = redis.call('HGET', KEYS[1], 'layout')
+local held = redis.call('HGET', K.meta, 'layout')
 local before = held and (tonumber(held) or 0) or 1
 if before < 1 or before >= to then
   return {before, before}
@@ -23,6 +23,6 @@ if layout == 1 and to >= 2 then
   layout = 2
 end
 if layout ~= before then
-  redis.call('HSET', KEYS[1], 'layout', layout)
+  redis.call('HSET', K.meta, 'layout', layout)
 end
 return {before, layout}

@@ -14,13 +14,12 @@
   ARGV[9..] pairs: id, delivery token ("" = by id alone)
   returns: {given back, dead-lettered}, or GONE or FENCED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/why.lua lib/batch.lua
+        lib/nacked.lua
   flags: allow-oom
 ]]
-local delayed, unack, dlv, dead, lease, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local delay, max_retries = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_RETRIES)
 if not (#KEYS == 8 and #ARGV == 10 and delay and max_retries) then return BOUNDS end
-local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
+local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, ARGV[2])
 if refused then return refused end
 local mode = ARGV[5]
 local to_dead, keep = mode == 'dead', ARGV[6] == '1' or mode == 'back'
@@ -29,27 +28,27 @@ local back, buried = 0, 0
 local reason = ARGV[8]
 for j = 9, #ARGV, 2 do
   local id, tok = ARGV[j], ARGV[j + 1]
-  local d = redis.call('HGET', dlv, id)
-  local score_now = redis.call('ZSCORE', unack, id)
+  local d = redis.call('HGET', K.dlv, id)
+  local score_now = redis.call('ZSCORE', K.unack, id)
   if score_now and matches(d, tok, score_now) then
     local n, score, current = in_flight(d)
     -- A first delivery has no state: its place, kept only where it is used (a delivery
     -- given back in place), is its batch's on an ordered shard (lib/batch.lua).
-    if not d and keep then score = place_of(dlv, id) end
+    if not d and keep then score = place_of(K.dlv, id) end
     local state = nil  -- what its delivery state becomes (nil: as it is)
-    redis.call('ZREM', unack, id)
+    redis.call('ZREM', K.unack, id)
     if mode == 'back' then
       state = math.max(n - 1, 0) .. '|' .. score .. '|' .. current
     elseif reason ~= '' then
-      record_why(why, id, now, 'e', reason)
+      record_why(K.why, id, now, 'e', reason)
     end
     if to_dead or (mode == 'retry' and n > max_retries) then
-      redis.call('ZADD', dead, now, id)
+      redis.call('ZADD', K.dead, now, id)
       -- A first delivery without a state gets one: its attempt counts (lib/delivery.lua).
       if not d then state = '1||' end
       buried = buried + 1
     else
-      redis.call('ZADD', delayed, now + delay, id)
+      redis.call('ZADD', K.delayed, now + delay, id)
       if not keep then
         state = n .. '||' .. current
       elseif not state and not d then  -- a retry in place: the attempt and the place
@@ -57,12 +56,7 @@ for j = 9, #ARGV, 2 do
       end
       back = back + 1
     end
-    if state then redis.call('HSET', dlv, id, state) end
+    if state then redis.call('HSET', K.dlv, id, state) end
   end
 end
--- Wake waiters even for a delayed retry: on an ordered shard the messages behind it are
--- blocked until it is due, and a waiter must learn the new hint.
-if back + buried > 0 then redis.call('PUBLISH', ARGV[7], '1') end
-if mode == 'retry' and back > 0 then redis.call('HINCRBY', counts, 'retried', back) end
-if buried > 0 then redis.call('HINCRBY', counts, 'dead', buried) end
-return {back, buried}
+return nacked(K.counts, ARGV[7], mode, back, buried)

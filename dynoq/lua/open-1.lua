@@ -20,21 +20,21 @@ if not (#KEYS == 1 and fits(#ARGV, 3, 2, MAX_FIELDS) and oldest and newest) then
   return BOUNDS
 end
 local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'layout', ARGV[3], unpack(ARGV, 4))
+if redis.call('EXISTS', K.meta) == 0 then
+  redis.call('HSET', K.meta, 'layout', ARGV[3], unpack(ARGV, 4))
   created = 1
 else
   -- More fields than an open stores were not written by dynoq: not read whole (HGETALL)
-  if redis.call('HLEN', KEYS[1]) > MAX_FIELDS + 2 then return BOUNDS end
-  local layout = redis.call('HGET', KEYS[1], 'layout')
+  if redis.call('HLEN', K.meta) > MAX_FIELDS + 2 then return BOUNDS end
+  local layout = redis.call('HGET', K.meta, 'layout')
   layout = layout and (tonumber(layout) or 0) or 1
   if layout < oldest or layout > newest then
     return {-1, layout}
   end
 end
-if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
-  redis.call('HSET', KEYS[1], 'epoch', string.format('%013d', now_ms()) .. ARGV[1])
+if redis.call('HEXISTS', K.meta, 'epoch') == 0 then
+  redis.call('HSET', K.meta, 'epoch', string.format('%013d', now_ms()) .. ARGV[1])
 end
-local out = redis.call('HGETALL', KEYS[1])
+local out = redis.call('HGETALL', K.meta)
 table.insert(out, 1, created)
 return out

@@ -9,23 +9,23 @@
 ]]
 local count = int(ARGV[2], 1, MAX_BATCH)
 if not (#KEYS == 5 and #ARGV == 2 and count) then return BOUNDS end
-local refused = gone(KEYS[5], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local ready, delayed, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 local out = {now}
-local ids = redis.call('ZRANGE', ready, 0, count - 1)
+local ids = redis.call('ZRANGE', K.ready, 0, count - 1)
 if #ids < count then
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, count - #ids)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now,
+                                 'LIMIT', 0, count - #ids)) do
     ids[#ids + 1] = id
   end
 end
 for _, id in ipairs(ids) do
-  local rec = redis.call('HGET', msgs, id)
+  local rec = redis.call('HGET', K.msgs, id)
   if rec then
     out[#out + 1] = id
     out[#out + 1] = rec
-    out[#out + 1] = attempts(redis.call('HGET', dlv, id))
+    out[#out + 1] = attempts(redis.call('HGET', K.dlv, id))
   end
 end
 return out

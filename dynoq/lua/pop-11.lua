@@ -13,11 +13,11 @@
   ARGV[10] ceiling: claim only messages of this priority or a lower value (99: any). The
           caller passes the best priority any shard of the queue holds, so that a pop
           across shards takes the lower values first (see QueueOps._pass)
-  Other shards (one server only: their keys are in other slots): after its eleven keys, a
-  pop may name the ready, delayed and unack keys of other shards of the queue, three a
-  shard; then the ceiling is also at most the lowest priority they may deliver
-  (lib/rank.lua), and the reply ends with their ranks, one a shard, in that order. (Their
-  epochs are not checked: only read, and a shard that is gone has nothing to deliver.)
+  KEYS[12..] repeated ready delayed unack: optional, other shards of the queue (one server
+  only: their keys are in other slots), three keys a shard; then the ceiling is also at
+  most the lowest priority they may deliver (lib/rank.lua), and the reply ends with their
+  ranks, one a shard, in that order. (Their epochs are not checked: only read, and a shard
+  that is gone has nothing to deliver.)
   returns: {1, rest, score, id, record, attempts, ...}  claimed messages. A first
            delivery (attempts 1) has no delivery state and its token is `score`, the
            batch's `unack` score (lib/delivery.lua; on an ordered queue the batch's
@@ -30,11 +30,9 @@
            priority p (above the ceiling), -1 not looked at (the batch was full)
            GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
-        lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua
+        lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua lib/hint.lua
   flags: allow-oom
 ]]
-local delayed, ready, unack, msgs, dlv, dead, seq, lease, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
 local ordered, token, max_retries = ARGV[5] == '1', ARGV[6], int(ARGV[7], 0, MAX_RETRIES)
 -- The ceiling only bounds a compare: a rank from a priority above 99 (stored by hand) is
@@ -45,38 +43,28 @@ if not (fits(#KEYS, 11, 3, CALL_SHARDS - 1) and #ARGV == 10 and count and vis an
   return BOUNDS
 end
 
-local refused = gone(KEYS[11], ARGV[1]) or fenced(lease, token)
+local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, token)
 if refused then return refused end
-if token ~= '' and redis.call('PTTL', lease) < margin then return FENCED end
-if ordered and token == '' and redis.call('EXISTS', lease) == 1 then return LEASED end
+if token ~= '' and redis.call('PTTL', K.lease) < margin then return FENCED end
+if ordered and token == '' and redis.call('EXISTS', K.lease) == 1 then return LEASED end
 local now = now_ms()
 
 -- Deliveries whose visibility ran out go back (or to the dead set): bounded work.
-local back = give_back(unack, delayed, dlv, dead, why, counts, now, now, 100, max_retries)
+local back = give_back(K.unack, K.delayed, K.dlv, K.dead, K.why, K.counts, now, now, 100,
+                       max_retries)
 if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
 
 -- Promote what is due (a message given back keeps its saved place).
-promote(delayed, ready, msgs, dlv, seq, now, 5000)
+promote(K.delayed, K.ready, K.msgs, K.dlv, K.seq, now, 5000)
 
 -- The other shards named, if any: what they may deliver bounds what this pop claims.
 local others, later = {}, -1
-for g = 12, #KEYS, 3 do
-  local r, ms = rank_of(KEYS[g], KEYS[g + 1], KEYS[g + 2], now)
+for g = 1, GROUPS do
+  local k = group_keys(g)
+  local r, ms = rank_of(k.ready, k.delayed, k.unack, now)
   others[#others + 1] = r
   if r > 0 and r - 1 < ceiling then ceiling = r - 1 end
   if ms >= 0 and (later < 0 or ms < later) then later = ms end
-end
-
-local function hint()
-  local best = later
-  for _, key in ipairs({delayed, unack}) do
-    local first = head(key)
-    if first[2] then
-      local ms = math.max(tonumber(first[2]) - now, 0)
-      if best < 0 or ms < best then best = ms end
-    end
-  end
-  return best
 end
 
 local function reply(out)  -- with the other shards' ranks at the end
@@ -85,10 +73,10 @@ local function reply(out)  -- with the other shards' ranks at the end
 end
 
 -- An ordered shard delivers nothing while a message is in flight or waits for a retry.
-if ordered and (live(unack) > 0 or redis.call('ZCARD', delayed) > 0) then
-  return reply({0, hint(), 0})
+if ordered and (live(K.unack) > 0 or redis.call('ZCARD', K.delayed) > 0) then
+  return reply({0, wait_hint(K.delayed, K.unack, now, later), 0})
 end
-local popped = redis.call('ZPOPMIN', ready, count)
+local popped = redis.call('ZPOPMIN', K.ready, count)
 -- Fewer than asked: ready is empty now. (Known for free: no command asks.)
 local rest = #popped < 2 * count and 0 or -1
 if ceiling < 99 and #popped > 0 and rank(popped[#popped]) > ceiling + 1 then
@@ -103,14 +91,14 @@ if ceiling < 99 and #popped > 0 and rank(popped[#popped]) > ceiling + 1 then
     back[#back + 1] = popped[i]
     popped[i], popped[i + 1] = nil, nil
   end
-  bulk('ZADD', ready, back)
+  bulk('ZADD', K.ready, back)
 end
-if #popped == 0 then return reply({0, hint(), rest}) end
+if #popped == 0 then return reply({0, wait_hint(K.delayed, K.unack, now, later), rest}) end
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-local recs = bulk_read('HMGET', msgs, ids)
+local recs = bulk_read('HMGET', K.msgs, ids)
 -- No delivery states but the pin: nothing to read for first deliveries.
-local dlvs = held(dlv) and bulk_read('HMGET', dlv, ids) or {}
+local dlvs = held(K.dlv) and bulk_read('HMGET', K.dlv, ids) or {}
 -- One deadline string for the batch: a number argument is formatted again per message.
 -- The first deliveries share a deadline with a random fraction, their token
 -- (lib/delivery.lua).
@@ -141,8 +129,8 @@ for k, id in ipairs(ids) do
     o, u = o + 3, u + 2
   end
 end
-bulk('ZADD', unack, unacks)
-if st > 2 then bulk('HSET', dlv, states) end
-if ordered then keep_places(dlv, popped) end  -- with the pin, if none was
-if #fresh > 0 then bulk('HDEL', dlv, fresh) end
+bulk('ZADD', K.unack, unacks)
+if st > 2 then bulk('HSET', K.dlv, states) end
+if ordered then keep_places(K.dlv, popped) end  -- with the pin, if none was
+if #fresh > 0 then bulk('HDEL', K.dlv, fresh) end
 return reply(out)

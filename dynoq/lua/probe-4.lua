@@ -1,7 +1,8 @@
 --[[ probe: what each shard could deliver now, read-only (one call instead of a pop per
   shard when a consumer is idle, and how a pop across shards finds the lowest priority).
-  KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] epoch  (repeated: one group of
-  four per shard; on Redis Cluster, where a script's keys share a slot, one shard a call)
+  KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] epoch
+  KEYS[1..] repeated: one group of four per shard; on Redis Cluster, where a script's keys
+  share a slot, one shard a call
   ARGV[1] the caller's epoch of the queue ("" = not checked): an idle consumer learns
           here that its queue is gone
   returns: one rank per shard (lib/rank.lua: 0 nothing deliverable, 1 + the lowest
@@ -11,14 +12,16 @@
   flags: no-writes
 ]]
 if not (fits(#KEYS, 4, 4, CALL_SHARDS - 1) and #ARGV == 1) then return BOUNDS end
-for g = 4, #KEYS, 4 do
-  local refused = gone(KEYS[g], ARGV[1])
+local shards = {}
+for g = 1, GROUPS do
+  shards[g] = group_keys(g)
+  local refused = gone(shards[g].epoch, ARGV[1])
   if refused then return refused end
 end
 local now = now_ms()
 local out, hint = {}, -1
-for g = 1, #KEYS, 4 do
-  local best, ms = rank_of(KEYS[g], KEYS[g + 1], KEYS[g + 2], now)
+for _, k in ipairs(shards) do
+  local best, ms = rank_of(k.ready, k.delayed, k.unack, now)
   if ms >= 0 and (hint < 0 or ms < hint) then hint = ms end
   out[#out + 1] = best
 end

@@ -9,9 +9,9 @@
 ]]
 local limit = int(ARGV[2], 1, SWEEP_LIMIT)
 if not (#KEYS == 6 and #ARGV == 2 and limit) then return BOUNDS end
-local refused = gone(KEYS[6], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local n = promote(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], now_ms(), limit)
+local n = promote(K.delayed, K.ready, K.msgs, K.dlv, K.seq, now_ms(), limit)
 local more = 0
 if n == limit then more = 1 end
 return {n, more}

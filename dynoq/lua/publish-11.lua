@@ -2,14 +2,15 @@
   expression matches each message, atomically (push-if-absent per group).
   KEYS[1] subs (the topic shard's subscriptions: target -> "group|mode|tags", "~v" -> version)
   KEYS[2] epoch (the topic's epoch: every group queue of the topic shares it)
-  KEYS[3] delayed  KEYS[4] ready  KEYS[5] unack  KEYS[6] msgs  KEYS[7] dlv  KEYS[8] dead
-  KEYS[9] seq  KEYS[10] done  KEYS[11] counts  (repeated: one group of nine per target
-  queue; on a keyed topic the first three of each group are kwait, kturn, kstate)
+  KEYS[3] delayed|kwait  KEYS[4] ready|kturn  KEYS[5] unack|kstate  KEYS[6] msgs
+  KEYS[7] dlv  KEYS[8] dead  KEYS[9] seq  KEYS[10] done  KEYS[11] counts
+  KEYS[3..] repeated: one group of nine per target queue (a keyed topic's group queues
+  pass kwait, kturn, kstate where the others pass delayed, ready, unack)
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] the subscriptions' version the caller built its KEYS from
   ARGV[3] dedupe window ms   ARGV[4] number of targets T
   ARGV[5] key_concurrency of a keyed topic (ordered="key"), "" for any other: each
-          message then goes last in its key in every matching group (lib/keyed.lua)
+          message then goes last in its key in every matching group (lib/kadd.lua)
   ARGV[6 .. 5+2T] per target: its tag filter ("" = "*": every message; else "|a|b|") and
           its wake channel
   ARGV[6+2T ..] groups of five: id, delay ms, priority, tag ("" = none), msgpack body
@@ -17,7 +18,7 @@
   returns: copies added over all targets, GONE (the topic is gone: nothing was written),
            or STALE when the subscriptions changed since the caller read them (it reads
            them again and retries)
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/publish.lua
   flags: none
 ]]
 local window, targets = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_TARGETS)
@@ -39,9 +40,9 @@ for j = first, #ARGV, 5 do
   if #tag > MAX_TAG_BYTES then return BOUNDS end
   needles[j] = tag ~= '' and '|' .. tag .. '|'
 end
-local refused = gone(KEYS[2], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-if redis.call('HGET', KEYS[1], '~v') ~= ARGV[2] then return STALE end
+if redis.call('HGET', K.subs, '~v') ~= ARGV[2] then return STALE end
 local now = now_ms()
 local promoting = promote_share(targets)
 local added = 0
@@ -60,19 +61,7 @@ for t = 1, targets do
     end
   end
   if #items > 0 then
-    local k = {}
-    for i = 1, 9 do k[i] = KEYS[2 + 9 * (t - 1) + i] end
-    if conc then
-      local pushed, wake = kensure(k, conc, window, now, items, 1)
-      local counts = k[9]
-      if pushed > 0 then redis.call('HINCRBY', counts, 'pushed', pushed) end
-      if wake then redis.call('PUBLISH', channel, '1') end
-      added = added + pushed
-    else
-      local _, pushed, wake = push_into(k, true, window, now, items, 1, nil, promoting)
-      if wake then redis.call('PUBLISH', channel, '1') end
-      added = added + pushed
-    end
+    added = added + publish_into(group_keys(t), conc, window, now, items, channel, promoting)
   end
 end
 return added

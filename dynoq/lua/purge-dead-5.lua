@@ -8,13 +8,12 @@
 ]]
 local limit = int(ARGV[2], 1, SWEEP_LIMIT)
 if not (#KEYS == 5 and #ARGV == 2 and limit) then return BOUNDS end
-local refused = gone(KEYS[5], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local dead, msgs, dlv = KEYS[1], KEYS[2], KEYS[3]
-local ids = redis.call('ZRANGE', dead, 0, limit - 1)
+local ids = redis.call('ZRANGE', K.dead, 0, limit - 1)
 if #ids == 0 then return 0 end
-bulk('ZREM', dead, ids)
-bulk('HDEL', msgs, ids)
-bulk('HDEL', dlv, ids)
-bulk('HDEL', KEYS[4], ids)
+bulk('ZREM', K.dead, ids)
+bulk('HDEL', K.msgs, ids)
+bulk('HDEL', K.dlv, ids)
+bulk('HDEL', K.why, ids)
 return #ids

@@ -14,9 +14,9 @@
 ]]
 local window = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 10 and fits(#ARGV, 4, 4, PUSH_CHUNK) and window) then return BOUNDS end
-local refused = gone(KEYS[10], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local out, _, wake = push_into(KEYS, ARGV[2] == 'ensure', window, now_ms(), ARGV, 5)
+local out, _, wake = push_into(K, ARGV[2] == 'ensure', window, now_ms(), ARGV, 5)
 if wake then redis.call('PUBLISH', ARGV[4], '1') end
 for i, o in ipairs(out) do if o == 2 then out[i] = 0 end end
 return out

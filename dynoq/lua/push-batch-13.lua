@@ -4,9 +4,9 @@
   pushes nothing twice even after consumers acked what it wrote the first time. As one
   attempt of a Spark task it remembers the ids it pushed, so a retry of the task counts
   what an earlier attempt pushed as pushed (not as duplicates) and pushes none of it again.
-  KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
-  KEYS[7] seq  KEYS[8] done  KEYS[9] counts
-  (on a keyed queue, ordered="key": KEYS[1..3] are its kwait, kturn and kstate)
+  KEYS[1] delayed|kwait  KEYS[2] ready|kturn  KEYS[3] unack|kstate  KEYS[4] msgs  KEYS[5] dlv
+  KEYS[6] dead  KEYS[7] seq  KEYS[8] done  KEYS[9] counts
+  (a keyed queue, ordered="key", passes its kwait, kturn and kstate first)
   KEYS[10] commit  hash of the query on this shard: committed = highest committed batch
                    id, batch = the uncommitted batch `wrote` belongs to
   KEYS[11] wrote   set of the ids the uncommitted batch handled (pushed, found, refused)
@@ -27,7 +27,7 @@
             (the id is in the queue, or this batch already handled it), refused (acked
             within the dedupe window, or the whole batch is committed)},
            or GONE (nothing was written)
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/keyed.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/push.lua lib/kadd.lua
   flags: none
 ]]
 local window, batch = int(ARGV[2], 0, MAX_MS), int(ARGV[4], -1, EXACT)
@@ -37,9 +37,8 @@ if not (#KEYS == 13 and fits(#ARGV, 7, 4, PUSH_CHUNK) and window and batch and k
         and (conc or ARGV[6] == '') and (ARGV[7] == '' or int(ARGV[7], 0, EXACT))) then
   return BOUNDS
 end
-local refused = gone(KEYS[12], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local commit, wrote, tried = KEYS[10], KEYS[11], KEYS[13]
 local attempt = ARGV[7]
 local FROM = 8
 local ids = {}
@@ -48,18 +47,18 @@ local n = #ids
 
 local handled = {}  -- id -> true when this batch (or task) handled it before this call
 if batch >= 0 then
-  local state = redis.call('HMGET', commit, 'committed', 'batch')
+  local state = redis.call('HMGET', K.commit, 'committed', 'batch')
   if batch <= (tonumber(state[1]) or -1) then return {0, 0, n} end  -- a replay
   if tonumber(state[2]) ~= batch then  -- the first call of a new batch on this shard
-    redis.call('UNLINK', wrote)
-    redis.call('HSET', commit, 'batch', batch)
+    redis.call('UNLINK', K.wrote)
+    redis.call('HSET', K.commit, 'batch', batch)
   elseif n > 0 then
-    local member = bulk_read('SMISMEMBER', wrote, ids)
+    local member = bulk_read('SMISMEMBER', K.wrote, ids)
     for i = 1, n do
       if member[i] == 1 then handled[ids[i]] = true end
     end
   end
-  redis.call('PEXPIRE', commit, keep)
+  redis.call('PEXPIRE', K.commit, keep)
 end
 
 -- What this task pushed is not pushed again (consumers may have acked it since). What
@@ -67,7 +66,7 @@ end
 -- a later row of this attempt with the same id is then a duplicate.
 local earlier, claims = 0, {}
 if attempt ~= '' and n > 0 then
-  local by, seen = bulk_read('HMGET', tried, ids), {}
+  local by, seen = bulk_read('HMGET', K.tried, ids), {}
   for i = 1, n do
     local id = ids[i]
     if by[i] then
@@ -86,8 +85,8 @@ local now = now_ms()
 local pushed, wake, denied = 0, false, 0
 local out, placed = {}, ids  -- outcome per id of `placed` (1: pushed)
 if conc then
-  -- what this batch handled before is skipped; kensure skips what is stored and
-  -- refuses what was acked within the window
+  -- what this batch handled before is skipped; kadd skips what is stored and refuses
+  -- what was acked within the window
   local items = {}
   placed = {}
   for j = FROM, #ARGV, 4 do
@@ -97,22 +96,22 @@ if conc then
       placed[#placed + 1] = ARGV[j]
     end
   end
-  pushed, wake, denied = kensure(KEYS, conc, window, now, items, 1, out)
-  if pushed > 0 then redis.call('HINCRBY', KEYS[9], 'pushed', pushed) end
+  pushed, wake, denied = kadd(K, conc, true, window, now, items, 1, out)
+  if pushed > 0 then redis.call('HINCRBY', K.counts, 'pushed', pushed) end
 else
-  out, pushed, wake = push_into(KEYS, true, window, now, ARGV, FROM, handled)
+  out, pushed, wake = push_into(K, true, window, now, ARGV, FROM, handled)
   for _, o in ipairs(out) do if o == 2 then denied = denied + 1 end end
 end
 if batch >= 0 and n > 0 then
-  bulk('SADD', wrote, ids)
-  redis.call('PEXPIRE', wrote, keep)
+  bulk('SADD', K.wrote, ids)
+  redis.call('PEXPIRE', K.wrote, keep)
 end
 if attempt ~= '' and pushed + earlier > 0 then
   for i, o in ipairs(out) do
     if o == 1 then claims[#claims + 1] = placed[i]; claims[#claims + 1] = attempt end
   end
-  bulk('HSET', tried, claims)
-  redis.call('PEXPIRE', tried, keep)
+  bulk('HSET', K.tried, claims)
+  redis.call('PEXPIRE', K.tried, keep)
 end
 if wake then redis.call('PUBLISH', ARGV[3], '1') end
 return {pushed + earlier, n - pushed - earlier - denied, denied}

@@ -9,15 +9,14 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 8 and #ARGV == 3) then return BOUNDS end
-local refused = gone(KEYS[8], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local delayed, ready, unack, msgs, dlv, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[2]
-redis.call('ZREM', delayed, id)
-redis.call('ZREM', ready, id)
-local was_in_flight = redis.call('ZREM', unack, id)
-redis.call('ZREM', dead, id)
-redis.call('HDEL', dlv, id)
-redis.call('HDEL', KEYS[7], id)
+redis.call('ZREM', K.delayed, id)
+redis.call('ZREM', K.ready, id)
+local was_in_flight = redis.call('ZREM', K.unack, id)
+redis.call('ZREM', K.dead, id)
+redis.call('HDEL', K.dlv, id)
+redis.call('HDEL', K.why, id)
 if was_in_flight == 1 then redis.call('PUBLISH', ARGV[3], '1') end
-return redis.call('HDEL', msgs, id)
+return redis.call('HDEL', K.msgs, id)

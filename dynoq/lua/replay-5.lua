@@ -4,26 +4,20 @@
   ARGV[2] limit (used when no ids are given)  ARGV[3] wake channel
   ARGV[4..] ids to replay (none = the oldest `limit` dead messages)
   returns: number of messages replayed, or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/replay.lua
   flags: allow-oom
 ]]
 local limit = int(ARGV[2], 1, SWEEP_LIMIT)
 if not (#KEYS == 5 and fits(#ARGV, 3, 1, IDS_CHUNK) and limit) then return BOUNDS end
-local refused = gone(KEYS[5], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local dead, delayed, dlv, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ids = {}
-if #ARGV > 3 then
-  for j = 4, #ARGV do ids[#ids + 1] = ARGV[j] end
-else
-  ids = redis.call('ZRANGE', dead, 0, limit - 1)
-end
+local ids = dead_ids(K.dead, ARGV, 4, limit)
 local now = now_ms()
 local n = 0
 for _, id in ipairs(ids) do
-  if redis.call('ZREM', dead, id) == 1 and redis.call('HEXISTS', msgs, id) == 1 then
-    redis.call('HDEL', dlv, id)
-    redis.call('ZADD', delayed, now, id)
+  if redis.call('ZREM', K.dead, id) == 1 and redis.call('HEXISTS', K.msgs, id) == 1 then
+    redis.call('HDEL', K.dlv, id)
+    redis.call('ZADD', K.delayed, now, id)
     n = n + 1
   end
 end

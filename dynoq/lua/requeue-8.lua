@@ -11,17 +11,15 @@
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/expire.lua lib/pin.lua
   flags: allow-oom
 ]]
-local unack, delayed, dlv, dead, lease, why, counts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local max_retries, limit = int(ARGV[4], 0, MAX_RETRIES), int(ARGV[5], 1, SWEEP_LIMIT)
 if not (#KEYS == 8 and #ARGV == 6 and max_retries and limit) then return BOUNDS end
-local refused = gone(KEYS[8], ARGV[1]) or fenced(lease, ARGV[2])
+local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, ARGV[2])
 if refused then return refused end
 local now = now_ms()
 local upto = now
 if ARGV[3] == '1' then upto = BELOW_PIN end  -- every delivery
-local back, buried, looked = give_back(unack, delayed, dlv, dead, why, counts, now, upto,
-                                       limit, max_retries)
+local back, buried, looked = give_back(K.unack, K.delayed, K.dlv, K.dead, K.why, K.counts,
+                                       now, upto, limit, max_retries)
 if back > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 local more = 0
 if looked == limit then more = 1 end

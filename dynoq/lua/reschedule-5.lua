@@ -8,17 +8,18 @@
 ]]
 local delay = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 5 and #ARGV == 4 and delay) then return BOUNDS end
-local refused = gone(KEYS[5], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local delayed, ready, msgs, dlv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[2]
-if redis.call('ZREM', ready, id) == 0 and not redis.call('ZSCORE', delayed, id) then return 0 end
+if redis.call('ZREM', K.ready, id) == 0 and not redis.call('ZSCORE', K.delayed, id) then
+  return 0
+end
 local now = now_ms()
-redis.call('ZADD', delayed, now + delay, id)
+redis.call('ZADD', K.delayed, now + delay, id)
 -- It takes a fresh place when due, and its record says when it is due now.
-local d = redis.call('HGET', dlv, id)
-if d then redis.call('HSET', dlv, id, (string.gsub(d, '^(%d*)|%d*|', '%1||'))) end
-local rec = redis.call('HGET', msgs, id)
-redis.call('HSET', msgs, id, retimed(rec, now + delay))
+local d = redis.call('HGET', K.dlv, id)
+if d then redis.call('HSET', K.dlv, id, (string.gsub(d, '^(%d*)|%d*|', '%1||'))) end
+local rec = redis.call('HGET', K.msgs, id)
+redis.call('HSET', K.msgs, id, retimed(rec, now + delay))
 redis.call('PUBLISH', ARGV[4], '1')
 return 1

@@ -17,15 +17,15 @@ local tick, window = int(ARGV[3], 0, EXACT), int(ARGV[8], 0, MAX_MS)
 if not (#KEYS == 12 and #ARGV == 8 and tick and window and int(ARGV[5], 0, MAX_PRIORITY)) then
   return BOUNDS
 end
-local refused = gone(KEYS[12], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 local id = ARGV[2]
-if redis.call('HEXISTS', KEYS[10], id) == 0 then return 0 end
-local mark = redis.call('ZSCORE', KEYS[11], id)
+if redis.call('HEXISTS', K.sched, id) == 0 then return 0 end
+local mark = redis.call('ZSCORE', K.marks, id)
 if mark and tonumber(mark) >= tick then return 0 end
-redis.call('ZADD', KEYS[11], tick, id)
+redis.call('ZADD', K.marks, tick, id)
 local now = now_ms()
-local _, pushed, wake = push_into(KEYS, true, window, now,
+local _, pushed, wake = push_into(K, true, window, now,
                             {ARGV[4], math.max(tick - now, 0), ARGV[5], ARGV[6]}, 1)
 if wake then redis.call('PUBLISH', ARGV[7], '1') end
 return pushed

@@ -1,5 +1,5 @@
 --[[ stats: counts of one shard, read-only.
-  KEYS[1] ready  KEYS[2] delayed  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
+  KEYS[1] ready|kwait  KEYS[2] delayed  KEYS[3] unack  KEYS[4] dead  KEYS[5] msgs
   KEYS[6] counts   KEYS[7] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] "hash" when the first key is a keyed shard's kwait in place of ready (a hash,
@@ -12,24 +12,24 @@
   flags: no-writes
 ]]
 if not (#KEYS == 7 and #ARGV == 2) then return BOUNDS end
-local refused = gone(KEYS[7], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local ready, delayed, unack, dead, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
-local due = redis.call('ZCOUNT', delayed, '-inf', now)
+local due = redis.call('ZCOUNT', K.delayed, '-inf', now)
 local oldest = -1
-local first = head(delayed)
+local first = head(K.delayed)
 if first[2] and tonumber(first[2]) <= now then oldest = tonumber(first[2]) end
 local keyed = ARGV[2] == 'hash'
-for _, id in ipairs(keyed and {} or redis.call('ZRANGE', ready, 0, 0)) do
-  local rec = redis.call('HGET', msgs, id)
+for _, id in ipairs(keyed and {} or redis.call('ZRANGE', K.ready, 0, 0)) do
+  local rec = redis.call('HGET', K.msgs, id)
   local enq, off = times(rec)
   if enq and (oldest < 0 or enq + off < oldest) then oldest = enq + off end
 end
-local waiting = keyed and redis.call('HLEN', ready) or redis.call('ZCARD', ready)
-local out = {waiting + due, redis.call('ZCARD', delayed) - due,
-             live(unack), redis.call('ZCARD', dead), oldest}
-for _, n in ipairs(redis.call('HMGET', KEYS[6], 'pushed', 'acked', 'retried', 'expired', 'dead')) do
+local waiting = keyed and redis.call('HLEN', K.kwait) or redis.call('ZCARD', K.ready)
+local out = {waiting + due, redis.call('ZCARD', K.delayed) - due,
+             live(K.unack), redis.call('ZCARD', K.dead), oldest}
+for _, n in ipairs(redis.call('HMGET', K.counts, 'pushed', 'acked', 'retried', 'expired',
+                              'dead')) do
   out[#out + 1] = tonumber(n) or 0
 end
 return out

@@ -11,15 +11,15 @@
 ]]
 -- add: two entries (the group's and its queue's); drop: a topic's entries
 if not (#KEYS == 2 and fits(#ARGV, 2, 1, 2 * MAX_TARGETS)) then return BOUNDS end
-local refused = gone(KEYS[2], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 if ARGV[2] == 'add' then
   for j = 3, #ARGV, 2 do
     local value = ARGV[j + 1]
     if string.sub(ARGV[j], 1, 1) ~= '~' then value = value .. '|' .. now_ms() end
-    redis.call('HSET', KEYS[1], ARGV[j], value)
+    redis.call('HSET', K.subs, ARGV[j], value)
   end
 else
-  for j = 3, #ARGV do redis.call('HDEL', KEYS[1], ARGV[j]) end
+  for j = 3, #ARGV do redis.call('HDEL', K.subs, ARGV[j]) end
 end
-return redis.call('HINCRBY', KEYS[1], '~v', 1)
+return redis.call('HINCRBY', K.subs, '~v', 1)

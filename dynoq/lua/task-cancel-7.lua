@@ -13,16 +13,15 @@
 ]]
 local keep = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 7 and #ARGV == 5 and keep) then return BOUNDS end
-local refused = gone(KEYS[7], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local delayed, ready, msgs, dlv, why = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[2]
-if redis.call('ZREM', ready, id) == 0 and redis.call('ZREM', delayed, id) == 0 then
+if redis.call('ZREM', K.ready, id) == 0 and redis.call('ZREM', K.delayed, id) == 0 then
   return 0
 end
-redis.call('HDEL', msgs, id)
-redis.call('HDEL', dlv, id)
-redis.call('HDEL', why, id)
-if keep > 0 then redis.call('SET', KEYS[6], ARGV[4], 'PX', ARGV[3]) end
+redis.call('HDEL', K.msgs, id)
+redis.call('HDEL', K.dlv, id)
+redis.call('HDEL', K.why, id)
+if keep > 0 then redis.call('SET', K.result, ARGV[4], 'PX', ARGV[3]) end
 redis.call('PUBLISH', ARGV[5], '1')
 return 1

@@ -1,6 +1,7 @@
 --[[ task-keep: keep what ended tasks leave (dynoq.Tasks' keep_result), each record for its
   own time; sent with the tasks' acks, just before them, in their round trip.
-  KEYS[1] result (repeated: one per task, every one in the slot of one shard)
+  KEYS[1] result
+  KEYS[1..] repeated: one per task, every one in the slot of one shard
   ARGV pairs, one per key: ms to keep it (0: write nothing: a call that only makes the
        server load this script, see dynoq/_core/tasks.py load_keep), the record
   returns: how many were kept
@@ -12,9 +13,10 @@ for i = 1, #ARGV, 2 do
   if not int(ARGV[i], 0, MAX_MS) then return BOUNDS end
 end
 local kept = 0
-for i, result in ipairs(KEYS) do
-  if ARGV[2 * i - 1] ~= '0' then
-    redis.call('SET', result, ARGV[2 * i], 'PX', ARGV[2 * i - 1])
+for g = 1, GROUPS do
+  if ARGV[2 * g - 1] ~= '0' then
+    local result = group_keys(g).result
+    redis.call('SET', result, ARGV[2 * g], 'PX', ARGV[2 * g - 1])
     kept = kept + 1
   end
 end

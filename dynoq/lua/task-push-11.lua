@@ -18,10 +18,10 @@ if not (#KEYS == 11 and #ARGV == 7 and window and int(ARGV[5], 0, MAX_MS)
         and int(ARGV[6], 0, MAX_PRIORITY)) then
   return BOUNDS
 end
-local refused = gone(KEYS[11], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-if redis.call('EXISTS', KEYS[10]) == 1 then return 0 end
-local out, _, wake = push_into(KEYS, true, window, now_ms(), ARGV, 4)
+if redis.call('EXISTS', K.result) == 1 then return 0 end
+local out, _, wake = push_into(K, true, window, now_ms(), ARGV, 4)
 if wake then redis.call('PUBLISH', ARGV[3], '1') end
 if out[1] == 1 then return 1 end
 return 0

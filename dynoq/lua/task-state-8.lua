@@ -13,17 +13,16 @@
 if not (#KEYS == 8 and #ARGV == 1) then return BOUNDS end
 local id = ARGV[1]
 local where, score = '', ''
-if redis.call('HEXISTS', KEYS[5], id) == 1 then
+if redis.call('HEXISTS', K.msgs, id) == 1 then
   where = 'msgs'
-  for _, set in ipairs({{'unack', KEYS[3]}, {'dead', KEYS[4]}, {'delayed', KEYS[1]},
-                        {'ready', KEYS[2]}}) do
-    local s = redis.call('ZSCORE', set[2], id)
+  for _, set in ipairs({'unack', 'dead', 'delayed', 'ready'}) do
+    local s = redis.call('ZSCORE', K[set], id)
     if s then
-      where, score = set[1], s
+      where, score = set, s
       break
     end
   end
 end
-local d = redis.call('HGET', KEYS[6], id)
+local d = redis.call('HGET', K.dlv, id)
 return {where, score, where == 'unack' and in_flight(d) or attempts(d),
-        redis.call('HGET', KEYS[7], id), redis.call('GET', KEYS[8]), now_ms()}
+        redis.call('HGET', K.why, id), redis.call('GET', K.result), now_ms()}

@@ -7,4 +7,4 @@
   flags: allow-oom
 ]]
 if not (#KEYS == 1 and #ARGV == 0) then return BOUNDS end
-return redis.call('UNLINK', KEYS[1])
+return redis.call('UNLINK', K.tried)

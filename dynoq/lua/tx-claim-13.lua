@@ -16,30 +16,26 @@
 local count, claim = int(ARGV[2], 1, MAX_CLAIM), int(ARGV[3], 1, MAX_MS)
 local most = int(ARGV[4], 0, math.huge)
 if not (#KEYS == 13 and #ARGV == 5 and count and claim and most) then return BOUNDS end
-local refused = gone(KEYS[13], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local delayed, ready, unack, msgs, dead, counts, half, txs, decided, why =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local k = {delayed = delayed, ready = ready, unack = unack, msgs = msgs, dead = dead,
-           half = half, txs = txs, decided = decided, why = why, counts = counts}
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', half, '-inf', now, 'LIMIT', 0, count)
+local due = redis.call('ZRANGEBYSCORE', K.half, '-inf', now, 'LIMIT', 0, count)
 local base = ARGV[5]
 local out = {}
 for i, id in ipairs(due) do
-  local rec = redis.call('HGET', msgs, id)
-  if not rec or elsewhere(k, id) then
+  local rec = redis.call('HGET', K.msgs, id)
+  if not rec or elsewhere(K, id) then
     -- removed, or replaced by a plain push, while prepared: nothing left to decide
-    redis.call('ZREM', half, id)
-    redis.call('HDEL', txs, id)
+    redis.call('ZREM', K.half, id)
+    redis.call('HDEL', K.txs, id)
   else
-    local checks = tx_state(txs, id)
+    local checks = tx_state(K.txs, id)
     if checks >= most then
-      bury_half(k, id, now, checks)
+      bury_half(K, id, now, checks)
     else
       local tok = base .. ':' .. i
-      redis.call('HSET', txs, id, (checks + 1) .. '|' .. tok)
-      redis.call('ZADD', half, now + claim, id)
+      redis.call('HSET', K.txs, id, (checks + 1) .. '|' .. tok)
+      redis.call('ZADD', K.half, now + claim, id)
       out[#out + 1] = id
       out[#out + 1] = rec
       out[#out + 1] = checks + 1

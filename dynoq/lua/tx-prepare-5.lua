@@ -15,15 +15,14 @@
 local delay, prio = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_PRIORITY)
 local after = int(ARGV[6], 0, MAX_MS)
 if not (#KEYS == 5 and #ARGV == 7 and delay and prio and after) then return BOUNDS end
-local refused = gone(KEYS[5], ARGV[1])
+local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local msgs, half, txs, decided = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, now = ARGV[2], now_ms()
 local rec = stamp(now) .. ',' .. string.format('%d,%d,', delay, prio)
   .. (ARGV[7] ~= '' and kprepared(ARGV[7]) or '') .. ARGV[5]
-if redis.call('HSETNX', msgs, id, rec) == 0 then return 0 end
-redis.call('ZADD', half, now + after, id)
-redis.call('HSET', txs, id, '0|')
+if redis.call('HSETNX', K.msgs, id, rec) == 0 then return 0 end
+redis.call('ZADD', K.half, now + after, id)
+redis.call('HSET', K.txs, id, '0|')
 -- a new transaction of an id used before: its old decisions are not this one's
-redis.call('ZREM', decided, 'c:' .. id, 'r:' .. id)
+redis.call('ZREM', K.decided, 'c:' .. id, 'r:' .. id)
 return 1

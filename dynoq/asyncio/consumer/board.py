@@ -6,8 +6,12 @@ import asyncio
 import collections
 from collections.abc import Iterable
 
-from ..._core.board import BoardState
+from ..._core.board import BoardState, DeliveryState
 from ..events import wait_event
+
+# The batches in flight: the core's state as it is (dynoq.consumer.board's Deliveries puts
+# it behind a lock for the thread consumer; tasks change it between awaits).
+Deliveries = DeliveryState
 
 
 class ShardBoard:

@@ -1,19 +1,18 @@
-"""What a consumer's tasks share (one event loop: no locks)."""
+"""What a consumer's workers and upkeep share (threads in the sync twin: there each piece
+is thread-safe on its own; tasks of one event loop need no lock)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..._core import consuming
-from ..._core.board import DeliveryState
 from ..._core.consuming import Counts, Plan
 from ...errors import QueueGone
 from ...message import Message
+from ..events import Event, Guard, Lock, new_event, new_guard, new_lock
 from ..queue import Queue
-from .board import IdleGate, InFlight, ShardBoard
+from .board import Deliveries, IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
 from .rates import RateGate
@@ -31,32 +30,25 @@ class Shared:
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
     flow: InFlight = field(init=False)
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
-    deliveries: DeliveryState = field(default_factory=DeliveryState)
+    deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see workers._concurrent_loop).
-    looking: asyncio.Lock = field(default_factory=asyncio.Lock)
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    # Concurrent queues: the allocated shards, popped first.
+    looking: Lock = field(default_factory=new_lock)
+    stopping: Event = field(default_factory=new_event)
+    # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
+    # rebinding), never changed in place, so readers need no lock.
     preferred: list[int] = field(default_factory=list)
-    # The QueueGone that stopped the consumer, and what stops it (the facade's).
+    # The QueueGone that stopped the consumer (its queue vanished or was created anew),
+    # and what stops it (the facade's: stop() in a thread, or a task, of its own).
     failure: QueueGone | None = None
     on_gone: Callable[[], None] | None = None
+    _gone_guard: Guard = field(default_factory=new_guard)
 
     def __post_init__(self) -> None:
         self.flow = InFlight(self.plan.in_flight)
         limit = self.plan.settings.rate_limit
         self.gate = (None if limit is None else RateGate(self.membership, limit, self.stopping,
                                                          self.plan.settings.idle_wait))
-
-    def gone(self, exc: QueueGone) -> None:
-        """The queue is gone: retrying cannot help, so the consumer stops, once, and says
-        why (as dynoq.consumer.context.Shared.gone)."""
-        if self.failure is not None:
-            return
-        self.failure = exc
-        log.error("dynoq: the consumer of %r stops: %s", self.queue.name, exc)
-        if self.on_gone is not None:
-            self.on_gone()
 
     async def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
                   until_woken: bool = False) -> list[Message]:
@@ -66,7 +58,7 @@ class Shared:
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
-        msgs: list[Message] = await self.queue.backend.drive(self.queue.ops.pop(
+        msgs: list[Message] = await self.queue.backend.drive(self.queue.planner.pop(
             count, wait=wait, visibility=plan.visibility, shards=shards,
             lease="" if tenures is None else self.leases.values(tenures),
             margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
@@ -79,15 +71,16 @@ class Shared:
     async def fetch(self, count: int, *, shards: list[int],
                     backlog: bool = False) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
-        two round trips (see consuming.fetch)."""
+        two round trips. The messages, or the ms until something may be due (see
+        Planner.fetch)."""
         got: tuple[list[Message], float | None] = await self.queue.backend.drive(
-            consuming.fetch(self.queue.ops, count, shards, visibility=self.plan.visibility,
-                            consumer=self.plan.instance_id, backlog=backlog))
+            self.queue.planner.fetch(count, shards, visibility=self.plan.visibility,
+                                     consumer=self.plan.instance_id, backlog=backlog))
         return got
 
     async def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up on the queue's channel; True
-        ("quiet") when none came."""
+        ("quiet") when none came (see backend.wait)."""
         return bool(await self.queue.backend.wait(self.queue.ops.wake, timeout))
 
     async def check_leases(self, shards: list[int]) -> None:
@@ -97,6 +90,17 @@ class Shared:
             self.board.drop(s)
             log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
                         self.queue.name)
+
+    def gone(self, exc: QueueGone) -> None:
+        """The queue is gone: retrying cannot help (its keys vanished, or it is another
+        queue now), so the consumer stops, once, and says why."""
+        with self._gone_guard:
+            if self.failure is not None:
+                return
+            self.failure = exc
+        log.error("dynoq: the consumer of %r stops: %s", self.queue.name, exc)
+        if self.on_gone is not None:
+            self.on_gone()
 
     async def release(self, shard: int) -> None:
         """Give ``shard``'s lease back and tell the group, so its new owner takes it now."""

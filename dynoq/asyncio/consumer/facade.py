@@ -180,7 +180,7 @@ class Consumer:
                 s = self._shared
         # Subscribe before joining, so no join/leave of another member is missed.
         subscription = await s.queue.backend.subscribe(s.membership.channel)
-        self._upkeep = Upkeep(s, subscription, self._workers.processor)
+        self._upkeep = Upkeep(s, subscription, self._workers)
         try:
             await self._upkeep.tick(rebalance=True)
         except BaseException:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib  # unasync: import threading
 import time
 from collections.abc import Iterable
 
 from ..._core.group import LeaseBook, LeaseOps
+from ..events import new_guard
 from ..queue import Queue
 
 
@@ -21,7 +21,7 @@ class Leases:
         self._book = LeaseBook(ttl)
         # The sync twin's workers, upkeep and rebalance threads share the book; tasks
         # cannot interleave inside a block without an await, so they need no lock.
-        self._guard = contextlib.nullcontext()  # unasync: self._guard = threading.Lock()
+        self._guard = new_guard()
 
     async def acquire(self, shard: int) -> float:
         """Try to take ``shard``: 0.0 when taken (the previous holder's in-flight messages

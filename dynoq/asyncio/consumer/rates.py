@@ -3,14 +3,11 @@ takes permits for the calls it is about to make, and waits for them while none i
 
 from __future__ import annotations
 
-import asyncio  # unasync: import threading
 import time
 
 from ..._core.rates import Permits, RateLimit
-from ..events import wait_event
+from ..events import Event, wait_event
 from .group import Membership
-
-Event = asyncio.Event  # unasync: Event = threading.Event
 
 
 class RateGate:

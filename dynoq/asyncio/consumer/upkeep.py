@@ -1,5 +1,6 @@
-"""The upkeep task: heartbeat, lease renewal, rebalance, lease takeover, and keeping
-slow deliveries invisible (``dynoq.consumer.upkeep`` as a task).
+"""The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
+rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
+calls past consume_timeout (Workers.enforce_timeouts).
 
 It rebalances every ``rebalance_interval`` seconds, and at once when the group's channel
 says a member joined, left or released a shard.
@@ -7,7 +8,6 @@ says a member joined, left or released a shard.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -19,38 +19,36 @@ from ..._core.sizing import STALLED
 from ...errors import DynoqError, LeaseLost, QueueGone
 from ...retry import backoff
 from ..backend.wakeup import Subscription
-from ..events import wait_event
+from ..events import Spawned, end, new_event, spawn, wait_event
 from .context import Shared
-from .processing import Processor
+from .workers import Workers
 
 log = logging.getLogger("dynoq.consumer")
 
 
 
 class Upkeep:
-    def __init__(self, shared: Shared, subscription: Subscription,
-                 processor: Processor) -> None:
+    def __init__(self, shared: Shared, subscription: Subscription, workers: Workers) -> None:
         self.shared = shared
-        self._processor = processor
         self._subscription = subscription
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._workers = workers
+        self._processor = workers.processor
+        self._stop = new_event()
+        self._runner: Spawned | None = None
         self._next_acquire = math.inf
         self._wanted: set[int] = set()  # ordered queues: shards to lease
         self._recorded: tuple[list[str], set[int]] | None = None  # last history entry
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(),
-                                         name=f"dynoq-{self.shared.queue.name}-upkeep")
+        self._runner = spawn(self._loop, f"dynoq-{self.shared.queue.name}-upkeep")
 
     async def stop(self, timeout: float) -> None:
+        """Stop the loop: wait up to ``timeout`` seconds for it (at least a few ticks of
+        the channel it listens on), then a task is cancelled; a thread cannot be, and
+        ends on its own (events.end)."""
         self._stop.set()
-        if self._task is not None:
-            _, busy = await asyncio.wait([self._task], timeout=max(timeout, CHANNEL_TICK * 4))
-            for t in busy:
-                t.cancel()
-                with contextlib.suppress(BaseException):
-                    await t
+        if self._runner is not None:
+            await end(self._runner, max(timeout, CHANNEL_TICK * 4))
 
     async def _loop(self) -> None:
         settings = self.shared.plan.settings
@@ -69,6 +67,7 @@ class Upkeep:
                         self._next_acquire = now  # take it again now, not at a rebalance
                     if now >= self._next_acquire:
                         await self._acquire()
+                    self._workers.enforce_timeouts()
                     await self._extend_slow()
                     await self._hand_back_stalled()
                     failures = 0

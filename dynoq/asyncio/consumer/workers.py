@@ -139,6 +139,12 @@ class Workers:
             await asyncio.wait(stuck)
         return not busy
 
+    def enforce_timeouts(self) -> None:
+        """Nothing to do here: a coroutine handler's call past consume_timeout is
+        cancelled where it runs (events.Watch), and a sync handler's thread is dealt
+        with when its call overruns (:meth:`overran`). The thread consumer's workers
+        replace a stuck worker here, called by the upkeep at every look of its loop."""
+
     async def _guard(self, loop: Callable[[int], Awaitable[None]], me: int) -> None:
         # A task must not die on a transient error (a dropped connection): log, back
         # off, go on.
@@ -168,7 +174,7 @@ class Workers:
         turn = me  # the workers start at different shards
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
-        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see consuming.fetch
+        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
         # whole queue again (round-robin across shards). (A rate limit's permits are

@@ -1,7 +1,9 @@
 --[[ lib/kstate: a message-group key's state, a value of a keyed shard's `kstate` hash
-  (lib/keyed.lua writes it): "<in flight>|<waiting>|<#last>|<#head>|<last><head><tail>".
+  (lib/keyed.lua): "<in flight>|<waiting>|<#last>|<#head>|<last><head><tail>".
   kunpack(v) -> {in flight, waiting, last delivered id, head, tail}; {0, 0, '', '', ''}
                 for none (or a value not written by dynoq)
+  kpack(s)   -> the value of such a state (no head or tail when nothing waits)
+  uses: lib/knum.lua
 ]]
 local function kunpack(v)
   if v then
@@ -13,4 +15,10 @@ local function kunpack(v)
     end
   end
   return {0, 0, '', '', ''}
+end
+
+local function kpack(s)
+  if s[2] <= 0 then s[4], s[5] = '', '' end  -- nothing waits: no chain
+  return kn(math.max(s[1], 0)) .. '|' .. kn(math.max(s[2], 0)) .. '|' .. kn(#s[3]) .. '|'
+    .. kn(#s[4]) .. '|' .. s[3] .. s[4] .. s[5]
 end

@@ -33,8 +33,7 @@ local function place(p, id, delay, prio, seqno)
 end
 
 local function placed(p)
-  local ready, delayed = p.ready, p.delayed  -- named after their keys: dynoq._core.grants
-  bulk('ZADD', ready, p.zready)
-  bulk('ZADD', delayed, p.zdelayed)
+  bulk('ZADD', p.ready, p.zready)
+  bulk('ZADD', p.delayed, p.zdelayed)
   return p.wake
 end

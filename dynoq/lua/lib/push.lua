@@ -1,8 +1,9 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
-  uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua lib/place.lua
+  uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua lib/place.lua lib/firsts.lua
   push_into(k, ensure, window, now, items, from, skip, promoting)
     -> outcome per item, added, wake
-    k: {delayed, ready, unack, msgs, dlv, dead, seq, done, counts} of the shard
+    k: the shard's keys by name (delayed, ready, unack, msgs, dlv, dead, seq, done,
+       counts): a script's `K` (dynoq/_core/lua.py)
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
     items: a flat list, from index `from` on, of id, delay ms, priority, body for each
            message (flat, not a table each: ARGV itself can be passed, and a push of
@@ -29,21 +30,12 @@ end
 
 local function push_into(k, ensure, window, now, items, from, skip, promoting)
   local delayed, ready, unack, msgs, dlv, dead, seq, done, counts =
-    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]
+    k.delayed, k.ready, k.unack, k.msgs, k.dlv, k.dead, k.seq, k.done, k.counts
   promote(delayed, ready, msgs, dlv, seq, now, promoting or PROMOTE)
   local n = math.floor((#items - from + 1) / 4)
   local base = redis.call('INCRBY', seq, n) - n
-  local out, seen, ids, at = {}, {}, {}, {}
-  -- The ids that may go in: the first of each, not handled already.
-  for i = 1, n do
-    local id = items[from + 4 * (i - 1)]
-    out[i] = 0
-    if not (seen[id] or (skip and skip[id])) then
-      seen[id] = true
-      ids[#ids + 1] = id
-      at[#at + 1] = i
-    end
-  end
+  local out = {}
+  local ids, at = first_ids(items, from, 4, out, skip)  -- not handled already
   if ensure and #ids > 0 then
     -- Skip what exists; refuse what was acked within the window (and is not here).
     local there = bulk_read('HMGET', msgs, ids)

@@ -8,9 +8,15 @@
   elsewhere(k, id)         -> true when the id also sits in ready, delayed, unack or dead
                               (a plain push replaced the prepared message: that one stands)
   forget_decisions(decided, now) drops decisions older than KEEP_MS (at most 100 a call)
+  deciding(k, id, what, tok, now) -> nil, checks so far when `tok` may decide `id` now
+    (what: "commit", "rollback" or "unknown"; tok: a checker's claim token, '' for the
+    producer): it is prepared, and the claim is current; else the reply, that decision
+    taken before (2 for the producer, else 0), the other one (0), no such prepared
+    message (5 for the producer, else 0), or a claim run out (0). Forgets old decisions
+    first
   bury_half(k, id, now, checks): rolled back, kept with the dead letters, reason "t"
     (transaction unresolved) in `why`
-  k: {delayed, ready, unack, msgs, dlv, dead, seq, counts, half, txs, decided, why}
+  k: the shard's keys by name (ready, delayed, unack, dead, half, txs, decided, why, counts)
 ]]
 local KEEP_MS = 86400000
 
@@ -29,6 +35,23 @@ end
 local function forget_decisions(decided, now)
   local old = redis.call('ZRANGEBYSCORE', decided, '-inf', now - KEEP_MS, 'LIMIT', 0, 100)
   if #old > 0 then redis.call('ZREM', decided, unpack(old)) end
+end
+
+local function deciding(k, id, what, tok, now)
+  forget_decisions(k.decided, now)
+  local pending = redis.call('ZSCORE', k.half, id)
+  if not pending then
+    local mine = what == 'commit' and 'c:' or 'r:'
+    local other = what == 'commit' and 'r:' or 'c:'
+    if redis.call('ZSCORE', k.decided, mine .. id) then return tok == '' and 2 or 0 end
+    if redis.call('ZSCORE', k.decided, other .. id) then return 0 end
+    return tok == '' and 5 or 0
+  end
+  local checks, held = tx_state(k.txs, id)
+  if tok ~= '' and (held ~= tok or tonumber(pending) <= now) then
+    return 0  -- the claim ran out (another checker may hold it now): this one decides nothing
+  end
+  return nil, checks
 end
 
 local function bury_half(k, id, now, checks)

@@ -1,0 +1,86 @@
+--[[ lib/kstore: message-group keys' states (lib/kstate.lua) read from a keyed shard's
+  `kstate` and written back; a key written back that may deliver (waiting messages,
+  fewer than key_concurrency in flight) gets a turn in `kturn` (lib/keyed.lua).
+  uses: lib/kstate.lua lib/bulk.lua
+  K: the shard's keys by name (kstate, kturn, seq here); conc: the queue's key_concurrency
+  kget(K, key) -> a key's state {in flight, waiting, last id, head, tail}
+  kput(K, key, s, conc, turn, untake) writes it back; turn: its score when it may deliver
+    (nil: a new one from seq, unless it has one); untake: a key that may no longer deliver
+    loses its turn. Returns whether it may deliver
+  kfree(K, key, conc, turn) -> one of a key's deliveries ended (dead-lettered): its slot
+    is free, the key written back with kput
+  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc) writes them
+    back and gives the keys that may deliver a new turn: returns how many got one
+]]
+local function kget(K, key)
+  return kunpack(redis.call('HGET', K.kstate, key))
+end
+
+-- Only a removal (kdrop) can make a key that has a turn unable to deliver, so only
+-- `untake` takes a turn away.
+local function kput(K, key, s, conc, turn, untake)
+  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  local f, w = s[1], s[2]
+  if f <= 0 and w <= 0 then
+    redis.call('HDEL', kstate, key)
+  else
+    redis.call('HSET', kstate, key, kpack(s))
+  end
+  if w > 0 and f < conc then
+    if turn then
+      redis.call('ZADD', kturn, turn, key)
+    elseif not redis.call('ZSCORE', kturn, key) then  -- a key that has a turn keeps it
+      redis.call('ZADD', kturn, redis.call('INCR', seq), key)
+    end
+    return true
+  end
+  if untake then redis.call('ZREM', kturn, key) end
+  return false
+end
+
+local function kfree(K, key, conc, turn)
+  local s = kget(K, key)
+  s[1] = s[1] - 1
+  kput(K, key, s, conc, turn)
+end
+
+-- Bulk forms for the hot paths (kack, ktake): the states of many keys in one HMGET, and
+-- back in one HSET / HDEL, the keys that may deliver given new turns in one ZADD NX.
+local function kload(K, keys)
+  local st = {}
+  if #keys == 0 then return st end
+  local raw = bulk_read('HMGET', K.kstate, keys)
+  for i, key in ipairs(keys) do st[key] = kunpack(raw[i]) end
+  return st
+end
+
+local function kstore(K, order, st, conc)
+  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
+  local sets, dels, ready = {}, {}, {}
+  for _, key in ipairs(order) do
+    local s = st[key]
+    local f, w = s[1], s[2]
+    if f <= 0 and w <= 0 then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = kpack(s)
+    end
+    if w > 0 and f < conc then ready[#ready + 1] = key end
+  end
+  bulk('HSET', kstate, sets)
+  bulk('HDEL', kstate, dels)
+  local added = 0
+  if #ready > 0 then
+    local base = redis.call('INCRBY', seq, #ready) - #ready
+    local z = {}
+    for i, key in ipairs(ready) do
+      z[#z + 1] = base + i
+      z[#z + 1] = key
+    end
+    for i = 1, #z, 4000 do  -- NX: a key that has a turn keeps it
+      added = added + redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
+    end
+  end
+  return added
+end

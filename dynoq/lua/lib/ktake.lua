@@ -1,0 +1,88 @@
+--[[ lib/ktake: a keyed shard's (lib/keyed.lua) deliveries: up to `count` keys' heads, keys
+  round-robin (kpop, and kack's take for a hot key alone).
+  uses: lib/bulk.lua lib/delivery.lua lib/why.lua lib/knum.lua lib/keyed.lua lib/kstore.lua
+    lib/klinks.lua
+  ktake(K, count, deadline, nonce, conc, out, now) -> appends id, record, attempts, fence
+    of up to `count` keys' heads to `out` (deadline: a string, ms; each delivery token
+    "<nonce>.<attempts>"); returns how many, and how many it dead-lettered: a head whose
+    record does not name its key (not written by dynoq: no script could find its key
+    again to free it) is dead-lettered (why: "r") when K has dead and why (kpop's header
+    names them), else left waiting and the take ends (kack's names no dead)
+]]
+local function ktake(K, count, deadline, nonce, conc, out, now)
+  local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
+  local dead, why = K.dead, K.why
+  local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
+  local n, rounds, buried, alien = 0, 0, 0, false
+  -- A round takes one head of each of the keys with the lowest turns; a key that may
+  -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
+  while n < count and rounds < count do
+    rounds = rounds + 1
+    local top = redis.call('ZPOPMIN', kturn, count - n)
+    if #top == 0 then break end
+    local keys = {}
+    for i = 1, #top, 2 do keys[#keys + 1] = top[i] end
+    local st = kload(K, keys)
+    local firsts, heads = {}, {}
+    for _, key in ipairs(keys) do
+      local s = st[key]
+      if s[2] > 0 and s[4] ~= '' then
+        firsts[#firsts + 1] = key
+        heads[#heads + 1] = s[4]
+      else
+        s[2] = 0  -- a state that lost its messages (not written by dynoq): mend it
+      end
+    end
+    local links = #heads > 0 and bulk_read('HMGET', kwait, heads) or {}
+    local recs = #heads > 0 and bulk_read('HMGET', msgs, heads) or {}
+    local ids, owners, got = {}, {}, {}
+    for i, key in ipairs(firsts) do
+      local s, link = st[key], links[i]
+      if link and not dead and recs[i] and kparse(recs[i]) ~= key then
+        alien = true  -- not its key's record: left for kpop to dead-letter
+      elseif link then  -- unlink the head: its next is the new head (whose prev is not kept)
+        local _, nxt = lsplit(link)
+        ids[#ids + 1] = heads[i]
+        owners[#owners + 1] = key
+        got[#ids] = recs[i]
+        s[4] = nxt
+        s[2] = nxt == '' and 0 or math.max(s[2] - 1, 1)
+      else
+        s[2] = 0  -- its chain is broken (not by dynoq): mend the state, the key moves on
+      end
+    end
+    if #ids > 0 then
+      bulk('HDEL', kwait, ids)
+      local states = bulk_read('HMGET', dlv, ids)
+      local fs = fences and bulk_read('HMGET', kfence, owners) or {}
+      local z, d = {}, {}
+      for i, id in ipairs(ids) do
+        local rec = got[i]
+        if rec and kparse(rec) ~= owners[i] then
+          redis.call('ZADD', dead, now, id)
+          record_why(why, id, now, 'r', '')
+          buried = buried + 1
+        elseif rec then
+          local a = attempts(states[i]) + 1
+          z[#z + 1] = deadline
+          z[#z + 1] = id
+          d[#d + 1] = id
+          local as = kn(a)  -- formatted once a call per count (see kn)
+          d[#d + 1] = as .. '||' .. nonce .. '.' .. as
+          local s = st[owners[i]]
+          s[1], s[3] = s[1] + 1, id
+          out[#out + 1] = id
+          out[#out + 1] = rec
+          out[#out + 1] = a
+          out[#out + 1] = fs[i] and tonumber(fs[i]) or 1
+          n = n + 1
+        end
+      end
+      bulk('ZADD', unack, z)
+      bulk('HSET', dlv, d)
+    end
+    kstore(K, keys, st, conc)
+    if alien then break end
+  end
+  return n, buried
+end
