@@ -27,6 +27,7 @@ case "${1:-test}" in
   test)
     shift || true
     .venv/bin/ruff check dynoq tests benchmarks spark examples scripts
+    .venv/bin/ruff format --check dynoq tests benchmarks spark examples scripts
     .venv/bin/mypy
     # Three workers: most tests wait on servers, subprocesses and timers, not the CPU.
     exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup "$@" ;;

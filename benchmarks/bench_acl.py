@@ -33,8 +33,17 @@ def _before(prefix: str) -> list[str]:
     """The producer-and-consumer rules of before: every command on every key, any script."""
     p = glob_escape(prefix)
     cmds = sorted({*acl.commands("consumer"), *acl.commands("producer")} - {"evalsha"})
-    return ["resetkeys", f"~{p}:*", "resetchannels", f"&{p}:*", "-@all",
-            *(f"+{c}" for c in cmds), "+evalsha", "+script|load", "+client|setinfo"]
+    return [
+        "resetkeys",
+        f"~{p}:*",
+        "resetchannels",
+        f"&{p}:*",
+        "-@all",
+        *(f"+{c}" for c in cmds),
+        "+evalsha",
+        "+script|load",
+        "+client|setinfo",
+    ]
 
 
 def _now(role: str, prefix: str) -> list[str]:
@@ -51,11 +60,14 @@ def _evalsha_usec(admin: redis.Redis) -> float:
     return float(stats.get("usec_per_call", 0.0))
 
 
-def run_variant(admin: redis.Redis, producer_url: str, consumer_url: str, prefix: str,
-                messages: int) -> dict[str, float]:
+def run_variant(
+    admin: redis.Redis, producer_url: str, consumer_url: str, prefix: str, messages: int
+) -> dict[str, float]:
     out: dict[str, float] = {}
-    with dynoq.connect(producer_url, prefix=prefix) as producer, \
-            dynoq.connect(consumer_url, prefix=prefix) as consumer:
+    with (
+        dynoq.connect(producer_url, prefix=prefix) as producer,
+        dynoq.connect(consumer_url, prefix=prefix) as consumer,
+    ):
         q = producer.queue("bench", shards=4)
         cq = consumer.queue("bench")
 
@@ -105,22 +117,32 @@ def main() -> None:
                     both = _user_url(admin, url, "bench-before", _before(prefix))
                     urls = (both, both)
                 else:
-                    urls = (_user_url(admin, url, "bench-producer", _now("producer", prefix)),
-                            _user_url(admin, url, "bench-consumer", _now("consumer", prefix)))
+                    urls = (
+                        _user_url(admin, url, "bench-producer", _now("producer", prefix)),
+                        _user_url(admin, url, "bench-consumer", _now("consumer", prefix)),
+                    )
                 got = run_variant(admin, *urls, prefix, args.messages)
                 for name, value in got.items():
                     results.setdefault(variant, {}).setdefault(name, []).append(value)
         for name in ("bench-before", "bench-producer", "bench-consumer"):
             admin.execute_command("ACL", "DELUSER", name)
-        print(f"server: {server_version(admin)}; {args.messages} messages, "
-              f"medians of {args.repeats}")
+        print(
+            f"server: {server_version(admin)}; {args.messages} messages, medians of {args.repeats}"
+        )
         base = {k: median(v) for k, v in results["default user"].items()}
         rows = [("variant", "operation", "µs/msg", "vs default", "server µs/EVALSHA")]
         for variant, measured in results.items():
             for op in ("push_many(100)", "push", "pop(100) + ack_many"):
                 us = median(measured[op])
-                rows.append((variant, op, f"{us:.1f}", f"{base[op] / us:.2f}x",
-                             f"{median(measured[op + ' server']):.1f}"))
+                rows.append(
+                    (
+                        variant,
+                        op,
+                        f"{us:.1f}",
+                        f"{base[op] / us:.2f}x",
+                        f"{median(measured[op + ' server']):.1f}",
+                    )
+                )
         print(table(rows))
         admin.close()
 

@@ -47,11 +47,12 @@ async def drop(url: str, pfx: str) -> None:
     r = aredis.Redis.from_url(url)
     keys = [k async for k in r.scan_iter(match=f"{pfx}*", count=1000)]
     for i in range(0, len(keys), 1000):
-        await r.delete(*keys[i:i + 1000])
+        await r.delete(*keys[i : i + 1000])
     await r.aclose()
 
 
 # -- raw redis.asyncio ---------------------------------------------------------------------
+
 
 async def raw(url: str, n: int) -> tuple[float, float]:
     pfx = prefix()
@@ -61,7 +62,7 @@ async def raw(url: str, n: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     for i in range(0, n, CHUNK):
         pipe = r.pipeline(transaction=False)
-        for msg_id in ids[i:i + CHUNK]:
+        for msg_id in ids[i : i + CHUNK]:
             pipe.hset(data, msg_id, BODY)
             pipe.zadd(pending, {msg_id: 0})
         await pipe.execute()
@@ -85,13 +86,14 @@ async def raw(url: str, n: int) -> tuple[float, float]:
 
 # -- dynoq sync and asyncio ----------------------------------------------------------------
 
+
 def sync_core(url: str, n: int) -> tuple[float, float]:
     with dynoq.connect(url, prefix=prefix()) as c:
         q = c.queue("b", shards=4)
         items = [BODY] * n
         t0 = time.perf_counter()
         for i in range(0, n, CHUNK):
-            q.push_many(items[i:i + CHUNK])
+            q.push_many(items[i : i + CHUNK])
         push = n / (time.perf_counter() - t0)
         t0 = time.perf_counter()
         done = 0
@@ -108,7 +110,7 @@ async def async_core(url: str, n: int) -> tuple[float, float]:
         items = [BODY] * n
         t0 = time.perf_counter()
         for i in range(0, n, CHUNK):
-            await q.push_many(items[i:i + CHUNK])
+            await q.push_many(items[i : i + CHUNK])
         push = n / (time.perf_counter() - t0)
         t0 = time.perf_counter()
         done = 0
@@ -164,22 +166,31 @@ def main() -> None:
         raws = [asyncio.run(raw(url, n)) for _ in range(reps)]
         syncs = [sync_core(url, n) for _ in range(reps)]
         asyncs = [asyncio.run(async_core(url, n)) for _ in range(reps)]
-        rows: list[tuple[str, ...]] = [("case", "msgs/s (median)", "vs raw redis.asyncio",
-                                        "async vs sync")]
+        rows: list[tuple[str, ...]] = [
+            ("case", "msgs/s (median)", "vs raw redis.asyncio", "async vs sync")
+        ]
         for i, what in enumerate(("push_many (chunks of 1000)", "pop(100) + ack_many")):
             base = median([r[i] for r in raws])
             s, a = median([r[i] for r in syncs]), median([r[i] for r in asyncs])
             rows.append((f"{what}: raw redis.asyncio", f"{base:,.0f}", "1.00x", "-"))
             rows.append((f"{what}: dynoq sync", f"{s:,.0f}", f"{s / base:.2f}x", "-"))
-            rows.append((f"{what}: dynoq.asyncio", f"{a:,.0f}", f"{a / base:.2f}x",
-                         f"{a / s:.2f}x"))
+            rows.append(
+                (f"{what}: dynoq.asyncio", f"{a:,.0f}", f"{a / base:.2f}x", f"{a / s:.2f}x")
+            )
         for conc in (1, 4):
             s = median([sync_consumer(url, n, conc) for _ in range(reps)])
             a = median([asyncio.run(async_consumer(url, n, conc)) for _ in range(reps)])
-            rows.append((f"consumer, no-op, batch 100, concurrency {conc}: sync", f"{s:,.0f}",
-                         "-", "-"))
-            rows.append((f"consumer, no-op, batch 100, concurrency {conc}: asyncio",
-                         f"{a:,.0f}", "-", f"{a / s:.2f}x"))
+            rows.append(
+                (f"consumer, no-op, batch 100, concurrency {conc}: sync", f"{s:,.0f}", "-", "-")
+            )
+            rows.append(
+                (
+                    f"consumer, no-op, batch 100, concurrency {conc}: asyncio",
+                    f"{a:,.0f}",
+                    "-",
+                    f"{a / s:.2f}x",
+                )
+            )
         print(table(rows))
 
 

@@ -87,11 +87,11 @@ def until(cond: Callable[[], bool], within: float) -> bool:
 
 # -- sync ----------------------------------------------------------------------------------
 
+
 def sync_run(hole: Blackhole, direct: str, options: dict[str, Any], bound: float) -> Run:
     run = Run()
     prefix = f"bh{time.monotonic_ns()}"
-    clients = {name: dynoq.connect(hole.url, prefix=prefix, **options)
-               for name in (*OPS, *LOOPS)}
+    clients = {name: dynoq.connect(hole.url, prefix=prefix, **options) for name in (*OPS, *LOOPS)}
     plain = dynoq.connect(direct, prefix=prefix)
     admin = redis.Redis.from_url(direct)
     try:
@@ -101,9 +101,16 @@ def sync_run(hole: Blackhole, direct: str, options: dict[str, Any], bound: float
         held = queues["ack"].pop(1)[0]
         queues["pop(wait=60)"].pop(1, wait=0.1)  # its wake-up subscription is made
         handled: list[Any] = []
-        consumer = clients["consumer"].consumer(
-            queues["consumer"], lambda m: handled.append(m.payload), lease_ttl=2.0,
-            rebalance_interval=2.0).start()
+        consumer = (
+            clients["consumer"]
+            .consumer(
+                queues["consumer"],
+                lambda m: handled.append(m.payload),
+                lease_ttl=2.0,
+                rebalance_interval=2.0,
+            )
+            .start()
+        )
         passes = Passes()
         sweeper = clients["sweeper pass"].sweeper(interval=0.2, observer=passes)
         sweeping = threading.Thread(target=sweeper.run_forever, daemon=True)
@@ -154,10 +161,11 @@ def sync_run(hole: Blackhole, direct: str, options: dict[str, Any], bound: float
                     run.recover("wake-up subscription")
                     return
 
-        threads = [threading.Thread(target=operation, args=(n,), daemon=True)
-                   for n in calls]
-        threads += [threading.Thread(target=waiting_pop, daemon=True),
-                    threading.Thread(target=subscription, daemon=True)]
+        threads = [threading.Thread(target=operation, args=(n,), daemon=True) for n in calls]
+        threads += [
+            threading.Thread(target=waiting_pop, daemon=True),
+            threading.Thread(target=subscription, daemon=True),
+        ]
         failures_before = passes.failures
         drained = len(handled)
         run.cut_at = time.monotonic()
@@ -208,17 +216,18 @@ class Passes:
 
 # -- asyncio -------------------------------------------------------------------------------
 
+
 def async_run(hole: Blackhole, direct: str, options: dict[str, Any], bound: float) -> Run:
     return asyncio.run(_async_run(hole, direct, options, bound))
 
 
-async def _async_run(hole: Blackhole, direct: str, options: dict[str, Any],
-                     bound: float) -> Run:
+async def _async_run(hole: Blackhole, direct: str, options: dict[str, Any], bound: float) -> Run:
     run = Run()
     restored = asyncio.Event()
     prefix = f"bha{time.monotonic_ns()}"
-    clients = {name: dynoq.asyncio.connect(hole.url, prefix=prefix, **options)
-               for name in (*OPS, *LOOPS)}
+    clients = {
+        name: dynoq.asyncio.connect(hole.url, prefix=prefix, **options) for name in (*OPS, *LOOPS)
+    }
     plain = dynoq.connect(direct, prefix=prefix)
     admin = redis.asyncio.Redis.from_url(direct)
 
@@ -231,8 +240,7 @@ async def _async_run(hole: Blackhole, direct: str, options: dict[str, Any],
         return True
 
     try:
-        queues = {name: await c.queue(queue_name(name), shards=4)
-                  for name, c in clients.items()}
+        queues = {name: await c.queue(queue_name(name), shards=4) for name, c in clients.items()}
         for name in clients:
             plain.queue(queue_name(name)).push_many(list(range(20)))
         held = (await queues["ack"].pop(1))[0]
@@ -242,8 +250,9 @@ async def _async_run(hole: Blackhole, direct: str, options: dict[str, Any],
         async def handle(msg: dynoq.Message) -> None:
             handled.append(msg.payload)
 
-        consumer = clients["consumer"].consumer(queues["consumer"], handle, lease_ttl=2.0,
-                                                rebalance_interval=2.0)
+        consumer = clients["consumer"].consumer(
+            queues["consumer"], handle, lease_ttl=2.0, rebalance_interval=2.0
+        )
         await consumer.start()
         passes = Passes()
         sweeper = clients["sweeper pass"].sweeper(interval=0.2, observer=passes)
@@ -346,16 +355,20 @@ def main() -> None:
     # The consumers and the sweeper log every failed attempt while the path is cut.
     logging.getLogger("dynoq").setLevel(logging.CRITICAL + 1)
     options: dict[str, Any] = {}
-    for name, value in (("socket_connect_timeout", args.connect_timeout),
-                        ("socket_timeout", args.socket_timeout),
-                        ("retry_window", args.retry_window)):
+    for name, value in (
+        ("socket_connect_timeout", args.connect_timeout),
+        ("socket_timeout", args.socket_timeout),
+        ("retry_window", args.retry_window),
+    ):
         if value is not None:
             options[name] = value
     bounds = timeouts.take(dict(options))
     bound = bounds.operation or 0.0
-    print(f"redis-py {redis.__version__}; connect timeout {bounds.connect:g}s, socket "
-          f"timeout {bounds.command:g}s, retry window {bounds.retry_window:g}s: bound "
-          f"{bound:g}s; {args.repeats} repeats")
+    print(
+        f"redis-py {redis.__version__}; connect timeout {bounds.connect:g}s, socket "
+        f"timeout {bounds.command:g}s, retry window {bounds.retry_window:g}s: bound "
+        f"{bound:g}s; {args.repeats} repeats"
+    )
     server = ValkeyServer()
     server.start()
     try:
@@ -364,19 +377,31 @@ def main() -> None:
             runs: list[Run] = []
             for _ in range(args.repeats):
                 with Blackhole(server.host, int(server.port)) as hole:
-                    one = (sync_run if flavor == "sync" else async_run)(hole, direct,
-                                                                        options, bound)
+                    one = (sync_run if flavor == "sync" else async_run)(
+                        hole, direct, options, bound
+                    )
                 runs.append(one)
-            rows = [("operation", "time to error s (median)", "max", "time to recover s "
-                     "(median)", "max")]
+            rows = [
+                (
+                    "operation",
+                    "time to error s (median)",
+                    "max",
+                    "time to recover s (median)",
+                    "max",
+                )
+            ]
             for name in (*OPS, *LOOPS):
                 failed = [r.failed[name] for r in runs if name in r.failed]
                 back = [r.recovered[name] for r in runs if name in r.recovered]
-                rows.append((name,
-                             f"{statistics.median(failed):.1f}" if failed else "-",
-                             f"{max(failed):.1f}" if failed else "-",
-                             f"{statistics.median(back):.2f}" if back else "never",
-                             f"{max(back):.2f}" if back else "-"))
+                rows.append(
+                    (
+                        name,
+                        f"{statistics.median(failed):.1f}" if failed else "-",
+                        f"{max(failed):.1f}" if failed else "-",
+                        f"{statistics.median(back):.2f}" if back else "never",
+                        f"{max(back):.2f}" if back else "-",
+                    )
+                )
             print(f"\n{flavor} client (bound {bound:g}s)\n{table(rows)}")
     finally:
         server.stop()

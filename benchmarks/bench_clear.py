@@ -55,14 +55,19 @@ class Pinger(threading.Thread):
 
     def worst(self, start: float, end: float) -> float:
         """The slowest PING (ms) that was waiting at any time between start and end."""
-        return max(((b - a) * 1000 for a, b in self.samples if b >= start and a <= end),
-                   default=0.0)
+        return max(
+            ((b - a) * 1000 for a, b in self.samples if b >= start and a <= end), default=0.0
+        )
 
 
 def fill(q: dynoq.Queue, n: int) -> None:
     for i in range(0, n, FILL_CHUNK):
-        q.push_many([dynoq.Message({"n": j, "pad": "x" * 40}, id=f"m{j}")
-                     for j in range(i, min(i + FILL_CHUNK, n))])
+        q.push_many(
+            [
+                dynoq.Message({"n": j, "pad": "x" * 40}, id=f"m{j}")
+                for j in range(i, min(i + FILL_CHUNK, n))
+            ]
+        )
 
 
 def slowest_entry(r: redis.Redis, command: str) -> float:
@@ -105,7 +110,9 @@ def main() -> None:
         pinger = Pinger(url)
         pinger.start()
         results: dict[str, tuple[list[float], list[float], list[float]]] = {
-            "DEL": ([], [], []), "clear": ([], [], [])}
+            "DEL": ([], [], []),
+            "clear": ([], [], []),
+        }
 
         def raw_del() -> None:
             pipe = r.pipeline(transaction=False)
@@ -115,8 +122,10 @@ def main() -> None:
 
         try:
             for _ in range(args.repeats):
-                for name, delete, command in (("DEL", raw_del, "DEL"),
-                                              ("clear", q.clear, "EVALSHA")):
+                for name, delete, command in (
+                    ("DEL", raw_del, "DEL"),
+                    ("clear", q.clear, "EVALSHA"),
+                ):
                     fill(q, args.n)
                     assert q.size() == args.n
                     during, before = timed(r, pinger, delete)
@@ -132,14 +141,22 @@ def main() -> None:
             r.slowlog_reset()
             drop_prefix(r, PREFIX)
             client.close()
-        print(f"server {server_version(r)}, lazyfree-lazy-user-del {lazy}; {args.n:,} "
-              f"messages in {args.shards} shard(s); medians of {args.repeats}")
+        print(
+            f"server {server_version(r)}, lazyfree-lazy-user-del {lazy}; {args.n:,} "
+            f"messages in {args.shards} shard(s); medians of {args.repeats}"
+        )
         rows: list[tuple[str, ...]] = [
-            ("delete", "server time of the delete (ms)", "slowest PING during it (ms)",
-             "slowest PING just before (ms)")]
+            (
+                "delete",
+                "server time of the delete (ms)",
+                "slowest PING during it (ms)",
+                "slowest PING just before (ms)",
+            )
+        ]
         for name, (pings, quiet, server) in results.items():
-            rows.append((name, f"{median(server):.2f}", f"{median(pings):.1f}",
-                         f"{median(quiet):.1f}"))
+            rows.append(
+                (name, f"{median(server):.2f}", f"{median(pings):.1f}", f"{median(quiet):.1f}")
+            )
         print(table(rows))
         r.close()
 

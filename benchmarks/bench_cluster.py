@@ -76,8 +76,12 @@ def pop_ack_rate(client: dynoq.Client, n: int, shards: int) -> float:
 
 
 def push_one_rate(client: dynoq.Client, n: int, shards: int, min_replicas: int) -> float:
-    q = client.queue(f"wait{min_replicas}-{uuid.uuid4().hex[:8]}", shards=shards,
-                     min_replicas=min_replicas, replica_timeout=2.0)
+    q = client.queue(
+        f"wait{min_replicas}-{uuid.uuid4().hex[:8]}",
+        shards=shards,
+        min_replicas=min_replicas,
+        replica_timeout=2.0,
+    )
     t0 = time.perf_counter()
     for i in range(n):
         q.push(i)
@@ -87,8 +91,12 @@ def push_one_rate(client: dynoq.Client, n: int, shards: int, min_replicas: int) 
 
 
 def push_many_wait_rate(client: dynoq.Client, n: int, shards: int, min_replicas: int) -> float:
-    q = client.queue(f"waitb{min_replicas}-{uuid.uuid4().hex[:8]}", shards=shards,
-                     min_replicas=min_replicas, replica_timeout=2.0)
+    q = client.queue(
+        f"waitb{min_replicas}-{uuid.uuid4().hex[:8]}",
+        shards=shards,
+        min_replicas=min_replicas,
+        replica_timeout=2.0,
+    )
     t0 = time.perf_counter()
     for i in range(0, n, BATCH):
         q.push_many(list(range(i, min(i + BATCH, n))))
@@ -147,8 +155,16 @@ def servers_cpu(nodes: list[redis.Redis]) -> float:
     return total
 
 
-def multi_rate(url: str, prefix: str, op: str, n: int, shards: int, clients: int,
-               fill: dynoq.Client, nodes: list[redis.Redis]) -> tuple[float, float, float]:
+def multi_rate(
+    url: str,
+    prefix: str,
+    op: str,
+    n: int,
+    shards: int,
+    clients: int,
+    fill: dynoq.Client,
+    nodes: list[redis.Redis],
+) -> tuple[float, float, float]:
     """(messages/s, client CPU s/message, server CPU s/message) of ``clients`` processes
     doing ``op`` together on one fresh queue."""
     name = op  # the same hash tags every round: the same spread over the masters
@@ -158,10 +174,25 @@ def multi_rate(url: str, prefix: str, op: str, n: int, shards: int, clients: int
         for i in range(0, n, BATCH):
             q.push_many([{"n": j} for j in range(i, min(i + BATCH, n))])
     share = [n // clients + (i < n % clients) for i in range(clients)]
-    procs = [subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--child", op, url, prefix, name,
-         str(share[i]), str(shards)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True) for i in range(clients)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child",
+                op,
+                url,
+                prefix,
+                name,
+                str(share[i]),
+                str(shards),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(clients)
+    ]
     try:
         for p in procs:
             if _line(p) != "ready":
@@ -207,48 +238,62 @@ def spread(cluster: LocalCluster, prefix: str, queue: str, shards: int) -> str:
     return "/".join(str(v) for v in per.values())
 
 
-def multi(server: ValkeyServer, cluster: LocalCluster, n: int, shards: int, clients: int,
-          repeats: int, prefix: str) -> None:
+def multi(
+    server: ValkeyServer,
+    cluster: LocalCluster,
+    n: int,
+    shards: int,
+    clients: int,
+    repeats: int,
+    prefix: str,
+) -> None:
     single_url = f"redis://{server.host}:{server.port}/0"
     single = dynoq.connect(single_url, prefix=prefix)
     multi_c = dynoq.connect(cluster.url, prefix=prefix)
-    nodes = {"1": [redis.Redis(host=server.host, port=server.port)],
-             "3": [cluster.node_client(p) for p in cluster.master_ports()]}
-    rounds: dict[str, list[tuple[tuple[float, float, float], ...]]] = {"push": [],
-                                                                       "drain": []}
+    nodes = {
+        "1": [redis.Redis(host=server.host, port=server.port)],
+        "3": [cluster.node_client(p) for p in cluster.master_ports()],
+    }
+    rounds: dict[str, list[tuple[tuple[float, float, float], ...]]] = {"push": [], "drain": []}
     try:
         for rep in range(repeats):
             for op in ("push", "drain"):
-                one = multi_rate(single_url, prefix, op, n, shards, clients, single,
-                                 nodes["1"])
-                three = multi_rate(cluster.url, prefix, op, n, shards, clients, multi_c,
-                                   nodes["3"])
+                one = multi_rate(single_url, prefix, op, n, shards, clients, single, nodes["1"])
+                three = multi_rate(cluster.url, prefix, op, n, shards, clients, multi_c, nodes["3"])
                 rounds[op].append((one, three))
-                print(f"round {rep + 1}: {op:<5} 1 server {one[0]:>9,.0f}  3 masters "
-                      f"{three[0]:>9,.0f}  ratio {three[0] / one[0]:.2f}  CPU us/msg "
-                      f"client+server: 1 server {one[1] * 1e6:.1f}+{one[2] * 1e6:.1f}, "
-                      f"3 masters {three[1] * 1e6:.1f}+{three[2] * 1e6:.1f}", flush=True)
+                print(
+                    f"round {rep + 1}: {op:<5} 1 server {one[0]:>9,.0f}  3 masters "
+                    f"{three[0]:>9,.0f}  ratio {three[0] / one[0]:.2f}  CPU us/msg "
+                    f"client+server: 1 server {one[1] * 1e6:.1f}+{one[2] * 1e6:.1f}, "
+                    f"3 masters {three[1] * 1e6:.1f}+{three[2] * 1e6:.1f}",
+                    flush=True,
+                )
     finally:
         single.close()
         multi_c.close()
         for conns in nodes.values():
             for c in conns:
                 c.close()
-    print(f"\n{clients} client processes, {n} messages, {shards} shards (per master: push "
-          f"{spread(cluster, prefix, 'push', shards)}, drain "
-          f"{spread(cluster, prefix, 'drain', shards)}), median of {repeats}; messages/s; "
-          f"CPU us/message: clients + servers (all masters)")
-    print(f"{'operation':<26}{'1 server':>12}{'3 masters':>12}{'ratio':>8}"
-          f"{'CPU 1 server':>16}{'CPU 3 masters':>16}")
+    print(
+        f"\n{clients} client processes, {n} messages, {shards} shards (per master: push "
+        f"{spread(cluster, prefix, 'push', shards)}, drain "
+        f"{spread(cluster, prefix, 'drain', shards)}), median of {repeats}; messages/s; "
+        f"CPU us/message: clients + servers (all masters)"
+    )
+    print(
+        f"{'operation':<26}{'1 server':>12}{'3 masters':>12}{'ratio':>8}"
+        f"{'CPU 1 server':>16}{'CPU 3 masters':>16}"
+    )
     for op, label in (("push", "push_many (1000/batch)"), ("drain", "pop(100) + ack_many")):
         one = statistics.median(x[0] for x, _ in rounds[op])
         three = statistics.median(y[0] for _, y in rounds[op])
         ratio = statistics.median(y[0] / x[0] for x, y in rounds[op])
-        cpu = [f"{statistics.median(r[k][1] for r in rounds[op]) * 1e6:.1f}+"
-               f"{statistics.median(r[k][2] for r in rounds[op]) * 1e6:.1f}"
-               for k in (0, 1)]
-        print(f"{label:<26}{one:>12,.0f}{three:>12,.0f}{ratio:>8.2f}{cpu[0]:>16}"
-              f"{cpu[1]:>16}")
+        cpu = [
+            f"{statistics.median(r[k][1] for r in rounds[op]) * 1e6:.1f}+"
+            f"{statistics.median(r[k][2] for r in rounds[op]) * 1e6:.1f}"
+            for k in (0, 1)
+        ]
+        print(f"{label:<26}{one:>12,.0f}{three:>12,.0f}{ratio:>8.2f}{cpu[0]:>16}{cpu[1]:>16}")
 
 
 def main() -> None:
@@ -261,10 +306,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--shards", type=int, default=12)
     ap.add_argument("--clients", type=int, default=3, help="client processes (multi)")
-    ap.add_argument("--client-messages", type=int, default=60_000,
-                    help="messages per operation in the multi-process part")
-    ap.add_argument("--only", default="single,multi,wait",
-                    help="parts to run: single, multi, wait (comma-separated)")
+    ap.add_argument(
+        "--client-messages",
+        type=int,
+        default=60_000,
+        help="messages per operation in the multi-process part",
+    )
+    ap.add_argument(
+        "--only",
+        default="single,multi,wait",
+        help="parts to run: single, multi, wait (comma-separated)",
+    )
     args = ap.parse_args()
     n, r, shards = args.messages, args.repeats, args.shards
     parts = set(args.only.split(","))
@@ -275,8 +327,7 @@ def main() -> None:
         server.start()
         try:
             with LocalCluster(masters=3) as cluster:
-                multi(server, cluster, args.client_messages, shards, args.clients, r,
-                      prefix)
+                multi(server, cluster, args.client_messages, shards, args.clients, r, prefix)
         finally:
             server.stop()
     if "single" in parts:
@@ -293,8 +344,10 @@ def single_part(n: int, r: int, shards: int, prefix: str) -> None:
         with LocalCluster(masters=3) as cluster:
             single = dynoq.connect(f"redis://{server.host}:{server.port}/0", prefix=prefix)
             multi = dynoq.connect(cluster.url, prefix=prefix)
-            for name, fn in (("push_many (1000/batch)", push_rate),
-                             ("pop(100) + ack_many", pop_ack_rate)):
+            for name, fn in (
+                ("push_many (1000/batch)", push_rate),
+                ("pop(100) + ack_many", pop_ack_rate),
+            ):
                 one = _median(lambda fn=fn: fn(single, n, shards), r)
                 three = _median(lambda fn=fn: fn(multi, n, shards), r)
                 rows.append((name, one, three))
@@ -314,12 +367,18 @@ def wait_part(n: int, r: int, shards: int, prefix: str) -> None:
     with LocalCluster(masters=3, replicas=1) as cluster:
         c = dynoq.connect(cluster.url, prefix=prefix)
         wait_rows = [
-            ("push() one by one", small,
-             _median(lambda: push_one_rate(c, small, shards, 0), r),
-             _median(lambda: push_one_rate(c, small, shards, 1), r)),
-            ("push_many (1000/batch)", n,
-             _median(lambda: push_many_wait_rate(c, n, shards, 0), r),
-             _median(lambda: push_many_wait_rate(c, n, shards, 1), r)),
+            (
+                "push() one by one",
+                small,
+                _median(lambda: push_one_rate(c, small, shards, 0), r),
+                _median(lambda: push_one_rate(c, small, shards, 1), r),
+            ),
+            (
+                "push_many (1000/batch)",
+                n,
+                _median(lambda: push_many_wait_rate(c, n, shards, 0), r),
+                _median(lambda: push_many_wait_rate(c, n, shards, 1), r),
+            ),
         ]
         c.close()
     print(f"\nWAIT on a 3+3 cluster, median of {r}; messages/s")

@@ -41,7 +41,7 @@ def fresh(url: str) -> dynoq.Client:
 def cleanup(client: dynoq.Client) -> None:
     keys = list(client.redis.scan_iter(match=f"{client.prefix}:*", count=1000))
     for i in range(0, len(keys), 1000):
-        client.redis.delete(*keys[i:i + 1000])
+        client.redis.delete(*keys[i : i + 1000])
     client.close()
 
 
@@ -49,7 +49,7 @@ def fill(q: dynoq.Queue, n: int, *, keys: int = 0) -> None:
     body = "x" * 100
     items = [dynoq.Message(body, key=f"k{i % keys}") if keys else body for i in range(n)]
     for i in range(0, n, 5000):
-        q.push_many(items[i:i + 5000])
+        q.push_many(items[i : i + 5000])
 
 
 def bare(url: str, n: int) -> float:
@@ -80,8 +80,9 @@ def raw(url: str, n: int) -> float:
         r.close()
 
 
-def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
-            **options: object) -> tuple[float, float]:
+def consume(
+    url: str, n: int, *, consumers: int = 1, ordered: bool = False, **options: object
+) -> tuple[float, float]:
     """(msgs/s from start() to the last message, msgs/s from first to last handler call)."""
     client = fresh(url)
     calls: list[float] = []
@@ -92,9 +93,12 @@ def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
     try:
         q = client.queue("c", shards=8 if ordered else 4, ordered=ordered)
         fill(q, n, keys=64 if ordered else 0)
-        cs = [client.consumer(q, handler, lease_ttl=LEASE_TTL,
-                              rebalance_interval=REBALANCE, **options)
-              for _ in range(consumers)]
+        cs = [
+            client.consumer(
+                q, handler, lease_ttl=LEASE_TTL, rebalance_interval=REBALANCE, **options
+            )
+            for _ in range(consumers)
+        ]
         t0 = time.perf_counter()
         for c in cs:
             c.start()
@@ -111,13 +115,20 @@ def consume(url: str, n: int, *, consumers: int = 1, ordered: bool = False,
 def failover(url: str) -> float:
     client = fresh(url)
     q = client.queue("f", shards=8, ordered=True)
-    child = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_consumer", "--child",
-                              url, client.prefix, "f"],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bench_consumer", "--child", url, client.prefix, "f"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
-        c = client.consumer(q, lambda m: None, lease_ttl=LEASE_TTL,
-                            rebalance_interval=REBALANCE, instance_id="zz-survivor").start()
+        c = client.consumer(
+            q,
+            lambda m: None,
+            lease_ttl=LEASE_TTL,
+            rebalance_interval=REBALANCE,
+            instance_id="zz-survivor",
+        ).start()
         while len(c.assignment) != 4:
             time.sleep(0.005)
         child.send_signal(signal.SIGKILL)
@@ -137,8 +148,13 @@ def failover(url: str) -> float:
 
 def child(url: str, prefix: str, queue: str) -> None:
     client = dynoq.connect(url, prefix=prefix)
-    c = client.consumer(client.queue(queue), lambda m: None, lease_ttl=LEASE_TTL,
-                        rebalance_interval=REBALANCE, instance_id="aa-victim").start()
+    c = client.consumer(
+        client.queue(queue),
+        lambda m: None,
+        lease_ttl=LEASE_TTL,
+        rebalance_interval=REBALANCE,
+        instance_id="aa-victim",
+    ).start()
     print("started", flush=True)
     c.run()
 
@@ -152,43 +168,67 @@ def main() -> None:
     args = p.parse_args()
     n, reps = args.n, args.repeats
     with server_url(args.url) as url:
-        rows: list[tuple[str, ...]] = [("case", "msgs/s (median)", "steady (median)",
-                                        "vs raw drain", "steady vs raw")]
+        rows: list[tuple[str, ...]] = [
+            ("case", "msgs/s (median)", "steady (median)", "vs raw drain", "steady vs raw")
+        ]
         raws, bares = [], []
         for _ in range(reps):  # interleaved: both see the same machine
             raws.append(raw(url, n))
             bares.append(bare(url, n))
         base = median(raws)
-        rows.append(("raw drain: Lua pop(100) + pipelined acks", f"{base:,.0f}", "-",
-                     "1.00x", "-"))
+        rows.append(("raw drain: Lua pop(100) + pipelined acks", f"{base:,.0f}", "-", "1.00x", "-"))
         b = median(bares)
-        rows.append(("bare loop: pop(100) + ack_many", f"{b:,.0f}", "-", f"{b / base:.2f}x",
-                     "-"))
+        rows.append(("bare loop: pop(100) + ack_many", f"{b:,.0f}", "-", f"{b / base:.2f}x", "-"))
 
         def add(name: str, runs: list[tuple[float, float]]) -> None:
             whole, steady = median([w for w, _ in runs]), median([s for _, s in runs])
-            rows.append((name, f"{whole:,.0f}", f"{steady:,.0f}", f"{whole / base:.2f}x",
-                         f"{steady / base:.2f}x"))
+            rows.append(
+                (
+                    name,
+                    f"{whole:,.0f}",
+                    f"{steady:,.0f}",
+                    f"{whole / base:.2f}x",
+                    f"{steady / base:.2f}x",
+                )
+            )
 
         # The consumer as it comes (batch_size "auto", concurrency 4), each round right
         # after a raw drain of its own: the ratio is the median of the rounds' ratios.
         pairs = [(raw(url, n), consume(url, n)) for _ in range(reps)]
         whole = median([c[0] for _, c in pairs])
         steady = median([c[1] for _, c in pairs])
-        rows.append(("concurrent consumer, default settings (batch auto, concurrency 4)",
-                     f"{whole:,.0f}", f"{steady:,.0f}",
-                     f"{median([c[0] / r for r, c in pairs]):.2f}x",
-                     f"{median([c[1] / r for r, c in pairs]):.2f}x"))
+        rows.append(
+            (
+                "concurrent consumer, default settings (batch auto, concurrency 4)",
+                f"{whole:,.0f}",
+                f"{steady:,.0f}",
+                f"{median([c[0] / r for r, c in pairs]):.2f}x",
+                f"{median([c[1] / r for r, c in pairs]):.2f}x",
+            )
+        )
         for conc in (1, 4):
-            add(f"concurrent consumer, batch 100, concurrency {conc}",
-                [consume(url, n, batch_size=100, concurrency=conc) for _ in range(reps)])
+            add(
+                f"concurrent consumer, batch 100, concurrency {conc}",
+                [consume(url, n, batch_size=100, concurrency=conc) for _ in range(reps)],
+            )
         for k in (1, 2):
-            add(f"ordered, 8 shards, batch 10, {k} consumer(s)",
-                [consume(url, n // 2, consumers=k, ordered=True, batch_size=10,
-                         concurrency=4) for _ in range(reps)])
+            add(
+                f"ordered, 8 shards, batch 10, {k} consumer(s)",
+                [
+                    consume(url, n // 2, consumers=k, ordered=True, batch_size=10, concurrency=4)
+                    for _ in range(reps)
+                ],
+            )
         took = median([failover(url) for _ in range(reps)])
-        rows.append((f"failover after SIGKILL (lease_ttl {LEASE_TTL:g} s, rebalance "
-                     f"{REBALANCE:g} s)", f"{took:.2f} s", "-", "-", "-"))
+        rows.append(
+            (
+                f"failover after SIGKILL (lease_ttl {LEASE_TTL:g} s, rebalance {REBALANCE:g} s)",
+                f"{took:.2f} s",
+                "-",
+                "-",
+                "-",
+            )
+        )
         print(table(rows))
 
 

@@ -101,8 +101,9 @@ def dynoq_drain(q: dynoq.Queue, limit: int | None = None) -> int:
     return done
 
 
-def drains(r: redis.Redis, q: dynoq.Queue, n: int, piece: int,
-           payload: bytes) -> tuple[float, float]:
+def drains(
+    r: redis.Redis, q: dynoq.Queue, n: int, piece: int, payload: bytes
+) -> tuple[float, float]:
     """Raw and dynoq drain rates of ``n`` messages each, alternating in slices."""
     raw_bulk_push(r, n, payload)
     for i in range(0, n, 5000):
@@ -110,8 +111,10 @@ def drains(r: redis.Redis, q: dynoq.Queue, n: int, piece: int,
     spent = {"raw": 0.0, "dynoq": 0.0}
     done = {"raw": 0, "dynoq": 0}
     while done["raw"] < n or done["dynoq"] < n:
-        for side, drain in (("raw", lambda: raw_drain(r, piece)),
-                            ("dynoq", lambda: dynoq_drain(q, piece))):
+        for side, drain in (
+            ("raw", lambda: raw_drain(r, piece)),
+            ("dynoq", lambda: dynoq_drain(q, piece)),
+        ):
             start = time.perf_counter()
             done[side] += drain()
             spent[side] += time.perf_counter() - start
@@ -121,18 +124,35 @@ def drains(r: redis.Redis, q: dynoq.Queue, n: int, piece: int,
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--n", type=int, default=50_000)
-    p.add_argument("--single-n", type=int, default=20_000,
-                   help="messages for the single-push comparison")
+    p.add_argument(
+        "--single-n", type=int, default=20_000, help="messages for the single-push comparison"
+    )
     p.add_argument("--shards", type=int, default=4, help="shards of the push queue")
-    p.add_argument("--drain-n", type=int, default=20_000,
-                   help="messages a round of the drain comparison (one shard)")
-    p.add_argument("--slice", type=int, default=2_000,
-                   help="messages each side drains before the other takes its turn")
+    p.add_argument(
+        "--drain-n",
+        type=int,
+        default=20_000,
+        help="messages a round of the drain comparison (one shard)",
+    )
+    p.add_argument(
+        "--slice",
+        type=int,
+        default=2_000,
+        help="messages each side drains before the other takes its turn",
+    )
     args = p.parse_args()
     payload = os.urandom(50).hex().encode()  # 100 bytes
-    results: dict[str, list[float]] = {k: [] for k in (
-        "raw bulk push", "push_many", "raw drain", "pop(100)+ack_many",
-        "raw single push", "push")}
+    results: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "raw bulk push",
+            "push_many",
+            "raw drain",
+            "pop(100)+ack_many",
+            "raw single push",
+            "push",
+        )
+    }
     memory: list[float] = []
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
@@ -141,40 +161,56 @@ def main() -> None:
             drop_prefix(r, "raw:")
             drop_prefix(r, "bench:")
             q = client.queue(f"core{rep}", shards=args.shards)
-            results["raw bulk push"].append(rate(args.n, lambda: raw_bulk_push(r, args.n,
-                                                                              payload)))
+            results["raw bulk push"].append(rate(args.n, lambda: raw_bulk_push(r, args.n, payload)))
             before = int(r.info("memory")["used_memory"])
             batch = [dynoq.Message(payload) for _ in range(args.n)]
             results["push_many"].append(rate(args.n, lambda q=q, b=batch: q.push_many(b)))
             memory.append((int(r.info("memory")["used_memory"]) - before) / args.n)
             q.clear()
             drop_prefix(r, "raw:")
-            raw_rate, dynoq_rate = drains(r, client.queue(f"drain{rep}", shards=1),
-                                          args.drain_n, args.slice, payload)
+            raw_rate, dynoq_rate = drains(
+                r, client.queue(f"drain{rep}", shards=1), args.drain_n, args.slice, payload
+            )
             results["raw drain"].append(raw_rate)
             results["pop(100)+ack_many"].append(dynoq_rate)
             results["raw single push"].append(
-                rate(args.single_n, lambda: raw_single_push(r, args.single_n, payload)))
-            results["push"].append(rate(args.single_n, lambda q=q: [
-                q.push(payload) for _ in range(args.single_n)]))
+                rate(args.single_n, lambda: raw_single_push(r, args.single_n, payload))
+            )
+            results["push"].append(
+                rate(args.single_n, lambda q=q: [q.push(payload) for _ in range(args.single_n)])
+            )
             q.clear()
         version = server_version(r)
         clean_up(r, client, "raw:", "bench:")
     med = {k: median(v) for k, v in results.items()}
     rows = [("operation", "median msgs/s", "runs", "ratio vs raw", "goal")]
-    for name, base, goal in (("push_many", "raw bulk push", 0.8),
-                             ("pop(100)+ack_many", "raw drain", 0.9),
-                             ("push", "raw single push", 0.9)):
-        rows.append((base, f"{med[base]:,.0f}", " ".join(f"{x:,.0f}" for x in results[base]),
-                     "", ""))
-        rows.append((name, f"{med[name]:,.0f}", " ".join(f"{x:,.0f}" for x in results[name]),
-                     f"{med[name] / med[base]:.2f}x", f">= {goal}x"))
-    print(f"server {version}, {args.n} messages of {len(payload)} bytes ({args.shards} "
-          f"shards) to push, {args.drain_n} a round to drain (one shard, slices of "
-          f"{args.slice}), {args.repeats} repeats")
+    for name, base, goal in (
+        ("push_many", "raw bulk push", 0.8),
+        ("pop(100)+ack_many", "raw drain", 0.9),
+        ("push", "raw single push", 0.9),
+    ):
+        rows.append(
+            (base, f"{med[base]:,.0f}", " ".join(f"{x:,.0f}" for x in results[base]), "", "")
+        )
+        rows.append(
+            (
+                name,
+                f"{med[name]:,.0f}",
+                " ".join(f"{x:,.0f}" for x in results[name]),
+                f"{med[name] / med[base]:.2f}x",
+                f">= {goal}x",
+            )
+        )
+    print(
+        f"server {version}, {args.n} messages of {len(payload)} bytes ({args.shards} "
+        f"shards) to push, {args.drain_n} a round to drain (one shard, slices of "
+        f"{args.slice}), {args.repeats} repeats"
+    )
     print(table(rows))
-    print(f"Redis memory per queued message: {median(memory):.0f} bytes (used_memory delta; "
-          "python -m benchmarks.bench_memory compares it with the raw layout)")
+    print(
+        f"Redis memory per queued message: {median(memory):.0f} bytes (used_memory delta; "
+        "python -m benchmarks.bench_memory compares it with the raw layout)"
+    )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,16 @@ def fill(client: dynoq.Client, n: int) -> dict[str, Any]:
     for kind, count, delay in (("r", ready + flying + dead, 0.0), ("d", delayed, 3600.0)):
         for start in range(0, count, CHUNK):
             stop = min(start + CHUNK, count)
-            q.push_many([dynoq.Message({**body, "order": i}, id=f"{kind}{i}",
-                                       delay=delay + (i % 1000) if delay else 0.0)
-                         for i in range(start, stop)])
+            q.push_many(
+                [
+                    dynoq.Message(
+                        {**body, "order": i},
+                        id=f"{kind}{i}",
+                        delay=delay + (i % 1000) if delay else 0.0,
+                    )
+                    for i in range(start, stop)
+                ]
+            )
             made += stop - start
     popped = []
     while len(popped) < flying + dead:
@@ -54,15 +61,23 @@ def fill(client: dynoq.Client, n: int) -> dict[str, Any]:
         why = codec.why(exc, "bench-worker")
     doomed = popped[:dead]
     for i in range(0, dead, 1000):
-        q.backend.run(Batch([q.ops.nack_call(m, delay=0.0, mode="dead", why=why)
-                             for m in doomed[i:i + 1000]]))
+        q.backend.run(
+            Batch(
+                [q.ops.nack_call(m, delay=0.0, mode="dead", why=why) for m in doomed[i : i + 1000]]
+            )
+        )
     for member, shards in (("worker-a", [0, 1]), ("worker-b", [2, 3])):
         g = GroupOps(q.ops.keys, "billing", member, ttl=3600)
         q.backend.run(g.heartbeat())
         q.backend.run(g.record(["worker-a", "worker-b"], shards))
     stats = q.stats()
-    return {"queue": q, "dead_id": popped[0].id, "ready_id": f"r{ready // 2}",
-            "stats": stats, "made": made}
+    return {
+        "queue": q,
+        "dead_id": popped[0].id,
+        "ready_id": f"r{ready // 2}",
+        "stats": stats,
+        "made": made,
+    }
 
 
 def pages(info: dict[str, Any]) -> list[tuple[str, str]]:
@@ -109,13 +124,18 @@ def main() -> None:
                 start = time.perf_counter()
                 infos[k] = fill(clients[k], sizes[k])
                 st = infos[k]["stats"]
-                print(f"{k}: {infos[k]['made']:,} messages in {time.perf_counter() - start:.1f}s"
-                      f" (ready {st.ready:,}, delayed {st.delayed:,}, in flight "
-                      f"{st.unacked:,}, dead {st.dead:,})", flush=True)
+                print(
+                    f"{k}: {infos[k]['made']:,} messages in {time.perf_counter() - start:.1f}s"
+                    f" (ready {st.ready:,}, delayed {st.delayed:,}, in flight "
+                    f"{st.unacked:,}, dead {st.dead:,})",
+                    flush=True,
+                )
             memory = r.info("memory")["used_memory_human"]
             results: dict[str, dict[str, float]] = {"small": {}, "big": {}}
-            with Running(clients["small"], DashboardConfig(port=0)) as small, \
-                    Running(clients["big"], DashboardConfig(port=0)) as big:
+            with (
+                Running(clients["small"], DashboardConfig(port=0)) as small,
+                Running(clients["big"], DashboardConfig(port=0)) as big,
+            ):
                 bases = {"small": small.url.rstrip("/"), "big": big.url.rstrip("/")}
                 paths = {k: dict(pages(infos[k])) for k in bases}
                 for name in paths["big"]:
@@ -127,14 +147,17 @@ def main() -> None:
                                 times[k].append(ms)
                     for k in times:
                         results[k][name] = median(times[k])
-            rows = [("page", f"{sizes['small']:,} msgs (ms)", f"{sizes['big']:,} msgs (ms)",
-                     "ratio")]
+            rows = [
+                ("page", f"{sizes['small']:,} msgs (ms)", f"{sizes['big']:,} msgs (ms)", "ratio")
+            ]
             for name, _ in pages(infos["big"]):
                 s, b = results["small"][name], results["big"][name]
                 rows.append((name, f"{s:.1f}", f"{b:.1f}", f"{b / s:.2f}"))
             version = server_version(r)
-            print(f"server {version}; Redis memory with both queues: {memory}; median of "
-                  f"{args.repeats} GETs per page over HTTP (uvicorn, one process)")
+            print(
+                f"server {version}; Redis memory with both queues: {memory}; median of "
+                f"{args.repeats} GETs per page over HTTP (uvicorn, one process)"
+            )
             print(table(rows))
         finally:
             for c in clients.values():

@@ -64,8 +64,11 @@ def clock_offset(r: redis.Redis) -> float:
 def percentiles(late: list[float]) -> tuple[float, float, float]:
     """p50, p99, max in ms."""
     s = sorted(late)
-    return (1000 * statistics.median(s), 1000 * s[min(len(s) - 1, int(len(s) * 0.99))],
-            1000 * s[-1])
+    return (
+        1000 * statistics.median(s),
+        1000 * s[min(len(s) - 1, int(len(s) * 0.99))],
+        1000 * s[-1],
+    )
 
 
 class Run:
@@ -95,8 +98,10 @@ class Run:
         chunk = 2000
         for i in range(0, self.n, chunk):
             now = self.now()
-            items = [dynoq.Message(BODY, delay=max(start + j / self.rate - now, 0.0))
-                     for j in range(i, min(i + chunk, self.n))]
+            items = [
+                dynoq.Message(BODY, delay=max(start + j / self.rate - now, 0.0))
+                for j in range(i, min(i + chunk, self.n))
+            ]
             self.q.push_many(items)
         left = start - self.now()
         if left < SETTLE:
@@ -141,7 +146,7 @@ class Run:
     def close(self) -> None:
         keys = list(self.client.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
         for i in range(0, len(keys), 1000):
-            self.client.redis.delete(*keys[i:i + 1000])
+            self.client.redis.delete(*keys[i : i + 1000])
         self.client.close()
 
 
@@ -192,10 +197,11 @@ def async_consumer(run: Run, **options: object) -> None:
 CASES: dict[str, tuple[str, Callable[[Run], None]]] = {
     "bare": ("bare loop: pop(100, wait=1) + ack_many", bare),
     "default": ("sync consumer, default settings (4 threads, batch 1)", sync_consumer),
-    "batch100": ("sync consumer, batch_size 100",
-                 lambda run: sync_consumer(run, batch_size=100)),
-    "async100": ("asyncio consumer, batch_size 100",
-                 lambda run: async_consumer(run, batch_size=100)),
+    "batch100": ("sync consumer, batch_size 100", lambda run: sync_consumer(run, batch_size=100)),
+    "async100": (
+        "asyncio consumer, batch_size 100",
+        lambda run: async_consumer(run, batch_size=100),
+    ),
 }
 
 
@@ -208,8 +214,9 @@ def main() -> None:
     args = p.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
     cases = args.cases.split(",")
-    rows: list[tuple[str, ...]] = [("rate/s", "case", "p50 ms", "p99 ms", "max ms",
-                                    "runs (p99)", "full GCs in windows")]
+    rows: list[tuple[str, ...]] = [
+        ("rate/s", "case", "p50 ms", "p99 ms", "max ms", "runs (p99)", "full GCs in windows")
+    ]
     with server_url(args.url) as url:
         for rate in rates:
             for name in cases:
@@ -220,15 +227,28 @@ def main() -> None:
                         fn(run)
                         got.append(percentiles(run.late))
                         pauses += run.full_gcs
-                    print(f"  {rate:g}/s {name}: p50 {got[-1][0]:.1f} p99 {got[-1][1]:.1f} "
-                          f"max {got[-1][2]:.1f} ms", flush=True)
+                    print(
+                        f"  {rate:g}/s {name}: p50 {got[-1][0]:.1f} p99 {got[-1][1]:.1f} "
+                        f"max {got[-1][2]:.1f} ms",
+                        flush=True,
+                    )
                 p50, p99, mx = (median([g[i] for g in got]) for i in range(3))
-                gcs = (f"{len(pauses)}, longest {1000 * max(pauses):.0f} ms" if pauses
-                       else "0")
-                rows.append((f"{rate:,.0f}", title, f"{p50:.1f}", f"{p99:.1f}", f"{mx:.1f}",
-                             ", ".join(f"{g[1]:.1f}" for g in got), gcs))
-    print(f"due -> handled lateness, {args.shards} shards, {args.seconds:g} s windows, "
-          f"median of {args.repeats} runs")
+                gcs = f"{len(pauses)}, longest {1000 * max(pauses):.0f} ms" if pauses else "0"
+                rows.append(
+                    (
+                        f"{rate:,.0f}",
+                        title,
+                        f"{p50:.1f}",
+                        f"{p99:.1f}",
+                        f"{mx:.1f}",
+                        ", ".join(f"{g[1]:.1f}" for g in got),
+                        gcs,
+                    )
+                )
+    print(
+        f"due -> handled lateness, {args.shards} shards, {args.seconds:g} s windows, "
+        f"median of {args.repeats} runs"
+    )
     print(table(rows))
 
 

@@ -20,8 +20,8 @@ import redis
 import dynoq
 from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
 from dynoq._core.calls import Batch, Call
-from dynoq._core.ops import QueueOps
 from dynoq._core.popping import Planner
+from dynoq._core.queue import QueueOps
 
 PREFIX = "bench-epoch"
 PIPELINE = 500
@@ -29,6 +29,7 @@ PIPELINE = 500
 
 def server_us(r: redis.Redis, work: Callable[[], Any]) -> float:
     """Server µs per EVALSHA while ``work`` ran."""
+
     def evalsha() -> tuple[int, int]:
         s = r.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
         return int(s["calls"]), int(s["usec"])
@@ -59,7 +60,7 @@ def main() -> None:
         def push(ops: QueueOps) -> None:
             outs = [ops.prepare(dynoq.Message(payload)) for _ in range(n)]
             for i in range(0, n, PIPELINE):
-                calls = [ops.push([o]) for o in outs[i:i + PIPELINE]]
+                calls = [ops.push([o]) for o in outs[i : i + PIPELINE]]
                 backend.run(Batch([c for c in calls if isinstance(c, Call)]))
 
         def pop_ack(ops: QueueOps) -> tuple[float, float]:
@@ -72,8 +73,9 @@ def main() -> None:
 
             def ack() -> None:
                 for i in range(0, len(popped), PIPELINE):
-                    backend.run(Batch([c for m in popped[i:i + PIPELINE]
-                                       for c in ops.ack_calls([m])]))
+                    backend.run(
+                        Batch([c for m in popped[i : i + PIPELINE] for c in ops.ack_calls([m])])
+                    )
 
             return server_us(r, pop), server_us(r, ack)
 
@@ -82,21 +84,26 @@ def main() -> None:
                 order = [("epoch", checked), ("none", unchecked)]
                 for name, ops in order if rep % 2 == 0 else order[::-1]:
                     results.setdefault(("push", name), []).append(
-                        server_us(r, lambda ops=ops: push(ops)))  # type: ignore[misc]
+                        server_us(r, lambda ops=ops: push(ops))
+                    )  # type: ignore[misc]
                     pop_us, ack_us = pop_ack(ops)
                     results.setdefault(("pop", name), []).append(pop_us)
                     results.setdefault(("ack", name), []).append(ack_us)
         finally:
             drop_prefix(r, PREFIX)
             client.close()
-        print(f"server {server_version(r)}; {n:,} calls of each per variant, medians of "
-              f"{args.repeats} interleaved repeats; server µs per call (INFO commandstats)")
-        rows: list[tuple[str, ...]] = [("script", "no check (µs)", "epoch check (µs)",
-                                        "added (µs)", "ratio")]
+        print(
+            f"server {server_version(r)}; {n:,} calls of each per variant, medians of "
+            f"{args.repeats} interleaved repeats; server µs per call (INFO commandstats)"
+        )
+        rows: list[tuple[str, ...]] = [
+            ("script", "no check (µs)", "epoch check (µs)", "added (µs)", "ratio")
+        ]
         for op in ("push", "pop", "ack"):
             none, epoch = median(results[(op, "none")]), median(results[(op, "epoch")])
-            rows.append((op, f"{none:.2f}", f"{epoch:.2f}", f"{epoch - none:+.2f}",
-                         f"{epoch / none:.3f}x"))
+            rows.append(
+                (op, f"{none:.2f}", f"{epoch:.2f}", f"{epoch - none:+.2f}", f"{epoch / none:.3f}x")
+            )
         print(table(rows))
         r.close()
 

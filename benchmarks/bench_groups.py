@@ -60,7 +60,7 @@ def fill(q: dynoq.Queue, keys: int, per_key: int) -> None:
     for i in range(per_key):
         batch = [dynoq.Message({"i": i}, key=f"key-{k}") for k in range(keys)]
         for j in range(0, len(batch), 5000):
-            q.push_many(batch[j:j + 5000])
+            q.push_many(batch[j : j + 5000])
 
 
 def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
@@ -70,8 +70,9 @@ def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
         q = _queue(client, keyed)
         fill(q, keys, per_key)
         n = keys * per_key
-        c = client.consumer(q, lambda m: calls.append(time.perf_counter()), concurrency=4,
-                            batch_size=10)
+        c = client.consumer(
+            q, lambda m: calls.append(time.perf_counter()), concurrency=4, batch_size=10
+        )
         c.start()
         while c.stats().handled < n:
             time.sleep(0.005)
@@ -81,8 +82,15 @@ def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
         cleanup(client)
 
 
-def stuck(url: str, keyed: bool, stuck_for: float, seconds: float = 10.0,
-          rate: float = 500.0, keys: int = 200, workers: int = 4) -> float:
+def stuck(
+    url: str,
+    keyed: bool,
+    stuck_for: float,
+    seconds: float = 10.0,
+    rate: float = 500.0,
+    keys: int = 200,
+    workers: int = 4,
+) -> float:
     """p99 ms from push to handler call of every key but the stuck one."""
     client = fresh(url)
     late: list[float] = []
@@ -146,8 +154,12 @@ def memory(url: str, keyed: bool, n: int, keys: int = 100) -> float:
         payload = "x" * 100
         before = used(r)
         for j in range(0, n, 5000):
-            q.push_many([dynoq.Message(payload, id=f"m{i:09d}", key=f"key-{i % keys}")
-                         for i in range(j, min(j + 5000, n))])
+            q.push_many(
+                [
+                    dynoq.Message(payload, id=f"m{i:09d}", key=f"key-{i % keys}")
+                    for i in range(j, min(j + 5000, n))
+                ]
+            )
         return (used(r) - before) / n
     finally:
         r.close()
@@ -216,8 +228,10 @@ def scale(url: str, keys: int, keyed: bool = True, clean: bool = True) -> float:
             r.set(k.seq, total + 1)
         fill = r.register_script(FILL)
         for start in range(0, keys if keyed else 0, step):
-            fill(keys=[k.kwait, k.kstate, k.kturn, k.msgs],
-                 args=[min(step, keys - start), start, per])
+            fill(
+                keys=[k.kwait, k.kstate, k.kturn, k.msgs],
+                args=[min(step, keys - start), start, per],
+            )
         r.set(k.seq, keys * per + keys + 1)
         for _ in range(20):  # warm up
             q.ack_many(q.pop(count=10))
@@ -267,15 +281,26 @@ def main() -> None:
     if args.scale:
         # The small shards first, the big ones last; each on a fresh server (or, with
         # --url, once the previous one's cleanup is freed): no case pays for another.
-        got = {(keyed, n): median([scale_case(args.url, n, keyed)
-                                   for _ in range(args.repeats)])
-               for keyed, n in ((True, 10), (False, 10), (False, args.scale),
-                                (True, args.scale))}
-        print(table([("server us per pop(10) + ack", "10", f"{args.scale:,}", "ratio"),
-                     *((f"{name}: keys (messages)", f"{got[(keyed, 10)]:.0f}",
-                        f"{got[(keyed, args.scale)]:.0f}",
-                        f"{got[(keyed, args.scale)] / got[(keyed, 10)]:.2f}x")
-                       for name, keyed in (("keyed", True), ("unordered", False)))]))
+        got = {
+            (keyed, n): median([scale_case(args.url, n, keyed) for _ in range(args.repeats)])
+            for keyed, n in ((True, 10), (False, 10), (False, args.scale), (True, args.scale))
+        }
+        print(
+            table(
+                [
+                    ("server us per pop(10) + ack", "10", f"{args.scale:,}", "ratio"),
+                    *(
+                        (
+                            f"{name}: keys (messages)",
+                            f"{got[(keyed, 10)]:.0f}",
+                            f"{got[(keyed, args.scale)]:.0f}",
+                            f"{got[(keyed, args.scale)] / got[(keyed, 10)]:.2f}x",
+                        )
+                        for name, keyed in (("keyed", True), ("unordered", False))
+                    ),
+                ]
+            )
+        )
         return
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
@@ -289,20 +314,38 @@ def main() -> None:
             rows.append((name, f"{a:,.1f} {unit}", f"{b:,.1f} {unit}", f"{b / a:.2f}x", goal))
             print(rows[-1], flush=True)
 
-        pair(f"throughput, {args.keys:,} keys x {args.per_key}",
-             lambda k: throughput(url, k, args.keys, args.per_key), ">= 0.8x", "msg/s")
-        free = median([stuck(url, True, 0.0, workers=args.workers)
-                       for _ in range(args.repeats)])
-        held = median([stuck(url, True, args.stuck, workers=args.workers)
-                       for _ in range(args.repeats)])
-        rows.append((f"p99 lateness, one key stuck {args.stuck:g} s, {args.workers} workers",
-                     f"{free:,.1f} ms (none stuck)", f"{held:,.1f} ms", f"{held / free:.2f}x",
-                     "<= 1.5x"))
+        pair(
+            f"throughput, {args.keys:,} keys x {args.per_key}",
+            lambda k: throughput(url, k, args.keys, args.per_key),
+            ">= 0.8x",
+            "msg/s",
+        )
+        free = median([stuck(url, True, 0.0, workers=args.workers) for _ in range(args.repeats)])
+        held = median(
+            [stuck(url, True, args.stuck, workers=args.workers) for _ in range(args.repeats)]
+        )
+        rows.append(
+            (
+                f"p99 lateness, one key stuck {args.stuck:g} s, {args.workers} workers",
+                f"{free:,.1f} ms (none stuck)",
+                f"{held:,.1f} ms",
+                f"{held / free:.2f}x",
+                "<= 1.5x",
+            )
+        )
         print(rows[-1], flush=True)
-        pair("one hot key alone, in order (1 worker, batch 1)",
-             lambda k: hot(url, args.hot, k), ">= 2,000 msg/s", "msg/s")
-        pair(f"memory per waiting message ({args.memory:,})",
-             lambda k: memory(url, k, args.memory), "<= 1.2x", "B")
+        pair(
+            "one hot key alone, in order (1 worker, batch 1)",
+            lambda k: hot(url, args.hot, k),
+            ">= 2,000 msg/s",
+            "msg/s",
+        )
+        pair(
+            f"memory per waiting message ({args.memory:,})",
+            lambda k: memory(url, k, args.memory),
+            "<= 1.2x",
+            "B",
+        )
     print(f"\nserver: {version}; medians of {args.repeats}\n")
     print(table(rows))
 

@@ -40,15 +40,18 @@ HOUR_MS = 3_600_000
 
 def _user(admin: redis.Redis, url: str, role: str, prefix: str) -> redis.Redis:
     name = f"bench-hostile-{role}"
-    admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw",
-                          *acl.rules(prefix, role))
+    admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *acl.rules(prefix, role))
     return redis.Redis.from_url(url.replace("redis://", f"redis://{name}:pw@", 1))
 
 
 def _fill(q: dynoq.Queue, n: int, delay: float = 0.0) -> None:
     for i in range(0, n, FILL_CHUNK):
-        q.push_many([dynoq.Message({"n": j, "pad": "x" * 40}, id=f"m{j}", delay=delay)
-                     for j in range(i, min(i + FILL_CHUNK, n))])
+        q.push_many(
+            [
+                dynoq.Message({"n": j, "pad": "x" * 40}, id=f"m{j}", delay=delay)
+                for j in range(i, min(i + FILL_CHUNK, n))
+            ]
+        )
 
 
 def _messages(n: int, first: int) -> list[Any]:
@@ -87,8 +90,7 @@ class Scenario:
         if self.what in ("push", "push-batch"):
             # dynoq's own call of one message, its head kept and its message replaced
             one = [ops.prepare(dynoq.Message(0, id="h0"))]
-            own = (ops.push_call("push", 0, one) if self.what == "push"
-                   else BatchOps(ops).push(one))
+            own = ops.push_call("push", 0, one) if self.what == "push" else BatchOps(ops).push(one)
             assert isinstance(own, Call)
             keys, args = list(own.keys), [*own.args[:-4], *_messages(count, 0)]
         else:
@@ -103,13 +105,19 @@ class Scenario:
 
 
 # Each role's call, and the largest one dynoq sends for that work.
-WHAT = {"producer": ("push", 500), "spark": ("push-batch", 500), "consumer": ("pop", 1000),
-        "sweeper": ("promote", 1000), "dashboard": ("peek", 1000),
-        "dashboard-actions": ("replay", 1000)}
+WHAT = {
+    "producer": ("push", 500),
+    "spark": ("push-batch", 500),
+    "consumer": ("pop", 1000),
+    "sweeper": ("promote", 1000),
+    "dashboard": ("peek", 1000),
+    "dashboard-actions": ("replay", 1000),
+}
 
 
-def _run(admin: redis.Redis, user: redis.Redis, pinger: Pinger,
-         command: tuple[Any, ...]) -> tuple[str, float, float]:
+def _run(
+    admin: redis.Redis, user: redis.Redis, pinger: Pinger, command: tuple[Any, ...]
+) -> tuple[str, float, float]:
     """(the reply, the server's time for the call in ms, the slowest PING meanwhile)."""
     time.sleep(0.2)
     admin.slowlog_reset()
@@ -153,9 +161,11 @@ def main() -> None:
                             s = Scenario(client, admin, role, args.n)
                             s.fill()
                             label = f"{s.what} of {count:,}" + (
-                                " (dynoq's largest)" if count == s.own else "")
+                                " (dynoq's largest)" if count == s.own else ""
+                            )
                             results.setdefault((role, label), []).append(
-                                _run(admin, user, pinger, s.call(count)))
+                                _run(admin, user, pinger, s.call(count))
+                            )
                         finally:
                             user.close()
                             client.close()
@@ -167,13 +177,29 @@ def main() -> None:
                 admin.execute_command("ACL", "DELUSER", f"bench-hostile-{role}")
             for setting, value in old.items():
                 admin.config_set(str(setting), str(value))
-        print(f"server {server_version(admin)}; queues of {args.n:,} messages, one shard; "
-              f"medians of {args.repeats}")
-        rows: list[tuple[str, ...]] = [("role", "call (EVALSHA as the role's user)", "reply",
-                                        "server ms", "slowest PING meanwhile (ms)")]
+        print(
+            f"server {server_version(admin)}; queues of {args.n:,} messages, one shard; "
+            f"medians of {args.repeats}"
+        )
+        rows: list[tuple[str, ...]] = [
+            (
+                "role",
+                "call (EVALSHA as the role's user)",
+                "reply",
+                "server ms",
+                "slowest PING meanwhile (ms)",
+            )
+        ]
         for (role, label), got in results.items():
-            rows.append((role, label, got[-1][0], f"{median([g[1] for g in got]):.1f}",
-                         f"{median([g[2] for g in got]):.1f}"))
+            rows.append(
+                (
+                    role,
+                    label,
+                    got[-1][0],
+                    f"{median([g[1] for g in got]):.1f}",
+                    f"{median([g[2] for g in got]):.1f}",
+                )
+            )
         print(table(rows))
         admin.close()
 

@@ -72,8 +72,11 @@ def idle(url: str, shards: int, ordered: bool, seconds: float) -> tuple[float, s
         consumer.stop()
         q.clear()
         client.close()
-    return sum(seen.values()) / seconds, ", ".join(f"{k} {v}" for k, v in seen.most_common()), \
-        latency
+    return (
+        sum(seen.values()) / seconds,
+        ", ".join(f"{k} {v}" for k, v in seen.most_common()),
+        latency,
+    )
 
 
 def main() -> None:
@@ -85,8 +88,14 @@ def main() -> None:
     with server_url(args.url) as url:
         for ordered in (False, True):
             rate, seen, latency = idle(url, args.shards, ordered, args.seconds)
-            rows.append((f"{'ordered' if ordered else 'concurrent'}, {args.shards} shards",
-                         f"{rate:.2f}", seen, f"{latency * 1000:.1f} ms"))
+            rows.append(
+                (
+                    f"{'ordered' if ordered else 'concurrent'}, {args.shards} shards",
+                    f"{rate:.2f}",
+                    seen,
+                    f"{latency * 1000:.1f} ms",
+                )
+            )
     print(f"idle consumers (default settings), {args.seconds:g} s each")
     print(table(rows))
 

@@ -58,6 +58,7 @@ return #ids
 
 # -- the app (run in its own process: python -m benchmarks.bench_load --serve ...) -------
 
+
 def make_app(variant: str, url: str, prefix: str) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -74,8 +75,7 @@ def make_app(variant: str, url: str, prefix: str) -> Any:
         if variant == "raw":
             import redis.asyncio as aredis
 
-            pool = aredis.BlockingConnectionPool.from_url(url, max_connections=100,
-                                                          timeout=10)
+            pool = aredis.BlockingConnectionPool.from_url(url, max_connections=100, timeout=10)
             r = aredis.Redis(connection_pool=pool)
             push_sha = await r.script_load(PUSH_LUA)
             pop_sha = await r.script_load(POP_LUA)
@@ -110,8 +110,10 @@ def make_app(variant: str, url: str, prefix: str) -> Any:
         client = dynoq.asyncio.connect(url, prefix=prefix)
         q = await client.queue("load", shards=4)
         oq = await client.queue("load-ordered", shards=4, ordered=True)
-        consumers = [client.consumer(q, handled, concurrency=8),
-                     client.consumer(oq, handled, concurrency=4)]
+        consumers = [
+            client.consumer(q, handled, concurrency=8),
+            client.consumer(oq, handled, concurrency=4),
+        ]
         for c in consumers:
             await c.start()
 
@@ -140,8 +142,9 @@ def make_app(variant: str, url: str, prefix: str) -> Any:
     async def stats(_: Request) -> Any:
         return JSONResponse({"handled": state["handled"], "errors": state["errors"]})
 
-    return Starlette(routes=[Route("/push", push, methods=["POST"]),
-                             Route("/stats", stats)], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/push", push, methods=["POST"]), Route("/stats", stats)], lifespan=lifespan
+    )
 
 
 def serve(variant: str, url: str, prefix: str) -> None:
@@ -155,8 +158,9 @@ def serve(variant: str, url: str, prefix: str) -> None:
     print(f"{variant}: dynoq from {Path(dynoq.__file__).parent}", file=sys.stderr)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(make_app(variant, url, prefix), log_level="critical",
-                            lifespan="on", backlog=2048)
+    config = uvicorn.Config(
+        make_app(variant, url, prefix), log_level="critical", lifespan="on", backlog=2048
+    )
     server = uvicorn.Server(config)
     print(sock.getsockname()[1], flush=True)  # the port, for the load client
     server.run(sockets=[sock])
@@ -164,10 +168,18 @@ def serve(variant: str, url: str, prefix: str) -> None:
 
 # -- the load client -----------------------------------------------------------------------
 
-async def request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-    writer.write(f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}"
-                 f"\r\n\r\n".encode() + body)
+
+async def request(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    method: str,
+    path: str,
+    body: bytes = b"",
+) -> tuple[int, bytes]:
+    writer.write(
+        f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
@@ -195,8 +207,9 @@ async def load(port: int, clients: int, requests: int) -> dict[str, Any]:
         try:
             for i in range(requests):
                 t = time.perf_counter()
-                status, _ = await request(reader, writer, "POST", "/push",
-                                          json.dumps({"client": n, "i": i}).encode())
+                status, _ = await request(
+                    reader, writer, "POST", "/push", json.dumps({"client": n, "i": i}).encode()
+                )
                 latencies.append(time.perf_counter() - t)
                 failed += status != 200
         except (OSError, asyncio.IncompleteReadError, ValueError):
@@ -211,10 +224,13 @@ async def load(port: int, clients: int, requests: int) -> dict[str, Any]:
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
     latencies.sort()
-    return {"failed": failed, "ok": clients * requests - failed,
-            "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
-            "p99": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else float("nan"),
-            "rps": len(latencies) / elapsed}
+    return {
+        "failed": failed,
+        "ok": clients * requests - failed,
+        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
+        "p99": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else float("nan"),
+        "rps": len(latencies) / elapsed,
+    }
 
 
 async def handled(port: int) -> int:
@@ -226,16 +242,30 @@ async def handled(port: int) -> int:
         writer.close()
 
 
-def run_variant(variant: str, url: str, clients: int, requests: int,
-                home: str) -> dict[str, Any]:
+def run_variant(variant: str, url: str, clients: int, requests: int, home: str) -> dict[str, Any]:
     """One round of ``variant``: its app runs in ``home`` (the directory its dynoq is
     imported from: the first entry of its sys.path)."""
     prefix = f"bench-load-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench_load", "--serve", variant, "--url", url,
-         "--prefix", prefix], cwd=home, env=env, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_load",
+            "--serve",
+            variant,
+            "--url",
+            url,
+            "--prefix",
+            prefix,
+        ],
+        cwd=home,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -267,8 +297,9 @@ def wait_ready(port: int) -> None:
 
 def checkout(ref: str, into: str) -> str:
     """dynoq's package as it was at ``ref``, unpacked under ``into`` (for PYTHONPATH)."""
-    archive = subprocess.run(["git", "archive", ref, "dynoq"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", ref, "dynoq"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
     return into
 
@@ -289,31 +320,53 @@ def main() -> None:
         if args.before:
             paths["before"] = checkout(args.before, tmp)
         results: dict[str, list[dict[str, Any]]] = {v: [] for v in paths}
-        print(f"{args.clients} clients x {args.requests} requests, {args.repeats} rounds, "
-              f"{url.split('@')[-1]}" + (f", before = {args.before}" if args.before else ""))
+        print(
+            f"{args.clients} clients x {args.requests} requests, {args.repeats} rounds, "
+            f"{url.split('@')[-1]}" + (f", before = {args.before}" if args.before else "")
+        )
         for n in range(args.repeats):
             line = []
             for variant, path in paths.items():
                 r = run_variant(variant, url, args.clients, args.requests, path)
                 results[variant].append(r)
-                line.append(f"{variant} failed {r['failed']} p50 {r['p50']:.1f} ms "
-                            f"p99 {r['p99']:.1f} ms {r['rps']:,.0f}/s lost {r['lost']}")
+                line.append(
+                    f"{variant} failed {r['failed']} p50 {r['p50']:.1f} ms "
+                    f"p99 {r['p99']:.1f} ms {r['rps']:,.0f}/s lost {r['lost']}"
+                )
             print(f"round {n + 1}: " + "; ".join(line), flush=True)
-        rows = [("variant", "failed (median)", "failed (max)", "p50 ms", "p99 ms",
-                 "p50 x raw", "p99 x raw", "requests/s", "lost (max)")]
+        rows = [
+            (
+                "variant",
+                "failed (median)",
+                "failed (max)",
+                "p50 ms",
+                "p99 ms",
+                "p50 x raw",
+                "p99 x raw",
+                "requests/s",
+                "lost (max)",
+            )
+        ]
         raw = results["raw"]
         for variant, rs in results.items():
+
             def ratio(key: str, rs: list[dict[str, Any]] = rs) -> str:
                 # within each round, then the median of the rounds
                 return f"{median([r[key] / b[key] for r, b in zip(rs, raw, strict=True)]):.2f}"
 
-            rows.append((variant, f"{median([r['failed'] for r in rs]):g}",
-                         str(max(r["failed"] for r in rs)),
-                         f"{median([r['p50'] for r in rs]):.1f}",
-                         f"{median([r['p99'] for r in rs]):.1f}",
-                         ratio("p50"), ratio("p99"),
-                         f"{median([r['rps'] for r in rs]):,.0f}",
-                         str(max(r["lost"] for r in rs))))
+            rows.append(
+                (
+                    variant,
+                    f"{median([r['failed'] for r in rs]):g}",
+                    str(max(r["failed"] for r in rs)),
+                    f"{median([r['p50'] for r in rs]):.1f}",
+                    f"{median([r['p99'] for r in rs]):.1f}",
+                    ratio("p50"),
+                    ratio("p99"),
+                    f"{median([r['rps'] for r in rs]):,.0f}",
+                    str(max(r["lost"] for r in rs)),
+                )
+            )
         print(table(rows))
 
 

@@ -44,13 +44,15 @@ def raw_fill(r: redis.Redis, n: int, payload: bytes) -> tuple[int, str, str]:
     return grown, r.object("encoding", "rawmem:msgs"), r.object("encoding", "rawmem:ready")
 
 
-def dynoq_fill(client: dynoq.Client, r: redis.Redis, n: int, payload: bytes,
-               name: str) -> tuple[int, str, str]:
+def dynoq_fill(
+    client: dynoq.Client, r: redis.Redis, n: int, payload: bytes, name: str
+) -> tuple[int, str, str]:
     q = client.queue(name, shards=1)
     before = used(r)
     for start in range(0, n, CHUNK):
-        q.push_many([dynoq.Message(payload, id=f"m{i}")
-                     for i in range(start, min(start + CHUNK, n))])
+        q.push_many(
+            [dynoq.Message(payload, id=f"m{i}") for i in range(start, min(start + CHUNK, n))]
+        )
     grown = used(r) - before
     keys = q.ops.shard_keys[0]
     return grown, r.object("encoding", keys.msgs), r.object("encoding", keys.ready)
@@ -65,8 +67,17 @@ def main() -> None:
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--sizes", default="100,1024", help="payload sizes in bytes")
     args = p.parse_args()
-    rows = [("payload", "raw B/msg", "dynoq B/msg", "ratio", "goal", "runs (ratio)",
-             "encodings raw / dynoq (hash, zset)")]
+    rows = [
+        (
+            "payload",
+            "raw B/msg",
+            "dynoq B/msg",
+            "ratio",
+            "goal",
+            "runs (ratio)",
+            "encodings raw / dynoq (hash, zset)",
+        )
+    ]
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
         client = dynoq.connect(url, prefix="benchmem")
@@ -85,9 +96,17 @@ def main() -> None:
                 dyn_b.append(dyn / args.n)
                 ratios.append(dyn / raw)
                 encodings = f"{enc(rh)}, {enc(rz)} / {enc(dh)}, {enc(dz)}"
-            rows.append((f"{size} B", f"{median(raw_b):.0f}", f"{median(dyn_b):.0f}",
-                         f"{median(ratios):.3f}x", "<= 1.10x",
-                         " ".join(f"{x:.3f}" for x in ratios), encodings))
+            rows.append(
+                (
+                    f"{size} B",
+                    f"{median(raw_b):.0f}",
+                    f"{median(dyn_b):.0f}",
+                    f"{median(ratios):.3f}x",
+                    "<= 1.10x",
+                    " ".join(f"{x:.3f}" for x in ratios),
+                    encodings,
+                )
+            )
         client.close()
         r.close()
     print(f"server {version}, {args.n:,} messages per run, {args.repeats} repeats")

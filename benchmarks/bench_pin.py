@@ -69,22 +69,39 @@ def main() -> None:
             for name, kind in cases:
                 for how in ("listpack", "pinned"):
                     t = time.perf_counter()
-                    enc = script(keys=keys, args=[args.batch, args.rounds,
-                                                  int(how == "pinned"), kind])
+                    enc = script(
+                        keys=keys, args=[args.batch, args.rounds, int(how == "pinned"), kind]
+                    )
                     took = time.perf_counter() - t
-                    us.setdefault((name, how), []).append(
-                        took / (args.rounds * args.batch) * 1e6)
+                    us.setdefault((name, how), []).append(took / (args.rounds * args.batch) * 1e6)
                     encodings[(name, how)] = enc.decode()
         version = server_version(r)
         r.close()
-    rows = [("in-flight key", "as Redis keeps it", "us per message", "pinned", "us per message",
-             "pinned / listpack")]
+    rows = [
+        (
+            "in-flight key",
+            "as Redis keeps it",
+            "us per message",
+            "pinned",
+            "us per message",
+            "pinned / listpack",
+        )
+    ]
     for name, _ in cases:
         loose, pinned = median(us[(name, "listpack")]), median(us[(name, "pinned")])
-        rows.append((name, encodings[(name, "listpack")], f"{loose:.2f}",
-                     encodings[(name, "pinned")], f"{pinned:.2f}", f"{pinned / loose:.2f}x"))
-    print(f"server {version}; batches of {args.batch}, {args.rounds} a run; "
-          f"medians of {args.repeats}")
+        rows.append(
+            (
+                name,
+                encodings[(name, "listpack")],
+                f"{loose:.2f}",
+                encodings[(name, "pinned")],
+                f"{pinned:.2f}",
+                f"{pinned / loose:.2f}x",
+            )
+        )
+    print(
+        f"server {version}; batches of {args.batch}, {args.rounds} a run; medians of {args.repeats}"
+    )
     print(table(rows))
 
 

@@ -90,9 +90,12 @@ def fill(q: dynoq.Queue, n: int, priorities: str) -> None:
         if priorities == "0":
             q.push_many([body] * min(5000, n - i))
         else:
-            q.push_many([dynoq.Message(body, priority=5 if priorities == "5"
-                                       else rng.randrange(10))
-                         for _ in range(min(5000, n - i))])
+            q.push_many(
+                [
+                    dynoq.Message(body, priority=5 if priorities == "5" else rng.randrange(10))
+                    for _ in range(min(5000, n - i))
+                ]
+            )
 
 
 def raw(url: str, n: int) -> tuple[float, float]:
@@ -181,8 +184,9 @@ def consume_ordered(url: str, n: int) -> tuple[float, float]:
     try:
         q = client.queue("k", shards=8, ordered=True)
         for i in range(0, n, 5000):
-            q.push_many([dynoq.Message("x" * 100, key=f"k{j % 64}")
-                         for j in range(i, min(i + 5000, n))])
+            q.push_many(
+                [dynoq.Message("x" * 100, key=f"k{j % 64}") for j in range(i, min(i + 5000, n))]
+            )
         c = client.consumer(q, lambda m: None, concurrency=4, batch_size=10)
 
         def run() -> None:
@@ -201,8 +205,12 @@ def consume_ordered(url: str, n: int) -> tuple[float, float]:
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--n", type=int, default=20_000)
-    p.add_argument("--only", default="", metavar="TEXT",
-                   help="run only the cases whose name holds TEXT (and the raw drain)")
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="TEXT",
+        help="run only the cases whose name holds TEXT (and the raw drain)",
+    )
     args = p.parse_args()
     n, small = args.n, max(args.n // 10, 100)
     cases = {
@@ -229,11 +237,19 @@ def main() -> None:
     rows = [("case", "msgs/s (median)", "vs raw drain", "round trips / msg", "runs")]
     for name, values in results.items():
         rate = median([r for r, _ in values])
-        rows.append((name, f"{rate:,.0f}", f"{rate / base:.2f}x",
-                     f"{median([t for _, t in values]):.3f}",
-                     " ".join(f"{r:,.0f}" for r, _ in values)))
-    print(f"dynoq from {Path(dynoq.__file__).parent.parent}, n={n}, {SHARDS} shards, "
-          f"{args.repeats} repeats")
+        rows.append(
+            (
+                name,
+                f"{rate:,.0f}",
+                f"{rate / base:.2f}x",
+                f"{median([t for _, t in values]):.3f}",
+                " ".join(f"{r:,.0f}" for r, _ in values),
+            )
+        )
+    print(
+        f"dynoq from {Path(dynoq.__file__).parent.parent}, n={n}, {SHARDS} shards, "
+        f"{args.repeats} repeats"
+    )
     print(table(rows))
 
 

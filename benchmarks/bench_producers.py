@@ -65,8 +65,7 @@ async def tasks(url: str, name: str, n: int, workers: int, payload: bytes) -> fl
         await client.close()
 
 
-def lone(q: dynoq.Queue, before: dynoq.Queue, n: int, payload: bytes
-         ) -> tuple[float, float]:
+def lone(q: dynoq.Queue, before: dynoq.Queue, n: int, payload: bytes) -> tuple[float, float]:
     """p50 µs of a lone q.push, and of the same push as before group commit."""
     new: list[float] = []
     old: list[float] = []
@@ -86,8 +85,9 @@ def main() -> None:
     p.add_argument("--lone-n", type=int, default=4_000)
     args = p.parse_args()
     payload = os.urandom(50).hex().encode()
-    runs: dict[str, list[float]] = {k: [] for k in (
-        "push_many", "64 threads", "256 tasks", "lone new", "lone old")}
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("push_many", "64 threads", "256 tasks", "lone new", "lone old")
+    }
     with server_url(args.url) as url:
         client = dynoq.connect(url, prefix="bp")
         r = client.redis
@@ -117,18 +117,33 @@ def main() -> None:
     def fmt(k: str) -> str:
         return " ".join(f"{x:,.0f}" for x in runs[k])
 
-    rows.append(("push_many msgs/s", f"{median(runs['push_many']):,.0f}", fmt("push_many"),
-                 "", ""))
+    rows.append(("push_many msgs/s", f"{median(runs['push_many']):,.0f}", fmt("push_many"), "", ""))
     for k in ("64 threads", "256 tasks"):
-        rows.append((f"{k} msgs/s", f"{median(runs[k]):,.0f}", fmt(k),
-                     f"{ratios(k, 'push_many'):.2f}x push_many", ">= 0.5x"))
-    rows.append(("lone push p50 µs, before", f"{median(runs['lone old']):.0f}",
-                 fmt("lone old"), "", ""))
-    rows.append(("lone push p50 µs, group commit", f"{median(runs['lone new']):.0f}",
-                 fmt("lone new"), f"{ratios('lone new', 'lone old'):.3f}x before",
-                 "<= 1.05x"))
-    print(f"server {version}, {args.n} messages of {len(payload)} bytes a measure, "
-          f"{args.repeats} rounds")
+        rows.append(
+            (
+                f"{k} msgs/s",
+                f"{median(runs[k]):,.0f}",
+                fmt(k),
+                f"{ratios(k, 'push_many'):.2f}x push_many",
+                ">= 0.5x",
+            )
+        )
+    rows.append(
+        ("lone push p50 µs, before", f"{median(runs['lone old']):.0f}", fmt("lone old"), "", "")
+    )
+    rows.append(
+        (
+            "lone push p50 µs, group commit",
+            f"{median(runs['lone new']):.0f}",
+            fmt("lone new"),
+            f"{ratios('lone new', 'lone old'):.3f}x before",
+            "<= 1.05x",
+        )
+    )
+    print(
+        f"server {version}, {args.n} messages of {len(payload)} bytes a measure, "
+        f"{args.repeats} rounds"
+    )
     print(table(rows))
 
 

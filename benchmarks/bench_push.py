@@ -106,9 +106,13 @@ def main() -> None:
                 while clock() < end:
                     pass
 
-        cases = {"raw script": raw_script, "raw EVALSHA": raw_evalsha,
-                 "push script": push_script, "push script + spin": push_script_spin,
-                 "q.push": public_push}
+        cases = {
+            "raw script": raw_script,
+            "raw EVALSHA": raw_evalsha,
+            "push script": push_script,
+            "push script + spin": push_script_spin,
+            "q.push": public_push,
+        }
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.repeats):
             order = list(cases)
@@ -119,25 +123,34 @@ def main() -> None:
                 times[name].append(per_op(n, cases[name]))
         drop_prefix(r, "raw:")
         q.clear()
-        server = {"raw script": server_usec(r, raw_evalsha),
-                  "push script": server_usec(r, push_script)}
+        server = {
+            "raw script": server_usec(r, raw_evalsha),
+            "push script": server_usec(r, push_script),
+        }
         version = server_version(r)
         clean_up(r, client, "raw:", "bench-push:")
     med = {k: median(v) for k, v in times.items()}
     base = med["raw script"]
     rows = [("case", "us/message (median)", "runs", "rate vs raw script", "server us/call")]
     for name, runs in times.items():
-        rows.append((name, f"{med[name]:.1f}", " ".join(f"{x:.1f}" for x in runs),
-                     f"{base / med[name]:.2f}x",
-                     f"{server[name]:.1f}" if name in server else "-"))
-    print(f"server {version}, {n} single pushes of {len(payload)} bytes, "
-          f"{args.repeats} repeats")
+        rows.append(
+            (
+                name,
+                f"{med[name]:.1f}",
+                " ".join(f"{x:.1f}" for x in runs),
+                f"{base / med[name]:.2f}x",
+                f"{server[name]:.1f}" if name in server else "-",
+            )
+        )
+    print(f"server {version}, {n} single pushes of {len(payload)} bytes, {args.repeats} repeats")
     print(table(rows))
-    print(f"gap to the raw script: {med['q.push'] - base:.1f} us a message, of which the "
-          f"server's extra work {server['push script'] - server['raw script']:.1f} and "
-          f"dynoq's Python {med['q.push'] - med['push script']:.1f} (timed alone: "
-          f"{python_us:.1f}; a spin that long adds "
-          f"{med['push script + spin'] - med['push script']:.1f})")
+    print(
+        f"gap to the raw script: {med['q.push'] - base:.1f} us a message, of which the "
+        f"server's extra work {server['push script'] - server['raw script']:.1f} and "
+        f"dynoq's Python {med['q.push'] - med['push script']:.1f} (timed alone: "
+        f"{python_us:.1f}; a spin that long adds "
+        f"{med['push script + spin'] - med['push script']:.1f})"
+    )
 
 
 if __name__ == "__main__":

@@ -65,17 +65,19 @@ def libs_of(name: str) -> str:
     """The shared pieces a dynoq script includes, as one text (what comes before its
     header; after it, its keys by name and its body)."""
     s = lua.script(name)
-    return s.plain[:s.plain.index(f"--[[ {name}:")]
+    return s.plain[: s.plain.index(f"--[[ {name}:")]
 
 
 def function_library(name: str) -> str:
     """A dynoq script as a Redis Function library: its pieces at the library's top level
     (defined once, at load), its body as the function."""
     s = lua.script(name)
-    body = s.plain[len(libs_of(name)):]
-    return (f"#!lua name=dynoq_bench_{name}\n{libs_of(name)}\n"
-            f"redis.register_function('dynoq_bench_{name}', function(KEYS, ARGV)\n"
-            f"{body}\nend)\n")
+    body = s.plain[len(libs_of(name)) :]
+    return (
+        f"#!lua name=dynoq_bench_{name}\n{libs_of(name)}\n"
+        f"redis.register_function('dynoq_bench_{name}', function(KEYS, ARGV)\n"
+        f"{body}\nend)\n"
+    )
 
 
 def server_cpu(r: redis.Redis) -> tuple[float, float]:
@@ -83,12 +85,14 @@ def server_cpu(r: redis.Redis) -> tuple[float, float]:
     (EVALSHA and FCALL: the time inside the call, without reading and replying)."""
     info = r.info("everything")
     if "used_cpu_user_main_thread" in info:
-        cpu = float(info["used_cpu_user_main_thread"]) + float(
-            info["used_cpu_sys_main_thread"])
+        cpu = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
     else:
         cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    usec = sum(float(info[k]["usec"]) for k in ("cmdstat_evalsha", "cmdstat_fcall")
-               if isinstance(info.get(k), dict))
+    usec = sum(
+        float(info[k]["usec"])
+        for k in ("cmdstat_evalsha", "cmdstat_fcall")
+        if isinstance(info.get(k), dict)
+    )
     return cpu, usec
 
 
@@ -97,8 +101,10 @@ def main() -> None:
     p.add_argument("--n", type=int, default=5_000)
     args = p.parse_args()
     payload = os.urandom(50).hex().encode()
-    bodies: list[tuple[str, str]] = [("dynoq's arguments", BASE),
-                                     ("+ shared pieces", libs_of("push") + BASE)]
+    bodies: list[tuple[str, str]] = [
+        ("dynoq's arguments", BASE),
+        ("+ shared pieces", libs_of("push") + BASE),
+    ]
     lines: list[str] = []
     for label, line in STEPS:
         lines.append(line)
@@ -114,8 +120,12 @@ def main() -> None:
         q = client.queue("cost", shards=1)
         q.push("warm")
         ops = q.ops
-        raw_sha = r.script_load(BASE.replace("KEYS[4]", "KEYS[1]").replace(
-            "KEYS[2]", "KEYS[2]").replace("ARGV[5]", "ARGV[1]").replace("ARGV[8]", "ARGV[2]"))
+        raw_sha = r.script_load(
+            BASE.replace("KEYS[4]", "KEYS[1]")
+            .replace("KEYS[2]", "KEYS[2]")
+            .replace("ARGV[5]", "ARGV[1]")
+            .replace("ARGV[8]", "ARGV[2]")
+        )
         shas = {label: r.script_load(body) for label, body in bodies}
         r.execute_command("FUNCTION", "LOAD", "REPLACE", function_library("push"))
         push_sha = r.script_load(lua.script("push").source)
@@ -124,13 +134,13 @@ def main() -> None:
             out = ops.prepare(dynoq.Message(payload))
             c = ops.push_call("ensure", 0, [out])
             if kind == "raw":
-                return r.execute_command("EVALSHA", raw_sha, 2, c.keys[3], c.keys[1],
-                                         new_id(), payload)
+                return r.execute_command(
+                    "EVALSHA", raw_sha, 2, c.keys[3], c.keys[1], new_id(), payload
+                )
             if kind == "dynoq push":
                 return r.execute_command("EVALSHA", push_sha, len(c.keys), *c.keys, *c.args)
             if kind == "dynoq push FCALL":
-                return r.execute_command("FCALL", "dynoq_bench_push", len(c.keys), *c.keys,
-                                         *c.args)
+                return r.execute_command("FCALL", "dynoq_bench_push", len(c.keys), *c.keys, *c.args)
             return r.execute_command("EVALSHA", shas[kind], len(c.keys), *c.keys, *c.args)
 
         for _ in range(args.repeats):
@@ -151,17 +161,34 @@ def main() -> None:
         drop_prefix(r, "bpc:")
         client.close()
         r.close()
-    rows = [("variant", "server CPU µs/call", "runs", "in call µs (min, median)", "adds",
-             "vs raw", "wall µs/call")]
+    rows = [
+        (
+            "variant",
+            "server CPU µs/call",
+            "runs",
+            "in call µs (min, median)",
+            "adds",
+            "vs raw",
+            "wall µs/call",
+        )
+    ]
     before = None
     for k in names:
         m, low = median(server[k]), min(inside[k])
         adds = "" if before is None else f"{low - before:+.2f}"
         if k == "dynoq push FCALL":
             adds = f"{low - min(inside['dynoq push']):+.2f} vs EVALSHA"
-        rows.append((k, f"{m:.2f}", " ".join(f"{x:.1f}" for x in server[k]),
-                     f"{low:.2f}, {median(inside[k]):.2f}", adds,
-                     f"{m / median(server['raw']):.2f}x", f"{median(wall[k]):.1f}"))
+        rows.append(
+            (
+                k,
+                f"{m:.2f}",
+                " ".join(f"{x:.1f}" for x in server[k]),
+                f"{low:.2f}, {median(inside[k]):.2f}",
+                adds,
+                f"{m / median(server['raw']):.2f}x",
+                f"{median(wall[k]):.1f}",
+            )
+        )
         if k != "dynoq push FCALL":
             before = low
     print(f"server {version}, {args.n} calls a variant a round, {args.repeats} rounds")

@@ -60,8 +60,9 @@ def member(url: str, prefix: str, queue: str, count: int, period: float, kind: s
     client.consumer(queue, handle, rate_limit=limit, **OPTIONS).run()
 
 
-async def _async_member(url: str, prefix: str, queue: str, limit: tuple[int, float],
-                        log: str) -> None:
+async def _async_member(
+    url: str, prefix: str, queue: str, limit: tuple[int, float], log: str
+) -> None:
     import dynoq.asyncio
 
     async with dynoq.asyncio.connect(url, prefix=prefix) as client:
@@ -70,12 +71,12 @@ async def _async_member(url: str, prefix: str, queue: str, limit: tuple[int, flo
         async def handle(msg: Any) -> None:
             await r.rpush(log, repr(time.time()))
 
-        await client.consumer(await client.queue(queue), handle, rate_limit=limit,
-                              **OPTIONS).run()
+        await client.consumer(await client.queue(queue), handle, rate_limit=limit, **OPTIONS).run()
 
 
-def one_run(url: str, kind: str, tree: str | None, n: int, count: int,
-            period: float, stream: bool) -> tuple[int, float]:
+def one_run(
+    url: str, kind: str, tree: str | None, n: int, count: int, period: float, stream: bool
+) -> tuple[int, float]:
     import dynoq
     from benchmarks.common import drop_prefix
 
@@ -84,22 +85,41 @@ def one_run(url: str, kind: str, tree: str | None, n: int, count: int,
     client = dynoq.connect(url, prefix=prefix)
     try:
         q = client.queue("limited", shards=4, ordered="key" if kind == "groups" else False)
-        payloads = ([{"task": "hit", "args": [i], "kwargs": {}} for i in range(n)]
-                    if kind == "tasks" else list(range(n)))
-        msgs = [dynoq.Message(p, key=f"k{i % 7}" if kind == "groups" else None)
-                for i, p in enumerate(payloads)]
+        payloads = (
+            [{"task": "hit", "args": [i], "kwargs": {}} for i in range(n)]
+            if kind == "tasks"
+            else list(range(n))
+        )
+        msgs = [
+            dynoq.Message(p, key=f"k{i % 7}" if kind == "groups" else None)
+            for i, p in enumerate(payloads)
+        ]
         if not stream:  # (else pushed as they run, at 1.5 times the limit)
             q.push_many(msgs)
         # This file as a script (its folder first on sys.path, then the tree's dynoq):
         # `-m` would put the working directory, and this tree's dynoq, first.
         env = {**os.environ, "PYTHONPATH": tree or str(Path(__file__).resolve().parents[1])}
-        procs = [subprocess.Popen([sys.executable, __file__, "--member", url, prefix,
-                                   "limited", str(count), str(period), kind], env=env)
-                 for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--member",
+                    url,
+                    prefix,
+                    "limited",
+                    str(count),
+                    str(period),
+                    kind,
+                ],
+                env=env,
+            )
+            for _ in range(2)
+        ]
         try:
             deadline = time.monotonic() + 10 * n / count * period + 30
             for i in range(0, len(msgs) if stream else 0, count + 5):
-                q.push_many(msgs[i:i + count + 5])  # more than a period's worth,
+                q.push_many(msgs[i : i + count + 5])  # more than a period's worth,
                 time.sleep(2 * period)  # then idle for a while
             while r.llen(f"{prefix}:log") < n and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -123,8 +143,11 @@ def main() -> None:
     p.add_argument("--tree", default=None, help="another checkout's dynoq for the members")
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--messages", type=int, default=120)
-    p.add_argument("--stream", action="store_true",
-                   help="push while the members run: count + 5 every two periods")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="push while the members run: count + 5 every two periods",
+    )
     p.add_argument("--member", nargs=6, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.member:
@@ -135,14 +158,24 @@ def main() -> None:
     rows = [("kind", "busiest sliding second (limit 20)", "median", "time / least")]
     with server_url(args.url) as url:
         for kind in args.kinds.split(","):
-            runs = [one_run(url, kind, args.tree, args.messages, count, period, args.stream)
-                    for _ in range(args.repeats)]
+            runs = [
+                one_run(url, kind, args.tree, args.messages, count, period, args.stream)
+                for _ in range(args.repeats)
+            ]
             peaks = sorted(b for b, _ in runs)
-            rows.append((kind, ", ".join(map(str, peaks)), f"{median(peaks):g}",
-                         f"{median([took for _, took in runs]):.2f}x"))
-    print(f"rate_limit=({count}, {period}); 2 processes x 4 workers, batch_size auto; "
-          f"{args.messages} messages a run{' pushed while they run' if args.stream else ''}; "
-          f"members from {args.tree or 'this tree'}")
+            rows.append(
+                (
+                    kind,
+                    ", ".join(map(str, peaks)),
+                    f"{median(peaks):g}",
+                    f"{median([took for _, took in runs]):.2f}x",
+                )
+            )
+    print(
+        f"rate_limit=({count}, {period}); 2 processes x 4 workers, batch_size auto; "
+        f"{args.messages} messages a run{' pushed while they run' if args.stream else ''}; "
+        f"members from {args.tree or 'this tree'}"
+    )
     print(table(rows))
 
 

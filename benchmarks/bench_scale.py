@@ -51,11 +51,16 @@ SETTLE_TIMEOUT = 30.0
 # -- the child: one consumer process ------------------------------------------------------
 
 
-def child(url: str, prefix: str, queue: str, group: str, batch: int,
-          concurrency: int) -> None:
+def child(url: str, prefix: str, queue: str, group: str, batch: int, concurrency: int) -> None:
     client = dynoq.connect(url, prefix=prefix)
-    c = client.consumer(client.queue(queue), lambda m: None, group=group, batch_size=batch,
-                        concurrency=concurrency, lease_ttl=6.0)
+    c = client.consumer(
+        client.queue(queue),
+        lambda m: None,
+        group=group,
+        batch_size=batch,
+        concurrency=concurrency,
+        lease_ttl=6.0,
+    )
     out = sys.stdout
     out.write("ready\n")
     out.flush()
@@ -68,8 +73,10 @@ def child(url: str, prefix: str, queue: str, group: str, batch: int,
             # one line: monotonic, handled, process CPU (all threads), assignment
             st = c.stats()
             shards = ",".join(str(s) for s in sorted(c.assignment))
-            out.write(f"{time.monotonic():.6f} {st.handled} {time.process_time():.6f} "
-                      f"{st.rebalances} {shards}\n")
+            out.write(
+                f"{time.monotonic():.6f} {st.handled} {time.process_time():.6f} "
+                f"{st.rebalances} {shards}\n"
+            )
         elif cmd == "stop":
             clean = c.stop(10.0)
             out.write(f"stopped {clean}\n")
@@ -95,8 +102,12 @@ class Child:
     def __init__(self, args: list[str]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.bench_scale", "--child", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
 
     def send(self, cmd: str) -> None:
         assert self.proc.stdin is not None
@@ -108,8 +119,7 @@ class Child:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
-            raise RuntimeError(f"child {self.proc.pid} said nothing (exit "
-                               f"{self.proc.poll()})")
+            raise RuntimeError(f"child {self.proc.pid} said nothing (exit {self.proc.poll()})")
         return line.strip()
 
     def expect(self, word: str) -> None:
@@ -120,8 +130,7 @@ class Child:
     def snap(self) -> Snap:
         self.send("snap")
         t, handled, cpu, rebalances, *rest = self.read().split(" ")
-        shards = frozenset(int(s) for s in rest[0].split(",")) if rest and rest[0] else \
-            frozenset()
+        shards = frozenset(int(s) for s in rest[0].split(",")) if rest and rest[0] else frozenset()
         return Snap(float(t), int(handled), float(cpu), int(rebalances), shards)
 
     def close(self) -> None:
@@ -157,8 +166,9 @@ def fill(q: dynoq.Queue, want: int, ordered: bool) -> None:
     for i in range(0, n, FILL_CHUNK):
         count = min(FILL_CHUNK, n - i)
         if ordered:
-            q.push_many([dynoq.Message(BODY, key=f"k{(start + i + j) % KEYS}")
-                         for j in range(count)])
+            q.push_many(
+                [dynoq.Message(BODY, key=f"k{(start + i + j) % KEYS}") for j in range(count)]
+            )
         else:
             q.push_many([BODY] * count)
 
@@ -178,12 +188,24 @@ def settled(snaps: list[Snap], shards: int) -> bool:
     n = len(snaps)
     sets = [s.shards for s in snaps]
     union = frozenset().union(*sets)
-    return (len(union) == shards and sum(len(s) for s in sets) == shards
-            and max(len(s) for s in sets) - min(len(s) for s in sets) <= (shards % n > 0))
+    return (
+        len(union) == shards
+        and sum(len(s) for s in sets) == shards
+        and max(len(s) for s in sets) - min(len(s) for s in sets) <= (shards % n > 0)
+    )
 
 
-def run(url: str, prefix: str, r: redis.Redis, q: dynoq.Queue, *, procs: int,
-        window: float, batch: int, concurrency: int) -> Result:
+def run(
+    url: str,
+    prefix: str,
+    r: redis.Redis,
+    q: dynoq.Queue,
+    *,
+    procs: int,
+    window: float,
+    batch: int,
+    concurrency: int,
+) -> Result:
     group = f"g{uuid.uuid4().hex[:6]}"
     args = [url, prefix, q.name, group, str(batch), str(concurrency)]
     children: list[Child] = []
@@ -199,8 +221,9 @@ def run(url: str, prefix: str, r: redis.Redis, q: dynoq.Queue, *, procs: int,
         stable = 0
         while stable < 3:  # the same even split three polls in a row, 0.1 s apart
             if time.monotonic() > deadline:
-                raise RuntimeError("assignments did not settle: "
-                                   f"{[sorted(c.snap().shards) for c in children]}")
+                raise RuntimeError(
+                    f"assignments did not settle: {[sorted(c.snap().shards) for c in children]}"
+                )
             snaps = [c.snap() for c in children]
             stable = stable + 1 if settled(snaps, q.ops.settings.shards) else 0
             time.sleep(0.1)
@@ -222,9 +245,15 @@ def run(url: str, prefix: str, r: redis.Redis, q: dynoq.Queue, *, procs: int,
     server = cpu1 - cpu0
     busy, total = mach1[0] - mach0[0], mach1[1] - mach0[1]
     ncpu = os.cpu_count() or 1
-    return Result(rate, client / handled, server / handled, client / elapsed,
-                  server / elapsed, ncpu * busy / total if total else 0.0,
-                  sum(b.rebalances - a.rebalances for a, b in zip(first, last, strict=True)))
+    return Result(
+        rate,
+        client / handled,
+        server / handled,
+        client / elapsed,
+        server / elapsed,
+        ncpu * busy / total if total else 0.0,
+        sum(b.rebalances - a.rebalances for a, b in zip(first, last, strict=True)),
+    )
 
 
 def main() -> None:
@@ -239,8 +268,12 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--backlog", type=int, default=400_000,
-                   help="ready messages pushed before each run (topped up)")
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=400_000,
+        help="ready messages pushed before each run (topped up)",
+    )
     args = p.parse_args()
     procs = [int(x) for x in args.procs.split(",")]
     kinds = args.kinds.split(",")
@@ -251,32 +284,57 @@ def main() -> None:
         client = dynoq.connect(url, prefix=prefix)
         version = server_version(r)
         try:
-            queues = {k: client.queue(k, shards=args.shards, ordered=k == "ordered")
-                      for k in kinds}
+            queues = {k: client.queue(k, shards=args.shards, ordered=k == "ordered") for k in kinds}
             for rep in range(args.repeats):
                 for kind in kinds:
                     for n in procs:
                         fill(queues[kind], args.backlog, kind == "ordered")
-                        res = run(url, prefix, r, queues[kind], procs=n,
-                                  window=args.window, batch=args.batch,
-                                  concurrency=args.concurrency)
+                        res = run(
+                            url,
+                            prefix,
+                            r,
+                            queues[kind],
+                            procs=n,
+                            window=args.window,
+                            batch=args.batch,
+                            concurrency=args.concurrency,
+                        )
                         results.setdefault((kind, n), []).append(res)
-                        print(f"round {rep + 1}: {kind:<10} {n} proc  {res.rate:>9,.0f} "
-                              f"msgs/s  client {res.client_cpu * 1e6:5.1f} us/msg  server "
-                              f"{res.server_cpu * 1e6:5.1f} us/msg  cores: client "
-                              f"{res.client_cores:.2f} server {res.server_cores:.2f} "
-                              f"machine {res.machine_cores:.2f}  rebalances "
-                              f"{res.rebalances}", flush=True)
+                        print(
+                            f"round {rep + 1}: {kind:<10} {n} proc  {res.rate:>9,.0f} "
+                            f"msgs/s  client {res.client_cpu * 1e6:5.1f} us/msg  server "
+                            f"{res.server_cpu * 1e6:5.1f} us/msg  cores: client "
+                            f"{res.client_cores:.2f} server {res.server_cores:.2f} "
+                            f"machine {res.machine_cores:.2f}  rebalances "
+                            f"{res.rebalances}",
+                            flush=True,
+                        )
         finally:
             drop_prefix(r, f"{prefix}:")
             client.close()
             r.close()
-    print(f"\nserver {version}; {args.shards} shards; batch {args.batch}, concurrency "
-          f"{args.concurrency}, no-op handler; window {args.window:g} s; "
-          f"{os.cpu_count()} cores; medians of {args.repeats}")
-    rows = [("queue", "procs", "msgs/s", "vs 1 proc", "client us/msg", "server us/msg",
-             "bound 2 cores", "server bound", "measured/bound", "cores: client+server/machine",
-             "others", "bound on cores left", "measured/that")]
+    print(
+        f"\nserver {version}; {args.shards} shards; batch {args.batch}, concurrency "
+        f"{args.concurrency}, no-op handler; window {args.window:g} s; "
+        f"{os.cpu_count()} cores; medians of {args.repeats}"
+    )
+    rows = [
+        (
+            "queue",
+            "procs",
+            "msgs/s",
+            "vs 1 proc",
+            "client us/msg",
+            "server us/msg",
+            "bound 2 cores",
+            "server bound",
+            "measured/bound",
+            "cores: client+server/machine",
+            "others",
+            "bound on cores left",
+            "measured/that",
+        )
+    ]
     notes = []
     ncpu = os.cpu_count() or 1
     for kind in kinds:
@@ -288,31 +346,56 @@ def main() -> None:
             bound, sbound = 2 / (c + s), 1 / s
             cc, sc = median([x.client_cores for x in rs]), median([x.server_cores for x in rs])
             mc = median([x.machine_cores for x in rs])
-            others = max(median([x.machine_cores - x.client_cores - x.server_cores
-                                 for x in rs]), 0.0)
+            others = max(
+                median([x.machine_cores - x.client_cores - x.server_cores for x in rs]), 0.0
+            )
             left = min((ncpu - others) / (c + s), sbound)
-            rows.append((kind, str(n), f"{rate:,.0f}", f"{rate / base:.2f}x",
-                         f"{c * 1e6:.1f}", f"{s * 1e6:.1f}", f"{bound:,.0f}",
-                         f"{sbound:,.0f}", f"{rate / bound:.2f}",
-                         f"{cc:.2f}+{sc:.2f}/{mc:.2f}", f"{others:.2f}", f"{left:,.0f}",
-                         f"{rate / left:.2f}"))
+            rows.append(
+                (
+                    kind,
+                    str(n),
+                    f"{rate:,.0f}",
+                    f"{rate / base:.2f}x",
+                    f"{c * 1e6:.1f}",
+                    f"{s * 1e6:.1f}",
+                    f"{bound:,.0f}",
+                    f"{sbound:,.0f}",
+                    f"{rate / bound:.2f}",
+                    f"{cc:.2f}+{sc:.2f}/{mc:.2f}",
+                    f"{others:.2f}",
+                    f"{left:,.0f}",
+                    f"{rate / left:.2f}",
+                )
+            )
             notes.append(verdict(kind, n, rate, bound, sbound, cc, sc, mc))
             if n == 2 and procs[0] == 1:
-                notes.append(f"{kind}: 2 procs / 1 proc = {rate / base:.2f}x (goal >= 1.3x: "
-                             f"{'met' if rate / base >= 1.3 else 'not met'})")
+                notes.append(
+                    f"{kind}: 2 procs / 1 proc = {rate / base:.2f}x (goal >= 1.3x: "
+                    f"{'met' if rate / base >= 1.3 else 'not met'})"
+                )
     print(table(rows))
     print()
     for line in notes:
         print(line)
 
 
-def verdict(kind: str, n: int, rate: float, bound: float, sbound: float, client: float,
-            server: float, machine: float) -> str:
+def verdict(
+    kind: str,
+    n: int,
+    rate: float,
+    bound: float,
+    sbound: float,
+    client: float,
+    server: float,
+    machine: float,
+) -> str:
     """One line on what limits this row."""
     why = []
     if machine >= 1.8:
-        why.append(f"the machine's 2 cores are saturated ({machine:.2f} busy, "
-                   f"{client + server:.2f} of it ours)")
+        why.append(
+            f"the machine's 2 cores are saturated ({machine:.2f} busy, "
+            f"{client + server:.2f} of it ours)"
+        )
     if server >= 0.85:
         why.append(f"the server thread is near one full core ({server:.2f})")
     if rate >= 0.85 * sbound:
@@ -320,8 +403,10 @@ def verdict(kind: str, n: int, rate: float, bound: float, sbound: float, client:
     if rate >= 0.85 * bound:
         why.append("at the 2-core bound")
     elif not why:
-        why.append(f"below the bound with idle CPU (client {client:.2f} + server "
-                   f"{server:.2f} cores): waiting on round trips / locks")
+        why.append(
+            f"below the bound with idle CPU (client {client:.2f} + server "
+            f"{server:.2f} cores): waiting on round trips / locks"
+        )
     return f"{kind}, {n} proc: {rate / bound:.0%} of the 2-core bound, " + "; ".join(why)
 
 

@@ -46,14 +46,16 @@ def cpu(r: redis.Redis) -> tuple[float, float]:
     """The server main thread's CPU seconds, and the µs commandstats gives EVALSHA."""
     info = r.info("everything")
     main = info.get("used_cpu_user_main_thread")
-    total = (float(main) + float(info["used_cpu_sys_main_thread"]) if main is not None
-             else float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
+    total = (
+        float(main) + float(info["used_cpu_sys_main_thread"])
+        if main is not None
+        else float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    )
     scripts = info.get("cmdstat_evalsha")
     return total, float(scripts["usec"]) if isinstance(scripts, dict) else 0.0
 
 
-def measure(r: redis.Redis, n: int, work: Callable[[], Any]) -> tuple[float, float, float,
-                                                                       float]:
+def measure(r: redis.Redis, n: int, work: Callable[[], Any]) -> tuple[float, float, float, float]:
     """(server µs, script µs, client µs, wall µs) a message of ``work``."""
     s0, u0 = cpu(r)
     c0, w0 = time.process_time(), time.perf_counter()
@@ -91,14 +93,18 @@ def main() -> None:
                 raw_bulk_push(r, n, payload)
                 raw_drain(r)
 
-            def through(q: dynoq.Queue, key: str | None, keys: int = 1
-                        ) -> Callable[[], None]:
+            def through(q: dynoq.Queue, key: str | None, keys: int = 1) -> Callable[[], None]:
                 def go() -> None:
                     for i in range(0, n, 1000):
-                        q.push_many([dynoq.Message(payload, key=key and f"{key}{j % keys}")
-                                     for j in range(i, min(i + 1000, n))])
+                        q.push_many(
+                            [
+                                dynoq.Message(payload, key=key and f"{key}{j % keys}")
+                                for j in range(i, min(i + 1000, n))
+                            ]
+                        )
                     while got := q.pop(100):
                         q.ack_many(got)
+
                 return go
 
             runs["raw"].append(measure(r, n, raw))
@@ -109,17 +115,30 @@ def main() -> None:
 
             def raw_groups(g: RawGroups = groups) -> None:
                 for i in range(0, n, 1000):
-                    g.push([(f"k{j % 1000}", new_id(), payload)
-                            for j in range(i, min(i + 1000, n))])
+                    g.push(
+                        [(f"k{j % 1000}", new_id(), payload) for j in range(i, min(i + 1000, n))]
+                    )
                 g.drain()
 
             runs["raw groups"].append(measure(r, n, raw_groups))
             groups.drop()
-            runs["raw single"].append(measure(r, args.single_n, lambda: [
-                push_script(keys=["raw:msgs", "raw:ready"], args=[new_id(), i, payload])
-                for i in range(args.single_n)]))
-            runs["push"].append(measure(r, args.single_n, lambda q=single: [
-                q.push(payload) for _ in range(args.single_n)]))
+            runs["raw single"].append(
+                measure(
+                    r,
+                    args.single_n,
+                    lambda: [
+                        push_script(keys=["raw:msgs", "raw:ready"], args=[new_id(), i, payload])
+                        for i in range(args.single_n)
+                    ],
+                )
+            )
+            runs["push"].append(
+                measure(
+                    r,
+                    args.single_n,
+                    lambda q=single: [q.push(payload) for _ in range(args.single_n)],
+                )
+            )
         version = server_version(r)
         drop_prefix(r, "raw:")
         drop_prefix(r, "bs:")
@@ -132,30 +151,64 @@ def main() -> None:
     def ratio(k: str, base: str, i: int) -> str:
         return f"{median([a[i] / b[i] for a, b in zip(runs[k], runs[base], strict=True)]):.2f}x"
 
-    rows = [("work (µs a message)", "server CPU", "runs", "ratio", "in scripts", "client CPU",
-             "ratio", "wall", "msgs/s ratio")]
-    for label, k, base in (("raw", "raw", "raw"), ("delay queue", "delay queue", "raw"),
-                           ("ordered", "ordered", "raw"), ("keyed", "keyed", "raw"),
-                           ("raw groups", "raw groups", "raw"),
-                           ("keyed vs raw groups", "keyed", "raw groups"),
-                           ("raw single", "raw single", "raw single"),
-                           ("push", "push", "raw single")):
-        rows.append((label, f"{med(k, 0):.2f}", " ".join(f"{x[0]:.2f}" for x in runs[k]),
-                     "" if k == base else ratio(k, base, 0), f"{med(k, 1):.2f}",
-                     f"{med(k, 2):.2f}", "" if k == base else ratio(k, base, 2),
-                     f"{med(k, 3):.2f}",
-                     "" if k == base else ratio(base, k, 3)))
-    print(f"server {version}, {n} messages of {len(payload)} bytes a round (single push: "
-          f"{args.single_n}), one shard, {args.repeats} rounds")
+    rows = [
+        (
+            "work (µs a message)",
+            "server CPU",
+            "runs",
+            "ratio",
+            "in scripts",
+            "client CPU",
+            "ratio",
+            "wall",
+            "msgs/s ratio",
+        )
+    ]
+    for label, k, base in (
+        ("raw", "raw", "raw"),
+        ("delay queue", "delay queue", "raw"),
+        ("ordered", "ordered", "raw"),
+        ("keyed", "keyed", "raw"),
+        ("raw groups", "raw groups", "raw"),
+        ("keyed vs raw groups", "keyed", "raw groups"),
+        ("raw single", "raw single", "raw single"),
+        ("push", "push", "raw single"),
+    ):
+        rows.append(
+            (
+                label,
+                f"{med(k, 0):.2f}",
+                " ".join(f"{x[0]:.2f}" for x in runs[k]),
+                "" if k == base else ratio(k, base, 0),
+                f"{med(k, 1):.2f}",
+                f"{med(k, 2):.2f}",
+                "" if k == base else ratio(k, base, 2),
+                f"{med(k, 3):.2f}",
+                "" if k == base else ratio(base, k, 3),
+            )
+        )
+    print(
+        f"server {version}, {n} messages of {len(payload)} bytes a round (single push: "
+        f"{args.single_n}), one shard, {args.repeats} rounds"
+    )
     print(table(rows))
     print()
-    model = [("work", "client µs", "server µs", "N=1 M=1", "N=2 M=1", "N=4 M=1", "N=4 M=3",
-              "N=8 M=3")]
+    model = [
+        ("work", "client µs", "server µs", "N=1 M=1", "N=2 M=1", "N=4 M=1", "N=4 M=3", "N=8 M=3")
+    ]
     for k in ("raw", "delay queue", "ordered", "keyed", "raw groups", "push"):
         c, s = med(k, 2), med(k, 0)
-        model.append((k, f"{c:.2f}", f"{s:.2f}", *(
-            f"{min(cores / c, masters / s) * 1e6:,.0f}"
-            for cores, masters in ((1, 1), (2, 1), (4, 1), (4, 3), (8, 3)))))
+        model.append(
+            (
+                k,
+                f"{c:.2f}",
+                f"{s:.2f}",
+                *(
+                    f"{min(cores / c, masters / s) * 1e6:,.0f}"
+                    for cores, masters in ((1, 1), (2, 1), (4, 1), (4, 3), (8, 3))
+                ),
+            )
+        )
     print("throughput model, msgs/s = min(N / client µs, M / server µs) x 1e6")
     print(table(model))
 

@@ -70,7 +70,7 @@ def clear(r: redis.Redis, prefix: str, keep: Iterable[str] = ()) -> None:
     kept = set(keep)
     keys = [k for k in r.scan_iter(match=f"{prefix}:*", count=1000) if k.decode() not in kept]
     for i in range(0, len(keys), 500):
-        r.delete(*keys[i:i + 500])
+        r.delete(*keys[i : i + 500])
     # Big keys are freed in the background (lazyfree): wait, or the next delta is off.
     while int(r.info("memory").get("lazyfree_pending_objects", 0)):
         time.sleep(0.1)
@@ -125,10 +125,20 @@ class PeakWorkerMemory:
 
 def fill(q: dynoq.Queue, n: int, chunk: int = 5000) -> None:
     for start in range(0, n, chunk):
-        q.push_many([dynoq.Message({"customer": f"customer-{i % 99991:08d}",
-                                    "amount": (i % 10007) / 100.0, "status": "created",
-                                    "note": f"order {i}".ljust(30)}, id=str(i))
-                     for i in range(start, min(n, start + chunk))])
+        q.push_many(
+            [
+                dynoq.Message(
+                    {
+                        "customer": f"customer-{i % 99991:08d}",
+                        "amount": (i % 10007) / 100.0,
+                        "status": "created",
+                        "note": f"order {i}".ljust(30),
+                    },
+                    id=str(i),
+                )
+                for i in range(start, min(n, start + chunk))
+            ]
+        )
 
 
 def read_main(args: Any, spark: Any) -> int:
@@ -136,21 +146,31 @@ def read_main(args: Any, spark: Any) -> int:
         client = dynoq.connect(url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
         r = redis.Redis.from_url(url)
         try:
-            queues = {"4 shards": client.queue("read4", shards=4),
-                      "1 shard": client.queue("read1", shards=1),
-                      "small": client.queue("small", shards=1)}
+            queues = {
+                "4 shards": client.queue("read4", shards=4),
+                "1 shard": client.queue("read1", shards=1),
+                "small": client.queue("small", shards=1),
+            }
             for name, q in queues.items():
                 fill(q, args.small if name == "small" else args.read)
 
             def read(q: dynoq.Queue) -> None:
-                (spark.read.format("dynoq").options(**source_options(client, q.name)).load()
-                 .write.format("noop").mode("overwrite").save())
+                (
+                    spark.read.format("dynoq")
+                    .options(**source_options(client, q.name))
+                    .load()
+                    .write.format("noop")
+                    .mode("overwrite")
+                    .save()
+                )
 
             for q in queues.values():
                 read(q)  # untimed: Python workers, the data source planner
-            print(f"{args.read:,} messages a queue (and {args.small:,} in 'small'), "
-                  f"{spark.sparkContext.master}, {args.repeats} rounds, server {client!r}",
-                  flush=True)
+            print(
+                f"{args.read:,} messages a queue (and {args.small:,} in 'small'), "
+                f"{spark.sparkContext.master}, {args.repeats} rounds, server {client!r}",
+                flush=True,
+            )
             rates: dict[str, list[float]] = {n: [] for n in queues}
             peaks: dict[str, list[float]] = {n: [] for n in queues}
             for rnd in range(args.repeats):
@@ -161,9 +181,13 @@ def read_main(args: Any, spark: Any) -> int:
                         read(q)
                         rates[name].append(n / (time.perf_counter() - start))
                     peaks[name].append(mem.peak)
-                print(f"round {rnd + 1}: " + ", ".join(
-                    f"{n} {rates[n][-1]:,.0f} rows/s, {peaks[n][-1]:.0f} MiB"
-                    for n in queues), flush=True)
+                print(
+                    f"round {rnd + 1}: "
+                    + ", ".join(
+                        f"{n} {rates[n][-1]:,.0f} rows/s, {peaks[n][-1]:.0f} MiB" for n in queues
+                    ),
+                    flush=True,
+                )
         finally:
             clear(r, client.prefix)
             client.close()
@@ -172,8 +196,14 @@ def read_main(args: Any, spark: Any) -> int:
     rows = [("queue", "messages", "rows/s (median)", "peak worker RSS MiB (median)")]
     for name in queues:
         n = args.small if name == "small" else args.read
-        rows.append((name, f"{n:,}", f"{statistics.median(rates[name]):,.0f}",
-                     f"{statistics.median(peaks[name]):.0f}"))
+        rows.append(
+            (
+                name,
+                f"{n:,}",
+                f"{statistics.median(rates[name]):,.0f}",
+                f"{statistics.median(peaks[name]):.0f}",
+            )
+        )
     print(table(rows))
     return 0
 
@@ -181,12 +211,21 @@ def read_main(args: Any, spark: Any) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--rows", type=int, default=300_000)
-    p.add_argument("--read", type=int, default=0,
-                   help="benchmark reads of a queue of this many messages instead")
-    p.add_argument("--small", type=int, default=10_000,
-                   help="messages of the small queue a --read compares memory with")
-    p.add_argument("--master", default="local[2]",
-                   help="Spark master (local[2]: the 2 cores of this machine)")
+    p.add_argument(
+        "--read",
+        type=int,
+        default=0,
+        help="benchmark reads of a queue of this many messages instead",
+    )
+    p.add_argument(
+        "--small",
+        type=int,
+        default=10_000,
+        help="messages of the small queue a --read compares memory with",
+    )
+    p.add_argument(
+        "--master", default="local[2]", help="Spark master (local[2]: the 2 cores of this machine)"
+    )
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--only", default=",".join(METHODS), help="methods to run")
@@ -203,40 +242,56 @@ def main(argv: list[str] | None = None) -> int:
         try:
             q = client.queue("bench", shards=4)
             keep = [q.ops.keys.meta, f"{client.prefix}:queues"]
-            df = (spark.range(0, args.rows, numPartitions=args.partitions)
-                  .withColumn("customer", F.format_string("customer-%08d", F.col("id") % 99991))
-                  .withColumn("amount", (F.col("id") % 10007) / 100.0)
-                  .withColumn("status", F.lit("created"))
-                  .withColumn("note", F.format_string("%-30s", F.concat(F.lit("order "),
-                                                                         F.col("id")))))
+            df = (
+                spark.range(0, args.rows, numPartitions=args.partitions)
+                .withColumn("customer", F.format_string("customer-%08d", F.col("id") % 99991))
+                .withColumn("amount", (F.col("id") % 10007) / 100.0)
+                .withColumn("status", F.lit("created"))
+                .withColumn(
+                    "note", F.format_string("%-30s", F.concat(F.lit("order "), F.col("id")))
+                )
+            )
             df = df.cache()
             df.count()
-            opts = {**source_options(client, "bench"), "idCol": "id",
-                    "batchSize": str(args.batch_size)}
+            opts = {
+                **source_options(client, "bench"),
+                "idCol": "id",
+                "batchSize": str(args.batch_size),
+            }
             run: dict[str, Callable[[Any], None]] = {
-                "raw": lambda d: d.foreachPartition(raw_sink(url, client.prefix,
-                                                             args.batch_size)),
-                "datasource": lambda d: d.write.format("dynoq").options(**opts)
-                .mode("append").save(),
-                "ds-rows": lambda d: d.write.format("dynoq").options(**opts)
-                .option("arrow", "false").mode("append").save(),
-                "partition": lambda d: d.foreachPartition(partition_sink(
-                    client, "bench", id_col="id", batch_size=args.batch_size)),
-                "arrow": lambda d: write(d, client, "bench", id_col="id",
-                                         batch_size=args.batch_size),
+                "raw": lambda d: d.foreachPartition(raw_sink(url, client.prefix, args.batch_size)),
+                "datasource": lambda d: (
+                    d.write.format("dynoq").options(**opts).mode("append").save()
+                ),
+                "ds-rows": lambda d: (
+                    d.write.format("dynoq")
+                    .options(**opts)
+                    .option("arrow", "false")
+                    .mode("append")
+                    .save()
+                ),
+                "partition": lambda d: d.foreachPartition(
+                    partition_sink(client, "bench", id_col="id", batch_size=args.batch_size)
+                ),
+                "arrow": lambda d: write(
+                    d, client, "bench", id_col="id", batch_size=args.batch_size
+                ),
             }
             warm = df.limit(1000)
             for name in methods:  # untimed: Python workers, the data source planner
                 run[name](warm)
                 clear(r, client.prefix, keep)
             sample = msgpack.packb(df.first().asDict(), use_bin_type=True)  # type: ignore[union-attr]
-            print(f"{args.rows:,} rows, {len(sample)} bytes of payload each, "
-                  f"{args.partitions} partitions, {spark.sparkContext.master}, "
-                  f"{args.repeats} rounds, server {client!r}", flush=True)
+            print(
+                f"{args.rows:,} rows, {len(sample)} bytes of payload each, "
+                f"{args.partitions} partitions, {spark.sparkContext.master}, "
+                f"{args.repeats} rounds, server {client!r}",
+                flush=True,
+            )
             rates: dict[str, list[float]] = {m: [] for m in methods}
             per_msg: dict[str, float] = {}
             for rnd in range(args.repeats):
-                order = methods[rnd % len(methods):] + methods[:rnd % len(methods)]
+                order = methods[rnd % len(methods) :] + methods[: rnd % len(methods)]
                 for name in order:
                     clear(r, client.prefix, keep)
                     before = int(r.info("memory")["used_memory"])
@@ -244,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                     run[name](df)
                     rates[name].append(args.rows / (time.perf_counter() - start))
                     per_msg[name] = (int(r.info("memory")["used_memory"]) - before) / args.rows
-                print(f"round {rnd + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f}"
-                                                       for m in methods), flush=True)
+                print(
+                    f"round {rnd + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f}" for m in methods),
+                    flush=True,
+                )
             clear(r, client.prefix)
         finally:
             client.close()

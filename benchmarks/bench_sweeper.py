@@ -90,12 +90,12 @@ def run_baseline(client: dynoq.Client, q: dynoq.Queue, n: int) -> float:
 
 
 def commandstats(r: Any) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"])
-            for k, v in r.info("commandstats").items()}
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
 
 
-def idle_cost(client: dynoq.Client, queues: int, shards: int, interval: float,
-              seconds: float) -> tuple[float, float, float]:
+def idle_cost(
+    client: dynoq.Client, queues: int, shards: int, interval: float, seconds: float
+) -> tuple[float, float, float]:
     """(client commands, server commands) per queue per pass, and client commands/s."""
     for i in range(queues):
         client.queue(f"idle-{i}", shards=shards)
@@ -113,11 +113,19 @@ def idle_cost(client: dynoq.Client, queues: int, shards: int, interval: float,
     thread = threading.Thread(target=sweeper.run_forever, args=(stop,))
     thread.start()
     time.sleep(2 * interval)
-    before, total0, t0, p0 = commandstats(client.redis), client.redis.info()[
-        "total_commands_processed"], time.monotonic(), passes[0]
+    before, total0, t0, p0 = (
+        commandstats(client.redis),
+        client.redis.info()["total_commands_processed"],
+        time.monotonic(),
+        passes[0],
+    )
     time.sleep(seconds)
-    after, total1, t1, p1 = commandstats(client.redis), client.redis.info()[
-        "total_commands_processed"], time.monotonic(), passes[0]
+    after, total1, t1, p1 = (
+        commandstats(client.redis),
+        client.redis.info()["total_commands_processed"],
+        time.monotonic(),
+        passes[0],
+    )
     stop.set()
     thread.join()
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -153,12 +161,14 @@ def main() -> None:
         base, base_runs = median_of(args.runs, lambda: run_baseline(client, q, args.messages))
         q.clear()
         client.redis.srem(f"{prefix}:queues", "bench")
-        idle = [idle_cost(client, args.idle_queues, args.shards, args.idle_interval,
-                          args.idle_seconds) for _ in range(args.runs)]
+        idle = [
+            idle_cost(client, args.idle_queues, args.shards, args.idle_interval, args.idle_seconds)
+            for _ in range(args.runs)
+        ]
     finally:
         keys = list(client.redis.scan_iter(match=f"{prefix}:*", count=1000))
         for i in range(0, len(keys), 500):
-            client.redis.delete(*keys[i:i + 500])
+            client.redis.delete(*keys[i : i + 500])
         client.close()
 
     def fmt(values: list[float]) -> str:
@@ -169,21 +179,28 @@ def main() -> None:
     served = statistics.median(v[1] for v in idle)
     per_s = statistics.median(v[2] for v in idle)
     rows = [
-        (f"sweeper: requeue+promote {n:,} expired, {s} shards", f"{sweep:.3f} s",
-         fmt(sweep_runs)),
+        (f"sweeper: requeue+promote {n:,} expired, {s} shards", f"{sweep:.3f} s", fmt(sweep_runs)),
         ("  = deliveries per second", f"{n / sweep:,.0f}", ""),
         ("baseline: raw pipelined ZRANGEBYSCORE+ZREM+ZADD", f"{base:.3f} s", fmt(base_runs)),
         ("ratio sweeper / baseline", f"{sweep / base:.2f}x", ""),
-        (f"idle: client commands per queue per pass ({args.idle_queues} queues x {s} "
-         "shards)", f"{sent:.2f}", fmt([v[0] for v in idle])),
-        ("idle: server commands per queue per pass (incl. in scripts)", f"{served:.1f}",
-         fmt([v[1] for v in idle])),
-        (f"idle: client commands per second at {args.idle_interval}s passes",
-         f"{per_s:.1f}", fmt([v[2] for v in idle])),
+        (
+            f"idle: client commands per queue per pass ({args.idle_queues} queues x {s} shards)",
+            f"{sent:.2f}",
+            fmt([v[0] for v in idle]),
+        ),
+        (
+            "idle: server commands per queue per pass (incl. in scripts)",
+            f"{served:.1f}",
+            fmt([v[1] for v in idle]),
+        ),
+        (
+            f"idle: client commands per second at {args.idle_interval}s passes",
+            f"{per_s:.1f}",
+            fmt([v[2] for v in idle]),
+        ),
     ]
     where = args.url or "embedded Valkey"
-    print(f"\nbench_sweeper on {where}: medians of {args.runs} runs "
-          f"(redis-py {redis.__version__})")
+    print(f"\nbench_sweeper on {where}: medians of {args.runs} runs (redis-py {redis.__version__})")
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     print(f"{'measure'.ljust(w0)}  {'median'.rjust(w1)}  runs")

@@ -62,8 +62,7 @@ class Calls:
 
 
 def commandstats(r: redis.Redis) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"])
-            for k, v in r.info("commandstats").items()}
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
 
 
 def _delta(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, float]:
@@ -104,9 +103,16 @@ def sync_delay(url: str, n: int) -> tuple[float, float]:
         client.close()
 
 
-def sync_worker(url: str, n: int, *, task: bool, batch: int, keep: float = 0.0,
-                counts: dict[str, list[dict[str, float]]] | None = None,
-                label: str = "") -> float:
+def sync_worker(
+    url: str,
+    n: int,
+    *,
+    task: bool,
+    batch: int,
+    keep: float = 0.0,
+    counts: dict[str, list[dict[str, float]]] | None = None,
+    label: str = "",
+) -> float:
     client = dynoq.connect(url, prefix=_prefix())
     calls = Calls()
     try:
@@ -136,6 +142,7 @@ def sync_worker(url: str, n: int, *, task: bool, batch: int, keep: float = 0.0,
 
 
 # -- asyncio -------------------------------------------------------------------------------
+
 
 async def _async_delay(url: str, n: int) -> tuple[float, float]:
     prefix = _prefix()
@@ -185,8 +192,9 @@ async def _async_worker(url: str, n: int, task: bool, batch: int, keep: float) -
         for i in range(0, n, 5000):
             await q.push_many([_payload("bench.noop")] * min(5000, n - i))
         options = {"concurrency": 4, "batch_size": batch, "idle_wait": 0.5}
-        runner: Any = (await app.worker(**options) if task
-                       else client.consumer(q, handler, **options))
+        runner: Any = (
+            await app.worker(**options) if task else client.consumer(q, handler, **options)
+        )
         await runner.start()
         while calls.n < n:
             await asyncio.sleep(0.005)
@@ -203,15 +211,25 @@ def async_delay(url: str, n: int) -> tuple[float, float]:
     return asyncio.run(_async_delay(url, n))
 
 
-def async_worker(url: str, n: int, *, task: bool, batch: int, keep: float = 0.0,
-                 counts: Any = None, label: str = "") -> float:
+def async_worker(
+    url: str,
+    n: int,
+    *,
+    task: bool,
+    batch: int,
+    keep: float = 0.0,
+    counts: Any = None,
+    label: str = "",
+) -> float:
     return asyncio.run(_async_worker(url, n, task, batch, keep))
 
 
 # -- the report ----------------------------------------------------------------------------
 
-def rounds(reps: int, base: Callable[[], float], case: Callable[[], float]) -> tuple[
-        float, float, float]:
+
+def rounds(
+    reps: int, base: Callable[[], float], case: Callable[[], float]
+) -> tuple[float, float, float]:
     """(median base rate, median case rate, median of the per-round ratios), each round
     running both, in alternating order."""
     bases, cases, ratios = [], [], []
@@ -226,32 +244,82 @@ def rounds(reps: int, base: Callable[[], float], case: Callable[[], float]) -> t
     return median(bases), median(cases), median(ratios)
 
 
-def measure(flavor: str, url: str, n: int, reps: int,
-            counts: dict[str, list[dict[str, float]]]) -> list[tuple[str, ...]]:
+def measure(
+    flavor: str, url: str, n: int, reps: int, counts: dict[str, list[dict[str, float]]]
+) -> list[tuple[str, ...]]:
     """One flavor's rows. A batch of 100 runs 10 n messages (n would take a few ms)."""
     delay, work = (sync_delay, sync_worker) if flavor == "sync" else (async_delay, async_worker)
     rows: list[tuple[str, ...]] = []
     pairs = [delay(url, n) for _ in range(reps)]
-    rows.append((flavor, "fn.delay() vs q.push()", f"{median([x for x, _ in pairs]):,.0f}",
-                 f"{median([y for _, y in pairs]):,.0f}",
-                 f"{median([y / x for x, y in pairs]):.2f}x", ">= 0.9x"))
+    rows.append(
+        (
+            flavor,
+            "fn.delay() vs q.push()",
+            f"{median([x for x, _ in pairs]):,.0f}",
+            f"{median([y for _, y in pairs]):,.0f}",
+            f"{median([y / x for x, y in pairs]):.2f}x",
+            ">= 0.9x",
+        )
+    )
     for batch in (1, 100):
         m = n * (10 if batch > 1 else 1)
         b, c, ratio = rounds(
-            reps, partial(work, url, m, task=False, batch=batch, counts=counts,
-                          label=f"{flavor} consumer, batch {batch}"),
-            partial(work, url, m, task=True, batch=batch, counts=counts,
-                    label=f"{flavor} tasks, keep 0, batch {batch}"))
-        rows.append((flavor, f"no-op tasks vs no-op handler, batch {batch}", f"{b:,.0f}",
-                     f"{c:,.0f}", f"{ratio:.2f}x", ">= 0.8x"))
+            reps,
+            partial(
+                work,
+                url,
+                m,
+                task=False,
+                batch=batch,
+                counts=counts,
+                label=f"{flavor} consumer, batch {batch}",
+            ),
+            partial(
+                work,
+                url,
+                m,
+                task=True,
+                batch=batch,
+                counts=counts,
+                label=f"{flavor} tasks, keep 0, batch {batch}",
+            ),
+        )
+        rows.append(
+            (
+                flavor,
+                f"no-op tasks vs no-op handler, batch {batch}",
+                f"{b:,.0f}",
+                f"{c:,.0f}",
+                f"{ratio:.2f}x",
+                ">= 0.8x",
+            )
+        )
     for batch in (1, 100):
         m = n * (10 if batch > 1 else 1)
-        b, c, ratio = rounds(reps, partial(work, url, m, task=True, batch=batch),
-                             partial(work, url, m, task=True, batch=batch, keep=60.0,
-                                     counts=counts,
-                                     label=f"{flavor} tasks, keep 60, batch {batch}"))
-        rows.append((flavor, f"keep_result=60 vs 0, batch {batch}", f"{b:,.0f}",
-                     f"{c:,.0f}", f"{ratio:.2f}x", "-"))
+        b, c, ratio = rounds(
+            reps,
+            partial(work, url, m, task=True, batch=batch),
+            partial(
+                work,
+                url,
+                m,
+                task=True,
+                batch=batch,
+                keep=60.0,
+                counts=counts,
+                label=f"{flavor} tasks, keep 60, batch {batch}",
+            ),
+        )
+        rows.append(
+            (
+                flavor,
+                f"keep_result=60 vs 0, batch {batch}",
+                f"{b:,.0f}",
+                f"{c:,.0f}",
+                f"{ratio:.2f}x",
+                "-",
+            )
+        )
     return rows
 
 
@@ -264,20 +332,22 @@ def main() -> None:
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
         print(f"{n} messages a case, {reps} rounds, {server_version(r)} at {url}")
-        rows: list[tuple[str, ...]] = [("flavor", "case", "baseline /s", "case /s",
-                                        "ratio (median)", "goal")]
+        rows: list[tuple[str, ...]] = [
+            ("flavor", "case", "baseline /s", "case /s", "ratio (median)", "goal")
+        ]
         counts: dict[str, list[dict[str, float]]] = {}
         for flavor in args.flavors.split(","):
             rows += measure(flavor, url, n, reps, counts)
         print(table(rows))
-        print("\nRedis commands per message (INFO commandstats deltas, median of the runs; "
-              "sync runs only: an asyncio\nrun's commands are the same; idle pops and "
-              "heartbeats included):")
+        print(
+            "\nRedis commands per message (INFO commandstats deltas, median of the runs; "
+            "sync runs only: an asyncio\nrun's commands are the same; idle pops and "
+            "heartbeats included):"
+        )
         names = sorted({k for runs in counts.values() for d in runs for k in d})
         crow: list[tuple[str, ...]] = [("run", *names)]
         for label, runs in counts.items():
-            crow.append((label, *(f"{median([d.get(k, 0.0) for d in runs]):.2f}"
-                                  for k in names)))
+            crow.append((label, *(f"{median([d.get(k, 0.0) for d in runs]):.2f}" for k in names)))
         if counts:
             print(table(crow))
         r.close()

@@ -38,24 +38,44 @@ def main() -> None:
         for rep in range(args.repeats):
             batch = [dynoq.Message(payload) for _ in range(args.n)]
             q = client.queue(f"q{rep}", shards=4)
-            results["push_many"].append(timed(args.n, lambda q=q, batch=batch: [
-                q.push_many(batch[i:i + 5000]) for i in range(0, args.n, 5000)]))
+            results["push_many"].append(
+                timed(
+                    args.n,
+                    lambda q=q, batch=batch: [
+                        q.push_many(batch[i : i + 5000]) for i in range(0, args.n, 5000)
+                    ],
+                )
+            )
             for groups in (1, 4, 16):
                 t = client.topic(f"t{rep}-{groups}", shards=4)
                 for g in range(groups):
                     t.subscribe(f"g{g}")
-                results[f"publish_many/{groups}"].append(timed(args.n, lambda t=t, batch=batch: [
-                    t.publish_many(batch[i:i + 5000]) for i in range(0, args.n, 5000)]))
+                results[f"publish_many/{groups}"].append(
+                    timed(
+                        args.n,
+                        lambda t=t, batch=batch: [
+                            t.publish_many(batch[i : i + 5000]) for i in range(0, args.n, 5000)
+                        ],
+                    )
+                )
             drop_prefix(r, "bt:")
         client.close()
         r.close()
     med = {c: median(v) for c, v in results.items()}
     rows = [("operation", "median msgs/s", "runs", "ratio vs push_many")]
     for c in cases:
-        rows.append((c, f"{med[c]:,.0f}", " ".join(f"{x:,.0f}" for x in results[c]),
-                     f"{med[c] / med['push_many']:.2f}x"))
-    print(f"{args.n} messages of 100 bytes, 4 shards, {args.repeats} repeats "
-          "(msgs/s counts published messages, not copies)")
+        rows.append(
+            (
+                c,
+                f"{med[c]:,.0f}",
+                " ".join(f"{x:,.0f}" for x in results[c]),
+                f"{med[c] / med['push_many']:.2f}x",
+            )
+        )
+    print(
+        f"{args.n} messages of 100 bytes, 4 shards, {args.repeats} repeats "
+        "(msgs/s counts published messages, not copies)"
+    )
     print(table(rows))
 
 

@@ -28,9 +28,18 @@ from dynoq._core.calls import Batch
 def fill_prepared(q: dynoq.Queue, count: int, payload: str) -> None:
     """``count`` prepared messages, sent 1,000 per round trip (their checks far away)."""
     for start in range(0, count, 1000):
-        calls = [q.tx.prepare(payload, id=None, key=None, delay=0.0, priority=0,
-                              headers=None, check_after_s=86400.0)[2]
-                 for _ in range(min(1000, count - start))]
+        calls = [
+            q.transactions.prepare(
+                payload,
+                id=None,
+                key=None,
+                delay=0.0,
+                priority=0,
+                headers=None,
+                check_after_s=86400.0,
+            )[2]
+            for _ in range(min(1000, count - start))
+        ]
         q.backend.run(Batch(calls))
 
 
@@ -83,9 +92,9 @@ def main() -> None:
             q = client.queue(f"p{rep}", shards=4)
             spent = dict.fromkeys(cases, 0.0)
             for k in range(ROUNDS):
-                for name in (cases[:2] if k % 2 == 0 else cases[1::-1]):
+                for name in cases[:2] if k % 2 == 0 else cases[1::-1]:
                     spent[name] += seconds(lambda n=name, q=q: produce(q, n, step, payload))
-                for name in (cases[2:] if k % 2 == 0 else cases[:1:-1]):
+                for name in cases[2:] if k % 2 == 0 else cases[:1:-1]:
                     target = empty if name == cases[2] else full
                     target.push_many([payload] * drain_step)
                     spent[name] += seconds(lambda t=target: drain(t, drain_step))
@@ -95,14 +104,26 @@ def main() -> None:
         assert full.stats().prepared == args.prepared and full.size() == 0
         clean_up(r, client, "btx:")
     med = {c: median(v) for c, v in results.items()}
-    base = {"push": "push", "prepare+commit": "push", "drain/0 prepared": "drain/0 prepared",
-            many: "drain/0 prepared"}
+    base = {
+        "push": "push",
+        "prepare+commit": "push",
+        "drain/0 prepared": "drain/0 prepared",
+        many: "drain/0 prepared",
+    }
     rows = [("operation", "median msgs/s", "runs", "ratio")]
     for c in cases:
-        rows.append((c, f"{med[c]:,.0f}", " ".join(f"{x:,.0f}" for x in results[c]),
-                     f"{med[c] / med[base[c]]:.2f}x vs {base[c]}"))
-    print(f"server {version}; {args.n} messages of 100 bytes pushed or prepared, "
-          f"{args.drain_n} drained; 4 shards, {args.repeats} repeats")
+        rows.append(
+            (
+                c,
+                f"{med[c]:,.0f}",
+                " ".join(f"{x:,.0f}" for x in results[c]),
+                f"{med[c] / med[base[c]]:.2f}x vs {base[c]}",
+            )
+        )
+    print(
+        f"server {version}; {args.n} messages of 100 bytes pushed or prepared, "
+        f"{args.drain_n} drained; 4 shards, {args.repeats} repeats"
+    )
     print(table(rows))
 
 

@@ -89,11 +89,17 @@ class Soak:
     def procs(self, server: Server, logs: Path) -> dict[str, list[Proc]]:
         cfg = self.cfg
         common = ["--replicas", str(server.replicas), "--visibility", str(cfg.visibility)]
-        return crew(server.url, self.prefix, logs, producers=cfg.producers,
-                    consumers=cfg.consumers, sweepers=cfg.sweepers,
-                    async_consumers=cfg.async_consumers,
-                    producer_args=[*common, "--rate", str(cfg.rate), "--keys", str(cfg.keys)],
-                    consumer_args=[*common, "--lease-ttl", str(cfg.lease_ttl)])
+        return crew(
+            server.url,
+            self.prefix,
+            logs,
+            producers=cfg.producers,
+            consumers=cfg.consumers,
+            sweepers=cfg.sweepers,
+            async_consumers=cfg.async_consumers,
+            producer_args=[*common, "--rate", str(cfg.rate), "--keys", str(cfg.keys)],
+            consumer_args=[*common, "--lease-ttl", str(cfg.lease_ttl)],
+        )
 
     def now_us(self) -> int:
         return int((time.time() + self.offset) * 1_000_000)
@@ -121,8 +127,10 @@ class Soak:
             self.await_backlog(queues)
             for p in procs["consumer"]:
                 p.start()
-            self.out(f"soak {self.prefix} on {client.backend.display_url}: "
-                     f"{cfg.seconds:g}s of {'chaos' if cfg.chaos else 'calm'}, logs in {logs}")
+            self.out(
+                f"soak {self.prefix} on {client.backend.display_url}: "
+                f"{cfg.seconds:g}s of {'chaos' if cfg.chaos else 'calm'}, logs in {logs}"
+            )
             self.chaos(server, procs)
             self.drain(queues, procs)
             report = self.verdict(client, queues, logs)
@@ -149,30 +157,47 @@ class Soak:
         deadline = time.monotonic() + timeout
         while ordered.size() < self.cfg.backlog_min:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the producers pushed fewer than {self.cfg.backlog_min} "
-                                   f"ordered messages in {timeout:g}s")
+                raise RuntimeError(
+                    f"the producers pushed fewer than {self.cfg.backlog_min} "
+                    f"ordered messages in {timeout:g}s"
+                )
             time.sleep(0.1)
 
     def queues(self, client: dynoq.Client, server: Server) -> list[dynoq.Queue]:
         cfg = self.cfg
         # The dedupe window makes a producer's resent ensure a no-op for the whole soak.
-        return [client.queue(name, ordered=ordered, shards=cfg.shards,
-                             unack_timeout=cfg.visibility, dedupe_window=3600.0,
-                             min_replicas=server.replicas or None,
-                             key_concurrency=(3 if cfg.plant == "overlap" else 1)
-                             if ordered == "key" else None)
-                for name, ordered in ((JOBS, False), (ORDERED, cfg.plant != "unordered"),
-                                      (GROUPS, "key"))]
+        return [
+            client.queue(
+                name,
+                ordered=ordered,
+                shards=cfg.shards,
+                unack_timeout=cfg.visibility,
+                dedupe_window=3600.0,
+                min_replicas=server.replicas or None,
+                key_concurrency=(3 if cfg.plant == "overlap" else 1) if ordered == "key" else None,
+            )
+            for name, ordered in (
+                (JOBS, False),
+                (ORDERED, cfg.plant != "unordered"),
+                (GROUPS, "key"),
+            )
+        ]
 
     def chaos(self, server: Server, procs: dict[str, list[Proc]]) -> None:
         cfg, rng = self.cfg, self.rng
         start = time.monotonic()
         end = start + cfg.seconds
-        restarts = [start + cfg.seconds * (k + 1) / (cfg.restarts + 1)
-                    for k in range(cfg.restarts)] if cfg.chaos and server.restart_kind else []
+        restarts = (
+            [start + cfg.seconds * (k + 1) / (cfg.restarts + 1) for k in range(cfg.restarts)]
+            if cfg.chaos and server.restart_kind
+            else []
+        )
         next_action = start + rng.expovariate(1 / cfg.every)
-        kinds = {"consumer": cc.KILL_CONSUMER, "producer": cc.KILL_PRODUCER,
-                 "sweeper": cc.KILL_SWEEPER}
+        kinds = {
+            "consumer": cc.KILL_CONSUMER,
+            "producer": cc.KILL_PRODUCER,
+            "sweeper": cc.KILL_SWEEPER,
+        }
         while time.monotonic() < end:
             now = time.monotonic()
             for p in (p for group in procs.values() for p in group):
@@ -186,8 +211,9 @@ class Soak:
                 self.out(f"  {server.restart_kind}: {target}")
             elif cfg.chaos and now >= next_action:
                 next_action = now + rng.expovariate(1 / cfg.every)
-                what = rng.choices(["consumer", "producer", "sweeper", "connections"],
-                                   weights=[3, 2, 1, 3])[0]
+                what = rng.choices(
+                    ["consumer", "producer", "sweeper", "connections"], weights=[3, 2, 1, 3]
+                )[0]
                 if what == "connections":
                     for _ in range(server.kill_connections(rng, rng.randint(1, 3))):
                         self.event(cc.KILL_CONNECTION)
@@ -219,35 +245,51 @@ class Soak:
                 continue
             empty = empty + 1 if sum(s.size + s.unacked for s in stats) == 0 else 0
         if empty < 2:
-            self.notes.append(f"the queues were not empty {self.cfg.drain_timeout:g}s after "
-                              "the producers stopped")
+            self.notes.append(
+                f"the queues were not empty {self.cfg.drain_timeout:g}s after the producers stopped"
+            )
         for p in procs["consumer"] + procs["sweeper"]:
             if not p.stop(20):
                 self.notes.append(f"{p.incarnation} did not stop on SIGTERM")
 
-    def verdict(self, client: dynoq.Client, queues: list[dynoq.Queue],
-                logs: Path) -> cc.Report:
+    def verdict(self, client: dynoq.Client, queues: list[dynoq.Queue], logs: Path) -> cc.Report:
         r = client.redis
-        pushed_raw = [(k.decode(), v.decode()) for i in range(self.cfg.producers)
-                      for k, v in r.hgetall(pushed_key(self.prefix, f"p{i}")).items()]
-        ended = {k.decode(): v.decode() for q in queues for s in range(q.settings.shards)
-                 for k, v in r.hgetall(ended_key(self.prefix, q.name, s)).items()}
-        handled_raw = [(k.decode(), v.decode()) for q in queues
-                       for s in range(q.settings.shards)
-                       for k, v in r.hgetall(record_key(self.prefix, q.name, s)).items()]
+        pushed_raw = [
+            (k.decode(), v.decode())
+            for i in range(self.cfg.producers)
+            for k, v in r.hgetall(pushed_key(self.prefix, f"p{i}")).items()
+        ]
+        ended = {
+            k.decode(): v.decode()
+            for q in queues
+            for s in range(q.settings.shards)
+            for k, v in r.hgetall(ended_key(self.prefix, q.name, s)).items()
+        }
+        handled_raw = [
+            (k.decode(), v.decode())
+            for q in queues
+            for s in range(q.settings.shards)
+            for k, v in r.hgetall(record_key(self.prefix, q.name, s)).items()
+        ]
         dead = [m.id or "" for q in queues for m in q.dead(1000)]
         stats = [q.stats() for q in queues]
         with open(logs / "records.txt", "w") as f:  # for a post-mortem
             f.writelines(f"pushed {k} {v}\n" for k, v in pushed_raw)
             f.writelines(f"handled {v} {ended.get(k, '')}\n" for k, v in handled_raw)
             f.writelines(f"dead {i}\n" for i in dead)
-            f.writelines(f"event {e.at} {e.until or ''} {e.kind} {e.target}\n"
-                         for e in self.events)
+            f.writelines(f"event {e.at} {e.until or ''} {e.kind} {e.target}\n" for e in self.events)
         pushed = [cc.parse_pushed(k, v) for k, v in pushed_raw]
         handlings = [cc.parse_handling(v, ended.get(k)) for k, v in handled_raw]
-        return cc.check(pushed, handlings, dead, self.events, visibility=self.cfg.visibility,
-                        left_in_flight=sum(s.unacked for s in stats),
-                        left_waiting=sum(s.size for s in stats), keyed=[GROUPS])
+        return cc.check(
+            pushed,
+            handlings,
+            dead,
+            self.events,
+            visibility=self.cfg.visibility,
+            left_in_flight=sum(s.unacked for s in stats),
+            left_waiting=sum(s.size for s in stats),
+            keyed=[GROUPS],
+        )
 
     def delete_keys(self, client: dynoq.Client) -> None:
         for key in client.redis.scan_iter(match=f"{self.prefix}:*", count=1000):
@@ -261,8 +303,11 @@ def run(cfg: Config) -> cc.Report:
 
 
 def render(report: cc.Report, title: str, notes: Sequence[str] = ()) -> str:
-    lines = [title, "", *(r.rstrip() for r in
-                          table([("figure", "count", ""), *report.rows()]).splitlines())]
+    lines = [
+        title,
+        "",
+        *(r.rstrip() for r in table([("figure", "count", ""), *report.rows()]).splitlines()),
+    ]
     if report.lost_ids:
         lines.append(f"lost ids (first 10): {', '.join(report.lost_ids[:10])}")
     lines += [f"order violation: {v}" for v in report.violation_examples]
@@ -276,20 +321,42 @@ def render(report: cc.Report, title: str, notes: Sequence[str] = ()) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=3.0, help="of chaos (then the drain)")
-    ap.add_argument("--url", default=None, help="run on this server (never restarted; only "
-                    "the soak's own connections are killed)")
-    ap.add_argument("--cluster", action="store_true",
-                    help="a local 3-master Valkey Cluster with replicas; a master fails over")
-    ap.add_argument("--plant", choices=["unordered", "overlap"], default=None,
-                    help="plant a fault the checker must catch: the ordered stream on a "
-                    "plain (unordered) queue, or the message groups' queue with "
-                    "key_concurrency=3")
-    ap.add_argument("--restarts", type=int, default=None,
-                    help="server restarts or failovers (default: one per 90 s, at least 1)")
-    ap.add_argument("--rate", type=float, default=Config.rate,
-                    help="producer steps per second (each pushes to both queues)")
-    ap.add_argument("--async-consumers", type=int, default=Config.async_consumers,
-                    help=f"of the {Config.consumers} consumers, how many run on dynoq.asyncio")
+    ap.add_argument(
+        "--url",
+        default=None,
+        help="run on this server (never restarted; only the soak's own connections are killed)",
+    )
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a local 3-master Valkey Cluster with replicas; a master fails over",
+    )
+    ap.add_argument(
+        "--plant",
+        choices=["unordered", "overlap"],
+        default=None,
+        help="plant a fault the checker must catch: the ordered stream on a "
+        "plain (unordered) queue, or the message groups' queue with "
+        "key_concurrency=3",
+    )
+    ap.add_argument(
+        "--restarts",
+        type=int,
+        default=None,
+        help="server restarts or failovers (default: one per 90 s, at least 1)",
+    )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=Config.rate,
+        help="producer steps per second (each pushes to both queues)",
+    )
+    ap.add_argument(
+        "--async-consumers",
+        type=int,
+        default=Config.async_consumers,
+        help=f"of the {Config.consumers} consumers, how many run on dynoq.asyncio",
+    )
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--log-dir", default=None, help="keep the processes' logs here")
     args = ap.parse_args(argv)
@@ -297,14 +364,28 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--url and --cluster exclude each other")
     seconds = args.minutes * 60
     restarts = args.restarts if args.restarts is not None else max(1, int(seconds // 90))
-    cfg = Config(seconds=seconds, url=args.url, cluster=args.cluster, plant=args.plant,
-                 restarts=restarts, rate=args.rate, seed=args.seed, log_dir=args.log_dir,
-                 async_consumers=args.async_consumers)
+    cfg = Config(
+        seconds=seconds,
+        url=args.url,
+        cluster=args.cluster,
+        plant=args.plant,
+        restarts=restarts,
+        rate=args.rate,
+        seed=args.seed,
+        log_dir=args.log_dir,
+        async_consumers=args.async_consumers,
+    )
     soak = Soak(cfg)
     report = soak.run()
     where = "cluster" if args.cluster else ("--url" if args.url else "embedded Valkey, AOF")
-    print(render(report, f"chaos soak: {args.minutes:g} min on {where}"
-                 + (f", planted fault: {args.plant}" if args.plant else ""), soak.notes))
+    print(
+        render(
+            report,
+            f"chaos soak: {args.minutes:g} min on {where}"
+            + (f", planted fault: {args.plant}" if args.plant else ""),
+            soak.notes,
+        )
+    )
     failures = report.failures()
     if failures:
         print("FAILED: " + "; ".join(failures))

@@ -28,18 +28,28 @@ OTHER = "other"
 CAUSES = (PLANNED, SIGKILL, TAKEOVER, RESTART, EXPIRY, OTHER)
 
 # Event kinds (what the harness did).
-KILL_CONSUMER, KILL_PRODUCER, KILL_SWEEPER = "sigkill consumer", "sigkill producer", \
-    "sigkill sweeper"
-KILL_CONNECTION, SERVER_RESTART, FAILOVER = "connection killed", "server restart", \
-    "master failover"
-EVENT_KINDS = (KILL_CONSUMER, KILL_PRODUCER, KILL_SWEEPER, KILL_CONNECTION, SERVER_RESTART,
-               FAILOVER)
-_EVENT_ROWS = {KILL_CONSUMER: "consumers SIGKILLed (and restarted)",
-               KILL_PRODUCER: "producers SIGKILLed (and restarted)",
-               KILL_SWEEPER: "sweepers SIGKILLed (and restarted)",
-               KILL_CONNECTION: "connections killed (CLIENT KILL)",
-               SERVER_RESTART: "server restarts (SIGKILL, AOF replay)",
-               FAILOVER: "master failovers (SIGKILL, replica promoted)"}
+KILL_CONSUMER, KILL_PRODUCER, KILL_SWEEPER = (
+    "sigkill consumer",
+    "sigkill producer",
+    "sigkill sweeper",
+)
+KILL_CONNECTION, SERVER_RESTART, FAILOVER = "connection killed", "server restart", "master failover"
+EVENT_KINDS = (
+    KILL_CONSUMER,
+    KILL_PRODUCER,
+    KILL_SWEEPER,
+    KILL_CONNECTION,
+    SERVER_RESTART,
+    FAILOVER,
+)
+_EVENT_ROWS = {
+    KILL_CONSUMER: "consumers SIGKILLed (and restarted)",
+    KILL_PRODUCER: "producers SIGKILLed (and restarted)",
+    KILL_SWEEPER: "sweepers SIGKILLed (and restarted)",
+    KILL_CONNECTION: "connections killed (CLIENT KILL)",
+    SERVER_RESTART: "server restarts (SIGKILL, AOF replay)",
+    FAILOVER: "master failovers (SIGKILL, replica promoted)",
+}
 
 
 @dataclass(frozen=True)
@@ -112,11 +122,15 @@ class Report:
 
     def failures(self) -> list[str]:
         """The must-be-0 figures that are not 0, named."""
-        figures = {"lost": self.lost, "order violations": self.order_violations,
-                   "same-key overlaps": self.overlaps,
-                   "handled without the lease": self.without_lease,
-                   "handled with a stale fence": self.stale_fence,
-                   "left in flight": self.left_in_flight, "left waiting": self.left_waiting}
+        figures = {
+            "lost": self.lost,
+            "order violations": self.order_violations,
+            "same-key overlaps": self.overlaps,
+            "handled without the lease": self.without_lease,
+            "handled with a stale fence": self.stale_fence,
+            "left in flight": self.left_in_flight,
+            "left waiting": self.left_waiting,
+        }
         return [f"{name} = {n}" for name, n in figures.items() if n]
 
     def rows(self) -> list[tuple[str, str, str]]:
@@ -137,18 +151,30 @@ class Report:
             ("duplicates", str(dup_total), ""),
         ]
         rows += [(f"  {c}", str(self.duplicates[c]), "") for c in CAUSES if c != PLANNED]
-        rows += [(PLANNED, str(self.duplicates[PLANNED]), ""),
-                 ("left in flight", str(self.left_in_flight), must),
-                 ("left waiting", str(self.left_waiting), must)]
+        rows += [
+            (PLANNED, str(self.duplicates[PLANNED]), ""),
+            ("left in flight", str(self.left_in_flight), must),
+            ("left waiting", str(self.left_waiting), must),
+        ]
         rows += [(_EVENT_ROWS[kind], str(self.events[kind]), "") for kind in EVENT_KINDS]
-        rows += [(f"handler calls by {name} (every incarnation)", str(n), "")
-                 for name, n in sorted(self.calls.items())]
+        rows += [
+            (f"handler calls by {name} (every incarnation)", str(n), "")
+            for name, n in sorted(self.calls.items())
+        ]
         return rows
 
 
-def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterable[str],
-          events: Iterable[Event], *, visibility: float, left_in_flight: int = 0,
-          left_waiting: int = 0, keyed: Iterable[str] = ()) -> Report:
+def check(
+    pushed: Iterable[Pushed],
+    handlings: Iterable[Handling],
+    dead: Iterable[str],
+    events: Iterable[Event],
+    *,
+    visibility: float,
+    left_in_flight: int = 0,
+    left_waiting: int = 0,
+    keyed: Iterable[str] = (),
+) -> Report:
     """Judge a soak from its records.
 
     ``keyed``: the queues with ordered="key" (message groups). Their fences are per key
@@ -176,9 +202,12 @@ def check(pushed: Iterable[Pushed], handlings: Iterable[Handling], dead: Iterabl
     for h in sorted(handlings, key=lambda h: h.at):
         by_id[h.id].append(h)
     confirmed = {p.id for p in pushed}
-    report = Report(pushed=len(confirmed), left_in_flight=left_in_flight,
-                    left_waiting=left_waiting,
-                    events=Counter(e.kind for e in events))
+    report = Report(
+        pushed=len(confirmed),
+        left_in_flight=left_in_flight,
+        left_waiting=left_waiting,
+        events=Counter(e.kind for e in events),
+    )
     report.refused = refused
     report.calls = Counter(h.consumer.split(".")[0] for h in handlings)
     report.handled = sum(1 for i in confirmed if i in by_id)
@@ -216,7 +245,8 @@ def _order(report: Report, pushed: list[Pushed], by_id: Mapping[str, list[Handli
                 if len(report.violation_examples) < 5:
                     report.violation_examples.append(
                         f"{key}: seq {seq} ({msg_id}) first handled {(prev[0] - at) / 1000:.1f}"
-                        f" ms before seq {seq - 1} ({prev[1]})")
+                        f" ms before seq {seq - 1} ({prev[1]})"
+                    )
 
 
 def _overlaps(report: Report, handlings: list[Handling]) -> None:
@@ -228,18 +258,23 @@ def _overlaps(report: Report, handlings: list[Handling]) -> None:
         hs.sort(key=lambda h: h.at)
         for j, later in enumerate(hs):
             for before in hs[:j]:
-                if (before.ended is not None and later.at < before.ended
-                        and (later.fence or 0) <= (before.fence or 0)):
+                if (
+                    before.ended is not None
+                    and later.at < before.ended
+                    and (later.fence or 0) <= (before.fence or 0)
+                ):
                     report.overlaps += 1
                     if len(report.overlap_examples) < 5:
                         report.overlap_examples.append(
                             f"{key}: {later.id} ({_show(later)}) started while {before.id} "
-                            f"({_show(before)}) ran")
+                            f"({_show(before)}) ran"
+                        )
                     break
 
 
-def _stale_fences(report: Report, handlings: list[Handling],
-                  keyed: AbstractSet[str] = frozenset()) -> None:
+def _stale_fences(
+    report: Report, handlings: list[Handling], keyed: AbstractSet[str] = frozenset()
+) -> None:
     # A shard's fence, or a keyed queue's key's fence: each may only grow.
     by_shard: dict[tuple[str, int | str | None], list[Handling]] = defaultdict(list)
     for h in handlings:
@@ -253,7 +288,8 @@ def _stale_fences(report: Report, handlings: list[Handling],
                 report.stale_fence += 1
                 if len(report.stale_examples) < 5:
                     report.stale_examples.append(
-                        f"{h.queue} {h.id} ({_show(h)}) after {highest.id} ({_show(highest)})")
+                        f"{h.queue} {h.id} ({_show(h)}) after {highest.id} ({_show(highest)})"
+                    )
             if highest is None or h.fence > (highest.fence or 0):
                 highest = h
 
@@ -263,11 +299,17 @@ def _show(h: Handling) -> str:
     return f"{h.consumer} at {h.at / 1e6:.3f} (shard {h.shard}{fence}, attempt {h.attempts})"
 
 
-def _between(events: list[Event], lo: int, hi: int, kinds: tuple[str, ...],
-             target: str | None = None) -> bool:
+def _between(
+    events: list[Event], lo: int, hi: int, kinds: tuple[str, ...], target: str | None = None
+) -> bool:
     """Whether such an event (or a part of its outage) falls between ``lo`` and ``hi``."""
-    return any(e.at <= hi and (e.until or e.at) >= lo and e.kind in kinds
-               and (target is None or e.target == target) for e in events)
+    return any(
+        e.at <= hi
+        and (e.until or e.at) >= lo
+        and e.kind in kinds
+        and (target is None or e.target == target)
+        for e in events
+    )
 
 
 def _cause(before: Handling, again: Handling, events: list[Event], vis_us: int) -> str:
@@ -286,27 +328,54 @@ def _cause(before: Handling, again: Handling, events: list[Event], vis_us: int) 
 
 # -- record formats (written by the soak's processes, read back here) ---------------------
 
-def handling_value(consumer: str, queue: str, msg_id: str, key: str | None, seq: int | None,
-                   shard: int, fence: int | None, attempts: int, planned: bool) -> str:
+
+def handling_value(
+    consumer: str,
+    queue: str,
+    msg_id: str,
+    key: str | None,
+    seq: int | None,
+    shard: int,
+    fence: int | None,
+    attempts: int,
+    planned: bool,
+) -> str:
     """The part of a handling record the handler knows; the recording script prepends
     ``<server time us>|<held: 1, r (refused), or empty unfenced>|``."""
-    return "|".join([consumer, queue, msg_id, key or "", "" if seq is None else str(seq),
-                     str(shard), "" if fence is None else str(fence), str(attempts),
-                     "1" if planned else "0"])
+    return "|".join(
+        [
+            consumer,
+            queue,
+            msg_id,
+            key or "",
+            "" if seq is None else str(seq),
+            str(shard),
+            "" if fence is None else str(fence),
+            str(attempts),
+            "1" if planned else "0",
+        ]
+    )
 
 
 def parse_handling(raw: str, ended: str | None = None) -> Handling:
     """A handling record; ``ended``: the end record of the same call, if any (its
     server time first, as the recording script writes it)."""
-    at, held, consumer, queue, msg_id, key, seq, shard, fence, attempts, planned = \
-        raw.split("|")
-    return Handling(at=int(at), consumer=consumer, queue=queue, id=msg_id,
-                    shard=int(shard), key=key or None, seq=int(seq) if seq else None,
-                    fence=int(fence) if fence else None,
-                    held=None if held in ("", "r") else held == "1", refused=held == "r",
-                    attempts=int(attempts),
-                    planned=planned == "1",
-                    ended=int(ended.split("|", 1)[0]) if ended else None)
+    at, held, consumer, queue, msg_id, key, seq, shard, fence, attempts, planned = raw.split("|")
+    return Handling(
+        at=int(at),
+        consumer=consumer,
+        queue=queue,
+        id=msg_id,
+        shard=int(shard),
+        key=key or None,
+        seq=int(seq) if seq else None,
+        fence=int(fence) if fence else None,
+        held=None if held in ("", "r") else held == "1",
+        refused=held == "r",
+        attempts=int(attempts),
+        planned=planned == "1",
+        ended=int(ended.split("|", 1)[0]) if ended else None,
+    )
 
 
 def pushed_value(queue: str, key: str | None, seq: int | None) -> str:

@@ -24,8 +24,9 @@ class Proc:
     """A worker process that can be SIGKILLed and started again. Its output goes to
     ``<logs>/<name>.<generation>.log``."""
 
-    def __init__(self, name: str, argv: Callable[[int], list[str]], env: dict[str, str],
-                 logs: Path) -> None:
+    def __init__(
+        self, name: str, argv: Callable[[int], list[str]], env: dict[str, str], logs: Path
+    ) -> None:
         self.name, self.argv, self.env, self.logs = name, argv, env, logs
         self.gen = -1
         self.popen: subprocess.Popen[bytes] | None = None
@@ -43,10 +44,15 @@ class Proc:
         self.gen += 1
         self.restart_at = None
         with open(self.logs / f"{self.incarnation}.log", "wb") as log:
-            self.popen = subprocess.Popen(self.argv(self.gen), env=self.env, cwd=ROOT,
-                                          stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT,
-                                          preexec_fn=_die_with_parent)
+            self.popen = subprocess.Popen(
+                self.argv(self.gen),
+                env=self.env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
 
     def kill(self) -> None:
         if self.popen is not None and self.alive:
@@ -66,30 +72,60 @@ class Proc:
             return False
 
 
-def crew(url: str, prefix: str, logs: Path, *, producers: int, consumers: int,
-         sweepers: int, producer_args: list[str], consumer_args: list[str],
-         async_consumers: int = 0) -> dict[str, list[Proc]]:
+def crew(
+    url: str,
+    prefix: str,
+    logs: Path,
+    *,
+    producers: int,
+    consumers: int,
+    sweepers: int,
+    producer_args: list[str],
+    consumer_args: list[str],
+    async_consumers: int = 0,
+) -> dict[str, list[Proc]]:
     """The soak's processes by role (not started): producers and consumers from
     benchmarks/chaos_roles.py (the last ``async_consumers`` of them on dynoq.asyncio),
     sweepers from ``python -m dynoq sweeper``. The URL goes in the environment
     (``DYNOQ_URL``), not on the command line."""
     py = sys.executable
-    env = {**os.environ, "DYNOQ_URL": url, "DYNOQ_PREFIX": prefix,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "DYNOQ_URL": url,
+        "DYNOQ_PREFIX": prefix,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     sweeper_env = dict(env)
     if url.startswith("redis://"):  # name the sweepers' connections too (see Server)
         sweeper_env["DYNOQ_URL"] = f"{url}{'&' if '?' in url else '?'}client_name={prefix}:sweeper"
     role = [py, "-m", "benchmarks.chaos_roles"]
 
     def worker(kind: str, name: str, args: list[str]) -> Proc:
-        return Proc(name, lambda gen: [*role, kind, "--name", name, "--gen", str(gen), *args],
-                    env, logs)
+        return Proc(
+            name, lambda gen: [*role, kind, "--name", name, "--gen", str(gen), *args], env, logs
+        )
 
-    sweeper = [py, "-m", "dynoq", "sweeper", "--interval", "0.5", "--refresh-interval", "2",
-               "--log-level", "warning"]
-    return {"producer": [worker("producer", f"p{i}", producer_args) for i in range(producers)],
-            "consumer": [worker("consumer-async" if i >= consumers - async_consumers
-                                else "consumer", f"c{i}", consumer_args)
-                         for i in range(consumers)],
-            "sweeper": [Proc(f"s{i}", lambda _: sweeper, sweeper_env, logs)
-                        for i in range(sweepers)]}
+    sweeper = [
+        py,
+        "-m",
+        "dynoq",
+        "sweeper",
+        "--interval",
+        "0.5",
+        "--refresh-interval",
+        "2",
+        "--log-level",
+        "warning",
+    ]
+    return {
+        "producer": [worker("producer", f"p{i}", producer_args) for i in range(producers)],
+        "consumer": [
+            worker(
+                "consumer-async" if i >= consumers - async_consumers else "consumer",
+                f"c{i}",
+                consumer_args,
+            )
+            for i in range(consumers)
+        ],
+        "sweeper": [Proc(f"s{i}", lambda _: sweeper, sweeper_env, logs) for i in range(sweepers)],
+    }

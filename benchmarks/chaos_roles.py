@@ -31,6 +31,7 @@ import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,6 +53,7 @@ SLOW_RATE = 0.003  # first deliveries whose handler outlives its visibility time
 
 
 # -- keys of the soak's own records, under the soak's prefix -------------------------------
+
 
 def record_key(prefix: str, queue: str, shard: int) -> str:
     """Hash of the handler calls on one shard; shares the shard's hash tag (and node)."""
@@ -127,18 +129,29 @@ async def until_done_async(fn: Callable[[], Awaitable[T]]) -> T:
             return await fn()
         except TRANSIENT:
             failures += 1
-            await asyncio.sleep(min(0.02 * 2 ** min(failures, 6), 1.0)
-                                * random.uniform(0.5, 1.0))
+            await asyncio.sleep(min(0.02 * 2 ** min(failures, 6), 1.0) * random.uniform(0.5, 1.0))
+
+
+def _start(client: Any, queue: Any, handler: Any, options: dict[str, Any]) -> Any:
+    """A new consumer, started (its start(): a coroutine on the asyncio client)."""
+    return client.consumer(queue, handler, **options).start()
 
 
 def _fraction(msg_id: str, salt: str) -> float:
-    return zlib.crc32(f"{salt}:{msg_id}".encode()) / 2 ** 32
+    return zlib.crc32(f"{salt}:{msg_id}".encode()) / 2**32
 
 
 def _connect(name: str) -> dynoq.Client:
     prefix = os.environ["DYNOQ_PREFIX"]
-    return until_done(lambda: dynoq.connect(None, prefix=prefix, client_name=f"{prefix}:{name}",
-                                            socket_timeout=10, socket_connect_timeout=2))
+    return until_done(
+        lambda: dynoq.connect(
+            None,
+            prefix=prefix,
+            client_name=f"{prefix}:{name}",
+            socket_timeout=10,
+            socket_connect_timeout=2,
+        )
+    )
 
 
 def _stop_on_sigterm() -> threading.Event:
@@ -148,6 +161,7 @@ def _stop_on_sigterm() -> threading.Event:
 
 
 # -- producer ------------------------------------------------------------------------------
+
 
 def produce(args: argparse.Namespace) -> None:
     stop = _stop_on_sigterm()
@@ -166,16 +180,27 @@ def produce(args: argparse.Namespace) -> None:
         key, seq = f"{name}-k{step % args.keys}", step // args.keys
         job_id, ord_id, grp_id = f"j-{name}-{step}", f"o-{name}-{step}", f"g-{name}-{step}"
         delay = rnd.uniform(0.1, 1.5) if rnd.random() < 0.3 else 0.0
-        until_done(lambda: jobs.ensure({"n": step}, id=job_id, delay=delay,  # noqa: B023
-                                       priority=rnd.randrange(10)))  # noqa: B023
-        until_done(lambda: ordered.ensure({"key": key, "seq": seq}, id=ord_id,  # noqa: B023
-                                          key=key if keyed else None))  # noqa: B023
-        until_done(lambda: groups.ensure({"key": key, "seq": seq}, id=grp_id,  # noqa: B023
-                                         key=key))  # noqa: B023
-        cmds = [Cmd(("HSET", pushed_key(prefix, name), job_id, pushed_value(JOBS, None, None),
-                     ord_id, pushed_value(ORDERED, key, seq),
-                     grp_id, pushed_value(GROUPS, key, seq))),
-                Cmd(("SET", next_key(prefix, name), step + 1))]
+        # Each step's arguments are made once: a resent step pushes the same messages.
+        priority = rnd.randrange(10)
+        until_done(partial(jobs.ensure, {"n": step}, id=job_id, delay=delay, priority=priority))
+        ord_key = key if keyed else None
+        until_done(partial(ordered.ensure, {"key": key, "seq": seq}, id=ord_id, key=ord_key))
+        until_done(partial(groups.ensure, {"key": key, "seq": seq}, id=grp_id, key=key))
+        cmds = [
+            Cmd(
+                (
+                    "HSET",
+                    pushed_key(prefix, name),
+                    job_id,
+                    pushed_value(JOBS, None, None),
+                    ord_id,
+                    pushed_value(ORDERED, key, seq),
+                    grp_id,
+                    pushed_value(GROUPS, key, seq),
+                )
+            ),
+            Cmd(("SET", next_key(prefix, name), step + 1)),
+        ]
         until_done(lambda: write(client, cmds, args.replicas))  # noqa: B023
         step += 1
         stop.wait(max(0.0, period - (time.monotonic() - started)))
@@ -184,14 +209,16 @@ def produce(args: argparse.Namespace) -> None:
 
 # -- consumer ------------------------------------------------------------------------------
 
+
 class Handling:
     """What a consumer's handler does with one delivery, apart from its I/O (shared by the
     thread and the asyncio consumer): the record it writes first, how long it works (past
     the visibility, now and then), the end it records on a keyed queue, whether it fails
     on purpose."""
 
-    def __init__(self, me: str, prefix: str, queue: Any, msg: dynoq.Message, call: str,
-                 nap: float) -> None:
+    def __init__(
+        self, me: str, prefix: str, queue: Any, msg: dynoq.Message, call: str, nap: float
+    ) -> None:
         """``queue``: a dynoq.Queue or a dynoq.asyncio.Queue (only its name and keys are
         read); ``call``: this call's unique name."""
         assert msg.id is not None and msg.shard is not None
@@ -208,9 +235,17 @@ class Handling:
             self.fenced_by, self.fence, self.key = keys.lease, msg.lease or "", ""
         self.planned = first and _fraction(msg.id, "fail") < FAIL_RATE
         payload = msg.payload if isinstance(msg.payload, dict) else {}
-        self.value = handling_value(me, queue.name, msg.id, payload.get("key"),
-                                    payload.get("seq"), msg.shard, msg.fence, msg.attempts,
-                                    self.planned)
+        self.value = handling_value(
+            me,
+            queue.name,
+            msg.id,
+            payload.get("key"),
+            payload.get("seq"),
+            msg.shard,
+            msg.fence,
+            msg.attempts,
+            self.planned,
+        )
         # keeps messages in flight; now and then its visibility runs out meanwhile
         slow = first and _fraction(msg.id, "slow") < SLOW_RATE
         self.work = random.uniform(0.005, 0.05) + (nap if slow else 0.0)
@@ -220,8 +255,19 @@ class Handling:
         # Recorded before anything else; a call that cannot record raises, so the message
         # is retried, as a real handler whose effect failed would be.
         key = record_key(self.prefix, self.name, self.msg.shard or 0)
-        return Cmd(("EVAL", RECORD_LUA, 2, self.fenced_by, key, self.call, self.fence,
-                    self.value, self.key))
+        return Cmd(
+            (
+                "EVAL",
+                RECORD_LUA,
+                2,
+                self.fenced_by,
+                key,
+                self.call,
+                self.fence,
+                self.value,
+                self.key,
+            )
+        )
 
     def ended(self) -> Cmd:
         key = ended_key(self.prefix, self.name, self.msg.shard or 0)
@@ -232,9 +278,16 @@ class Handling:
 
 
 def _options(args: argparse.Namespace, me: str) -> dict[str, Any]:
-    return dict(group=GROUP, concurrency=args.concurrency, batch_size=args.batch_size,
-                lease_ttl=args.lease_ttl, rebalance_interval=args.lease_ttl, idle_wait=0.5,
-                instance_id=me, retry_delays=(0.3, 0.6, 1.0))
+    return dict(
+        group=GROUP,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        lease_ttl=args.lease_ttl,
+        rebalance_interval=args.lease_ttl,
+        idle_wait=0.5,
+        instance_id=me,
+        retry_delays=(0.3, 0.6, 1.0),
+    )
 
 
 def consume(args: argparse.Namespace) -> None:
@@ -252,6 +305,7 @@ def consume(args: argparse.Namespace) -> None:
                 write(client, [h.ended()], args.replicas)
             if (failure := h.failure()) is not None:
                 raise failure
+
         return handle
 
     consumers = []
@@ -259,8 +313,7 @@ def consume(args: argparse.Namespace) -> None:
         queue = until_done(lambda: client.queue(name))  # noqa: B023
         handler = handler_for(queue)
         # A consumer starts once: a start that failed half-way needs a new one.
-        consumers.append(until_done(
-            lambda: client.consumer(queue, handler, **_options(args, me)).start()))  # noqa: B023
+        consumers.append(until_done(partial(_start, client, queue, handler, _options(args, me))))
     print("started", flush=True)
     stop.wait()
     for c in consumers:
@@ -277,12 +330,16 @@ def consume_async(args: argparse.Namespace) -> None:
 async def _consume_async(args: argparse.Namespace, stop: threading.Event) -> None:
     me = f"{args.name}.{args.gen}"
     prefix = os.environ["DYNOQ_PREFIX"]
-    client = dynoq.asyncio.connect(None, prefix=prefix, client_name=f"{prefix}:{me}",
-                                   socket_timeout=10, socket_connect_timeout=2)
+    client = dynoq.asyncio.connect(
+        None,
+        prefix=prefix,
+        client_name=f"{prefix}:{me}",
+        socket_timeout=10,
+        socket_connect_timeout=2,
+    )
     calls = itertools.count()
 
-    def handler_for(queue: dynoq.asyncio.Queue) -> Callable[[dynoq.Message],
-                                                             Awaitable[None]]:
+    def handler_for(queue: dynoq.asyncio.Queue) -> Callable[[dynoq.Message], Awaitable[None]]:
         async def handle(msg: dynoq.Message) -> None:
             h = Handling(me, prefix, queue, msg, f"{me}:{next(calls)}", args.visibility + 0.5)
             await awrite(client, [h.started()], args.replicas)
@@ -291,14 +348,16 @@ async def _consume_async(args: argparse.Namespace, stop: threading.Event) -> Non
                 await awrite(client, [h.ended()], args.replicas)
             if (failure := h.failure()) is not None:
                 raise failure
+
         return handle
 
     consumers = []
     for name in (JOBS, ORDERED, GROUPS):
         queue = await until_done_async(lambda: client.queue(name))  # noqa: B023
         handler = handler_for(queue)
-        consumers.append(await until_done_async(
-            lambda: client.consumer(queue, handler, **_options(args, me)).start()))  # noqa: B023
+        consumers.append(
+            await until_done_async(partial(_start, client, queue, handler, _options(args, me)))
+        )
     print("started", flush=True)
     await asyncio.to_thread(stop.wait)
     for c in consumers:

@@ -55,9 +55,11 @@ class Server:
         killed = 0
         for node in self.nodes():
             try:
-                clients = [c for c in node.client_list()
-                           if c.get("flags", "") in ("N", "P")
-                           and self.killable(c.get("name", ""))]
+                clients = [
+                    c
+                    for c in node.client_list()
+                    if c.get("flags", "") in ("N", "P") and self.killable(c.get("name", ""))
+                ]
                 for c in rng.sample(clients, min(most, len(clients))):
                     with contextlib.suppress(redis.ResponseError):  # gone meanwhile
                         node.client_kill_filter(_id=c["id"])
@@ -83,8 +85,9 @@ class Embedded(Server):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.dir = tempfile.mkdtemp(prefix="dynoq-chaos-")
-        self.server = ValkeyServer(port=port, data_dir=self.dir, persist=True,
-                                   appendonly="yes", appendfsync="always")
+        self.server = ValkeyServer(
+            port=port, data_dir=self.dir, persist=True, appendonly="yes", appendfsync="always"
+        )
         self.server.start()
         self.url = f"redis://127.0.0.1:{port}/0"
 
@@ -123,8 +126,11 @@ class Cluster(Server):
         return f"master:{port}"
 
     def nodes(self) -> list[redis.Redis]:
-        return [self.cluster.node_client(p, client_name=self.me, socket_timeout=5)
-                for p in self.cluster.ports if self.cluster.is_alive(p)]
+        return [
+            self.cluster.node_client(p, client_name=self.me, socket_timeout=5)
+            for p in self.cluster.ports
+            if self.cluster.is_alive(p)
+        ]
 
     def close(self) -> None:
         self.cluster.stop()
@@ -145,5 +151,6 @@ class Given(Server):
 
         with dynoq.connect(self.url) as client:  # just to read the topology
             hosts = [(n.host, n.port) for n in client.redis.get_nodes()]
-        return [redis.Redis(host=h, port=p, client_name=self.me, socket_timeout=5)
-                for h, p in hosts]
+        return [
+            redis.Redis(host=h, port=p, client_name=self.me, socket_timeout=5) for h, p in hosts
+        ]

@@ -14,8 +14,9 @@ import redis
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--url", default=None,
-                   help="server to measure (default: a private embedded Valkey)")
+    p.add_argument(
+        "--url", default=None, help="server to measure (default: a private embedded Valkey)"
+    )
     p.add_argument("--repeats", type=int, default=3)
     return p
 
@@ -39,7 +40,7 @@ def server_url(url: str | None) -> Iterator[str]:
 def drop_prefix(r: redis.Redis, prefix: str) -> None:
     keys = list(r.scan_iter(match=f"{prefix}*", count=1000))
     for i in range(0, len(keys), 1000):
-        r.delete(*keys[i:i + 1000])
+        r.delete(*keys[i : i + 1000])
 
 
 def clean_up(r: redis.Redis, client: Any, *prefixes: str) -> None:

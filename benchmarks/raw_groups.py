@@ -96,7 +96,7 @@ class RawGroups:
         """Push (key, id, payload) items, 1,000 a call."""
         done = 0
         for i in range(0, len(items), 1000):
-            args = [x for item in items[i:i + 1000] for x in item]
+            args = [x for item in items[i : i + 1000] for x in item]
             done += int(self._push(keys=self.keys[:3], args=args))
         return done
 

@@ -44,7 +44,6 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
-from .halves import Half, Transaction
 from .message import ConsumerStats, KeyState, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
@@ -52,6 +51,7 @@ from .settings import ConsumerSettings, QueueSettings, TopicSettings
 from .sweeper import Sweeper
 from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
+from .transactions import Half, Transaction
 
 try:  # one version, pyproject.toml's, as installed (wheel or editable)
     __version__ = _version("dynoq")

@@ -57,8 +57,9 @@ def grants(role: str) -> Grants:
         channels |= uses.channels
     # WAIT: a write may wait for replicas (a queue's min_replicas)
     reads = _grants.READS | {"PING", "TIME"} | ({"WAIT"} if writes else set())
-    return Grants(reads, {c: frozenset(k) for c, k in writes.items()}, frozenset(channels),
-                  r.scripts)
+    return Grants(
+        reads, {c: frozenset(k) for c, k in writes.items()}, frozenset(channels), r.scripts
+    )
 
 
 def commands(role: str) -> list[str]:
@@ -78,8 +79,7 @@ CONNECTION = ("select",)
 CLUSTER = ("asking", "cluster|shards", "cluster|slots", "command")
 
 
-def rules(prefix: str, role: str, *, cluster: bool = False,
-          upgrade: bool = False) -> list[str]:
+def rules(prefix: str, role: str, *, cluster: bool = False, upgrade: bool = False) -> list[str]:
     """The ``ACL SETUSER`` rules of ``role`` under ``prefix`` (add ``on`` and a
     password); ``cluster=True`` for a Redis Cluster's users (set them on every node).
     ``upgrade=True`` keeps the user's selectors, so the scripts of the version it was
@@ -89,9 +89,15 @@ def rules(prefix: str, role: str, *, cluster: bool = False,
     g = grants(role)
     p = _grants.glob_escape(prefix)
     extra = [*CONNECTION, *(CLUSTER if cluster else ())]
-    out = ["resetkeys", f"%R~{p}:*", "resetchannels", *([f"&{p}:*"] if g.channels else []),
-           "-@all", *(f"+{c.lower()}" for c in sorted(g.reads | g.channels)),
-           *(f"+{c}" for c in extra)]
+    out = [
+        "resetkeys",
+        f"%R~{p}:*",
+        "resetchannels",
+        *([f"&{p}:*"] if g.channels else []),
+        "-@all",
+        *(f"+{c.lower()}" for c in sorted(g.reads | g.channels)),
+        *(f"+{c}" for c in extra),
+    ]
     if not upgrade:
         out.append("clearselectors")
     shas = sorted(SCRIPTS[s].sha for s in g.scripts)
@@ -111,10 +117,12 @@ def _selector(keys: list[str], cmds: list[str]) -> str:
 def as_text(found: list[str]) -> str:
     """Rules as one line for ``redis-cli`` or an ACL file (both split it as sdssplitargs
     does): a rule holding a space, a quote or a backslash is double-quoted."""
+
     def quote(rule: str) -> str:
         if not any(c in rule for c in " \"'\\"):
             return rule
         return '"' + rule.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
     return " ".join(quote(r) for r in found)
 
 
@@ -129,5 +137,16 @@ def install(admin: Any, **redis_options: Any) -> Installed:
     return _install(admin, **redis_options)
 
 
-__all__ = ["CLUSTER", "CONNECTION", "ROLES", "Grants", "Installed", "Role", "as_text",
-           "commands", "grants", "install", "rules"]
+__all__ = [
+    "CLUSTER",
+    "CONNECTION",
+    "ROLES",
+    "Grants",
+    "Installed",
+    "Role",
+    "as_text",
+    "commands",
+    "grants",
+    "install",
+    "rules",
+]

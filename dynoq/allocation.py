@@ -73,9 +73,7 @@ def _prepare(
         raise InvalidArgument("me (the current consumer id) is empty")
     for what, value in (("shards", shards), ("consumers", consumers)):
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise InvalidType(
-                f"{what} must be a sequence, not {type(value).__name__}"
-            )
+            raise InvalidType(f"{what} must be a sequence, not {type(value).__name__}")
     shard_set = set(shards)
     consumer_set = set(consumers)
     for shard in shard_set:
@@ -164,13 +162,9 @@ def consistent_hash(
     ``shard_key(shard)`` (default ``str(shard)``). ``virtual_nodes`` must be >= 1
     (RocketMQ accepts 0 and then assigns nothing to anyone).
     """
-    _reject_unknown(
-        "consistent_hash", unknown, "virtual_nodes, hash_function, shard_key"
-    )
+    _reject_unknown("consistent_hash", unknown, "virtual_nodes, hash_function, shard_key")
     if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
-        raise InvalidType(
-            f"virtual_nodes must be an int, not {type(virtual_nodes).__name__}"
-        )
+        raise InvalidType(f"virtual_nodes must be an int, not {type(virtual_nodes).__name__}")
     if virtual_nodes < 1:
         raise InvalidArgument(f"virtual_nodes must be >= 1, got {virtual_nodes}")
     hash_fn = md5_hash if hash_function is None else hash_function
@@ -241,13 +235,9 @@ def machine_room(
     """
     _reject_unknown("machine_room", unknown, "consumer_idcs, resolver")
     if consumer_idcs is None or resolver is None:
-        raise InvalidArgument(
-            "machine_room needs the consumer_idcs and resolver options"
-        )
+        raise InvalidArgument("machine_room needs the consumer_idcs and resolver options")
     if isinstance(consumer_idcs, (str, bytes)):
-        raise InvalidType(
-            "consumer_idcs must be a collection of room names, not a string"
-        )
+        raise InvalidType("consumer_idcs must be a collection of room names, not a string")
     if not callable(resolver):
         raise InvalidType("resolver must be callable")
     prepared = _prepare(shards, consumers, me)
@@ -284,9 +274,7 @@ def machine_room_nearby(
     room raises :class:`~dynoq.errors.InvalidArgument`. Differences: the inner strategy
     defaults to ``averagely`` (RocketMQ requires one) and the result is sorted.
     """
-    _reject_unknown(
-        "machine_room_nearby", unknown, "resolver, strategy, strategy_options"
-    )
+    _reject_unknown("machine_room_nearby", unknown, "resolver, strategy, strategy_options")
     if resolver is None:
         raise InvalidArgument("machine_room_nearby needs the resolver option")
     if not callable(resolver):

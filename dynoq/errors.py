@@ -142,8 +142,9 @@ class TaskFailed(DynoqError):
     """``TaskHandle.result()`` of a task that failed for good (dead-lettered): its last
     error's type and message (and traceback, when the worker recorded one)."""
 
-    def __init__(self, message: str, error_type: str = "", error: str = "",
-                 traceback: str = "") -> None:
+    def __init__(
+        self, message: str, error_type: str = "", error: str = "", traceback: str = ""
+    ) -> None:
         super().__init__(message)
         self.error_type = error_type
         self.error = error
@@ -169,25 +170,37 @@ class ResultTimeout(DynoqError, TimeoutError):
 # holds no lease: it skips the shard. Every other code maps to a typed error here.
 FENCED, LEASED, STALE, CONFLICT, GONE, BOUNDS = -1, -2, -3, -4, -5, -6
 _REFUSALS: dict[int, tuple[type[DynoqError], str]] = {
-    FENCED: (LeaseLost, "the lease on this shard is gone (expired, or taken over by another "
-                        "consumer); stop using the shard"),
+    FENCED: (
+        LeaseLost,
+        "the lease on this shard is gone (expired, or taken over by another "
+        "consumer); stop using the shard",
+    ),
     LEASED: (LeaseLost, "another consumer leases this shard"),
     STALE: (ServerError, "what the call was built from changed meanwhile"),
-    CONFLICT: (GroupConflict, "another consumer group consumes this queue while its members "
-                              "are alive (two groups on one queue would split its messages); "
-                              "to give every group every message, publish to a topic "
-                              "(client.topic) and subscribe each group"),
-    GONE: (QueueGone, "it is gone: its keys vanished from the server (a restart without "
-                      "persistence, a flush, eviction) or it was created anew, maybe with "
-                      "other settings; nothing was done. Open it again with "
-                      "client.queue(name, ...) (client.topic for a topic), which creates it "
-                      "as a first open does if it no longer exists"),
+    CONFLICT: (
+        GroupConflict,
+        "another consumer group consumes this queue while its members "
+        "are alive (two groups on one queue would split its messages); "
+        "to give every group every message, publish to a topic "
+        "(client.topic) and subscribe each group",
+    ),
+    GONE: (
+        QueueGone,
+        "it is gone: its keys vanished from the server (a restart without "
+        "persistence, a flush, eviction) or it was created anew, maybe with "
+        "other settings; nothing was done. Open it again with "
+        "client.queue(name, ...) (client.topic for a topic), which creates it "
+        "as a first open does if it no longer exists",
+    ),
     # Never for a call dynoq makes: each script takes what one call of this version sends
     # (lua/lib/bounds.lua); a user that sends EVALSHA by hand may meet it.
-    BOUNDS: (InvalidArgument, "the call carries more keys or arguments than one call of "
-                              "this dynoq version sends, a count or time out of its range, "
-                              "or meets a stored hash larger than dynoq writes "
-                              "(docs/security.md, Bounds); nothing was done"),
+    BOUNDS: (
+        InvalidArgument,
+        "the call carries more keys or arguments than one call of "
+        "this dynoq version sends, a count or time out of its range, "
+        "or meets a stored hash larger than dynoq writes "
+        "(docs/security.md, Bounds); nothing was done",
+    ),
 }
 
 
@@ -195,11 +208,13 @@ def gone_error(what: str, context: str) -> QueueGone:
     """The QueueGone of ``what`` ("queue 'orders'", "topic 'news'") for the refused
     ``context`` ("push to shard 3 of 'orders'")."""
     kind = what.split(" ", 1)[0]
-    return QueueGone(f"{what} is gone: its keys vanished from the server (a restart without "
-                     "persistence, a flush, eviction) or it was created anew, maybe with "
-                     f"other settings; {context} was refused and changed nothing. Open it "
-                     f"again with client.{kind}(name, ...): that creates it as a first open "
-                     "does if it no longer exists")
+    return QueueGone(
+        f"{what} is gone: its keys vanished from the server (a restart without "
+        "persistence, a flush, eviction) or it was created anew, maybe with "
+        f"other settings; {context} was refused and changed nothing. Open it "
+        f"again with client.{kind}(name, ...): that creates it as a first open "
+        "does if it no longer exists"
+    )
 
 
 def raise_for(reply: Any, context: str) -> None:

@@ -87,8 +87,9 @@ def gather(calls: Sequence[Callable[[], T]], name: str) -> list[T]:
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             errors[i] = exc
 
-    threads = [threading.Thread(target=run, args=(i,), name=name, daemon=True)
-               for i in range(len(calls))]
+    threads = [
+        threading.Thread(target=run, args=(i,), name=name, daemon=True) for i in range(len(calls))
+    ]
     for t in threads:
         t.start()
     for t in threads:

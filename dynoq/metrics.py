@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, s
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._core.sweep import SweepReport
+from ._core.sweeper import SweepReport
 from .client import Client
 from .errors import DynoqError, LayoutError, QueueGone
 from .queue import Queue
@@ -35,8 +35,23 @@ log = logging.getLogger("dynoq.metrics")
 
 STATES = ("ready", "delayed", "unacked", "dead", "prepared")
 # Handler latency buckets (seconds): from fast in-memory handlers to slow external calls.
-HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                   10.0, 30.0, 60.0)
+HANDLER_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 
 
 class QueueCollector(Collector):
@@ -50,24 +65,38 @@ class QueueCollector(Collector):
 
     def _families(self) -> tuple[Any, ...]:
         return (
-            GaugeMetricFamily("dynoq_queue_messages", "Messages by queue, shard and state "
-                              "(ready, delayed, unacked = in flight, dead, prepared = "
-                              "transactional messages not committed nor rolled back)",
-                              labels=["queue", "shard", "state"]),
-            GaugeMetricFamily("dynoq_topic_group_messages", "Messages of each topic group's "
-                              "queue (one per broadcasting member) by state",
-                              labels=["topic", "group", "queue", "state"]),
-            GaugeMetricFamily("dynoq_queue_oldest_waiting_seconds",
-                              "Age of the oldest message that is due but not yet delivered "
-                              "(0 when none)", labels=["queue"]),
+            GaugeMetricFamily(
+                "dynoq_queue_messages",
+                "Messages by queue, shard and state "
+                "(ready, delayed, unacked = in flight, dead, prepared = "
+                "transactional messages not committed nor rolled back)",
+                labels=["queue", "shard", "state"],
+            ),
+            GaugeMetricFamily(
+                "dynoq_topic_group_messages",
+                "Messages of each topic group's queue (one per broadcasting member) by state",
+                labels=["topic", "group", "queue", "state"],
+            ),
+            GaugeMetricFamily(
+                "dynoq_queue_oldest_waiting_seconds",
+                "Age of the oldest message that is due but not yet delivered (0 when none)",
+                labels=["queue"],
+            ),
             GaugeMetricFamily("dynoq_redis_up", "1 if the last scrape could read Redis"),
-            CounterMetricFamily("dynoq_transactions", "Transactional messages decided, by "
-                                "outcome (committed, rolled_back: a checker's max_checks "
-                                "included), since each shard was created",
-                                labels=["queue", "outcome"]),
-            GaugeMetricFamily("dynoq_queue_unreadable", "1 for a queue or topic stored in "
-                              "a layout this version of dynoq does not read (run dynoq "
-                              "migrate, or upgrade dynoq)", labels=["queue"]),
+            CounterMetricFamily(
+                "dynoq_transactions",
+                "Transactional messages decided, by "
+                "outcome (committed, rolled_back: a checker's max_checks "
+                "included), since each shard was created",
+                labels=["queue", "outcome"],
+            ),
+            GaugeMetricFamily(
+                "dynoq_queue_unreadable",
+                "1 for a queue or topic stored in "
+                "a layout this version of dynoq does not read (run dynoq "
+                "migrate, or upgrade dynoq)",
+                labels=["queue"],
+            ),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -96,8 +125,9 @@ class QueueCollector(Collector):
                 for s in stats.shards:
                     for state in STATES:
                         depth.add_metric([name, str(s.shard), state], getattr(s, state))
-                waiting = [now - s.oldest_ready_at for s in stats.shards
-                           if s.oldest_ready_at is not None]
+                waiting = [
+                    now - s.oldest_ready_at for s in stats.shards if s.oldest_ready_at is not None
+                ]
                 oldest.add_metric([name], max(0.0, *waiting) if waiting else 0.0)
                 for outcome in ("committed", "rolled_back"):
                     decided.add_metric([name, outcome], stats.total(outcome))
@@ -112,8 +142,9 @@ class QueueCollector(Collector):
                         continue
                     for b in topic.backlog():
                         for state in STATES:
-                            groups.add_metric([topic.name, b.group, b.queue, state],
-                                              getattr(b.stats, state))
+                            groups.add_metric(
+                                [topic.name, b.group, b.queue, state], getattr(b.stats, state)
+                            )
         except DynoqError as exc:
             log.warning("metrics scrape could not read Redis: %s", exc)
             up.add_metric([], 0)
@@ -128,37 +159,67 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = REGISTRY if registry is None else registry
         self.registry = reg
-        self.requeued = Counter("dynoq_requeued", "Expired deliveries given back by the "
-                                "sweeper", ["queue"], registry=reg)
-        self.dead_lettered = Counter("dynoq_dead_lettered", "Deliveries the sweeper moved "
-                                     "to the dead-letter set (retries spent)", ["queue"],
-                                     registry=reg)
-        self.promoted = Counter("dynoq_promoted", "Due delayed messages the sweeper made "
-                                "ready", ["queue"], registry=reg)
-        self.trimmed = Counter("dynoq_dedupe_trimmed", "Acked ids dropped from dedupe "
-                               "windows", ["queue"], registry=reg)
-        self.reaped = Counter("dynoq_reaped_members", "Consumer-group members reaped after "
-                              "they stopped heartbeating", ["queue"], registry=reg)
-        self.sweeps = Counter("dynoq_sweeps", "Sweeper passes by outcome", ["outcome"],
-                              registry=reg)
-        self.handled = Counter("dynoq_handled", "Messages whose handler returned (acked)",
-                               ["queue", "group"], registry=reg)
-        self.failed = Counter("dynoq_failed", "Messages whose handler raised",
-                              ["queue", "group"], registry=reg)
-        self.checks = Counter("dynoq_transaction_checks", "Answers of transaction checkers "
-                              "(commit, rollback, unknown, invalid, error, stale, buried)",
-                              ["queue", "group", "outcome"], registry=reg)
-        self.handler_seconds = Histogram("dynoq_handler_seconds", "Handler latency",
-                                         ["queue", "group"], buckets=HANDLER_BUCKETS,
-                                         registry=reg)
+        self.requeued = Counter(
+            "dynoq_requeued",
+            "Expired deliveries given back by the sweeper",
+            ["queue"],
+            registry=reg,
+        )
+        self.dead_lettered = Counter(
+            "dynoq_dead_lettered",
+            "Deliveries the sweeper moved to the dead-letter set (retries spent)",
+            ["queue"],
+            registry=reg,
+        )
+        self.promoted = Counter(
+            "dynoq_promoted", "Due delayed messages the sweeper made ready", ["queue"], registry=reg
+        )
+        self.trimmed = Counter(
+            "dynoq_dedupe_trimmed", "Acked ids dropped from dedupe windows", ["queue"], registry=reg
+        )
+        self.reaped = Counter(
+            "dynoq_reaped_members",
+            "Consumer-group members reaped after they stopped heartbeating",
+            ["queue"],
+            registry=reg,
+        )
+        self.sweeps = Counter(
+            "dynoq_sweeps", "Sweeper passes by outcome", ["outcome"], registry=reg
+        )
+        self.handled = Counter(
+            "dynoq_handled",
+            "Messages whose handler returned (acked)",
+            ["queue", "group"],
+            registry=reg,
+        )
+        self.failed = Counter(
+            "dynoq_failed", "Messages whose handler raised", ["queue", "group"], registry=reg
+        )
+        self.checks = Counter(
+            "dynoq_transaction_checks",
+            "Answers of transaction checkers "
+            "(commit, rollback, unknown, invalid, error, stale, buried)",
+            ["queue", "group", "outcome"],
+            registry=reg,
+        )
+        self.handler_seconds = Histogram(
+            "dynoq_handler_seconds",
+            "Handler latency",
+            ["queue", "group"],
+            buckets=HANDLER_BUCKETS,
+            registry=reg,
+        )
 
     def record_sweep(self, report: SweepReport) -> None:
         self.sweeps.labels("ok" if not report.errors else "partial").inc()
         for name, s in report.queues.items():
-            for counter, value in ((self.requeued, s.requeued),
-                                   (self.dead_lettered, s.dead_lettered),
-                                   (self.promoted, s.promoted), (self.trimmed, s.trimmed),
-                                   (self.reaped, s.reaped)):
+            for counter, value in (
+                (self.requeued, s.requeued),
+                (self.dead_lettered, s.dead_lettered),
+                (self.promoted, s.promoted),
+                (self.trimmed, s.trimmed),
+                (self.reaped, s.reaped),
+            ):
                 if value:
                     counter.labels(name).inc(value)
 
@@ -201,9 +262,13 @@ def default_metrics() -> Metrics:
         return _default
 
 
-def start_metrics_server(port: int, *, addr: str = "127.0.0.1",
-                         registry: CollectorRegistry | None = None,
-                         client: Client | None = None) -> tuple[WSGIServer, threading.Thread]:
+def start_metrics_server(
+    port: int,
+    *,
+    addr: str = "127.0.0.1",
+    registry: CollectorRegistry | None = None,
+    client: Client | None = None,
+) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``registry`` (default: the global one) on ``addr:port`` in a daemon thread
     (loopback by default: pass ``addr="0.0.0.0"`` for a scraper on another host).
     With ``client``, queue depths are added (read from Redis on each scrape). Port 0 picks

@@ -1,10 +1,10 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest fe12eb0d18dfe63a: of the text below, an edit by hand does not match).
+# is stale; digest 3b4c64c4e22bd047: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
-multi-step flows) are in the core, shared by both flavors (:class:`dynoq._core.ops.QueueOps`
+multi-step flows) are in the core, shared by both flavors (:class:`dynoq._core.queue.QueueOps`
 builds single calls; the flows are the pop planner's, ``_core/popping.py``, and those of
 ``_core/byid.py`` and ``_core/deadletters.py``); this class only runs them on a backend.
 The asyncio shell (``dynoq/asyncio/queue.py``) is written by hand; the sync one is
@@ -17,17 +17,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import tracing
-from ._core import byid, deadletters, sweep
-from ._core.halves import Prepared, TxOps
-from ._core.ops import QueueOps
+from ._core import byid, deadletters, sweeper
 from ._core.popping import Planner
+from ._core.queue import QueueOps
 from ._core.schedules import Schedule, ScheduleOps
+from ._core.transactions import Prepared, TransactionOps
 from ._core.validate import check_id, check_items
 from .errors import InvalidArgument
 from .message import KeyState, Message, QueueStats
 from .settings import QueueSettings
 from .backend import Backend
-from .halves import Half, Transaction
+from .transactions import Half, Transaction
 
 
 class Queue:
@@ -40,7 +40,9 @@ class Queue:
         self.ops = ops  # the pure operations of this queue
         self.name = ops.name
         self.settings: QueueSettings = ops.settings
-        self.tx = TxOps(ops)  # transactional messages (dynoq/_core/halves.py)
+        self.transactions = TransactionOps(
+            ops
+        )  # transactional messages (dynoq/_core/transactions.py)
         self.planner = Planner(ops)  # every pop of this queue (dynoq/_core/popping.py)
 
     def __repr__(self) -> str:
@@ -48,9 +50,16 @@ class Queue:
 
     # -- producing ---------------------------------------------------------------------------
 
-    def push(self, payload: Any, *, id: str | None = None, delay: float = 0.0,
-             priority: int = 0, key: str | None = None,
-             headers: dict[str, Any] | None = None) -> str:
+    def push(
+        self,
+        payload: Any,
+        *,
+        id: str | None = None,
+        delay: float = 0.0,
+        priority: int = 0,
+        key: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> str:
         """Add a message; return its id.
 
         payload: bytes, str, numbers, bools, None, and lists or dicts of those (msgpack).
@@ -62,23 +71,40 @@ class Queue:
         PayloadTooLarge for a payload that cannot be stored, OrderedQueueError for a delay
         or priority on an ordered queue, ConnectionFailed when Redis is unreachable."""
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
-            out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
-                                           key=key, headers=tracing.inject(headers)))
+            out = self.ops.prepare(
+                Message(
+                    payload,
+                    id=id,
+                    delay=delay,
+                    priority=priority,
+                    key=key,
+                    headers=tracing.inject(headers),
+                )
+            )
             if self.ops.combines():  # sent with other callers' single pushes, if any
                 self.backend.push(self.ops, out, self.ops.mode_of(out))
             else:
                 self.backend.run(self.ops.push([out]))
         return out.id
 
-    def ensure(self, payload: Any, *, id: str, delay: float = 0.0, priority: int = 0,
-               key: str | None = None, headers: dict[str, Any] | None = None) -> bool:
+    def ensure(
+        self,
+        payload: Any,
+        *,
+        id: str,
+        delay: float = 0.0,
+        priority: int = 0,
+        key: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> bool:
         """Push unless a message with this id exists (or was acked within the queue's
         dedupe window); True if it was pushed. Atomic: of concurrent callers with one id,
         exactly one pushes. Arguments and errors as :meth:`push`."""
         if id is None:
             raise InvalidArgument("ensure() needs an id: it pushes only if that id is absent")
-        out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
-                                       key=key, headers=headers))
+        out = self.ops.prepare(
+            Message(payload, id=id, delay=delay, priority=priority, key=key, headers=headers)
+        )
         if self.ops.combines():
             return bool(self.backend.push(self.ops, out, "ensure"))
         return bool(self.backend.run(self.ops.push([out], mode="ensure")))
@@ -88,8 +114,9 @@ class Queue:
         are validated before any is written. Returns their ids, in order. A repeated id
         is refused (InvalidArgument); errors otherwise as :meth:`push`."""
         with tracing.span("push", self.name, producer=True):
-            outs = [self.ops.prepare(tracing.traced(item))
-                    for item in check_items(items, "push_many()")]
+            outs = [
+                self.ops.prepare(tracing.traced(item)) for item in check_items(items, "push_many()")
+            ]
             ids = self.ops.unique(outs)
             if outs:
                 self.backend.run(self.ops.push(outs))
@@ -104,10 +131,17 @@ class Queue:
 
     # -- transactional messages ------------------------------------------------------------
 
-    def prepare(self, payload: Any, *, id: str | None = None, key: str | None = None,
-                delay: float = 0.0, priority: int = 0,
-                headers: dict[str, Any] | None = None,
-                check_after: float = 60.0) -> Half:
+    def prepare(
+        self,
+        payload: Any,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        delay: float = 0.0,
+        priority: int = 0,
+        headers: dict[str, Any] | None = None,
+        check_after: float = 60.0,
+    ) -> Half:
         """Store a message that is not delivered, peeked or counted as waiting until
         ``half.commit()`` (RocketMQ's half message); ``half.rollback()`` drops it.
         Use it to enqueue if and only if your own database transaction commits: prepare,
@@ -116,37 +150,61 @@ class Queue:
         counts from the commit; on an ordered queue the message takes its place at the
         commit. A given ``id`` already stored is refused (InvalidArgument); other
         arguments and errors as :meth:`push`."""
-        msg_id, shard, call = self.tx.prepare(payload, id=id, key=key, delay=delay,
-                                              priority=priority, headers=headers,
-                                              check_after_s=check_after)
+        msg_id, shard, call = self.transactions.prepare(
+            payload,
+            id=id,
+            key=key,
+            delay=delay,
+            priority=priority,
+            headers=headers,
+            check_after_s=check_after,
+        )
         self.backend.run(call)
-        return Half(self.backend, self.tx, msg_id, shard)
+        return Half(self.backend, self.transactions, msg_id, shard)
 
-    def transaction(self, payload: Any, *, id: str | None = None, key: str | None = None,
-                    delay: float = 0.0, priority: int = 0,
-                    headers: dict[str, Any] | None = None,
-                    check_after: float = 60.0) -> Transaction:
+    def transaction(
+        self,
+        payload: Any,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        delay: float = 0.0,
+        priority: int = 0,
+        headers: dict[str, Any] | None = None,
+        check_after: float = 60.0,
+    ) -> Transaction:
         """``with q.transaction(payload, ...) as half:`` prepares the message, then
         commits it when the block ends cleanly and rolls it back when it raises.
         Arguments as :meth:`prepare`."""
-        return Transaction(self.backend, self.tx, payload, {
-            "id": id, "key": key, "delay": delay, "priority": priority,
-            "headers": headers, "check_after_s": check_after})
+        return Transaction(
+            self.backend,
+            self.transactions,
+            payload,
+            {
+                "id": id,
+                "key": key,
+                "delay": delay,
+                "priority": priority,
+                "headers": headers,
+                "check_after_s": check_after,
+            },
+        )
 
     def half(self, id: str) -> Half:
         """The handle of a message prepared earlier (by this process or another), to
         commit or roll it back by id."""
-        return Half(self.backend, self.tx, check_id(id))
+        return Half(self.backend, self.transactions, check_id(id))
 
     def prepared(self, limit: int = 100) -> list[Prepared]:
         """Up to ``limit`` (1..1000) prepared messages, the next to be checked first,
         with when each was prepared and how many checks it had."""
-        return self.backend.drive(self.tx.prepared(limit))
+        return self.backend.drive(self.transactions.prepared(limit))
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def pop(self, count: int = 1, *, wait: float = 0.0,
-            visibility: float | None = None) -> list[Message]:
+    def pop(
+        self, count: int = 1, *, wait: float = 0.0, visibility: float | None = None
+    ) -> list[Message]:
         """Claim up to ``count`` (1..1000) due messages.
 
         Each stays invisible to other consumers for ``visibility`` seconds (default: the
@@ -155,8 +213,7 @@ class Queue:
         message (woken by pushes, not polling). Returns [] when nothing came. On asyncio,
         cancelling a task that waits here claims nothing."""
         with tracing.span("receive", self.name):
-            return self.backend.drive(self.planner.pop(count, wait=wait,
-                                                       visibility=visibility))
+            return self.backend.drive(self.planner.pop(count, wait=wait, visibility=visibility))
 
     def ack(self, msg: Message | str) -> bool:
         """Finish a delivery (a popped message, or an id: slower on ordered queues). False
@@ -243,13 +300,21 @@ class Queue:
         """Give back every delivery whose visibility ran out, over all shards (Dyno's
         processUnacks); returns how many went back or to the dead letters. The sweeper
         and every pop do this too."""
-        return self.backend.drive(sweep.requeue_expired(self.ops))
+        return self.backend.drive(sweeper.requeue_expired(self.ops))
 
     # -- recurring messages ------------------------------------------------------------------
 
-    def schedule(self, id: str, payload: Any, *, every: float | None = None,
-                 cron: str | None = None, priority: int = 0, key: str | None = None,
-                 headers: dict[str, Any] | None = None) -> float:
+    def schedule(
+        self,
+        id: str,
+        payload: Any,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> float:
         """Push ``payload`` again and again: every ``every`` seconds, or on a ``cron``
         expression (5 fields, UTC), exactly one occurrence per tick however many
         consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
@@ -257,9 +322,11 @@ class Queue:
         when the current one is delivered (or by the sweeper); a tick up to a second late
         is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
         existing id replaces it. Returns the first tick (seconds, server clock)."""
-        return self.backend.drive(ScheduleOps(self.ops).schedule(
-                  id, payload, every=every, cron=cron, priority=priority, key=key,
-                  headers=headers))
+        return self.backend.drive(
+            ScheduleOps(self.ops).schedule(
+                id, payload, every=every, cron=cron, priority=priority, key=key, headers=headers
+            )
+        )
 
     def unschedule(self, id: str) -> bool:
         """Stop a recurring message (its waiting occurrence is removed); False if unknown."""

@@ -12,5 +12,13 @@ from ._core.retry import (
     backoff,
 )
 
-__all__ = ["CONCURRENT_RETRY_DELAYS", "ORDERED_RETRY_DELAYS", "ROCKETMQ_DELAY_LEVELS",
-           "DeadLetter", "RateLimited", "Retry", "RetryPolicy", "backoff"]
+__all__ = [
+    "CONCURRENT_RETRY_DELAYS",
+    "ORDERED_RETRY_DELAYS",
+    "ROCKETMQ_DELAY_LEVELS",
+    "DeadLetter",
+    "RateLimited",
+    "Retry",
+    "RetryPolicy",
+    "backoff",
+]

@@ -26,8 +26,9 @@ class StopOnSignals:
     there before come back at its end. Outside the main thread (where Python cannot set
     handlers) it does nothing."""
 
-    def __init__(self, event: threading.Event,
-                 signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
+    def __init__(
+        self, event: threading.Event, signals: Iterable[signal.Signals] = STOP_SIGNALS
+    ) -> None:
         self.event = event
         self.signals = tuple(signals)
         self._previous: dict[signal.Signals, Any] = {}
@@ -38,14 +39,16 @@ class StopOnSignals:
             return self
         read, self._write = os.pipe()
         os.set_blocking(self._write, False)  # a handler must never block
-        threading.Thread(target=self._relay, args=(read,), daemon=True,
-                         name="dynoq-signals").start()
+        threading.Thread(
+            target=self._relay, args=(read,), daemon=True, name="dynoq-signals"
+        ).start()
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()

@@ -1,9 +1,9 @@
 # Generated from dynoq/asyncio/sweeper.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 75f3ed18886b9c39: of the text below, an edit by hand does not match).
+# is stale; digest 2c5cdd937b961545: of the text below, an edit by hand does not match).
 """The sweeper: background upkeep of every registered queue and topic (DESIGN.md §4).
 
-What a pass does is in :mod:`dynoq._core.sweep`; this module runs passes on a backend,
+What a pass does is in :mod:`dynoq._core.sweeper`; this module runs passes on a backend,
 forever, riding out Redis outages with capped, jittered backoff. Any number of sweepers
 may run at once (every step is an atomic, bounded script).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from ._core import validate
-from ._core.sweep import (
+from ._core.sweeper import (
     DEFAULT_INTERVAL,
     REFRESH_INTERVAL,
     Progress,
@@ -34,18 +34,25 @@ class Sweeper:
     ``dynoq.metrics.Metrics``) is told about every pass. ``client.sweeper(...)`` makes one.
     """
 
-    def __init__(self, backend: Backend, *, prefix: str,
-                 interval: float = DEFAULT_INTERVAL,
-                 refresh_interval: float = REFRESH_INTERVAL,
-                 observer: SweepObserver | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        prefix: str,
+        interval: float = DEFAULT_INTERVAL,
+        refresh_interval: float = REFRESH_INTERVAL,
+        observer: SweepObserver | None = None,
+    ) -> None:
         self.backend = backend
         self.prefix = validate.check_name(prefix, "prefix")
         self.interval = validate.check_seconds(interval, "interval", minimum=0.001)
-        self.refresh_interval = validate.check_seconds(refresh_interval, "refresh_interval",
-                                                       minimum=0.001)
+        self.refresh_interval = validate.check_seconds(
+            refresh_interval, "refresh_interval", minimum=0.001
+        )
         self.observer = observer
-        self._sweeps = Sweeps(self.prefix, self.refresh_interval,
-                              cross_slot=backend.cross_slot, observer=observer)
+        self._sweeps = Sweeps(
+            self.prefix, self.refresh_interval, cross_slot=backend.cross_slot, observer=observer
+        )
         self._stop = new_event()
 
     def stop(self) -> None:

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest a455fff284693f60: of the text below, an edit by hand does not match).
+# is stale; digest 68be9db6893067b9: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -74,20 +74,39 @@ class Tasks:
     def task(self, fn: Callable[..., Any], /) -> Task: ...
 
     @overload
-    def task(self, fn: None = None, /, *, name: str | None = None, queue: str | None = None,
-             retry_delays: Sequence[float] | None = None, max_retries: int | None = None,
-             timeout: float | None = None, rate_limit: tuple[int, float] | None = None,
-             key: Callable[..., Any] | None = None, keep_result: float = 0.0,
-             ordered: bool | str | None = None,
-             run_in_thread: bool = False) -> Callable[[Callable[..., Any]], Task]: ...
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry_delays: Sequence[float] | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        rate_limit: tuple[int, float] | None = None,
+        key: Callable[..., Any] | None = None,
+        keep_result: float = 0.0,
+        ordered: bool | str | None = None,
+        run_in_thread: bool = False,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
-             queue: str | None = None, retry_delays: Sequence[float] | None = None,
-             max_retries: int | None = None, timeout: float | None = None,
-             rate_limit: tuple[int, float] | None = None,
-             key: Callable[..., Any] | None = None, keep_result: float = 0.0,
-             ordered: bool | str | None = None,
-             run_in_thread: bool = False) -> Task | Callable[[Callable[..., Any]], Task]:
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry_delays: Sequence[float] | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        rate_limit: tuple[int, float] | None = None,
+        key: Callable[..., Any] | None = None,
+        keep_result: float = 0.0,
+        ordered: bool | str | None = None,
+        run_in_thread: bool = False,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Declare a task: ``@tasks.task`` or ``@tasks.task(...)`` with its options.
 
         name: default ``module.qualname``; queue: default the app's; retry_delays /
@@ -102,14 +121,21 @@ class Tasks:
         function of an asyncio app runs in a thread. Bad options raise InvalidArgument /
         InvalidType, and so do a name already taken and a queue option that contradicts
         another task's."""
+
         def declare(f: Callable[..., Any]) -> Task:
             taskapp.check_function(f, asyncio=ASYNC, run_in_thread=run_in_thread)
             options = TaskOptions(
                 name=taskapp.task_name(f) if name is None else name,
                 queue=self.registry.default_queue if queue is None else queue,
                 retry_delays=None if retry_delays is None else tuple(retry_delays),
-                max_retries=max_retries, timeout=timeout, rate_limit=rate_limit, key=key,
-                keep_result=keep_result, ordered=ordered, run_in_thread=run_in_thread)
+                max_retries=max_retries,
+                timeout=timeout,
+                rate_limit=rate_limit,
+                key=key,
+                keep_result=keep_result,
+                ordered=ordered,
+                run_in_thread=run_in_thread,
+            )
             declared = Task(self, f, options)
             self.registry.add(options, declared)
             return declared
@@ -120,16 +146,18 @@ class Tasks:
         """The task declared under ``name``, or None."""
         return self.registry.get(name)
 
-    def handle(self, id: str, *, task: Task | str | None = None,
-               key: str | None = None) -> TaskHandle:
+    def handle(
+        self, id: str, *, task: Task | str | None = None, key: str | None = None
+    ) -> TaskHandle:
         """A handle on the task of this id, from any process: give its ``task`` (or its
         name) when you know it (else every task queue of the app is looked at), and its
         ordering ``key`` when it has one (else every shard of an ordered queue is)."""
         found = self.get(task) if isinstance(task, str) else task
         if isinstance(task, str) and found is None:
             raise InvalidArgument(f"no task named {task!r} in this app")
-        return TaskHandle(self, validate.check_id(id, "task id"), task=found,
-                          key=validate.check_key(key))
+        return TaskHandle(
+            self, validate.check_id(id, "task id"), task=found, key=validate.check_key(key)
+        )
 
     def queue(self, name: str) -> Queue:
         """One of the app's queues, opened (created on first use) through its client;
@@ -143,12 +171,19 @@ class Tasks:
 
     def _client(self) -> Client:
         if self.client is None:
-            raise InvalidArgument("this Tasks has no client: make it with Tasks(client), or "
-                                  "call tasks.bind(client) first")
+            raise InvalidArgument(
+                "this Tasks has no client: make it with Tasks(client), or "
+                "call tasks.bind(client) first"
+            )
         return self.client
 
-    def worker(self, *, queues: Iterable[str] | None = None,
-               settings: ConsumerSettings | None = None, **options: Any) -> Consumers:
+    def worker(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        settings: ConsumerSettings | None = None,
+        **options: Any,
+    ) -> Consumers:
         """A worker of the app's tasks: one consumer per task queue (``queues``: these
         only), each with the consumer ``options`` (as ``client.consumer`` takes them, or
         ``settings=``) and its tasks' timeout, rate limit and retry policies. Start it,
@@ -161,15 +196,26 @@ class Tasks:
             q = self.queue(name)
             if name in keeping:
                 q.backend.run(core.load_keep(q.ops))
-            made.append(client.consumer(q, Runner(self, q), settings=self.registry
-                                        .consumer_settings(name, base, bool(q.settings.ordered))))
+            made.append(
+                client.consumer(
+                    q,
+                    Runner(self, q),
+                    settings=self.registry.consumer_settings(name, base, bool(q.settings.ordered)),
+                )
+            )
         return Consumers(made)
 
-    def serve(self, url: str | None = None, *, prefix: str = "dq",
-              queues: Iterable[str] | None = None, stop_timeout: float = 30.0,
-              ready: Callable[[Consumers], Any] | None = None,
-              redis_options: dict[str, Any] | None = None,
-              **options: Any) -> ConsumerStats:
+    def serve(
+        self,
+        url: str | None = None,
+        *,
+        prefix: str = "dq",
+        queues: Iterable[str] | None = None,
+        stop_timeout: float = 30.0,
+        ready: Callable[[Consumers], Any] | None = None,
+        redis_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> ConsumerStats:
         """Run a worker of this app (:meth:`worker`, with ``queues`` and ``options``) on a
         connection of its own to ``url`` under ``prefix``, until SIGTERM or SIGINT, then
         stop it (``stop_timeout``); what ``dynoq worker --tasks`` runs. The app is bound
@@ -210,9 +256,16 @@ class Task:
         """Send this call to a worker now; a handle on it."""
         return self.apply(args, kwargs)
 
-    def apply(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
-              delay: float = 0.0, id: str | None = None, key: str | None = None,
-              priority: int = 0) -> TaskHandle:
+    def apply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        delay: float = 0.0,
+        id: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+    ) -> TaskHandle:
         """Send a call: after ``delay`` seconds, with ``priority`` (0..99, lower first), an
         ordering ``key`` (default: the task's key function of the arguments). With an
         ``id`` it is pushed only if no task of that id waits, runs, is dead-lettered or
@@ -230,20 +283,27 @@ class Task:
                 task_id = q.push(payload, delay=delay, priority=priority, key=key)
             elif self.keep_ms:
                 task_id = validate.check_id(id, "task id")
-                out = q.ops.prepare(Message(payload, id=task_id, delay=delay,
-                                            priority=priority, key=key))
+                out = q.ops.prepare(
+                    Message(payload, id=task_id, delay=delay, priority=priority, key=key)
+                )
                 q.backend.run(core.push_if_absent(q.ops, out))
             else:
                 task_id = validate.check_id(id, "task id")
                 q.ensure(payload, id=task_id, delay=delay, priority=priority, key=key)
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
-                               exc) from None
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit, exc) from None
         return TaskHandle(self.app, task_id, task=self, queue=q, key=validate.check_key(key))
 
-    def schedule(self, *, every: float | None = None, cron: str | None = None,
-                 args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-                 id: str | None = None, key: str | None = None) -> float:
+    def schedule(
+        self,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        id: str | None = None,
+        key: str | None = None,
+    ) -> float:
         """Run this call again and again: ``every`` seconds or on a ``cron`` expression
         (UTC), one run per tick however many workers run (the queue's schedules, see
         ``Queue.schedule``). ``id``: the schedule's (default the task's name: give one
@@ -255,11 +315,11 @@ class Task:
             key = self.options.key(*args, **kw)
         q = self.app.queue(self.options.queue)
         try:
-            return q.schedule(self.name if id is None else id, payload, every=every,
-                              cron=cron, key=key)
+            return q.schedule(
+                self.name if id is None else id, payload, every=every, cron=cron, key=key
+            )
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit,
-                               exc) from None
+            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit, exc) from None
 
     def unschedule(self, id: str | None = None) -> bool:
         """Stop a schedule of this task (default id: the task's name); False if unknown."""
@@ -275,8 +335,15 @@ class TaskHandle:
     """A sent call: its ``id``, and what can be asked or done about it from any process
     (``tasks.handle(id)`` makes one anew)."""
 
-    def __init__(self, app: Tasks, id: str, *, task: Task | None = None,
-                 queue: Queue | None = None, key: str | None = None) -> None:
+    def __init__(
+        self,
+        app: Tasks,
+        id: str,
+        *,
+        task: Task | None = None,
+        queue: Queue | None = None,
+        key: str | None = None,
+    ) -> None:
         self.app = app
         self.id = id
         self.task = task
@@ -304,8 +371,11 @@ class TaskHandle:
             q, shard = self._where
             info: TaskInfo = q.backend.run(core.state(q.ops, shard, self.id))
             return info
-        names = ([self.task.options.queue] if self.task is not None
-                 else self.app.registry.queues() or [self.app.registry.default_queue])
+        names = (
+            [self.task.options.queue]
+            if self.task is not None
+            else self.app.registry.queues() or [self.app.registry.default_queue]
+        )
         places: list[tuple[Queue, int]] = []
         for name in names:
             q = self.app.queue(name)
@@ -317,8 +387,7 @@ class TaskHandle:
         if len(places) == 1:
             self._where = places[0]
             return self.info()
-        i, found = places[0][0].backend.run(
-            core.locate([(q.ops, s) for q, s in places], self.id))
+        i, found = places[0][0].backend.run(core.locate([(q.ops, s) for q, s in places], self.id))
         if i >= 0:
             self._where = places[i]
         return found  # type: ignore[no-any-return]
@@ -354,8 +423,10 @@ class TaskHandle:
         and ResultNotKept at once when its task keeps no result (keep_result=0) or
         nothing is known of it (its kept result expired, or it never was)."""
         if self.task is not None and not self.task.keep_ms:
-            raise ResultNotKept(f"{self._label()} keeps no result (keep_result=0): declare "
-                                "it with @tasks.task(keep_result=seconds) to wait for one")
+            raise ResultNotKept(
+                f"{self._label()} keeps no result (keep_result=0): declare "
+                "it with @tasks.task(keep_result=seconds) to wait for one"
+            )
         if timeout is not None:
             timeout = validate.check_seconds(timeout, "timeout")
         start, nap = _now(), 0.005
@@ -365,8 +436,9 @@ class TaskHandle:
                 return core.outcome(info, self._label())
             left = None if timeout is None else timeout - (_now() - start)
             if left is not None and left <= 0:
-                raise ResultTimeout(f"{self._label()} had not ended within {timeout:g}s "
-                                    f"(it is {info.state.value})")
+                raise ResultTimeout(
+                    f"{self._label()} had not ended within {timeout:g}s (it is {info.state.value})"
+                )
             wait = nap if left is None else min(nap, left)
             time.sleep(wait)
             nap = min(nap * 2, 0.2)

@@ -50,6 +50,7 @@ def active() -> bool:
     _configured = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
     return _configured
 
+
 HEADERS = ("traceparent", "tracestate")  # where the trace context travels
 _NOTHING = nullcontext()  # reusable: entering it does nothing
 
@@ -76,11 +77,14 @@ def traced(item: Any) -> Any:
 
 
 @contextmanager
-def _span(name: str, kind: Any, destination: str, ids: list[str],
-          parent: Mapping[str, Any] | None) -> Iterator[None]:
-    attributes: dict[str, Any] = {"messaging.system": "dynoq",
-                                  "messaging.destination.name": destination,
-                                  "messaging.operation.name": name}
+def _span(
+    name: str, kind: Any, destination: str, ids: list[str], parent: Mapping[str, Any] | None
+) -> Iterator[None]:
+    attributes: dict[str, Any] = {
+        "messaging.system": "dynoq",
+        "messaging.destination.name": destination,
+        "messaging.operation.name": name,
+    }
     if len(ids) == 1:
         attributes["messaging.message.id"] = ids[0]
     elif ids:
@@ -90,21 +94,33 @@ def _span(name: str, kind: Any, destination: str, ids: list[str],
         ctx = _propagate.extract({k: str(v) for k, v in parent.items() if k in HEADERS})
     token = _context.attach(ctx) if ctx is not None else None
     try:
-        with _tracer.start_as_current_span(f"{name} {destination}", kind=kind,
-                                           attributes=attributes):
+        with _tracer.start_as_current_span(
+            f"{name} {destination}", kind=kind, attributes=attributes
+        ):
             yield
     finally:
         if token is not None:
             _context.detach(token)
 
 
-def span(name: str, destination: str, *, ids: list[str] | None = None,
-         parent: Mapping[str, Any] | None = None, producer: bool = False,
-         consumer: bool = False) -> Any:
+def span(
+    name: str,
+    destination: str,
+    *,
+    ids: list[str] | None = None,
+    parent: Mapping[str, Any] | None = None,
+    producer: bool = False,
+    consumer: bool = False,
+) -> Any:
     """A span named ``<name> <destination>`` (a context manager), continuing the trace in
     ``parent`` (a message's headers) when given."""
     if not active():
         return _NOTHING
-    kind = (_trace.SpanKind.PRODUCER if producer else _trace.SpanKind.CONSUMER if consumer
-            else _trace.SpanKind.INTERNAL)
+    kind = (
+        _trace.SpanKind.PRODUCER
+        if producer
+        else _trace.SpanKind.CONSUMER
+        if consumer
+        else _trace.SpanKind.INTERNAL
+    )
     return _span(name, kind, destination, ids or [], parent)

@@ -15,11 +15,19 @@ import dynoq
 
 def worker(url: str, name: str, handled: "multiprocessing.Queue[str]") -> None:
     with dynoq.connect(url, prefix="group-demo") as client:
+
         def handle(msg: dynoq.Message) -> None:
             handled.put(f"{name}:{msg.payload}")
 
-        consumer = client.consumer("invoices", handle, group="billing", instance_id=name,
-                                   batch_size=10, lease_ttl=3, idle_wait=0.2)
+        consumer = client.consumer(
+            "invoices",
+            handle,
+            group="billing",
+            instance_id=name,
+            batch_size=10,
+            lease_ttl=3,
+            idle_wait=0.2,
+        )
         with consumer:
             time.sleep(3)  # serve for a while, then leave the group cleanly
             print(name, "held shards", sorted(consumer.assignment))
@@ -30,8 +38,10 @@ if __name__ == "__main__":
         invoices = client.queue("invoices", shards=8)
         invoices.push_many(range(300))
         handled: "multiprocessing.Queue[str]" = multiprocessing.Queue()
-        procs = [multiprocessing.Process(target=worker, args=(client.url, f"w{i}", handled))
-                 for i in range(3)]
+        procs = [
+            multiprocessing.Process(target=worker, args=(client.url, f"w{i}", handled))
+            for i in range(3)
+        ]
         for p in procs:
             p.start()
         for p in procs:

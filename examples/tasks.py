@@ -30,8 +30,10 @@ def build_report(day: str) -> str:
 
 if __name__ == "__main__":
     with client:
-        sent = [send_email.delay(to, subject="welcome")
-                for to in ("ann@example.org", "bob@flaky.example.org", "cy@example.org")]
+        sent = [
+            send_email.delay(to, subject="welcome")
+            for to in ("ann@example.org", "bob@flaky.example.org", "cy@example.org")
+        ]
         report = build_report.apply(("2026-11-24",), id="report-2026-11-24", delay=3600)
         build_report.apply(("2026-11-24",), id="report-2026-11-24")  # sent once: same id
         print("before the worker:", [str(h.status()) for h in sent], report.status())
@@ -42,8 +44,11 @@ if __name__ == "__main__":
         with tasks.worker(concurrency=4):  # one consumer per queue: emails, reports
             results = [h.result(timeout=30) for h in sent]
             print("report:", report.result(timeout=30))
-        print(f"sent {len(results)} emails;", "retried:",
-              [r["to"] for r in results if r["attempt"] > 1])
+        print(
+            f"sent {len(results)} emails;",
+            "retried:",
+            [r["to"] for r in results if r["attempt"] > 1],
+        )
         print("after:", [str(h.status()) for h in sent], cancelled.status())
         for q in (tasks.queue("emails"), tasks.queue("reports")):
             q.clear()

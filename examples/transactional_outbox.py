@@ -15,8 +15,9 @@ import time
 
 import dynoq
 
-db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "shop.db"), isolation_level=None,
-                     check_same_thread=False)  # the checker runs in its own thread
+db = sqlite3.connect(
+    os.path.join(tempfile.mkdtemp(), "shop.db"), isolation_level=None, check_same_thread=False
+)  # the checker runs in its own thread
 db.execute("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)")
 
 
@@ -30,7 +31,7 @@ def place_order(q: dynoq.Queue, order_id: str, total: int, *, fail: bool = False
             db.execute("COMMIT")  # the message commits right after, when the block ends
         except Exception:
             db.execute("ROLLBACK")
-            raise                   # ...and is rolled back with the order
+            raise  # ...and is rolled back with the order
 
 
 def check(msg: dynoq.Message) -> str:

@@ -17,14 +17,23 @@ def session(app: str, master: str | None = None) -> tuple[Any, bool]:
 
 
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("DYNOQ_URL"),
-                        help="server URL (default: $DYNOQ_URL, else redis://localhost:6379/0); "
-                             "embedded:// starts a private server for this run")
-    parser.add_argument("--prefix", default=os.environ.get("DYNOQ_PREFIX", "dq"),
-                        help="key prefix (default: $DYNOQ_PREFIX, else dq)")
-    parser.add_argument("--master", default=None,
-                        help=f"Spark master (default: spark-submit's, else {DEFAULT_MASTER}: "
-                             "local threads that retry a failed task)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("DYNOQ_URL"),
+        help="server URL (default: $DYNOQ_URL, else redis://localhost:6379/0); "
+        "embedded:// starts a private server for this run",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=os.environ.get("DYNOQ_PREFIX", "dq"),
+        help="key prefix (default: $DYNOQ_PREFIX, else dq)",
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help=f"Spark master (default: spark-submit's, else {DEFAULT_MASTER}: "
+        "local threads that retry a failed task)",
+    )
 
 
 def columns(text: str | None) -> list[str] | None:

@@ -30,20 +30,32 @@ FORMATS = ("parquet", "csv", "json")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark.enqueue", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m spark.enqueue",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("input", help="a file or directory path (local or any Spark filesystem)")
-    p.add_argument("--format", choices=FORMATS,
-                   help="input format (default: from the file extension)")
+    p.add_argument(
+        "--format", choices=FORMATS, help="input format (default: from the file extension)"
+    )
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--id-col", required=True, help="column of message ids (str or int)")
     p.add_argument("--key-col", help="column of ordering keys (ordered queues route by it)")
-    p.add_argument("--delay-col", help="column of delays: seconds, a due timestamp or a "
-                                       "day-time interval (a row with none is refused)")
+    p.add_argument(
+        "--delay-col",
+        help="column of delays: seconds, a due timestamp or a "
+        "day-time interval (a row with none is refused)",
+    )
     p.add_argument("--priority-col", help="column of priorities, 0..99 (lower first)")
     p.add_argument("--payload-cols", help="comma-separated payload columns (default: all)")
-    p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
-                   help="rename a column before mapping (repeatable)")
+    p.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="rename a column before mapping (repeatable)",
+    )
     p.add_argument("--shards", type=int, help="shards of the queue if it is new")
     p.add_argument("--ordered", action="store_true", help="create an ordered queue if new")
     p.add_argument("--batch-size", type=int, default=1000, help="rows per push (1000)")
@@ -56,8 +68,7 @@ def read(spark: Any, path: str, fmt: str | None) -> Any:
     if fmt == "jsonl":
         fmt = "json"
     if fmt not in FORMATS:
-        raise SystemExit(f"cannot tell the format of {path!r}: pass --format "
-                         + "|".join(FORMATS))
+        raise SystemExit(f"cannot tell the format of {path!r}: pass --format " + "|".join(FORMATS))
     reader = spark.read
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
@@ -83,12 +94,22 @@ def main(argv: list[str] | None = None) -> int:
             # Open the queue here, so its settings are the ones asked for, not defaults.
             client.queue(args.queue, shards=args.shards, ordered=args.ordered or None)
             df = rename(read(spark, args.input, args.format), args.rename)
-            done = write(df, client, args.queue, id_col=args.id_col, key_col=args.key_col,
-                         delay_col=args.delay_col, priority_col=args.priority_col,
-                         payload_cols=columns(args.payload_cols), batch_size=args.batch_size)
-        print(f"{args.queue}: pushed {done.pushed} messages, skipped {done.skipped} "
-              f"duplicates, refused {done.refused - done.invalid} acked within the dedupe "
-              f"window and {done.invalid} invalid rows ({len(done.partitions)} partitions)")
+            done = write(
+                df,
+                client,
+                args.queue,
+                id_col=args.id_col,
+                key_col=args.key_col,
+                delay_col=args.delay_col,
+                priority_col=args.priority_col,
+                payload_cols=columns(args.payload_cols),
+                batch_size=args.batch_size,
+            )
+        print(
+            f"{args.queue}: pushed {done.pushed} messages, skipped {done.skipped} "
+            f"duplicates, refused {done.refused - done.invalid} acked within the dedupe "
+            f"window and {done.invalid} invalid rows ({len(done.partitions)} partitions)"
+        )
         for part, rejection in done.rejected:
             print(f"  refused: partition {part} {rejection}")
         return 0

@@ -28,28 +28,44 @@ from spark._common import add_connection_args, columns, session
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark.export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m spark.export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--output", required=True, help="output path (overwritten)")
     p.add_argument("--format", choices=("parquet", "json", "csv"), default="parquet")
-    p.add_argument("--states", default=",".join(DEFAULT_STATES),
-                   help=f"comma-separated states out of {','.join(STATES)} "
-                        f"(default: {','.join(DEFAULT_STATES)})")
+    p.add_argument(
+        "--states",
+        default=",".join(DEFAULT_STATES),
+        help=f"comma-separated states out of {','.join(STATES)} "
+        f"(default: {','.join(DEFAULT_STATES)})",
+    )
     add_connection_args(p)
     return p
 
 
-def export(spark: Any, client: dynoq.Client, queue: str, output: str, *,
-           fmt: str = "parquet", states: list[str] | None = None) -> dict[str, int]:
+def export(
+    spark: Any,
+    client: dynoq.Client,
+    queue: str,
+    output: str,
+    *,
+    fmt: str = "parquet",
+    states: list[str] | None = None,
+) -> dict[str, int]:
     """Write the queue's messages to ``output``; returns the count per state."""
     df = queue_dataframe(spark, client, queue, states=states or DEFAULT_STATES)
     writer = df.write.mode("overwrite")
     if fmt == "csv":
         writer = writer.option("header", "true")
     writer.format(fmt).save(output)
-    written = spark.read.format(fmt).options(header="true").load(output) if fmt == "csv" \
+    written = (
+        spark.read.format(fmt).options(header="true").load(output)
+        if fmt == "csv"
         else spark.read.format(fmt).load(output)
+    )
     return {r["state"]: r["count"] for r in written.groupBy("state").count().collect()}
 
 
@@ -58,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     spark, started = session("dynoq-export", args.master)
     try:
         with dynoq.connect(args.url, prefix=args.prefix) as client:
-            counts = export(spark, client, args.queue, args.output, fmt=args.format,
-                            states=columns(args.states))
+            counts = export(
+                spark, client, args.queue, args.output, fmt=args.format, states=columns(args.states)
+            )
         total = sum(counts.values())
         detail = ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "empty"
         print(f"{args.queue}: exported {total} messages to {args.output} ({detail})")

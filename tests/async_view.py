@@ -26,8 +26,9 @@ class Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                       name="async-view-loop")
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, daemon=True, name="async-view-loop"
+        )
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
@@ -63,17 +64,28 @@ class View:
             async def go() -> Any:
                 result = value(*args, **kwargs)
                 return await result if inspect.isawaitable(result) else result
+
             return self._wrap(self._loop.run(go()))
 
         return call
 
     def _wrap(self, result: Any) -> Any:
         if isinstance(result, dynoq.asyncio.Queue):
-            return View(result, self._loop, dynoq.Queue(self._sync.backend, result.ops)
-                        if isinstance(self._sync, dynoq.Client) else self._sync)
+            return View(
+                result,
+                self._loop,
+                dynoq.Queue(self._sync.backend, result.ops)
+                if isinstance(self._sync, dynoq.Client)
+                else self._sync,
+            )
         if isinstance(result, dynoq.asyncio.Topic):
-            return View(result, self._loop, dynoq.Topic(self._sync.backend, result.ops)
-                        if isinstance(self._sync, dynoq.Client) else self._sync)
+            return View(
+                result,
+                self._loop,
+                dynoq.Topic(self._sync.backend, result.ops)
+                if isinstance(self._sync, dynoq.Client)
+                else self._sync,
+            )
         if isinstance(result, dynoq.asyncio.Consumer):
             return ConsumerView(result, self._loop)
         if isinstance(result, (dynoq.asyncio.Sweeper, dynoq.asyncio.Half)):

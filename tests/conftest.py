@@ -17,8 +17,11 @@ import dynoq
 
 pytest_plugins = ["sparkkit"]  # the Spark modules' shared session and server fixtures
 
-CLUSTER = ([pytest.param("cluster", marks=pytest.mark.cluster)]
-           if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0" else [])
+CLUSTER = (
+    [pytest.param("cluster", marks=pytest.mark.cluster)]
+    if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0"
+    else []
+)
 REAL: list[Any] = ["embedded", *CLUSTER] + (["redis"] if os.environ.get("REDIS_URL") else [])
 ALL = [*REAL, "memory"]
 
@@ -94,8 +97,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=drop)
     # The longest work first, so that it overlaps the rest instead of ending the run:
     # the Spark group (one worker, minutes of JVMs), then the slow tests (whole processes).
-    items[:] = sorted(keep, key=lambda item: 0 if _spark(item)
-                      else 1 if item.get_closest_marker("slow") else 2)
+    items[:] = sorted(
+        keep, key=lambda item: 0 if _spark(item) else 1 if item.get_closest_marker("slow") else 2
+    )
 
 
 def _spark(item: pytest.Item) -> bool:
@@ -104,7 +108,7 @@ def _spark(item: pytest.Item) -> bool:
 
 @pytest.fixture
 def flavor(request: pytest.FixtureRequest) -> str:
-    """"sync": dynoq.Client; "async": dynoq.asyncio's client seen through a sync-looking
+    """ "sync": dynoq.Client; "async": dynoq.asyncio's client seen through a sync-looking
     view (tests/async_view.py)."""
     return str(getattr(request, "param", "sync"))
 
@@ -145,8 +149,9 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def make_client(url: str, prefix: str,
-                connect_any: Callable[..., Any]) -> Iterator[Callable[..., dynoq.Client]]:
+def make_client(
+    url: str, prefix: str, connect_any: Callable[..., Any]
+) -> Iterator[Callable[..., dynoq.Client]]:
     """Factory of clients on the test's backend and prefix (all closed after the test)."""
     made: list[dynoq.Client] = []
 
@@ -168,10 +173,10 @@ def client(make_client: Callable[..., dynoq.Client]) -> dynoq.Client:
 
 
 @pytest.fixture
-def real_client(real_url: str, prefix: str,
-                connect_any: Callable[..., Any]) -> Iterator[dynoq.Client]:
+def real_client(
+    real_url: str, prefix: str, connect_any: Callable[..., Any]
+) -> Iterator[dynoq.Client]:
     c = connect_any(real_url, prefix=prefix)
     yield c
     c.close()
     delete_prefix(real_url, prefix)
-

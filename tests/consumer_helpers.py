@@ -47,8 +47,14 @@ def main() -> None:
         if args.sleep:
             time.sleep(args.sleep)
 
-    c = client.consumer(q, handler, concurrency=args.concurrency, lease_ttl=args.lease_ttl,
-                        rebalance_interval=args.rebalance_interval, instance_id=me)
+    c = client.consumer(
+        q,
+        handler,
+        concurrency=args.concurrency,
+        lease_ttl=args.lease_ttl,
+        rebalance_interval=args.rebalance_interval,
+        instance_id=me,
+    )
     c.start()
     print("started", flush=True)
     try:
@@ -71,9 +77,14 @@ async def main_async(args: argparse.Namespace) -> None:
             if args.sleep:
                 await asyncio.sleep(args.sleep)
 
-        c = client.consumer(q, handler, concurrency=args.concurrency,
-                            lease_ttl=args.lease_ttl,
-                            rebalance_interval=args.rebalance_interval, instance_id=me)
+        c = client.consumer(
+            q,
+            handler,
+            concurrency=args.concurrency,
+            lease_ttl=args.lease_ttl,
+            rebalance_interval=args.rebalance_interval,
+            instance_id=me,
+        )
         await c.start()
         print("started", flush=True)
         await c.run()  # start() was called: run() then only waits for a signal

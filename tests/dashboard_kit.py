@@ -15,15 +15,26 @@ from dynoq._core import codec
 from dynoq._core.group import GroupOps, LeaseOps
 
 LEASE_TOKEN = "worker-9:leasehost:5ecre7random"  # the part after the last ':' fences
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync"]
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str | None:
     """The Chromium to drive: $DYNOQ_CHROMIUM, else Debian's (never a downloaded one)."""
-    for candidate in (os.environ.get("DYNOQ_CHROMIUM"), shutil.which("chromium"),
-                      shutil.which("chromium-browser"), "/usr/bin/chromium"):
+    for candidate in (
+        os.environ.get("DYNOQ_CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    ):
         if candidate and os.path.exists(candidate):
             return candidate
     return None
@@ -44,8 +55,13 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def http(url: str, *, method: str = "GET", data: dict[str, Any] | None = None,
-         headers: dict[str, str] | None = None) -> Reply:
+def http(
+    url: str,
+    *,
+    method: str = "GET",
+    data: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
     """One request; the reply whatever its status."""
     body = None
     if data is not None:
@@ -55,8 +71,7 @@ def http(url: str, *, method: str = "GET", data: dict[str, Any] | None = None,
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with _OPENER.open(req, timeout=30) as r:
-            return Reply(r.status, {k.lower(): v for k, v in r.headers.items()},
-                         r.read().decode())
+            return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode())
     except urllib.error.HTTPError as e:
         return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read().decode())
 
@@ -80,10 +95,10 @@ def scene(client: dynoq.Client) -> Scene:
     worker-9; group ``billing`` with two members and their rebalances; topic
     ``payments`` with group ``audit``."""
     orders = client.queue("orders", shards=4, max_retries=3)
-    orders.push_many([dynoq.Message({"n": i}, id=f"ready-{i}", priority=5)
-                      for i in range(5)])
-    delayed = orders.push_many([dynoq.Message({"n": i}, id=f"later-{i}", delay=600 + i)
-                                for i in range(3)])
+    orders.push_many([dynoq.Message({"n": i}, id=f"ready-{i}", priority=5) for i in range(5)])
+    delayed = orders.push_many(
+        [dynoq.Message({"n": i}, id=f"later-{i}", delay=600 + i) for i in range(3)]
+    )
     orders.push({"card": "declined"}, id="doomed", priority=0)
     [doomed] = orders.backend.drive(orders.planner.pop(1, shards=[orders.shard_for("doomed")]))
     assert doomed.id == "doomed"  # priority 0 goes first in its shard

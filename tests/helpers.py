@@ -62,15 +62,16 @@ def _delete(r: Any, prefix: str, *, one_by_one: bool = False) -> None:
         pipe.execute()
         return
     for i in range(0, len(keys), 500):
-        r.delete(*keys[i:i + 500])
+        r.delete(*keys[i : i + 500])
 
 
 def shard_keys(q: dynoq.Queue, shard: int) -> ShardKeys:
     return q.ops.shard_keys[shard]
 
 
-def rewrite_bodies(client: dynoq.Client, q: dynoq.Queue, bodies: dict[str, list[Any]],
-                   shard: int = 0) -> None:
+def rewrite_bodies(
+    client: dynoq.Client, q: dynoq.Queue, bodies: dict[str, list[Any]], shard: int = 0
+) -> None:
     """Write the msgpack body (its fields) of each message of ``shard`` raw, keeping its
     record's header: what any role that may write records can store."""
     import msgpack
@@ -89,8 +90,9 @@ def nested(levels: int) -> Any:
     return value
 
 
-def pop_leased(q: dynoq.Queue, count: int = 1, *, lease: str,
-               shards: list[int] | None = None) -> list[dynoq.Message]:
+def pop_leased(
+    q: dynoq.Queue, count: int = 1, *, lease: str, shards: list[int] | None = None
+) -> list[dynoq.Message]:
     """A pop as a lease holder does it (the consumer's way in)."""
     return q.backend.drive(q.planner.pop(count, shards=shards, lease=lease))
 
@@ -100,8 +102,7 @@ def dead_letter(q: dynoq.Queue, msg: dynoq.Message) -> bool:
     return q.backend.drive(byid.nack(q.ops, msg, mode="dead"))
 
 
-def requeue_shard(q: dynoq.Queue, shard: int, *, force: bool = False,
-                  lease: str = "") -> int:
+def requeue_shard(q: dynoq.Queue, shard: int, *, force: bool = False, lease: str = "") -> int:
     return sum(q.backend.drive(q.ops.kind.requeue(shard, force=force, lease=lease)))
 
 
@@ -125,9 +126,22 @@ class RedisServer:
             self.port = s.getsockname()[1]
         self._dir = tempfile.mkdtemp(prefix="dynoq-redis-")
         self._proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", self.host, "--save", "",
-             "--appendonly", "no", "--dir", self._dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                self.host,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         r = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.2)
 
         def up() -> bool:
@@ -135,6 +149,7 @@ class RedisServer:
                 return bool(r.ping())
             except redis.ConnectionError:
                 return False
+
         try:
             wait_for(up, 10, "redis-server")
         finally:

@@ -79,8 +79,9 @@ class StagedWriter(DataSourceStreamArrowWriter):
     not committed, or when dynoq committed and Spark has not. It records that it got
     there (Redis key ``<key>:reached`` = "<stage>:<batch>") and waits to be killed."""
 
-    def __init__(self, inner: Any, url: str, key: str, stage: str, batch: int,
-                 mid_rows: int = 100) -> None:
+    def __init__(
+        self, inner: Any, url: str, key: str, stage: str, batch: int, mid_rows: int = 100
+    ) -> None:
         self.inner, self.url, self.key = inner, url, key
         self.stage, self.batch, self.mid_rows = stage, batch, mid_rows
 

@@ -15,9 +15,16 @@ from dynoq.spark import spark_session
 def main() -> None:
     spark, started = spark_session("session-job")
     conf = spark.sparkContext.getConf()
-    print(json.dumps({"master": spark.sparkContext.master, "started": started,
-                      "ui": conf.get("spark.ui.enabled", None),
-                      "shuffle": spark.conf.get("spark.sql.shuffle.partitions")}))
+    print(
+        json.dumps(
+            {
+                "master": spark.sparkContext.master,
+                "started": started,
+                "ui": conf.get("spark.ui.enabled", None),
+                "shuffle": spark.conf.get("spark.sql.shuffle.partitions"),
+            }
+        )
+    )
     spark.stop()
 
 

@@ -17,22 +17,38 @@ import dynoq
 from dynoq.spark import source_options, spark_session
 
 
-def main(url: str, prefix: str, queue: str, source: str, checkpoint: str,
-         stop: str = "") -> None:
-    spark, _ = spark_session("dynoq-stream-test", "local[2,4]", quiet=True, config={
-        # a JVM that starts faster (the test starts five drivers)
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+def main(url: str, prefix: str, queue: str, source: str, checkpoint: str, stop: str = "") -> None:
+    spark, _ = spark_session(
+        "dynoq-stream-test",
+        "local[2,4]",
+        quiet=True,
+        config={
+            # a JVM that starts faster (the test starts five drivers)
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "50",
+        },
+    )
     from spark_gate import StagedDataSource
 
     spark.dataSource.register(StagedDataSource)
     with dynoq.connect(url, prefix=prefix) as client:
         opts = source_options(client, queue)
-    stream = (spark.readStream.schema("event_id string, key string, seq long")
-              .option("maxFilesPerTrigger", 1).json(source))
-    query = (stream.writeStream.format("dynoq-staged").options(**opts).option("stopAt", stop)
-             .option("idCol", "event_id").option("keyCol", "key").option("batchSize", "50")
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    stream = (
+        spark.readStream.schema("event_id string, key string, seq long")
+        .option("maxFilesPerTrigger", 1)
+        .json(source)
+    )
+    query = (
+        stream.writeStream.format("dynoq-staged")
+        .options(**opts)
+        .option("stopAt", stop)
+        .option("idCol", "event_id")
+        .option("keyCol", "key")
+        .option("batchSize", "50")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     spark.stop()
 

@@ -24,10 +24,12 @@ def spark() -> Iterator[Any]:
     # PYTHONPATH is the JVM's (fixed when it started: maybe by a doc block, earlier in
     # this worker) and spark.executorEnv's.
     here = str(Path(__file__).parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    session, started = spark_session("dynoq-tests", "local[2,4]", config={
-        "spark.default.parallelism": "2", "spark.executorEnv.PYTHONPATH": here})
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    session, started = spark_session(
+        "dynoq-tests",
+        "local[2,4]",
+        config={"spark.default.parallelism": "2", "spark.executorEnv.PYTHONPATH": here},
+    )
     yield session
     if started:
         session.stop()

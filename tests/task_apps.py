@@ -102,6 +102,7 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
     def hands_back(n: int) -> Any:  # a plain def returning a coroutine: nothing awaits it
         async def body() -> None:
             log("hands_back", n)
+
         return body()
 
     @app.task(name="step", queue=ORDERED, ordered=True, key=_step_key)
@@ -189,6 +190,7 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     def hands_back(n: int) -> Any:  # a sync function in a thread returning a coroutine
         async def body() -> None:
             await log("hands_back", n)
+
         return body()
 
     @app.task(name="step", queue=ORDERED, ordered=True, key=_step_key)

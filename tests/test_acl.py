@@ -88,8 +88,9 @@ def user(server: Any, admin: redis.Redis) -> Iterator[Callable[[str, str], str]]
 
     def make(prefix: str, role: str) -> str:
         name, password = f"{role}-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
-                              *acl.rules(prefix, role))
+        admin.execute_command(
+            "ACL", "SETUSER", name, "reset", "on", f">{password}", *acl.rules(prefix, role)
+        )
         made.append(name)
         return _url(server, name, password)
 
@@ -104,6 +105,7 @@ def _prefix() -> str:
 
 # -- every key a tenant has, by kind ---------------------------------------------------------
 
+
 def universe(p: str) -> dict[str, frozenset[str]]:
     """One key of every kind under prefix ``p`` (a queue, a topic's group queue, a
     broadcasting member's queue, their groups, registries, Spark's bookkeeping), each with
@@ -115,8 +117,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
         out.setdefault(key, set()).update(kinds)
 
     t = TopicKeys(p, "t")
-    queues = [(QueueKeys(p, "q"), "g"), (t.group_queue("c"), "c"),
-              (t.group_queue("b", "m-1"), "b")]
+    queues = [(QueueKeys(p, "q"), "g"), (t.group_queue("c"), "c"), (t.group_queue("b", "m-1"), "b")]
     for q, group in queues:
         shard = q.shard(0)
         for f in dataclasses.fields(ShardKeys):
@@ -179,11 +180,11 @@ def _dryrun(admin: redis.Redis, user: str, *args: Any) -> bool:
 @example("a[", "a[b", "spark")
 @given(GLOBBY, GLOBBY, st.sampled_from(sorted(acl.ROLES)))
 def test_no_key_or_channel_of_another_prefix_passes_a_role(
-        admin: redis.Redis, a: str, b: str, role: str) -> None:
+    admin: redis.Redis, a: str, b: str, role: str
+) -> None:
     if a == b or not (_valid(a) and _valid(b)):
         return
-    admin.execute_command("ACL", "SETUSER", "prop", "reset", "on", "nopass",
-                          *acl.rules(a, role))
+    admin.execute_command("ACL", "SETUSER", "prop", "reset", "on", "nopass", *acl.rules(a, role))
     g = acl.grants(role)
     sha = SCRIPTS[sorted(g.scripts)[0]].sha
     for key in universe(b):
@@ -212,23 +213,37 @@ LIBRARY = "#!lua name=acltest\nredis.register_function('acltest_f', function() r
 
 
 @pytest.mark.parametrize("role", sorted(acl.ROLES))
-def test_no_role_runs_code_dynoq_did_not_ship(role: str, admin: redis.Redis,
-                                              user: Callable[[str, str], str]) -> None:
+def test_no_role_runs_code_dynoq_did_not_ship(
+    role: str, admin: redis.Redis, user: Callable[[str, str], str]
+) -> None:
     p = _prefix()
     foreign = admin.script_load("return 1")  # in the cache, loaded by someone else
     admin.execute_command("FUNCTION", "LOAD", "REPLACE", LIBRARY)
     acl.install(admin)
     r = redis.Redis.from_url(user(p, role))
     key = QueueKeys(p, "q").shard(0).ready
-    refused = [("EVAL", "return 1", 0), ("EVAL_RO", "return 1", 0),
-               ("EVAL", LOOP, 1, key), ("SCRIPT", "LOAD", LOOP),
-               ("FUNCTION", "LOAD", LIBRARY.replace("acltest", "mine")),
-               ("FUNCTION", "DELETE", "acltest"), ("FUNCTION", "FLUSH"),
-               ("FCALL", "acltest_f", 0), ("FCALL_RO", "acltest_f", 0),
-               ("EVALSHA", foreign, 0), ("EVALSHA_RO", foreign, 0),
-               ("SCRIPT", "FLUSH"), ("SCRIPT", "KILL"), ("FUNCTION", "KILL"),
-               ("KEYS", "*"), ("FLUSHDB",), ("CONFIG", "GET", "*"), ("SHUTDOWN",),
-               ("PSUBSCRIBE", f"{p}:*"), ("ACL", "WHOAMI")]
+    refused = [
+        ("EVAL", "return 1", 0),
+        ("EVAL_RO", "return 1", 0),
+        ("EVAL", LOOP, 1, key),
+        ("SCRIPT", "LOAD", LOOP),
+        ("FUNCTION", "LOAD", LIBRARY.replace("acltest", "mine")),
+        ("FUNCTION", "DELETE", "acltest"),
+        ("FUNCTION", "FLUSH"),
+        ("FCALL", "acltest_f", 0),
+        ("FCALL_RO", "acltest_f", 0),
+        ("EVALSHA", foreign, 0),
+        ("EVALSHA_RO", foreign, 0),
+        ("SCRIPT", "FLUSH"),
+        ("SCRIPT", "KILL"),
+        ("FUNCTION", "KILL"),
+        ("KEYS", "*"),
+        ("FLUSHDB",),
+        ("CONFIG", "GET", "*"),
+        ("SHUTDOWN",),
+        ("PSUBSCRIBE", f"{p}:*"),
+        ("ACL", "WHOAMI"),
+    ]
     g = acl.grants(role)
     others = sorted(set(SCRIPTS) - g.scripts)
     refused += [("EVALSHA", SCRIPTS[name].sha, 1, key) for name in others]
@@ -246,9 +261,14 @@ def test_no_role_runs_code_dynoq_did_not_ship(role: str, admin: redis.Redis,
 
 # -- each role does its whole job with its rules alone ------------------------------------
 
+
 def test_each_role_does_its_whole_job_and_is_refused_nothing(
-        server: Any, admin: redis.Redis, user: Callable[[str, str], str],
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: Any,
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Every operation docs/security.md gives a role, done by that role's user alone: the
     server's ACL LOG then holds no refusal of theirs (what a role lacks would be there)
     but the sweeper's deleting a gone broadcasting member's queue, which it leaves."""
@@ -281,23 +301,49 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         assert cq.extend(popped[0], 5) and cq.nack(popped[1], delay=0)
         cq.ack(popped[0])
         t = consumer.topic("orders")
-        with consumer.consumer(cq, lambda m: seen["jobs"].append(m.payload), group="workers",
-                               rate_limit=(100, 1.0), **fast), \
-                consumer.consumer("events", lambda m: seen["events"].append(m.payload),
-                                  **fast), \
-                consumer.consumer(t, lambda m: seen["billing"].append(m.payload),
-                                  group="billing", **fast), \
-                consumer.consumer(t, lambda m: seen["m1"].append(m.payload), group="caches",
-                                  mode="broadcasting", instance_id="m1", **fast):
-            gone = consumer.consumer(t, lambda m: seen["m2"].append(m.payload),
-                                     group="caches", mode="broadcasting", instance_id="m2",
-                                     **{**fast, "lease_ttl": 0.6}).start()
+        with (
+            consumer.consumer(
+                cq,
+                lambda m: seen["jobs"].append(m.payload),
+                group="workers",
+                rate_limit=(100, 1.0),
+                **fast,
+            ),
+            consumer.consumer("events", lambda m: seen["events"].append(m.payload), **fast),
+            consumer.consumer(
+                t, lambda m: seen["billing"].append(m.payload), group="billing", **fast
+            ),
+            consumer.consumer(
+                t,
+                lambda m: seen["m1"].append(m.payload),
+                group="caches",
+                mode="broadcasting",
+                instance_id="m1",
+                **fast,
+            ),
+        ):
+            gone = consumer.consumer(
+                t,
+                lambda m: seen["m2"].append(m.payload),
+                group="caches",
+                mode="broadcasting",
+                instance_id="m2",
+                **{**fast, "lease_ttl": 0.6},
+            ).start()
             wait_for(lambda: len(t.subscriptions()) == 2, 10, "the topic's groups")
             orders.publish_many(range(4))
             wait_for(lambda: len(seen["m2"]) == 4, 20, "the broadcast")
             gone.stop()
-            wait_for(lambda: len(seen["jobs"]) >= 6 and len(seen["events"]) == 5
-                     and len(seen["billing"]) == 4 and len(seen["m1"]) == 4, 30, "the rest")
+            wait_for(
+                lambda: (
+                    len(seen["jobs"]) >= 6
+                    and len(seen["events"]) == 5
+                    and len(seen["billing"]) == 4
+                    and len(seen["m1"]) == 4
+                ),
+                30,
+                "the rest",
+            )
         # consumer: a queue's operations by id, dead letters, schedules
         cq.push("doomed", id="d1")
         got = cq.pop(5)
@@ -322,10 +368,10 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
             assert operator.sweeper().run_once().queues["orders"].reaped == 2  # m1 too
         assert not admin.keys(f"{p}:*caches:m*")  # the members' queues are gone
         # spark: the sinks' pushes and micro-batch bookkeeping, as a Spark task's attempt
-        monkeypatch.setattr("dynoq.spark.writer._attempt",
-                            lambda token: Attempt(f"{token}.1.0", 0))
-        writer = RowWriter(Target.of(urls["spark"], "feed", {"prefix": p}),
-                           RowSpec.of("id"), query="q1")
+        monkeypatch.setattr("dynoq.spark.writer._attempt", lambda token: Attempt(f"{token}.1.0", 0))
+        writer = RowWriter(
+            Target.of(urls["spark"], "feed", {"prefix": p}), RowSpec.of("id"), query="q1"
+        )
         clients["spark"].queue("feed", shards=2, dedupe_window=60)
         tally = writer.push_rows([{"id": i} for i in range(5)], batch=0)
         assert tally.counts.pushed == 5 and admin.keys(f"{p}:*:tried:*")
@@ -346,14 +392,18 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
     finally:
         for c in clients.values():
             c.close()
-    refused = [(e[b"username"], e[b"object"]) for e in admin.execute_command("ACL", "LOG", 500)
-               if e[b"username"].decode() in names and not (
-                   e[b"username"].startswith(b"sweeper-") and b":caches:m" in e[b"object"])]
+    refused = [
+        (e[b"username"], e[b"object"])
+        for e in admin.execute_command("ACL", "LOG", 500)
+        if e[b"username"].decode() in names
+        and not (e[b"username"].startswith(b"sweeper-") and b":caches:m" in e[b"object"])
+    ]
     assert not refused, refused
 
 
 def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
-        server: Any, admin: redis.Redis, user: Callable[[str, str], str]) -> None:
+    server: Any, admin: redis.Redis, user: Callable[[str, str], str]
+) -> None:
     """The operations of message groups (ordered="key"), transactional messages and
     tasks, each done by the role docs/security.md gives it, refused nothing: a role gets
     only what the functions its scripts call send (_core/grants.py), and this is where a
@@ -400,8 +450,7 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
                     q.ack(m)
                 return len(got) == 2
 
-            with producer.checker(tq, lambda m: "commit", check_interval=0.1,
-                                  poll_interval=0.05):
+            with producer.checker(tq, lambda m: "commit", check_interval=0.1, poll_interval=0.05):
                 wait_for(drain, 10, "the commit and the checker's")
             assert sorted(got) == ["a", "c"]
         topic = producer.topic("tt", shards=2)
@@ -411,8 +460,10 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
         assert [m.id for m in consumer.topic("tt").group_queue("g").pop(10)] == ["a"]
         # tasks: sent, read and rescheduled by the producer; run with a kept result, and
         # cancelled, by the consumer
-        sending, running = dynoq.Tasks(producer, queue="tasks"), dynoq.Tasks(consumer,
-                                                                             queue="tasks")
+        sending, running = (
+            dynoq.Tasks(producer, queue="tasks"),
+            dynoq.Tasks(consumer, queue="tasks"),
+        )
         double = sending.task(name="double", keep_result=60)(lambda x: 2 * x)
         running.task(name="double", keep_result=60)(lambda x: 2 * x)
         now = double.apply((21,), id="t1")
@@ -424,18 +475,35 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
     finally:
         for c in clients.values():
             c.close()
-    refused = [(e[b"username"], e[b"object"]) for e in admin.execute_command("ACL", "LOG", 500)
-               if e[b"username"].decode() in names]
+    refused = [
+        (e[b"username"], e[b"object"])
+        for e in admin.execute_command("ACL", "LOG", 500)
+        if e[b"username"].decode() in names
+    ]
     assert not refused, refused
 
 
 # -- each role writes exactly its table ---------------------------------------------------
 
 WRITE_ARGS: dict[str, tuple[Any, ...]] = {
-    "UNLINK": (), "HDEL": ("f",), "HINCRBY": ("f", 1), "HSET": ("f", "v"),
-    "HSETNX": ("f", "v"), "INCR": (), "INCRBY": (1,), "LPUSH": ("v",), "LTRIM": (0, -1),
-    "PEXPIRE": (600_000,), "SADD": ("m",), "SET": ("v",), "SREM": ("m",),
-    "ZADD": (1, "m"), "ZPOPMIN": (1,), "ZREM": ("m",), "ZREMRANGEBYSCORE": (0, -1)}
+    "UNLINK": (),
+    "HDEL": ("f",),
+    "HINCRBY": ("f", 1),
+    "HSET": ("f", "v"),
+    "HSETNX": ("f", "v"),
+    "INCR": (),
+    "INCRBY": (1,),
+    "LPUSH": ("v",),
+    "LTRIM": (0, -1),
+    "PEXPIRE": (600_000,),
+    "SADD": ("m",),
+    "SET": ("v",),
+    "SREM": ("m",),
+    "ZADD": (1, "m"),
+    "ZPOPMIN": (1,),
+    "ZREM": ("m",),
+    "ZREMRANGEBYSCORE": (0, -1),
+}
 
 
 def test_every_write_command_is_tried() -> None:
@@ -443,8 +511,9 @@ def test_every_write_command_is_tried() -> None:
 
 
 @pytest.mark.parametrize("role", sorted(acl.ROLES))
-def test_a_role_writes_exactly_what_its_table_says(role: str,
-                                                   user: Callable[[str, str], str]) -> None:
+def test_a_role_writes_exactly_what_its_table_says(
+    role: str, user: Callable[[str, str], str]
+) -> None:
     """Every write command on every kind of key, sent raw by the role's user: allowed
     exactly when docs/security.md's table (acl.grants) lists it; every read anywhere in
     the prefix; nothing outside it."""
@@ -468,14 +537,13 @@ def test_a_role_writes_exactly_what_its_table_says(role: str,
         if allowed != expected:
             wrong.append(f"{cmd} {key}: {'allowed' if allowed else 'refused'}")
     assert not wrong, "\n".join(wrong)
-    reads = replies[len(tried):]
+    reads = replies[len(tried) :]
     assert not any(isinstance(x, Exception) for x in reads[:-1]), reads
     assert isinstance(reads[-1], redis.exceptions.NoPermissionError)
 
 
 def _write_table() -> str:
-    rows = ["| role | writes, raw, within its prefix (command: kinds of key) |",
-            "| --- | --- |"]
+    rows = ["| role | writes, raw, within its prefix (command: kinds of key) |", "| --- | --- |"]
     for role in acl.ROLES:
         writes = acl.grants(role).writes
         cells = [f"`{c}` {', '.join(sorted(writes[c]))}" for c in sorted(writes)]
@@ -508,9 +576,20 @@ def test_security_md_states_the_tables_the_code_enforces() -> None:
 # Whole-key commands (SET too: it replaces a key of any type, and takes an expiry), each
 # with its arguments after the key ("{dst}": another key of the prefix).
 WHOLE_KEY: dict[str, tuple[Any, ...]] = {
-    "DEL": (), "UNLINK": (), "RENAME": ("{dst}",), "RENAMENX": ("{dst}",),
-    "EXPIRE": (1,), "PEXPIRE": (1,), "EXPIREAT": (1,), "PEXPIREAT": (1,), "GETDEL": (),
-    "GETEX": ("PX", 1), "SET": ("v", "PX", 1), "MOVE": (1,), "RESTORE": (0, "x", "REPLACE")}
+    "DEL": (),
+    "UNLINK": (),
+    "RENAME": ("{dst}",),
+    "RENAMENX": ("{dst}",),
+    "EXPIRE": (1,),
+    "PEXPIRE": (1,),
+    "EXPIREAT": (1,),
+    "PEXPIREAT": (1,),
+    "GETDEL": (),
+    "GETEX": ("PX", 1),
+    "SET": ("v", "PX", 1),
+    "MOVE": (1,),
+    "RESTORE": (0, "x", "REPLACE"),
+}
 # Names that look like kinds of key (a queue "lease", a group "msgs"...): where a kind's
 # pattern could reach into another kind's keys.
 LOOKALIKES = sorted({*grants.KINDS, "q"} - set(grants.RESERVED_GROUPS))
@@ -524,15 +603,20 @@ def queue_keys(p: str) -> list[str]:
     fields = [f.name for f in dataclasses.fields(ShardKeys) if f.name != "lease"]
     queues = [t.staging()]
     for name in LOOKALIKES:
-        queues += [QueueKeys(p, name), t.group_queue(name), t.group_queue("b", name),
-                   t.group_queue(name, name)]
+        queues += [
+            QueueKeys(p, name),
+            t.group_queue(name),
+            t.group_queue("b", name),
+            t.group_queue(name, name),
+        ]
     keys = {getattr(q.shard(0), f) for q in queues for f in fields}
     return sorted(keys | {QueueKeys(p, "q").meta, t.meta, t.subs(0)})
 
 
 @pytest.mark.parametrize("role", sorted(acl.ROLES))
 def test_no_role_deletes_renames_replaces_or_expires_a_key_of_a_queue(
-        role: str, admin: redis.Redis) -> None:
+    role: str, admin: redis.Redis
+) -> None:
     """Only an admin destroys a whole key of a queue: no role may DEL, UNLINK, RENAME,
     EXPIRE... any, whatever its queues and groups are named (the server's own ACL check,
     ACL DRYRUN). The one exception, documented: an open writes a shard's epoch with SET,
@@ -544,14 +628,21 @@ def test_no_role_deletes_renames_replaces_or_expires_a_key_of_a_queue(
     epochs = acl.grants(role).writes.get("SET", frozenset()) & {"epoch"}
     try:
         keys = queue_keys(p)
-        tried = [(cmd, key) for key in keys for cmd in WHOLE_KEY
-                 if not (cmd == "SET" and epochs and key.endswith("epoch"))]
+        tried = [
+            (cmd, key)
+            for key in keys
+            for cmd in WHOLE_KEY
+            if not (cmd == "SET" and epochs and key.endswith("epoch"))
+        ]
         pipe = admin.pipeline(transaction=False)
         for cmd, key in tried:
             args = [f"{p}:other" if a == "{dst}" else a for a in WHOLE_KEY[cmd]]
             pipe.execute_command("ACL", "DRYRUN", name, cmd, key, *args)
-        allowed = [f"{cmd} {key}" for (cmd, key), reply in zip(tried, pipe.execute(), strict=True)
-                   if reply in (b"OK", "OK")]
+        allowed = [
+            f"{cmd} {key}"
+            for (cmd, key), reply in zip(tried, pipe.execute(), strict=True)
+            if reply in (b"OK", "OK")
+        ]
         assert not allowed, "\n".join(allowed[:20])
     finally:
         admin.execute_command("ACL", "DELUSER", name)
@@ -561,8 +652,9 @@ def test_the_read_only_dashboard_writes_nothing(admin: redis.Redis) -> None:
     """Not a write command on any key of its prefix, no PUBLISH on its channels."""
     p = _prefix()
     name = f"board-{uuid.uuid4().hex[:8]}"
-    admin.execute_command("ACL", "SETUSER", name, "reset", "on", "nopass",
-                          *acl.rules(p, "dashboard"))
+    admin.execute_command(
+        "ACL", "SETUSER", name, "reset", "on", "nopass", *acl.rules(p, "dashboard")
+    )
     try:
         writes = {**WRITE_ARGS, **WHOLE_KEY}
         tried = [(cmd, key) for key in [*universe(p), *queue_keys(p)] for cmd in writes]
@@ -579,6 +671,7 @@ def test_the_read_only_dashboard_writes_nothing(admin: redis.Redis) -> None:
 
 # -- the analysis of the scripts ----------------------------------------------------------
 
+
 def test_the_commands_classes_agree_with_the_server(admin: redis.Redis) -> None:
     info = admin.execute_command("COMMAND", "INFO", *sorted(grants.READS | grants.WRITES))
     flags = {name.upper(): set(entry["flags"]) for name, entry in info.items()}
@@ -591,13 +684,17 @@ def test_a_script_cannot_widen_a_role_by_accident() -> None:
     from dynoq._core import lua
 
     head = "--[[ t: a test.\n  KEYS[1] ready  KEYS[2] msgs\n  flags: allow-oom\n]]\n"
-    ok = grants.script_uses(lua.parse("t-2.lua", head + "local r = KEYS[1]\n"
-                                      "redis.call('ZADD', r, 1, 'x')\n"
-                                      "redis.call('HDEL', KEYS[2], 'x')\n"))
+    ok = grants.script_uses(
+        lua.parse(
+            "t-2.lua",
+            head + "local r = KEYS[1]\n"
+            "redis.call('ZADD', r, 1, 'x')\n"
+            "redis.call('HDEL', KEYS[2], 'x')\n",
+        )
+    )
     assert ok.writes == {"ZADD": frozenset({"ready"}), "HDEL": frozenset({"msgs"})}
     with pytest.raises(ValueError, match="cannot tell which key"):
-        grants.script_uses(lua.parse("t-2.lua", head + "local k = 'x'\n"
-                                     "redis.call('UNLINK', k)\n"))
+        grants.script_uses(lua.parse("t-2.lua", head + "local k = 'x'\nredis.call('UNLINK', k)\n"))
     with pytest.raises(ValueError, match="classify it"):
         grants.script_uses(lua.parse("t-2.lua", head + "redis.call('FLUSHALL')\n"))
 
@@ -607,22 +704,33 @@ def test_a_write_is_granted_on_the_kind_its_key_is_named_after() -> None:
     by its arguments' fields or names: each write is granted on that name's kind."""
     from dynoq._core import lua
 
-    head = ("--[[ t: a test.\n  KEYS[1] rate  KEYS[2] ready|kturn  KEYS[3] counts\n"
-            "  KEYS[2..] repeated: a group per shard\n  flags: allow-oom\n]]\n")
-    body = ("local function bump(k)\n  redis.call('HINCRBY', k.counts, 'n', 1)\nend\n"
-            "local log = K.rate\nredis.call('ZADD', log, 1, 'x')\n"
-            "local k = group_keys(1)\nredis.call('ZADD', k.kturn, 1, 'x')\nbump(k)\n")
+    head = (
+        "--[[ t: a test.\n  KEYS[1] rate  KEYS[2] ready|kturn  KEYS[3] counts\n"
+        "  KEYS[2..] repeated: a group per shard\n  flags: allow-oom\n]]\n"
+    )
+    body = (
+        "local function bump(k)\n  redis.call('HINCRBY', k.counts, 'n', 1)\nend\n"
+        "local log = K.rate\nredis.call('ZADD', log, 1, 'x')\n"
+        "local k = group_keys(1)\nredis.call('ZADD', k.kturn, 1, 'x')\nbump(k)\n"
+    )
     uses = grants.script_uses(lua.parse("t-3.lua", head + body))
-    assert uses.writes == {"ZADD": frozenset({"rate", "kturn"}),
-                           "HINCRBY": frozenset({"counts"})}
+    assert uses.writes == {"ZADD": frozenset({"rate", "kturn"}), "HINCRBY": frozenset({"counts"})}
     with pytest.raises(ValueError, match="names two kinds"):
-        grants.script_uses(lua.parse("t-3.lua", head + "local log = K.rate\n"
-                                     "local function f(k)\n  local log = k.counts\nend\n"
-                                     "f(group_keys(1))\n"
-                                     "redis.call('ZADD', log, 1, 'x')\n"))
+        grants.script_uses(
+            lua.parse(
+                "t-3.lua",
+                head + "local log = K.rate\n"
+                "local function f(k)\n  local log = k.counts\nend\n"
+                "f(group_keys(1))\n"
+                "redis.call('ZADD', log, 1, 'x')\n",
+            )
+        )
     with pytest.raises(ValueError, match="cannot tell which key"):
-        grants.script_uses(lua.parse("t-3.lua", head + "local k = group_keys(1)\n"
-                                     "redis.call('UNLINK', k.nothing)\n"))
+        grants.script_uses(
+            lua.parse(
+                "t-3.lua", head + "local k = group_keys(1)\nredis.call('UNLINK', k.nothing)\n"
+            )
+        )
 
 
 def test_a_role_gets_only_what_the_functions_its_scripts_call_send() -> None:
@@ -631,16 +739,22 @@ def test_a_role_gets_only_what_the_functions_its_scripts_call_send() -> None:
     from dynoq._core import lua
 
     head = "--[[ t: a test.\n  KEYS[1] ready  KEYS[2] msgs\n  flags: allow-oom\n]]\n"
-    body = ("local function unused(ready)\n  redis.call('UNLINK', ready)\nend\n"
-            "local function used(ready)\n  redis.call('ZADD', ready, 1, 'x')\nend\n"
-            "local function outer(k)\n  used(k)\nend\n"
-            "-- redis.call('HDEL', KEYS[2], 'x') in a comment sends nothing\n"
-            "outer(KEYS[1])\n")
+    body = (
+        "local function unused(ready)\n  redis.call('UNLINK', ready)\nend\n"
+        "local function used(ready)\n  redis.call('ZADD', ready, 1, 'x')\nend\n"
+        "local function outer(k)\n  used(k)\nend\n"
+        "-- redis.call('HDEL', KEYS[2], 'x') in a comment sends nothing\n"
+        "outer(KEYS[1])\n"
+    )
     uses = grants.script_uses(lua.parse("t-2.lua", head + body))
     assert uses.writes == {"ZADD": frozenset({"ready"})}
     with pytest.raises(ValueError, match="not indented"):
-        grants.script_uses(lua.parse("t-2.lua", head + "local function f(k)\n"
-                                     "redis.call('ZADD', KEYS[1], 1, 'x')\nend\nf()\n"))
+        grants.script_uses(
+            lua.parse(
+                "t-2.lua",
+                head + "local function f(k)\nredis.call('ZADD', KEYS[1], 1, 'x')\nend\nf()\n",
+            )
+        )
     producer = acl.grants("producer").writes
     assert "ZPOPMIN" not in producer and "kfence" not in producer.get("HSETNX", ())
     assert "kfence" not in producer.get("HINCRBY", frozenset())
@@ -655,8 +769,12 @@ def test_rules_print_for_redis_cli(server: Any, admin: redis.Redis) -> None:
     for prefix in ("shop", 'a*"b\\'):
         admin.execute_command("ACL", "SETUSER", "api", "reset", *acl.rules(prefix, "consumer"))
         line = f"ACL SETUSER text reset {acl.as_text(acl.rules(prefix, 'consumer'))}\n"
-        subprocess.run([cli, "-h", server.host, "-p", str(server.port)], input=line.encode(),
-                       check=True, capture_output=True)
+        subprocess.run(
+            [cli, "-h", server.host, "-p", str(server.port)],
+            input=line.encode(),
+            check=True,
+            capture_output=True,
+        )
         want, got = (admin.execute_command("ACL", "GETUSER", u) for u in ("api", "text"))
         assert got == want, prefix
     admin.execute_command("ACL", "DELUSER", "api", "text")
@@ -664,9 +782,13 @@ def test_rules_print_for_redis_cli(server: Any, admin: redis.Redis) -> None:
 
 # -- every server version, every database number, and a refusal that says why ---------------
 
+
 def test_every_role_works_on_the_server_with_dynoq_connections_unlabelled(
-        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
-        user: Callable[[str, str], str]) -> None:
+    flavor: str,
+    connect_any: Callable[..., Any],
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+) -> None:
     """Each role's rules are accepted by Redis 7.0 (no CLIENT SETINFO rule: 7.2's) and
     Valkey 8, and dynoq's connections do not send CLIENT SETINFO, so nothing a role's user
     does lands in ACL LOG."""
@@ -674,8 +796,10 @@ def test_every_role_works_on_the_server_with_dynoq_connections_unlabelled(
     acl.install(admin)
     urls = {role: user(p, role) for role in acl.ROLES}  # each SETUSER accepted
     admin.execute_command("ACL", "LOG", "RESET")
-    with connect_any(urls["producer"], prefix=p) as producer, \
-            connect_any(urls["consumer"], prefix=p) as consumer:
+    with (
+        connect_any(urls["producer"], prefix=p) as producer,
+        connect_any(urls["consumer"], prefix=p) as consumer,
+    ):
         producer.queue("jobs", shards=2).push_many(range(3))
         q = consumer.queue("jobs")
         got = q.pop(3)
@@ -687,8 +811,12 @@ def test_every_role_works_on_the_server_with_dynoq_connections_unlabelled(
 
 
 def test_a_role_uses_the_database_number_of_its_url(
-        flavor: str, connect_any: Callable[..., Any], server: Any, admin: redis.Redis,
-        user: Callable[[str, str], str]) -> None:
+    flavor: str,
+    connect_any: Callable[..., Any],
+    server: Any,
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+) -> None:
     """A role's user may SELECT (a URL's /3): its keys land in database 3. A database
     number is no boundary between users (docs/security.md): the prefix is."""
     p = _prefix()
@@ -707,8 +835,11 @@ def test_a_role_uses_the_database_number_of_its_url(
 
 
 def test_a_refused_script_names_the_roles_that_may_run_it(
-        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
-        user: Callable[[str, str], str]) -> None:
+    flavor: str,
+    connect_any: Callable[..., Any],
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+) -> None:
     """A producer's pop (one call) and purge of dead letters (a batch over shards) are
     refused, saying which script, which roles may run it, and only then another version's
     rules as the other cause."""
@@ -721,9 +852,10 @@ def test_a_refused_script_names_the_roles_that_may_run_it(
             q.pop()
         assert "may not run dynoq's 'pop' script: only a consumer user may" in str(popped.value)
         assert "another dynoq version's" in str(popped.value)
-        with pytest.raises(dynoq.PermissionDenied,
-                           match="'purge-dead' script: only a consumer or dashboard-actions "
-                                 "user may"):
+        with pytest.raises(
+            dynoq.PermissionDenied,
+            match="'purge-dead' script: only a consumer or dashboard-actions user may",
+        ):
             q.purge_dead()
     with connect_any(user(p, "dashboard"), prefix=p) as board:
         looking = board.open_existing("jobs")
@@ -733,6 +865,7 @@ def test_a_refused_script_names_the_roles_that_may_run_it(
 
 
 # -- installing the scripts -----------------------------------------------------------------
+
 
 def test_install_loads_what_is_missing_once(admin: redis.Redis, server: Any) -> None:
     admin.script_flush()
@@ -763,8 +896,11 @@ def test_install_needs_an_admin(user: Callable[[str, str], str]) -> None:
 
 
 def test_a_role_meets_an_empty_cache_with_a_typed_error_then_recovers(
-        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
-        user: Callable[[str, str], str]) -> None:
+    flavor: str,
+    connect_any: Callable[..., Any],
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+) -> None:
     """SCRIPT FLUSH stands for a restart: a single call and a batch (a pipeline over
     shards) both raise ScriptsNotInstalled, store nothing, and work once installed."""
     p = _prefix()
@@ -786,22 +922,30 @@ def test_a_role_meets_an_empty_cache_with_a_typed_error_then_recovers(
 
 
 def test_a_consumer_and_the_sweeper_ride_out_an_empty_cache(
-        flavor: str, connect_any: Callable[..., Any], admin: redis.Redis,
-        user: Callable[[str, str], str], caplog: pytest.LogCaptureFixture) -> None:
+    flavor: str,
+    connect_any: Callable[..., Any],
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Running consumers and a sweeper that meet an empty script cache log one line a
     failure (no traceback), lose nothing, and go on once the scripts are back."""
     p = _prefix()
     acl.install(admin)
     seen: list[int] = []
-    with connect_any(user(p, "consumer"), prefix=p) as worker, \
-            dynoq.connect(user(p, "sweeper"), prefix=p) as sweeping, \
-            dynoq.connect(user(p, "producer"), prefix=p) as producing:
+    with (
+        connect_any(user(p, "consumer"), prefix=p) as worker,
+        dynoq.connect(user(p, "sweeper"), prefix=p) as sweeping,
+        dynoq.connect(user(p, "producer"), prefix=p) as producing,
+    ):
         q = producing.queue("jobs", shards=2, unack_timeout=1)
         q.push_many(range(10))
         sweeper = sweeping.sweeper(interval=0.05)
         swept = threading.Thread(target=sweeper.run_forever)
-        with caplog.at_level(logging.INFO, logger="dynoq"), \
-                worker.consumer("jobs", lambda m: seen.append(m.payload), idle_wait=0.05):
+        with (
+            caplog.at_level(logging.INFO, logger="dynoq"),
+            worker.consumer("jobs", lambda m: seen.append(m.payload), idle_wait=0.05),
+        ):
             swept.start()
             wait_for(lambda: set(seen) == set(range(10)), 20, "the first ten")
             admin.script_flush()
@@ -812,8 +956,13 @@ def test_a_consumer_and_the_sweeper_ride_out_an_empty_cache(
             wait_for(lambda: "dynoq acl install" in caplog.text, 20, "a failed attempt")
             acl.install(admin)
             # At least once: an ack refused while the scripts were gone is delivered again.
-            wait_for(lambda: set(seen) == set(range(20)) and q.stats().unacked == 0
-                     and q.stats().ready == 0, 30, "every message handled and acked")
+            wait_for(
+                lambda: (
+                    set(seen) == set(range(20)) and q.stats().unacked == 0 and q.stats().ready == 0
+                ),
+                30,
+                "every message handled and acked",
+            )
         sweeper.stop()
         swept.join(10)
     failures = [r for r in caplog.records if "dynoq acl install" in r.getMessage()]
@@ -822,16 +971,16 @@ def test_a_consumer_and_the_sweeper_ride_out_an_empty_cache(
     assert not traced, traced[:3]  # one line a failure, no traceback
 
 
-def test_a_rolling_upgrade_keeps_both_versions_callable(
-        server: Any, admin: redis.Redis) -> None:
+def test_a_rolling_upgrade_keeps_both_versions_callable(server: Any, admin: redis.Redis) -> None:
     """``upgrade=True`` keeps the user's selectors (an older version's scripts stay
     callable); the plain rules then drop them; a user whose rules are of another version
     is told so."""
     p, name = _prefix(), f"up-{uuid.uuid4().hex[:8]}"
     old = admin.script_load("return redis.call('EXISTS', KEYS[1])")  # "the old version's"
     key = QueueKeys(p, "q").meta
-    admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "-@all",
-                          "+ping", f"(~{p}:* +evalsha|{old})")
+    admin.execute_command(
+        "ACL", "SETUSER", name, "reset", "on", ">pw", "-@all", "+ping", f"(~{p}:* +evalsha|{old})"
+    )
     acl.install(admin)
     url = _url(server, name, "pw")
     with dynoq.connect(url, prefix=p) as client:
@@ -848,11 +997,27 @@ def test_a_rolling_upgrade_keeps_both_versions_callable(
 
 
 def test_install_keep_puts_the_scripts_back_by_itself(
-        server: Any, admin: redis.Redis, user: Callable[[str, str], str]) -> None:
+    server: Any, admin: redis.Redis, user: Callable[[str, str], str]
+) -> None:
     p = _prefix()
-    proc = subprocess.Popen([sys.executable, "-m", "dynoq", "--url", _url(server), "acl",
-                             "install", "--keep", "--interval", "0.1", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dynoq",
+            "--url",
+            _url(server),
+            "acl",
+            "install",
+            "--keep",
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -861,8 +1026,11 @@ def test_install_keep_puts_the_scripts_back_by_itself(
             q = producer.queue("jobs")
             for _ in range(3):  # three restarts in a row
                 admin.script_flush()
-                wait_for(lambda: all(admin.script_exists(*(s.sha for s in SCRIPTS.values()))),
-                         10, "the scripts back")
+                wait_for(
+                    lambda: all(admin.script_exists(*(s.sha for s in SCRIPTS.values()))),
+                    10,
+                    "the scripts back",
+                )
                 q.push("after a restart")
             assert q.stats().ready == 3
         assert '"loaded": ' in proc.stdout.readline()  # it said what it put back
@@ -881,14 +1049,16 @@ def test_the_cli_installs_and_prints_roles(server: Any, admin: redis.Redis) -> N
     admin.script_flush()
     result = CliRunner().invoke(cli, ["--url", _url(server), "acl", "install"])
     assert result.exit_code == 0, result.output
-    assert re.search(rf"{len(SCRIPTS)} scripts on 1 node.*loaded now: {len(SCRIPTS)}",
-                     result.output)
+    assert re.search(
+        rf"{len(SCRIPTS)} scripts on 1 node.*loaded now: {len(SCRIPTS)}", result.output
+    )
     result = CliRunner().invoke(cli, ["--prefix", "sh*", "acl", "dashboard"])
     assert result.exit_code == 0 and '"%R~sh\\\\*:*"' in result.output, result.output
     assert "script|load" not in result.output and "evalsha|" in result.output
 
 
 # -- Redis Cluster: every node, replicas included ------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def acl_cluster() -> Iterator[Any]:
@@ -900,7 +1070,8 @@ def acl_cluster() -> Iterator[Any]:
 
 @pytest.mark.cluster
 def test_a_cluster_gets_the_scripts_on_every_node_and_roles_translate_alike(
-        flavor: str, connect_any: Callable[..., Any], acl_cluster: Any) -> None:
+    flavor: str, connect_any: Callable[..., Any], acl_cluster: Any
+) -> None:
     """install reaches every primary and replica (a failover promotes one with its own
     cache); a role's single calls and batches meet an empty cache with
     ScriptsNotInstalled on the cluster runners too (sync and asyncio), then work; a
@@ -909,8 +1080,15 @@ def test_a_cluster_gets_the_scripts_on_every_node_and_roles_translate_alike(
     nodes = [acl_cluster.node_client(port) for port in acl_cluster.ports]
     try:
         for r in nodes:
-            r.execute_command("ACL", "SETUSER", "tenant", "reset", "on", f">{password}",
-                              *acl.rules(p, "producer", cluster=True))
+            r.execute_command(
+                "ACL",
+                "SETUSER",
+                "tenant",
+                "reset",
+                "on",
+                f">{password}",
+                *acl.rules(p, "producer", cluster=True),
+            )
         done = acl.install(acl_cluster.url)
         assert len(done.nodes) == len(acl_cluster.ports) == 4 and not done.failed
         shas = [s.sha for s in SCRIPTS.values()]
@@ -928,11 +1106,16 @@ def test_a_cluster_gets_the_scripts_on_every_node_and_roles_translate_alike(
             assert acl.install(acl_cluster.url).loaded == len(SCRIPTS) * 4
             q.push_many(range(20))
             assert q.stats().ready == 21
-            with pytest.raises(dynoq.PermissionDenied,
-                               match="'pop' script: only a consumer user may"):
+            with pytest.raises(
+                dynoq.PermissionDenied, match="'pop' script: only a consumer user may"
+            ):
                 q.pop()  # the cluster runners name a refused script too
-        refused = {e[b"object"] for r in nodes for e in r.execute_command("ACL", "LOG", 100)
-                   if e[b"username"] == b"tenant"}
+        refused = {
+            e[b"object"]
+            for r in nodes
+            for e in r.execute_command("ACL", "LOG", 100)
+            if e[b"username"] == b"tenant"
+        }
         assert refused == {b"script|load", b"evalsha"}  # the role was enough for the rest
     finally:
         for r in nodes:

@@ -26,8 +26,18 @@ ABC = ["a", "b", "c"]
 
 # shards 0-3 in hz, 4-5 in sh, 6-7 in bj; consumers a, b in hz, c in sh, d in bj
 ROOMS: dict[int | str, str] = {
-    0: "hz", 1: "hz", 2: "hz", 3: "hz", 4: "sh", 5: "sh", 6: "bj", 7: "bj",
-    "a": "hz", "b": "hz", "c": "sh", "d": "bj",
+    0: "hz",
+    1: "hz",
+    2: "hz",
+    3: "hz",
+    4: "sh",
+    5: "sh",
+    6: "bj",
+    7: "bj",
+    "a": "hz",
+    "b": "hz",
+    "c": "sh",
+    "d": "bj",
 }
 
 
@@ -54,8 +64,12 @@ def split(
 
 def test_strategy_names() -> None:
     assert set(STRATEGIES) == {
-        "averagely", "averagely_by_circle", "consistent_hash",
-        "by_config", "machine_room", "machine_room_nearby",
+        "averagely",
+        "averagely_by_circle",
+        "consistent_hash",
+        "by_config",
+        "machine_room",
+        "machine_room_nearby",
     }
     for name, fn in STRATEGIES.items():
         assert getattr(allocation, name) is fn
@@ -69,12 +83,14 @@ def test_strategy_names() -> None:
     [
         # 8 % 3 = 2: the first two take 3, the last 2 (start = index * 2 + mod = 6)
         (range(8), ABC, {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7]}),
-        (range(10), ["a", "b", "c", "d"],
-         {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7], "d": [8, 9]}),
+        (
+            range(10),
+            ["a", "b", "c", "d"],
+            {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7], "d": [8, 9]},
+        ),
         (range(9), ABC, {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7, 8]}),
         # more consumers than shards: one each, the rest nothing
-        (range(3), ["a", "b", "c", "d", "e"],
-         {"a": [0], "b": [1], "c": [2], "d": [], "e": []}),
+        (range(3), ["a", "b", "c", "d", "e"], {"a": [0], "b": [1], "c": [2], "d": [], "e": []}),
         (range(4), ["solo"], {"solo": [0, 1, 2, 3]}),
         # shard numbers need not be contiguous; inputs are sorted first
         ([50, 10, 40, 20, 30], ["y", "x"], {"x": [10, 20, 30], "y": [40, 50]}),
@@ -93,10 +109,12 @@ def test_averagely(
     ("shards", "consumers", "expected"),
     [
         (range(8), ABC, {"a": [0, 3, 6], "b": [1, 4, 7], "c": [2, 5]}),
-        (range(10), ["a", "b", "c", "d"],
-         {"a": [0, 4, 8], "b": [1, 5, 9], "c": [2, 6], "d": [3, 7]}),
-        (range(3), ["a", "b", "c", "d", "e"],
-         {"a": [0], "b": [1], "c": [2], "d": [], "e": []}),
+        (
+            range(10),
+            ["a", "b", "c", "d"],
+            {"a": [0, 4, 8], "b": [1, 5, 9], "c": [2, 6], "d": [3, 7]},
+        ),
+        (range(3), ["a", "b", "c", "d", "e"], {"a": [0], "b": [1], "c": [2], "d": [], "e": []}),
         (range(4), ["solo"], {"solo": [0, 1, 2, 3]}),
         ([7, 3, 5, 1], ["b", "a"], {"a": [1, 5], "b": [3, 7]}),
     ],
@@ -125,16 +143,16 @@ def test_consistent_hash_ring_by_hand() -> None:
     ring = {"a-0": 10, "b-0": 20, "c-0": 30}
     keys = {"0": 5, "1": 10, "2": 15, "3": 25, "4": 35}
     # 5 -> a(10); 10 -> a (the point itself); 15 -> b(20); 25 -> c(30); 35 wraps -> a(10)
-    got = split(consistent_hash, range(5), ABC, virtual_nodes=1,
-                hash_function=table_hash(ring | keys))
+    got = split(
+        consistent_hash, range(5), ABC, virtual_nodes=1, hash_function=table_hash(ring | keys)
+    )
     assert got == {"a": [0, 1, 4], "b": [2], "c": [3]}
 
 
 def test_consistent_hash_collision_later_point_wins() -> None:
     # TreeMap.put semantics: c-0 lands on b-0's position and replaces it
     table = {"a-0": 10, "b-0": 20, "c-0": 20, "0": 5, "1": 15, "2": 25}
-    got = split(consistent_hash, range(3), ABC, virtual_nodes=1,
-                hash_function=table_hash(table))
+    got = split(consistent_hash, range(3), ABC, virtual_nodes=1, hash_function=table_hash(table))
     assert got == {"a": [0, 2], "b": [], "c": [1]}
 
 
@@ -145,23 +163,30 @@ def test_consistent_hash_virtual_node_keys() -> None:
         seen.append(key)
         return len(seen)
 
-    consistent_hash([0], ["b", "a"], "a", virtual_nodes=3, hash_function=spy,
-                    shard_key=lambda s: f"q:{s}")
+    consistent_hash(
+        [0], ["b", "a"], "a", virtual_nodes=3, hash_function=spy, shard_key=lambda s: f"q:{s}"
+    )
     assert seen == ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2", "q:0"]
 
 
 def test_consistent_hash_md5_matches_rocketmq() -> None:
     # computed with RocketMQ's ConsistentHashRouter/MD5Hash (10 virtual nodes, key str(shard))
     assert split(consistent_hash, range(12), ABC) == {
-        "a": [7], "b": [5, 9, 10], "c": [0, 1, 2, 3, 4, 6, 8, 11],
+        "a": [7],
+        "b": [5, 9, 10],
+        "c": [0, 1, 2, 3, 4, 6, 8, 11],
     }
     assert split(consistent_hash, range(12), ["a", "b", "c", "d"]) == {
-        "a": [7], "b": [5, 9, 10], "c": [0, 1, 2, 3, 4, 8], "d": [6, 11],
+        "a": [7],
+        "b": [5, 9, 10],
+        "c": [0, 1, 2, 3, 4, 8],
+        "d": [6, 11],
     }
 
 
-def owners(fn: Callable[..., list[int]], shards: Sequence[int], consumers: Sequence[str],
-           **options: Any) -> dict[int, str]:
+def owners(
+    fn: Callable[..., list[int]], shards: Sequence[int], consumers: Sequence[str], **options: Any
+) -> dict[int, str]:
     return {s: me for me, mine in split(fn, shards, consumers, **options).items() for s in mine}
 
 
@@ -173,8 +198,10 @@ def random_groups(seed: int, count: int = 300) -> Iterator[Group]:
     rnd = random.Random(seed)
     for _ in range(count):
         shards = sorted(rnd.sample(range(200), rnd.randint(0, 40)))
-        names = {"".join(rnd.choices("abcdef0123", k=rnd.randint(1, 4)))
-                 for _ in range(rnd.randint(1, 10))}
+        names = {
+            "".join(rnd.choices("abcdef0123", k=rnd.randint(1, 4)))
+            for _ in range(rnd.randint(1, 10))
+        }
         consumers = sorted(names)
         rooms: dict[int | str, str] = {x: rnd.choice(["hz", "sh", "bj"]) for x in shards}
         rooms.update({c: rnd.choice(["hz", "sh", "bj"]) for c in consumers})
@@ -220,7 +247,10 @@ def test_machine_room_by_hand() -> None:
     assert split(machine_room, range(8), ABC, **opts) == {"a": [0, 1], "b": [2, 3], "c": [4, 5]}
     # 4 consumers: 6 // 4 = 1 each, remainder 2 -> a, b also take shard i + 1 * 4
     assert split(machine_room, range(8), ["a", "b", "c", "d"], **opts) == {
-        "a": [0, 4], "b": [1, 5], "c": [2], "d": [3],
+        "a": [0, 4],
+        "b": [1, 5],
+        "c": [2],
+        "d": [3],
     }
     # shards without a room are never eligible (RocketMQ: broker name without '@')
     assert machine_room(range(12), ["a"], "a", **opts) == [0, 1, 2, 3, 4, 5]
@@ -241,20 +271,32 @@ def test_machine_room_nearby_by_hand() -> None:
     # hz shards 0-3 go to hz consumers a, b; sh shards 4-5 to c; bj has no consumer,
     # so 6-7 are shared by all three averagely (mod 2: a -> 6, b -> 7, c -> nothing)
     assert split(machine_room_nearby, range(8), ABC, resolver=room_of) == {
-        "a": [0, 1, 6], "b": [2, 3, 7], "c": [4, 5],
+        "a": [0, 1, 6],
+        "b": [2, 3, 7],
+        "c": [4, 5],
     }
     # with a bj consumer, every room is served locally
     assert split(machine_room_nearby, range(8), ["a", "b", "c", "d"], resolver=room_of) == {
-        "a": [0, 1], "b": [2, 3], "c": [4, 5], "d": [6, 7],
+        "a": [0, 1],
+        "b": [2, 3],
+        "c": [4, 5],
+        "d": [6, 7],
     }
 
 
 def test_machine_room_nearby_inner_strategy() -> None:
-    got = split(machine_room_nearby, range(8), ABC, resolver=room_of,
-                strategy="averagely_by_circle")
+    got = split(
+        machine_room_nearby, range(8), ABC, resolver=room_of, strategy="averagely_by_circle"
+    )
     assert got == {"a": [0, 2, 6], "b": [1, 3, 7], "c": [4, 5]}
-    got = split(machine_room_nearby, range(8), ABC, resolver=room_of,
-                strategy="by_config", strategy_options={"shard_list": [0, 4, 6]})
+    got = split(
+        machine_room_nearby,
+        range(8),
+        ABC,
+        resolver=room_of,
+        strategy="by_config",
+        strategy_options={"shard_list": [0, 4, 6]},
+    )
     assert got == {"a": [0, 6], "b": [0, 6], "c": [4, 6]}
 
     def first_only(shards: Sequence[int], consumers: Sequence[str], me: str) -> list[int]:
@@ -310,9 +352,10 @@ def check_complete_and_disjoint(
     opts: dict[str, Any] = {}
     if name == "by_config":
         # a disjoint configuration: each member configured with its circle share
-        got = [by_config(shards, consumers, me,
-                         shard_list=averagely_by_circle(shards, consumers, me))
-               for me in consumers]
+        got = [
+            by_config(shards, consumers, me, shard_list=averagely_by_circle(shards, consumers, me))
+            for me in consumers
+        ]
     else:
         if name == "machine_room":
             opts = {"consumer_idcs": {"hz", "bj"}, "resolver": rooms.get}

@@ -46,7 +46,7 @@ def _imports(name: str) -> set[str]:
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             for a in node.names:  # `from pkg import module` imports that module
                 out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
@@ -54,8 +54,7 @@ def _imports(name: str) -> set[str]:
 
 
 GRAPH = {name: {m for m in _imports(name) if m in MODULES} for name in MODULES}
-EXTERNAL = {name: {m for m in _imports(name) if not m.startswith("dynoq")}
-            for name in MODULES}
+EXTERNAL = {name: {m for m in _imports(name) if not m.startswith("dynoq")} for name in MODULES}
 
 
 def test_there_are_no_import_cycles() -> None:
@@ -67,7 +66,7 @@ def test_there_are_no_import_cycles() -> None:
         path.append(node)
         for nxt in sorted(GRAPH[node]):
             if state.get(nxt) == 1:
-                cycle = [*path[path.index(nxt):], nxt]
+                cycle = [*path[path.index(nxt) :], nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -108,7 +107,8 @@ def test_the_packages_namespaces_hold_their_api_and_their_modules_only() -> None
         for name in {n for n in names if not n.startswith("_")} - set(package.__all__):
             value = getattr(package, name)
             assert inspect.ismodule(value) and value.__name__ == f"{package.__name__}.{name}", (
-                f"{package.__name__}.{name} is neither its public API nor its own module")
+                f"{package.__name__}.{name} is neither its public API nor its own module"
+            )
 
 
 def test_only_the_backend_imports_redis() -> None:
@@ -120,8 +120,16 @@ def test_only_the_backend_imports_redis() -> None:
 
 def test_layers_below_the_client_never_import_it() -> None:
     for name, deps in GRAPH.items():
-        if name.startswith(("dynoq.queue", "dynoq.sweeper", "dynoq.consumer", "dynoq.backend",
-                            "dynoq._core", "dynoq.topic")):
+        if name.startswith(
+            (
+                "dynoq.queue",
+                "dynoq.sweeper",
+                "dynoq.consumer",
+                "dynoq.backend",
+                "dynoq._core",
+                "dynoq.topic",
+            )
+        ):
             assert "dynoq.client" not in deps, f"{name} imports the client"
 
 
@@ -140,15 +148,24 @@ def test_the_dashboard_is_a_leaf_of_the_cli() -> None:
     for name in dashboard:
         assert not any(d.startswith("dynoq.cli.") for d in GRAPH[name]), name
         assert not EXTERNAL[name] & REDIS_LIBRARIES, name
-    assert "dynoq.dashboard" not in GRAPH["dynoq"] and "dynoq.dashboard" not in GRAPH[
-        "dynoq.client"]
+    assert (
+        "dynoq.dashboard" not in GRAPH["dynoq"] and "dynoq.dashboard" not in GRAPH["dynoq.client"]
+    )
 
 
 def test_asyncio_is_held_to_the_same_layers() -> None:
     twin = [n for n in MODULES if n.startswith("dynoq.asyncio")]
     assert len(twin) >= 10
-    sync_shells = ("dynoq.client", "dynoq.queue", "dynoq.sweeper", "dynoq.consumer",
-                   "dynoq.topic", "dynoq.cli", "dynoq.spark", "dynoq.metrics")
+    sync_shells = (
+        "dynoq.client",
+        "dynoq.queue",
+        "dynoq.sweeper",
+        "dynoq.consumer",
+        "dynoq.topic",
+        "dynoq.cli",
+        "dynoq.spark",
+        "dynoq.metrics",
+    )
     for name in twin:
         # The twin shares the core and the sync backend's pure pieces, never a sync shell.
         shells = {m for m in GRAPH[name] if m.startswith(sync_shells)}
@@ -157,16 +174,26 @@ def test_asyncio_is_held_to_the_same_layers() -> None:
             assert name.startswith("dynoq.asyncio.backend"), name
         if "threading" in EXTERNAL[name]:
             pytest.fail(f"{name} imports threading: the twin runs on tasks")
-    below_client = [n for n in twin if n.startswith(("dynoq.asyncio.backend",
-                                                     "dynoq.asyncio.queue",
-                                                     "dynoq.asyncio.sweeper",
-                                                     "dynoq.asyncio.consumer"))]
+    below_client = [
+        n
+        for n in twin
+        if n.startswith(
+            (
+                "dynoq.asyncio.backend",
+                "dynoq.asyncio.queue",
+                "dynoq.asyncio.sweeper",
+                "dynoq.asyncio.consumer",
+            )
+        )
+    ]
     for name in below_client:
         assert "dynoq.asyncio.client" not in GRAPH[name], f"{name} imports the client"
     for name in GRAPH["dynoq.asyncio.backend"] | {
-            m for n in MODULES if n.startswith("dynoq.asyncio.backend") for m in GRAPH[n]}:
-        assert not name.startswith(("dynoq.asyncio.queue", "dynoq.asyncio.consumer",
-                                    "dynoq.asyncio.sweeper")), name
+        m for n in MODULES if n.startswith("dynoq.asyncio.backend") for m in GRAPH[n]
+    }:
+        assert not name.startswith(
+            ("dynoq.asyncio.queue", "dynoq.asyncio.consumer", "dynoq.asyncio.sweeper")
+        ), name
     # The sync package never needs the asyncio one; the command line's runner of async
     # def handlers and checks is the one edge above both clients.
     for name, deps in GRAPH.items():
@@ -177,8 +204,12 @@ def test_asyncio_is_held_to_the_same_layers() -> None:
 def test_consumer_options_are_named_keywords_with_the_settings_defaults() -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(dynoq.ConsumerSettings)}
     assert dynoq.ConsumerSettings() == dynoq.ConsumerSettings(**defaults)
-    for fn in (dynoq.Client.consumer, dynoq.Consumer.__init__, dynoq.asyncio.Client.consumer,
-               dynoq.asyncio.Consumer.__init__):
+    for fn in (
+        dynoq.Client.consumer,
+        dynoq.Consumer.__init__,
+        dynoq.asyncio.Client.consumer,
+        dynoq.asyncio.Consumer.__init__,
+    ):
         params = inspect.signature(fn).parameters
         assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), fn
         for field, default in defaults.items():
@@ -189,10 +220,13 @@ def test_consumer_options_are_named_keywords_with_the_settings_defaults() -> Non
 def test_every_script_names_its_keys_in_its_header() -> None:
     from dynoq._core import batches, keys, lua, tasks
 
-    known = ({f.name for f in dataclasses.fields(keys.ShardKeys)}
-             | {f.name for f in dataclasses.fields(keys.GroupKeys)}
-             | {f.name for f in dataclasses.fields(batches.BatchKeys)}
-             | {f.name for f in dataclasses.fields(tasks.TaskKeys)} | {"meta", "subs"})
+    known = (
+        {f.name for f in dataclasses.fields(keys.ShardKeys)}
+        | {f.name for f in dataclasses.fields(keys.GroupKeys)}
+        | {f.name for f in dataclasses.fields(batches.BatchKeys)}
+        | {f.name for f in dataclasses.fields(tasks.TaskKeys)}
+        | {"meta", "subs"}
+    )
     for script in lua.SCRIPTS.values():
         assert script.keys and set(script.keys) <= known, script.name
         assert (ROOT / "lua" / f"{script.name}-{len(script.keys)}.lua").is_file(), script.name
@@ -204,8 +238,12 @@ def test_no_command_dynoq_sends_is_a_del() -> None:
     # in the background) or in bounded chunks (HDEL / ZREM of at most a few thousand).
     del_ = re.compile(r"""(?<![A-Za-z_])['"]DEL['"]""", re.IGNORECASE)
     sources = [*ROOT.rglob("*.lua"), *ROOT.rglob("*.py")]
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in sources
-             for i, line in enumerate(p.read_text().splitlines(), 1) if del_.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sources
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if del_.search(line)
+    ]
     assert found == [], f"DEL sent at {found}: use UNLINK, or delete in bounded chunks"
 
 
@@ -217,8 +255,13 @@ def test_a_script_header_must_choose_its_flags() -> None:
     both = lua.parse("t-1.lua", body.format("  flags: no-writes allow-oom\n"))
     assert both.source == "#!lua flags=no-writes,allow-oom\n" + both.plain
     assert both.plain.startswith("--[[ t") and both.sha != both.plain_sha
-    for bad in ("", "  flags:\n", "  flags: allow-stale\n", "  flags: none allow-oom\n",
-                "  flags: none\n  flags: none\n"):
+    for bad in (
+        "",
+        "  flags:\n",
+        "  flags: allow-stale\n",
+        "  flags: none allow-oom\n",
+        "  flags: none\n  flags: none\n",
+    ):
         with pytest.raises(ValueError, match="flags"):
             lua.parse("t-1.lua", body.format(bad))
 
@@ -232,9 +275,11 @@ def test_script_bodies_name_their_keys_only_through_the_header() -> None:
         text = path.read_text()
         body = text.split("]]", 1)[1] if text.startswith("--[[") else text
         first = text.count("\n", 0, len(text) - len(body))
-        found += [f"{path.relative_to(ROOT)}:{first + i}"
-                  for i, line in enumerate(body.splitlines(), 1)
-                  if re.search(r"(?<!#)\bKEYS\b", line)]
+        found += [
+            f"{path.relative_to(ROOT)}:{first + i}"
+            for i, line in enumerate(body.splitlines(), 1)
+            if re.search(r"(?<!#)\bKEYS\b", line)
+        ]
     assert found == [], f"KEYS read by position at {found}: name the key (K.<name>)"
 
 
@@ -261,19 +306,27 @@ def test_a_script_body_reads_its_keys_by_their_header_names(client: dynoq.Client
         return [v.replace(b"{t}", b"") if isinstance(v, bytes) else v for v in got]
 
     # a group from KEYS[2] on, its first key under two names, and an optional last key
-    tail = lua.parse("t-3.lua", _NAMED.format(
-        repeated="KEYS[2..] repeated: a group per target\n  KEYS[#KEYS] last (optional)",
-        fields="k.delayed, k.kwait, k.msgs", last="K.last"))
+    tail = lua.parse(
+        "t-3.lua",
+        _NAMED.format(
+            repeated="KEYS[2..] repeated: a group per target\n  KEYS[#KEYS] last (optional)",
+            fields="k.delayed, k.kwait, k.msgs",
+            last="K.last",
+        ),
+    )
     assert tail.keys == ("subs", "delayed", "msgs") and tail.repeated
-    assert run(tail, "s", "d1", "m1", "d2", "m2", "l") == [b"s", b"l", 2, b"d1,d1,m1",
-                                                            b"d2,d2,m2"]
+    assert run(tail, "s", "d1", "m1", "d2", "m2", "l") == [b"s", b"l", 2, b"d1,d1,m1", b"d2,d2,m2"]
     # groups after the script's own keys, named on the repeated line (a pop's other shards)
-    extra = lua.parse("t-3.lua", _NAMED.format(
-        repeated="KEYS[4..] repeated ready unack: other shards, optional",
-        fields="k.ready, k.unack", last="K.kwait"))
+    extra = lua.parse(
+        "t-3.lua",
+        _NAMED.format(
+            repeated="KEYS[4..] repeated ready unack: other shards, optional",
+            fields="k.ready, k.unack",
+            last="K.kwait",
+        ),
+    )
     assert extra.keys == ("subs", "delayed", "msgs") and not extra.repeated
-    assert run(extra, "s", "d", "m", "r1", "u1", "r2", "u2") == [b"s", b"d", 2, b"r1,u1",
-                                                                b"r2,u2"]
+    assert run(extra, "s", "d", "m", "r1", "u1", "r2", "u2") == [b"s", b"d", 2, b"r1,u1", b"r2,u2"]
     assert run(extra, "s", "d", "m") == [b"s", b"d", 0]
     # a key of one name is read as the KEYS[i] it is; K, a table, only where one is needed
     assert "local K =" not in tail.plain and "KEYS[1], KEYS[#KEYS], GROUPS" in tail.plain
@@ -285,27 +338,39 @@ def test_a_script_carries_only_the_shared_functions_it_can_call() -> None:
     # the loader leaves out those the script cannot reach, through the functions it calls.
     from dynoq._core import lua
 
-    s = lua.parse("t-1.lua", "--[[ t: a test.\n  KEYS[1] kstate\n  uses: lib/kstate.lua\n"
-                  "  flags: none\n]]\nreturn kpack(kunpack(redis.call('HGET', K.kstate, 'a')))\n")
+    s = lua.parse(
+        "t-1.lua",
+        "--[[ t: a test.\n  KEYS[1] kstate\n  uses: lib/kstate.lua\n"
+        "  flags: none\n]]\nreturn kpack(kunpack(redis.call('HGET', K.kstate, 'a')))\n",
+    )
     defined = re.findall(r"^local function (\w+)", s.source, re.M)
     assert defined == ["kn", "kunpack", "kpack"]  # kpack calls knum's kn; kseq, kseqs: no
     assert "local KN = {}" in s.source and "lib/knum: numbers as text" in s.source
-    every = lua.parse("t-1.lua", "--[[ t: a test.\n  KEYS[1] kstate\n  uses: lib/knum.lua\n"
-                      "  flags: none\n]]\nreturn {kn(1), kseq(2), kseqs(3)()}\n")
+    every = lua.parse(
+        "t-1.lua",
+        "--[[ t: a test.\n  KEYS[1] kstate\n  uses: lib/knum.lua\n"
+        "  flags: none\n]]\nreturn {kn(1), kseq(2), kseqs(3)()}\n",
+    )
     assert re.findall(r"^local function (\w+)", every.source, re.M) == [
-        "stamp", "kn", "kseq", "kseqs"]  # record.lua's stamp, which kseq calls
+        "stamp",
+        "kn",
+        "kseq",
+        "kseqs",
+    ]  # record.lua's stamp, which kseq calls
 
 
 def test_a_header_names_each_key_once_and_its_repeated_keys_in_one_form() -> None:
     from dynoq._core import lua
 
     head = "--[[ t: a test.\n  KEYS[1] ready  KEYS[2] msgs\n  {}\n  flags: none\n]]\nreturn 1\n"
-    for bad in ("KEYS[4..] repeated ready:",  # past the named keys, not right after them
-                "KEYS[1..] repeated ready:",  # names for keys the header named already
-                "KEYS[3..] repeated:",  # after the named keys, without the group's names
-                "KEYS[1..] repeated",  # no colon: its names cannot be told from the prose
-                "(repeated: one group per shard)",  # the old form, which named no first key
-                "KEYS[1..] repeated: a shard\n  KEYS[2..] repeated: a shard"):
+    for bad in (
+        "KEYS[4..] repeated ready:",  # past the named keys, not right after them
+        "KEYS[1..] repeated ready:",  # names for keys the header named already
+        "KEYS[3..] repeated:",  # after the named keys, without the group's names
+        "KEYS[1..] repeated",  # no colon: its names cannot be told from the prose
+        "(repeated: one group per shard)",  # the old form, which named no first key
+        "KEYS[1..] repeated: a shard\n  KEYS[2..] repeated: a shard",
+    ):
         with pytest.raises(ValueError, match="repeated"):
             lua.parse("t-2.lua", head.format(bad))
     with pytest.raises(ValueError, match="optional last key"):
@@ -323,7 +388,6 @@ def test_only_the_spark_package_imports_pyspark() -> None:
         if "pyspark" in libs:
             assert name.startswith("dynoq.spark."), name
     assert "pyspark" not in EXTERNAL["dynoq.spark"]
-
 
 
 # -- size: modules read in one sitting, functions on one screen ----------------------------
@@ -361,8 +425,10 @@ def _oversize(text: str, where: str) -> list[str]:
                 if not isinstance(child, ast.ClassDef):
                     size = (child.end_lineno or child.lineno) - child.lineno + 1
                     if size > MAX_FUNCTION_LINES:
-                        out.append(f"{where}:{child.lineno} {name}: {size} lines (at most "
-                                   f"{MAX_FUNCTION_LINES})")
+                        out.append(
+                            f"{where}:{child.lineno} {name}: {size} lines (at most "
+                            f"{MAX_FUNCTION_LINES})"
+                        )
                 visit(child, f"{name}.")
             else:
                 visit(child, prefix)
@@ -372,11 +438,16 @@ def _oversize(text: str, where: str) -> list[str]:
 
 
 def test_no_module_or_function_is_over_its_size_limit() -> None:
-    over = [line for where, p in PATHS.items() if where not in OVERSIZE
-            for line in _oversize(p.read_text(), where)]
-    assert over == [], ("split these into pieces named for what they do (or, while a "
-                        "split is under way, list the file in OVERSIZE with why):\n"
-                        + "\n".join(over))
+    over = [
+        line
+        for where, p in PATHS.items()
+        if where not in OVERSIZE
+        for line in _oversize(p.read_text(), where)
+    ]
+    assert over == [], (
+        "split these into pieces named for what they do (or, while a "
+        "split is under way, list the file in OVERSIZE with why):\n" + "\n".join(over)
+    )
 
 
 def test_the_size_allowlist_names_only_files_still_over() -> None:
@@ -392,9 +463,11 @@ def test_the_size_rule_counts_a_function_from_its_def_and_a_module_by_its_lines(
     at_limit = method + body(MAX_FUNCTION_LINES - 1, 8)
     assert _oversize(at_limit, "m.py") == []  # its decorators are not counted
     assert _oversize(method + body(MAX_FUNCTION_LINES, 8), "m.py") == [
-        f"m.py:4 C.f: {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})"]
+        f"m.py:4 C.f: {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})"
+    ]
     nested = "async def outer() -> None:\n    def g() -> None:\n" + body(MAX_FUNCTION_LINES, 8)
     assert [line.split(" ")[1] for line in _oversize(nested, "m.py")] == ["outer:", "outer.g:"]
     assert _oversize(body(MAX_MODULE_LINES, 0), "m.py") == []
     assert _oversize(body(MAX_MODULE_LINES + 1, 0), "m.py") == [
-        f"m.py: {MAX_MODULE_LINES + 1} lines (at most {MAX_MODULE_LINES})"]
+        f"m.py: {MAX_MODULE_LINES + 1} lines (at most {MAX_MODULE_LINES})"
+    ]

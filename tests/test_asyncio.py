@@ -27,6 +27,7 @@ def run(url: str, prefix: str) -> Iterator[Callable[..., Any]]:
         async def main() -> Any:
             async with dynoq.asyncio.connect(url, prefix=prefix) as client:
                 return await fn(client)
+
         return asyncio.run(main())
 
     yield go
@@ -72,8 +73,9 @@ def test_a_handler_past_consume_timeout_fails_alone(run: Callable[..., Any]) -> 
             seen.append(msg.payload)
 
         await q.push_many(list(range(8)))
-        c = client.consumer(q, handler, consume_timeout=0.3, batch_size=8, concurrency=1,
-                            idle_wait=0.1, lease_ttl=2)
+        c = client.consumer(
+            q, handler, consume_timeout=0.3, batch_size=8, concurrency=1, idle_wait=0.1, lease_ttl=2
+        )
         async with c:
             for _ in range(300):
                 if (await q.stats()).dead == 2 and len(seen) == 6:
@@ -81,8 +83,7 @@ def test_a_handler_past_consume_timeout_fails_alone(run: Callable[..., Any]) -> 
                 await asyncio.sleep(0.05)
         assert sorted(seen) == [0, 1, 3, 5, 6, 7] and swallowed == [4]
         assert sorted(m.payload for m in await q.dead()) == [2, 4]
-        assert all(m.failure and m.failure.error_type == "ConsumeTimeout"
-                   for m in await q.dead())
+        assert all(m.failure and m.failure.error_type == "ConsumeTimeout" for m in await q.dead())
         assert c.stats().handled == 6
 
     run(body)
@@ -147,8 +148,9 @@ def test_stop_mid_batch_leaves_nothing_in_flight(run: Callable[..., Any]) -> Non
     run(body)
 
 
-def test_sync_and_async_clients_share_queues(url: str, prefix: str,
-                                             run: Callable[..., Any]) -> None:
+def test_sync_and_async_clients_share_queues(
+    url: str, prefix: str, run: Callable[..., Any]
+) -> None:
     with dynoq.connect(url, prefix=prefix) as sync:
         sq = sync.queue("both", shards=3)
         sq.push_many(range(20))
@@ -214,8 +216,9 @@ def test_async_hooks_are_awaited_and_run_stops(run: Callable[..., Any]) -> None:
                 await asyncio.sleep(0)
                 events.append(f"before {msg.payload}")
 
-            def after(self, msg: dynoq.Message, error: BaseException | None,
-                      seconds: float) -> None:
+            def after(
+                self, msg: dynoq.Message, error: BaseException | None, seconds: float
+            ) -> None:
                 events.append(f"after {msg.payload} {type(error).__name__}")
 
         async def handler(msg: dynoq.Message) -> None:
@@ -252,8 +255,9 @@ def test_sweeper_passes(run: Callable[..., Any]) -> None:
 
 
 def test_connect_is_lazy_and_outside_a_loop() -> None:
-    client = dynoq.asyncio.connect("redis://127.0.0.1:1/0", prefix="lazy", retry=None,
-                                   socket_connect_timeout=0.5)
+    client = dynoq.asyncio.connect(
+        "redis://127.0.0.1:1/0", prefix="lazy", retry=None, socket_connect_timeout=0.5
+    )
     assert "127.0.0.1:1" in repr(client)
     with pytest.raises(dynoq.InvalidArgument):
         dynoq.asyncio.connect("ftp://nowhere")
@@ -301,7 +305,8 @@ def test_wrapping_a_redis_asyncio_client(real_url: str, prefix: str) -> None:
 
 
 def test_an_async_handler_that_stalls_gives_the_rest_of_its_batch_back(
-        run: Callable[..., Any]) -> None:
+    run: Callable[..., Any],
+) -> None:
     # batch_size "auto" (the default) on the no-middleware fast path: once a call has
     # run a second, the messages behind it in its batch go to the other worker task.
     async def body(client: dynoq.asyncio.Client) -> None:

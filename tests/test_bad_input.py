@@ -20,22 +20,26 @@ def _untouched(q: dynoq.Queue) -> None:
     assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"delay": -1}, ValueError),
-    ({"delay": math.nan}, ValueError),
-    ({"delay": math.inf}, ValueError),
-    ({"delay": "5"}, TypeError),
-    ({"priority": -1}, ValueError),
-    ({"priority": 100}, ValueError),
-    ({"priority": 1.5}, TypeError),
-    ({"priority": True}, TypeError),
-    ({"id": ""}, ValueError),
-    ({"id": 1.5}, TypeError),
-    ({"key": 2.5}, TypeError),
-    ({"headers": ["not", "a", "dict"]}, TypeError),
-])
-def test_bad_push_arguments(client: dynoq.Client, kwargs: dict[str, Any],
-                            error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"delay": -1}, ValueError),
+        ({"delay": math.nan}, ValueError),
+        ({"delay": math.inf}, ValueError),
+        ({"delay": "5"}, TypeError),
+        ({"priority": -1}, ValueError),
+        ({"priority": 100}, ValueError),
+        ({"priority": 1.5}, TypeError),
+        ({"priority": True}, TypeError),
+        ({"id": ""}, ValueError),
+        ({"id": 1.5}, TypeError),
+        ({"key": 2.5}, TypeError),
+        ({"headers": ["not", "a", "dict"]}, TypeError),
+    ],
+)
+def test_bad_push_arguments(
+    client: dynoq.Client, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
     q = client.queue("bad", shards=2)
     with pytest.raises(error) as info:
         q.push("x", **kwargs)
@@ -89,10 +93,17 @@ def test_bad_queue_name_type_and_prefix(client: dynoq.Client) -> None:
         dynoq.connect("memory://", prefix="a{b}")
 
 
-@pytest.mark.parametrize("settings", [
-    {"shards": 0}, {"shards": -2}, {"unack_timeout": 0}, {"unack_timeout": math.nan},
-    {"max_retries": -1}, {"dedupe_window": -1},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"shards": 0},
+        {"shards": -2},
+        {"unack_timeout": 0},
+        {"unack_timeout": math.nan},
+        {"max_retries": -1},
+        {"dedupe_window": -1},
+    ],
+)
 def test_bad_settings_write_nothing(client: dynoq.Client, settings: dict[str, Any]) -> None:
     with pytest.raises(dynoq.QueueConfigError):
         client.queue("bad-settings", **settings)
@@ -109,11 +120,19 @@ def test_bad_settings_types(client: dynoq.Client) -> None:
 def test_bad_pop_and_ops_arguments(client: dynoq.Client) -> None:
     q = client.queue("bad-ops", shards=2)
     q.push("keep")
-    for call in (lambda: q.pop(0), lambda: q.pop(-1), lambda: q.pop(wait=-1),
-                 lambda: q.pop(visibility=0), lambda: q.peek(0),
-                 lambda: q.nack("x", delay=-1), lambda: q.extend("x", math.inf),
-                 lambda: q.extend("x", -0.5), lambda: q.extend("x", math.nan),
-                 lambda: q.reschedule("x", delay=-5), lambda: q.planner.pop(shards=[7])):
+    for call in (
+        lambda: q.pop(0),
+        lambda: q.pop(-1),
+        lambda: q.pop(wait=-1),
+        lambda: q.pop(visibility=0),
+        lambda: q.peek(0),
+        lambda: q.nack("x", delay=-1),
+        lambda: q.extend("x", math.inf),
+        lambda: q.extend("x", -0.5),
+        lambda: q.extend("x", math.nan),
+        lambda: q.reschedule("x", delay=-5),
+        lambda: q.planner.pop(shards=[7]),
+    ):
         with pytest.raises(ValueError):
             call()
     with pytest.raises(TypeError):
@@ -129,8 +148,7 @@ def test_bad_urls() -> None:
     with pytest.raises(dynoq.InvalidArgument, match="scheme"):
         dynoq.connect("http://localhost")
     with pytest.raises(dynoq.ConnectionFailed, match="unreachable"):
-        dynoq.connect("redis://127.0.0.1:1/0", socket_connect_timeout=0.5,
-                      retry=None)
+        dynoq.connect("redis://127.0.0.1:1/0", socket_connect_timeout=0.5, retry=None)
 
 
 def test_min_replicas_refused_in_memory() -> None:
@@ -143,10 +161,16 @@ def test_min_replicas_refused_in_memory() -> None:
 def test_list_arguments_that_are_no_lists(client: dynoq.Client) -> None:
     q = client.queue("bad-lists", shards=2)
     t = client.topic("bad-lists-topic", shards=2)
-    for call in (lambda: q.push_many(None), lambda: q.push_many("abc"),
-                 lambda: q.push_many(5), lambda: q.ensure_many(None),
-                 lambda: q.ack_many(None), lambda: q.ack_many(b"x"),
-                 lambda: q.replay_dead(5), lambda: t.publish_many(None)):
+    for call in (
+        lambda: q.push_many(None),
+        lambda: q.push_many("abc"),
+        lambda: q.push_many(5),
+        lambda: q.ensure_many(None),
+        lambda: q.ack_many(None),
+        lambda: q.ack_many(b"x"),
+        lambda: q.replay_dead(5),
+        lambda: t.publish_many(None),
+    ):
         with pytest.raises(dynoq.InvalidType, match="takes a list") as info:
             call()
         assert isinstance(info.value, TypeError)
@@ -155,15 +179,21 @@ def test_list_arguments_that_are_no_lists(client: dynoq.Client) -> None:
     _untouched(q)
 
 
-def test_a_lone_surrogate_is_refused_wherever_text_goes_to_redis(
-        client: dynoq.Client) -> None:
+def test_a_lone_surrogate_is_refused_wherever_text_goes_to_redis(client: dynoq.Client) -> None:
     q = client.queue("surrogates", shards=2)
     t = client.topic("surrogate-topic", shards=2)
     bad = "a\udc80b"  # what errors="surrogateescape" decoding makes of a stray byte
-    for call in (lambda: q.push("x", id=bad), lambda: q.push("x", key=bad),
-                 lambda: q.get(bad), lambda: q.contains(bad), lambda: q.remove(bad),
-                 lambda: q.ack(bad), lambda: q.push_many([Message(1, id=bad)]),
-                 lambda: client.queue(bad), lambda: t.publish("x", tag=bad)):
+    for call in (
+        lambda: q.push("x", id=bad),
+        lambda: q.push("x", key=bad),
+        lambda: q.get(bad),
+        lambda: q.contains(bad),
+        lambda: q.remove(bad),
+        lambda: q.ack(bad),
+        lambda: q.push_many([Message(1, id=bad)]),
+        lambda: client.queue(bad),
+        lambda: t.publish("x", tag=bad),
+    ):
         with pytest.raises(dynoq.InvalidArgument, match="lone surrogate") as info:
             call()
         assert isinstance(info.value, ValueError)
@@ -176,8 +206,12 @@ def test_ack_of_a_message_from_a_queue_with_more_shards(client: dynoq.Client) ->
     big, small = client.queue("eight", shards=8), client.queue("two", shards=2)
     big.push_many(range(40))
     far = next(m for m in big.pop(40) if m.shard is not None and m.shard >= 2)
-    for call in (lambda: small.ack(far), lambda: small.ack_many([far]),
-                 lambda: small.nack(far), lambda: small.extend(far, 5)):
+    for call in (
+        lambda: small.ack(far),
+        lambda: small.ack_many([far]),
+        lambda: small.nack(far),
+        lambda: small.extend(far, 5),
+    ):
         with pytest.raises(dynoq.InvalidArgument, match="popped from shard"):
             call()
     assert big.ack(far)

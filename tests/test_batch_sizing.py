@@ -59,10 +59,18 @@ def test_a_number_is_used_as_it_is() -> None:
     assert sizer.size() == 25 and not sizer.adapts
 
 
-@pytest.mark.parametrize(("value", "error"), [
-    ("big", InvalidArgument), ("AUTO", InvalidArgument), (0, InvalidArgument),
-    (1001, InvalidArgument), (2.5, InvalidType), (True, InvalidType), (None, InvalidType),
-])
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("big", InvalidArgument),
+        ("AUTO", InvalidArgument),
+        (0, InvalidArgument),
+        (1001, InvalidArgument),
+        (2.5, InvalidType),
+        (True, InvalidType),
+        (None, InvalidType),
+    ],
+)
 def test_bad_batch_sizes_are_refused(value: object, error: type[Exception]) -> None:
     with pytest.raises(error):
         dynoq.ConsumerSettings(batch_size=value)  # type: ignore[arg-type]
@@ -105,7 +113,8 @@ def _pops(tokens: list[str]) -> int:
 
 
 def test_a_default_consumer_pops_batches_for_a_fast_handler(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("auto-fast", shards=1)
     tokens: list[str] = []
     q.push_many(list(range(1000)))
@@ -116,7 +125,8 @@ def test_a_default_consumer_pops_batches_for_a_fast_handler(
 
 
 def test_a_default_consumer_takes_a_slow_handler_one_at_a_time(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("auto-slow", shards=1)
     tokens: list[str] = []
 
@@ -132,7 +142,8 @@ def test_a_default_consumer_takes_a_slow_handler_one_at_a_time(
 
 
 def test_messages_behind_a_stalled_call_go_to_other_workers(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("auto-stall", shards=1)
     release = threading.Event()
     lock = threading.Lock()
@@ -153,10 +164,16 @@ def test_messages_behind_a_stalled_call_go_to_other_workers(
     try:
         # Without the hand-back, the 89 behind "stuck" in its batch would wait for it;
         # the 10 handled before it are settled at the cut, not when it returns.
-        wait_for(lambda: len(seen) >= 1150, timeout=10 + STALLED,
-                 what="everything but the stalled call handled")
-        wait_for(lambda: q.stats().unacked == 1, timeout=10 + STALLED,
-                 what="only the stalled call's message in flight")
+        wait_for(
+            lambda: len(seen) >= 1150,
+            timeout=10 + STALLED,
+            what="everything but the stalled call handled",
+        )
+        wait_for(
+            lambda: q.stats().unacked == 1,
+            timeout=10 + STALLED,
+            what="only the stalled call's message in flight",
+        )
     finally:
         release.set()
     wait_for(lambda: len(seen) >= 1151, what="the stalled call returned")
@@ -166,7 +183,8 @@ def test_messages_behind_a_stalled_call_go_to_other_workers(
 
 
 def test_a_visibility_shorter_than_a_heartbeat_is_extended_in_time(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     # Heartbeats every 10 s (lease_ttl 30), deliveries visible for 1 s, a 2.5 s call:
     # extended at half its visibility, it is never handed to the idle worker meanwhile.
     q = client.queue("short-vis", shards=1)
@@ -177,8 +195,7 @@ def test_a_visibility_shorter_than_a_heartbeat_is_extended_in_time(
         time.sleep(2.5)
 
     q.push("slow")
-    c = client.consumer(q, handle, concurrency=2, visibility=1.0,
-                        **{**FAST, "lease_ttl": 30.0})
+    c = client.consumer(q, handle, concurrency=2, visibility=1.0, **{**FAST, "lease_ttl": 30.0})
     consumers.append(c.start())
     wait_for(lambda: c.stats().handled == 1, what="handled")
     time.sleep(0.5)

@@ -66,8 +66,7 @@ def test_batch_keys_are_bounded_and_expire(real_client: dynoq.Client) -> None:
     keys = [BatchKeys.of(k, "q1") for k in q.ops.shard_keys]
     r = real_client.redis
     assert sum(r.scard(k.wrote) for k in keys) == 700
-    assert all(0 < r.pttl(k.commit) <= 30_000 and 0 < r.pttl(k.wrote) <= 30_000
-               for k in keys)
+    assert all(0 < r.pttl(k.commit) <= 30_000 and 0 < r.pttl(k.wrote) <= 30_000 for k in keys)
     run(q, ops.commit(5))
     assert not any(r.exists(k.wrote) for k in keys)
     assert all(0 < r.pttl(k.commit) <= 30_000 for k in keys)
@@ -85,16 +84,20 @@ def test_ordered_batches_keep_key_order_across_a_replay(client: dynoq.Client) ->
     assert first + drain(q) == [f"m{i}" for i in range(90)]
 
 
-@pytest.mark.parametrize(("query", "batch", "error"), [
-    ("has:colon", 0, "query id"),
-    ("has space", 0, "query id"),
-    ("ok", -1, "batch id"),
-    ("ok", True, "batch id"),
-    ("ok", 2**53, "batch id"),
-    ("", 0, "needs the query"),
-])
+@pytest.mark.parametrize(
+    ("query", "batch", "error"),
+    [
+        ("has:colon", 0, "query id"),
+        ("has space", 0, "query id"),
+        ("ok", -1, "batch id"),
+        ("ok", True, "batch id"),
+        ("ok", 2**53, "batch id"),
+        ("", 0, "needs the query"),
+    ],
+)
 def test_bad_query_or_batch_is_refused_and_changes_nothing(
-        client: dynoq.Client, query: str, batch: object, error: str) -> None:
+    client: dynoq.Client, query: str, batch: object, error: str
+) -> None:
     q = client.queue("bad", shards=1)
     with pytest.raises((dynoq.InvalidArgument, dynoq.InvalidType), match=error):
         run(q, BatchOps(q.ops, query).push(outs(q, range(3)), batch))  # type: ignore[arg-type]
@@ -102,7 +105,8 @@ def test_bad_query_or_batch_is_refused_and_changes_nothing(
 
 
 def test_keyed_batches_count_refuse_and_keep_key_order_across_a_replay(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     """A message-group queue (ordered="key") takes Spark's writes into its keys: counted,
     the dedupe window refuses, a replayed batch pushes nothing twice, and each key's
     messages come in push order."""
@@ -128,7 +132,8 @@ def test_keyed_batches_count_refuse_and_keep_key_order_across_a_replay(
 @pytest.mark.parametrize("ordered", [False, True, "key"])
 @pytest.mark.parametrize("query", ["", "query-1"])
 def test_a_retried_task_counts_what_an_earlier_attempt_pushed_as_pushed(
-        client: dynoq.Client, ordered: bool | str, query: str) -> None:
+    client: dynoq.Client, ordered: bool | str, query: str
+) -> None:
     """Attempt 0 of a Spark task pushes 30 of its 50 rows and dies; attempt 1 writes the
     whole partition: the 30 count as pushed (not as duplicates) and none is pushed again,
     even though consumers acked them since. A row of the same attempt repeating an id is
@@ -143,11 +148,11 @@ def test_a_retried_task_counts_what_an_earlier_attempt_pushed_as_pushed(
     retry = BatchOps(q.ops, query, attempt=Attempt("w.3.0", 1))
     rows = [*range(0, 40), 3]  # 3 twice: the second is a duplicate
     assert run(q, retry.push(outs(q, rows, key=key), batch)) == Counts(40, 1, 0)
-    assert run(q, retry.push(outs(q, [*range(40, 50), 5, 35], key=key), batch)) \
-        == Counts(10, 2, 0)  # 5 and 35: this attempt pushed them already
+    assert run(q, retry.push(outs(q, [*range(40, 50), 5, 35], key=key), batch)) == Counts(
+        10, 2, 0
+    )  # 5 and 35: this attempt pushed them already
     assert run(q, retry.push(outs(q, [99], key=key), batch)) == Counts(0, 1, 0)
-    assert sorted(drain(q), key=lambda i: int(i[1:])) == [f"m{i}" for i in (*range(30, 50),
-                                                                             99)]
+    assert sorted(drain(q), key=lambda i: int(i[1:])) == [f"m{i}" for i in (*range(30, 50), 99)]
     # Another task (another partition) of the same write counts them as duplicates.
     other = BatchOps(q.ops, query, attempt=Attempt("w.3.1", 0))
     q.push("x", id="m7", key=key)

@@ -93,35 +93,48 @@ BOUNDS_LUA = Path(dynoq.__file__).parent / "lua" / "lib" / "bounds.lua"
 
 def _lua_maxima() -> dict[str, int]:
     found: dict[str, int] = {}
-    for names, values in re.findall(r"^local ([A-Z_, ]+?) = ([\d, ]+)$",
-                                    BOUNDS_LUA.read_text(), re.M):
-        found.update(zip((n.strip() for n in names.split(",")),
-                         (int(v) for v in values.split(",")), strict=True))
+    for names, values in re.findall(
+        r"^local ([A-Z_, ]+?) = ([\d, ]+)$", BOUNDS_LUA.read_text(), re.M
+    ):
+        found.update(
+            zip(
+                (n.strip() for n in names.split(",")),
+                (int(v) for v in values.split(",")),
+                strict=True,
+            )
+        )
     return found
 
 
 def test_the_scripts_maxima_are_the_clients_constants() -> None:
     # One number per decision: a client that sends more per call than its scripts take
     # would be refused at its first long push.
-    from dynoq._core import bounds, group, halves, keyed, settings, topics
+    from dynoq._core import bounds, group, keyed, settings, topics, transactions
 
     clients = {
-        "MAX_BATCH": validate.MAX_BATCH, "PUSH_CHUNK": bounds.PUSH_CHUNK,
-        "IDS_CHUNK": bounds.IDS_CHUNK, "SWEEP_LIMIT": bounds.SWEEP_LIMIT,
-        "EXPIRE_LIMIT": keyed.EXPIRE_LIMIT, "MAX_CLAIM": halves.MAX_CLAIM,
-        "MAX_TARGETS": topics.MAX_TARGETS, "MAX_COPIES": topics.MAX_COPIES,
-        "CALL_SHARDS": bounds.CALL_SHARDS, "HISTORY_CAP": group.HISTORY_CAP,
-        "MAX_TAGS": validate.MAX_TAGS, "MAX_TAG_BYTES": 4 * validate.MAX_TAG_LENGTH,
+        "MAX_BATCH": validate.MAX_BATCH,
+        "PUSH_CHUNK": bounds.PUSH_CHUNK,
+        "IDS_CHUNK": bounds.IDS_CHUNK,
+        "SWEEP_LIMIT": bounds.SWEEP_LIMIT,
+        "EXPIRE_LIMIT": keyed.EXPIRE_LIMIT,
+        "MAX_CLAIM": transactions.MAX_CLAIM,
+        "MAX_TARGETS": topics.MAX_TARGETS,
+        "MAX_COPIES": topics.MAX_COPIES,
+        "CALL_SHARDS": bounds.CALL_SHARDS,
+        "HISTORY_CAP": group.HISTORY_CAP,
+        "MAX_TAGS": validate.MAX_TAGS,
+        "MAX_TAG_BYTES": 4 * validate.MAX_TAG_LENGTH,
         "MAX_PRIORITY": validate.MAX_PRIORITY,
         "MAX_KEY_CONCURRENCY": settings.MAX_KEY_CONCURRENCY,
-        "MAX_RETRIES": settings.MAX_RETRIES, "MAX_RATE": settings.MAX_RATE,
-        "MAX_MS": validate.to_ms(validate.MAX_SECONDS), "EXACT": 2**53,
+        "MAX_RETRIES": settings.MAX_RETRIES,
+        "MAX_RATE": settings.MAX_RATE,
+        "MAX_MS": validate.to_ms(validate.MAX_SECONDS),
+        "EXACT": 2**53,
     }
     scripts = _lua_maxima()
     assert {name: scripts.get(name) for name in clients} == clients
     assert set(scripts) - set(clients) == {"MAX_MEMBERS", "MAX_FIELDS"}  # the server's own
-    stored = max(len(settings.QueueSettings().to_hash()),
-                 len(settings.TopicSettings().to_hash()))
+    stored = max(len(settings.QueueSettings().to_hash()), len(settings.TopicSettings().to_hash()))
     assert stored <= scripts["MAX_FIELDS"]
 
 
@@ -131,7 +144,7 @@ def _exercise(client: dynoq.Client) -> None:
     from dynoq._core import tasks as core_tasks
     from dynoq._core.batches import Attempt, BatchOps
     from dynoq._core.group import GroupOps, LeaseOps, reap
-    from dynoq._core.sweep import sweep_queue
+    from dynoq._core.sweeper import sweep_queue
 
     q = client.queue("hostile", shards=2, dedupe_window=0.05)  # open, epoch-set
     run, drive = q.backend.run, q.backend.drive
@@ -165,8 +178,10 @@ def _exercise(client: dynoq.Client) -> None:
     run(core_tasks.state(q.ops, q.ops.shard_for("task-1"), "task-1"))  # task-state
     run(core_tasks.cancel(q.ops, q.ops.shard_for("task-1"), "task-1", "t", 1000))  # task-cancel
     run(core_tasks.load_keep(q.ops))  # task-keep
-    q.prepare("half").commit()  # tx-prepare, tx-settle
-    run(q.tx.claim(0, count=10, claim_s=5.0, max_checks=3, token="checker"))  # tx-claim
+    q.prepare("half").commit()  # transaction-prepare, transaction-settle
+    run(
+        q.transactions.claim(0, count=10, claim_s=5.0, max_checks=3, token="checker")
+    )  # transaction-claim
     run(layout.upgrade(q.ops.keys.meta))  # migrate
     batches = BatchOps(q.ops, "query", attempt=Attempt("task", 1))
     run(batches.push([q.ops.prepare(Message("row", id="row-1"))], batch=0))  # push-batch
@@ -190,11 +205,12 @@ def _exercise(client: dynoq.Client) -> None:
     topic = client.topic("hostile-topic", shards=1)
     topic.subscribe("readers")  # subscription
     topic.publish("news")  # publish
-    topic.prepare("news?").commit()  # tx-publish
+    topic.prepare("news?").commit()  # transaction-publish
 
 
-def _dynoqs_calls(client: dynoq.Client,
-                  monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[Any, ...]]:
+def _dynoqs_calls(
+    client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, tuple[Any, ...]]:
     """The EVALSHA command of the first call dynoq made of each script in _exercise."""
     from dynoq.backend import runner
 
@@ -238,18 +254,21 @@ def _dump(r: Any, keys: list[Any]) -> list[Any]:
 
 
 def test_every_script_refuses_a_call_larger_than_dynoqs_and_changes_nothing(
-        real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = _dynoqs_calls(real_client, monkeypatch)
     assert sorted(calls) == sorted(lua.SCRIPTS), "call every script in _exercise"
     r = real_client.redis
     for name, command in sorted(calls.items()):
         sha, keys, args = _parts(command)
         before = _dump(r, keys)
-        hostile = {"many args": (keys, [*args, *["1"] * HOSTILE_ARGS]),
-                   "many keys": ([*keys, *[keys[0]] * HOSTILE_KEYS], args)}
+        hostile = {
+            "many args": (keys, [*args, *["1"] * HOSTILE_ARGS]),
+            "many keys": ([*keys, *[keys[0]] * HOSTILE_KEYS], args),
+        }
         for i in _numbers(name, args):
             for value in NOT_NUMBERS:
-                hostile[f"ARGV[{i + 1}] = {value!r}"] = (keys, [*args[:i], value, *args[i + 1:]])
+                hostile[f"ARGV[{i + 1}] = {value!r}"] = (keys, [*args[:i], value, *args[i + 1 :]])
         for what, (k, a) in hostile.items():
             reply = _send(r, sha, k, a)
             assert type(reply) is int and reply == BOUNDS, (name, what, reply)
@@ -262,8 +281,9 @@ class _SlowLog:
 
     def __init__(self, r: Any, key: Any) -> None:
         self.r, self.key = r, key.encode() if isinstance(key, str) else key
-        self.node = ({"target_nodes": r.get_node_from_key(key)}
-                     if isinstance(r, redis.RedisCluster) else {})
+        self.node = (
+            {"target_nodes": r.get_node_from_key(key)} if isinstance(r, redis.RedisCluster) else {}
+        )
         try:
             found = r.config_get("slowlog-log-slower-than", **self.node)
             threshold = int(found["slowlog-log-slower-than"])
@@ -276,12 +296,19 @@ class _SlowLog:
 
     def slowest_since(self, last: int) -> float:
         """The longest of this test's calls logged after entry ``last``, in ms."""
-        return max((e["duration"] / 1000 for e in self.r.slowlog_get(64, **self.node)
-                    if int(e["id"]) > last and self.key in e["command"]), default=0.0)
+        return max(
+            (
+                e["duration"] / 1000
+                for e in self.r.slowlog_get(64, **self.node)
+                if int(e["id"]) > last and self.key in e["command"]
+            ),
+            default=0.0,
+        )
 
 
 def test_no_call_of_a_script_with_counts_in_range_holds_the_server(
-        real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A count at its most (or a time, a limit, a number of shards) is work one call may
     # do: each such call is refused or done within SLOW_MS, by the server's own clock. A
     # loaded machine may stop the server for a moment at any call: only a call slow
@@ -293,7 +320,7 @@ def test_no_call_of_a_script_with_counts_in_range_holds_the_server(
         log = _SlowLog(r, keys[0])
         for i in _numbers(name, args):
             for value in IN_RANGE:
-                call = [*args[:i], value, *args[i + 1:]]
+                call = [*args[:i], value, *args[i + 1 :]]
                 slowest = math.inf
                 for _ in range(3):
                     last = log.last() if log.usable else -1
@@ -308,6 +335,7 @@ def test_no_call_of_a_script_with_counts_in_range_holds_the_server(
 
 
 # -- walks over what keys hold are bounded, and dynoq splits its own work to fit ----------
+
 
 def test_a_heartbeat_reads_at_most_max_members_of_its_group(client: dynoq.Client) -> None:
     # Members are read oldest heartbeat first, so stale ones go first, a call at a time;
@@ -327,7 +355,8 @@ def test_a_heartbeat_reads_at_most_max_members_of_its_group(client: dynoq.Client
 
 
 def test_a_rate_limit_frees_at_most_a_sweeps_worth_of_old_grants_and_never_grants_more(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     # Grants left in the log past their period still count: fewer permits, never more.
     from dynoq._core.bounds import SWEEP_LIMIT
     from dynoq._core.group import GroupOps
@@ -344,7 +373,8 @@ def test_a_rate_limit_frees_at_most_a_sweeps_worth_of_old_grants_and_never_grant
 
 
 def test_a_settings_hash_larger_than_dynoq_writes_is_refused_not_read_whole(
-        make_client: Any) -> None:
+    make_client: Any,
+) -> None:
     first, second = make_client(), make_client()
     first.queue("padded", shards=1)
     meta = first.queue("padded").ops.keys.meta
@@ -354,7 +384,8 @@ def test_a_settings_hash_larger_than_dynoq_writes_is_refused_not_read_whole(
 
 
 def test_a_pop_across_more_shards_than_one_call_reads_takes_the_lowest_priority_first(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     from dynoq._core.bounds import CALL_SHARDS
 
     q = client.queue("wide", shards=CALL_SHARDS + 44)
@@ -366,7 +397,8 @@ def test_a_pop_across_more_shards_than_one_call_reads_takes_the_lowest_priority_
 
 
 def test_leases_on_more_shards_than_one_call_renews_are_renewed_together(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     from dynoq._core.bounds import CALL_SHARDS
     from dynoq._core.group import LeaseOps
 
@@ -377,7 +409,8 @@ def test_leases_on_more_shards_than_one_call_renews_are_renewed_together(
 
 
 def test_a_publish_to_many_groups_places_at_most_max_copies_a_call_and_every_copy(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     from dynoq._core.bounds import PUSH_CHUNK
     from dynoq._core.topics import MAX_COPIES
 
@@ -389,8 +422,7 @@ def test_a_publish_to_many_groups_places_at_most_max_copies_a_call_and_every_cop
     assert [t.group_queue(f"g{g}").size() for g in range(5)] == [1000] * 5
 
 
-def test_a_push_of_large_messages_goes_in_calls_of_at_most_push_bytes(
-        client: dynoq.Client) -> None:
+def test_a_push_of_large_messages_goes_in_calls_of_at_most_push_bytes(client: dynoq.Client) -> None:
     # The server reads and copies every byte of a call before and while its script runs
     # (about 2 ms a megabyte): 500 messages of 100 KB in one call held it for 110 ms.
     from dynoq._core.bounds import PUSH_BYTES
@@ -431,7 +463,8 @@ def test_a_keys_expired_deliveries_go_back_in_a_step_each(embedded_server: Any) 
 
 
 def test_a_publish_refuses_a_filter_or_a_tag_longer_than_dynoq_writes(
-        real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A publish searches each group's filter once per message: a filter or a tag of
     # megabytes would make a short call a long one.
     from dynoq.backend import runner

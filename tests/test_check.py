@@ -24,50 +24,62 @@ from dynoq.cli import EXIT_FAILURE, cli
 VALKEY = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "8.1.1"}
 
 
-@pytest.mark.parametrize(("info", "level"), [
-    ({"maxmemory_policy": "noeviction", "maxmemory": 1 << 30}, OK),
-    ({"maxmemory_policy": "allkeys-lru", "maxmemory": 1 << 30}, RISK),
-    ({"maxmemory_policy": "allkeys-random", "maxmemory": 100}, RISK),
-    ({"maxmemory_policy": "volatile-ttl", "maxmemory": 1 << 20}, RISK),
-    ({"maxmemory_policy": "allkeys-lfu", "maxmemory": 0}, NOTE),  # no limit: no eviction
-    ({}, UNKNOWN),
-])
+@pytest.mark.parametrize(
+    ("info", "level"),
+    [
+        ({"maxmemory_policy": "noeviction", "maxmemory": 1 << 30}, OK),
+        ({"maxmemory_policy": "allkeys-lru", "maxmemory": 1 << 30}, RISK),
+        ({"maxmemory_policy": "allkeys-random", "maxmemory": 100}, RISK),
+        ({"maxmemory_policy": "volatile-ttl", "maxmemory": 1 << 20}, RISK),
+        ({"maxmemory_policy": "allkeys-lfu", "maxmemory": 0}, NOTE),  # no limit: no eviction
+        ({}, UNKNOWN),
+    ],
+)
 def test_eviction_policies(info: dict[str, Any], level: str) -> None:
     [f] = [f for f in assess([NodeFacts("s", info)]) if f.check == "eviction"]
     assert f.level == level, f
 
 
-@pytest.mark.parametrize(("info", "save", "level"), [
-    ({"aof_enabled": 1}, "", OK),
-    ({"aof_enabled": 0}, "3600 1 300 100", OK),
-    ({"aof_enabled": 0}, "", RISK),
-    ({"aof_enabled": 0}, None, UNKNOWN),  # CONFIG GET refused
-    ({}, None, UNKNOWN),  # INFO refused
-])
+@pytest.mark.parametrize(
+    ("info", "save", "level"),
+    [
+        ({"aof_enabled": 1}, "", OK),
+        ({"aof_enabled": 0}, "3600 1 300 100", OK),
+        ({"aof_enabled": 0}, "", RISK),
+        ({"aof_enabled": 0}, None, UNKNOWN),  # CONFIG GET refused
+        ({}, None, UNKNOWN),  # INFO refused
+    ],
+)
 def test_persistence(info: dict[str, Any], save: str | None, level: str) -> None:
     [f] = [f for f in assess([NodeFacts("s", info, save)]) if f.check == "persistence"]
     assert f.level == level, f
 
 
-@pytest.mark.parametrize(("info", "level"), [
-    ({"redis_version": "7.0.15"}, OK),
-    ({"redis_version": "7.4.2"}, OK),
-    ({"redis_version": "6.2.14"}, RISK),
-    (VALKEY, OK),
-    ({"redis_version": "7.2.5", "server_name": "valkey", "valkey_version": "7.2.5"}, RISK),
-    ({"redis_version": "7.2.4", "server_name": "valkey"}, RISK),  # a Valkey that says no more
-    ({}, UNKNOWN),
-])
+@pytest.mark.parametrize(
+    ("info", "level"),
+    [
+        ({"redis_version": "7.0.15"}, OK),
+        ({"redis_version": "7.4.2"}, OK),
+        ({"redis_version": "6.2.14"}, RISK),
+        (VALKEY, OK),
+        ({"redis_version": "7.2.5", "server_name": "valkey", "valkey_version": "7.2.5"}, RISK),
+        ({"redis_version": "7.2.4", "server_name": "valkey"}, RISK),  # a Valkey that says no more
+        ({}, UNKNOWN),
+    ],
+)
 def test_server_versions(info: dict[str, Any], level: str) -> None:
     [f] = [f for f in assess([NodeFacts("s", info)]) if f.check == "version"]
     assert f.level == level, f
 
 
-@pytest.mark.parametrize(("info", "level"), [
-    ({"role": "master", "connected_slaves": 1, "cluster_enabled": 1}, OK),
-    ({"role": "master", "connected_slaves": 0, "cluster_enabled": 1}, RISK),
-    ({"role": "master", "connected_slaves": 0, "cluster_enabled": 0}, NOTE),
-])
+@pytest.mark.parametrize(
+    ("info", "level"),
+    [
+        ({"role": "master", "connected_slaves": 1, "cluster_enabled": 1}, OK),
+        ({"role": "master", "connected_slaves": 0, "cluster_enabled": 1}, RISK),
+        ({"role": "master", "connected_slaves": 0, "cluster_enabled": 0}, NOTE),
+    ],
+)
 def test_replicas(info: dict[str, Any], level: str) -> None:
     [f] = [f for f in assess([NodeFacts("s", info)]) if f.check == "replicas"]
     assert f.level == level, f
@@ -75,8 +87,10 @@ def test_replicas(info: dict[str, Any], level: str) -> None:
 
 def test_the_warning_says_what_each_kind_of_policy_deletes() -> None:
     def nodes(*policies: str) -> list[NodeFacts]:
-        return [NodeFacts(f"n{i}", {"maxmemory_policy": p, "maxmemory": 1 << 20})
-                for i, p in enumerate(policies)]
+        return [
+            NodeFacts(f"n{i}", {"maxmemory_policy": p, "maxmemory": 1 << 20})
+            for i, p in enumerate(policies)
+        ]
 
     assert eviction_warning("s", nodes("noeviction", "noeviction")) is None
     assert eviction_warning("s", [NodeFacts("s", {})]) is None  # INFO refused: silence
@@ -87,6 +101,7 @@ def test_the_warning_says_what_each_kind_of_policy_deletes() -> None:
 
 
 # -- private servers, configured each way ------------------------------------------------------
+
 
 @contextmanager
 def private_server(**config: Any) -> Iterator[str]:
@@ -104,12 +119,14 @@ EVICTING = {"maxmemory": "64mb", "maxmemory-policy": "allkeys-lru"}
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "dynoq" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage() for r in caplog.records if r.name == "dynoq" and r.levelno == logging.WARNING
+    ]
 
 
 def test_connecting_to_an_evicting_server_warns_once_per_client(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with private_server(**EVICTING) as url, caplog.at_level(logging.WARNING, "dynoq"):
         with dynoq.connect(url, prefix="w") as client:
             q = client.queue("q")
@@ -141,13 +158,17 @@ def test_the_asyncio_client_warns_at_first_use(caplog: pytest.LogCaptureFixture)
     assert "allkeys-lru" in warnings(caplog)[0]
 
 
-@pytest.mark.parametrize("config", [
-    {"maxmemory": "64mb", "maxmemory-policy": "noeviction"},
-    {"maxmemory-policy": "allkeys-lru"},  # no maxmemory: nothing is evicted
-    {},
-])
-def test_no_warning_when_nothing_is_evicted(config: dict[str, str],
-                                            caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"maxmemory": "64mb", "maxmemory-policy": "noeviction"},
+        {"maxmemory-policy": "allkeys-lru"},  # no maxmemory: nothing is evicted
+        {},
+    ],
+)
+def test_no_warning_when_nothing_is_evicted(
+    config: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
     with private_server(**config) as url, caplog.at_level(logging.WARNING, "dynoq"):
         dynoq.connect(url, prefix="w").close()
 
@@ -159,23 +180,24 @@ def test_no_warning_when_nothing_is_evicted(config: dict[str, str],
     assert warnings(caplog) == []
 
 
-def test_volatile_policies_warn_about_the_keys_with_a_ttl(
-        caplog: pytest.LogCaptureFixture) -> None:
-    with private_server(maxmemory="64mb", **{"maxmemory-policy": "volatile-lru"}) as url, \
-            caplog.at_level(logging.WARNING, "dynoq"):
+def test_volatile_policies_warn_about_the_keys_with_a_ttl(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        private_server(maxmemory="64mb", **{"maxmemory-policy": "volatile-lru"}) as url,
+        caplog.at_level(logging.WARNING, "dynoq"),
+    ):
         dynoq.connect(url, prefix="w").close()
     [text] = warnings(caplog)
     assert "volatile-lru" in text and "keys with a TTL" in text
 
 
-def test_a_role_without_info_connects_and_says_nothing(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_role_without_info_connects_and_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
     import redis
 
     with private_server(**EVICTING) as url:
         admin = redis.Redis.from_url(url)
-        admin.execute_command("ACL", "SETUSER", "tenant", "on", ">pw", "~t:*", "&t:*",
-                              "+@all", "-info", "-config")
+        admin.execute_command(
+            "ACL", "SETUSER", "tenant", "on", ">pw", "~t:*", "&t:*", "+@all", "-info", "-config"
+        )
         admin.close()
         user_url = url.replace("redis://", "redis://tenant:pw@")
         with caplog.at_level(logging.WARNING, "dynoq"):
@@ -192,8 +214,7 @@ def test_a_role_without_info_connects_and_says_nothing(
         refused = [e for e in admin.execute_command("ACL", "LOG") if e[b"username"] == b"tenant"]
         admin.close()
         assert refused == []  # a role is not even asked INFO: nothing fills the ACL LOG
-        result = CliRunner().invoke(cli, ["--url", user_url, "--prefix", "t", "check",
-                                          "--json"])
+        result = CliRunner().invoke(cli, ["--url", user_url, "--prefix", "t", "check", "--json"])
         out = json.loads(result.output)
         assert {f["level"] for f in out["findings"]} == {UNKNOWN}
         assert result.exit_code == 0  # nothing known to be a risk
@@ -207,6 +228,7 @@ def test_memory_says_nothing_at_connect(caplog: pytest.LogCaptureFixture) -> Non
 
 
 # -- dynoq check --------------------------------------------------------------------------------
+
 
 def run_check(url: str) -> tuple[int, dict[str, Any], str]:
     runner = CliRunner()
@@ -228,8 +250,12 @@ def test_check_of_a_server_without_risk_exits_0() -> None:
     with private_server(appendonly="yes", save='""') as url:
         code, report, human = run_check(url)
     assert code == 0 and report["risks"] == 0
-    assert levels(report) == {"eviction": {OK}, "persistence": {OK}, "version": {OK},
-                              "replicas": {NOTE}}
+    assert levels(report) == {
+        "eviction": {OK},
+        "persistence": {OK},
+        "version": {OK},
+        "replicas": {NOTE},
+    }
     assert "no risk found" in human and "Valkey" in human
 
 

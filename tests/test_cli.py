@@ -31,10 +31,8 @@ def run(url: str, prefix: str, client: dynoq.Client) -> Any:
     """Run the CLI in-process against the test's backend and prefix."""
     runner = CliRunner()
 
-    def invoke(*args: str, env: dict[str, str] | None = None,
-               input: str | None = None) -> Result:
-        return runner.invoke(cli, ["--url", url, "--prefix", prefix, *args], env=env,
-                             input=input)
+    def invoke(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
+        return runner.invoke(cli, ["--url", url, "--prefix", prefix, *args], env=env, input=input)
 
     return invoke
 
@@ -51,7 +49,8 @@ def failed(result: Result, code: int, *needles: str) -> str:
         assert needle in text, text
     assert "Traceback" not in text
     assert not isinstance(result.exception, Exception) or isinstance(
-        result.exception, SystemExit), result.exception
+        result.exception, SystemExit
+    ), result.exception
     return text
 
 
@@ -66,8 +65,12 @@ def test_stats_table_and_json(run: Any, client: dynoq.Client) -> None:
     assert "orders" in table and "empty" in table and "in flight" in table
     data = json.loads(ok(run("stats", "--json")))
     rows = {r["queue"]: r for r in data["queues"]}
-    assert (rows["orders"]["ready"], rows["orders"]["delayed"], rows["orders"]["in_flight"],
-            rows["orders"]["dead"]) == (1, 1, 1, 0)
+    assert (
+        rows["orders"]["ready"],
+        rows["orders"]["delayed"],
+        rows["orders"]["in_flight"],
+        rows["orders"]["dead"],
+    ) == (1, 1, 1, 0)
     assert len(rows["orders"]["shards"]) == 2 and rows["empty"]["ready"] == 0
     assert rows["orders"]["oldest_waiting_age"] >= 0
     assert rows["empty"]["oldest_waiting_age"] is None
@@ -79,8 +82,14 @@ def test_stats_table_and_json(run: Any, client: dynoq.Client) -> None:
 
 def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) -> None:
     client.queue("known")
-    for args in (["stats", "nope"], ["peek", "nope"], ["dead", "nope"], ["replay", "nope"],
-                 ["purge-dead", "nope"], ["push", "nope", "1"]):
+    for args in (
+        ["stats", "nope"],
+        ["peek", "nope"],
+        ["dead", "nope"],
+        ["replay", "nope"],
+        ["purge-dead", "nope"],
+        ["push", "nope", "1"],
+    ):
         failed(run(*args), EXIT_FAILURE, "no queue 'nope'", "known")
     assert client.queue_names() == ["known"]
     assert not client.redis.exists(f"{client.prefix}:queue:nope")
@@ -142,8 +151,11 @@ def test_peek_and_dead_show_any_valid_payload(run: Any, client: dynoq.Client) ->
     payload = {b"k": b"\x00\xff", "n": [b"x", {1: "one", b"\x01": None}], "f": 1.5}
     q = client.queue("any", shards=2)
     q.push(payload, id="p")
-    shown = {"$base64:aw==": {"$base64": "AP8="},
-             "n": [{"$base64": "eA=="}, {"1": "one", "$base64:AQ==": None}], "f": 1.5}
+    shown = {
+        "$base64:aw==": {"$base64": "AP8="},
+        "n": [{"$base64": "eA=="}, {"1": "one", "$base64:AQ==": None}],
+        "f": 1.5,
+    }
     assert json.loads(ok(run("peek", "any", "--json")))[0]["payload"] == shown
     assert "$base64:aw==" in ok(run("peek", "any"))
     [m] = q.pop()
@@ -162,9 +174,17 @@ def test_peek_and_dead_show_any_stored_record(run: Any, client: dynoq.Client) ->
     q = client.queue("raw", shards=1)
     ids = ["ts", "ext", "deep", "markup", "bad"]
     q.push_many([dynoq.Message(i, id=i) for i in ids])
-    rewrite_bodies(client, q, {"ts": [{"at": msgpack.Timestamp(5, 1)}],
-                               "ext": [[msgpack.ExtType(3, b"x")]], "deep": [nested(1000)],
-                               "markup": ["[/b] [bold]"], "bad": [1, None, [1]]})
+    rewrite_bodies(
+        client,
+        q,
+        {
+            "ts": [{"at": msgpack.Timestamp(5, 1)}],
+            "ext": [[msgpack.ExtType(3, b"x")]],
+            "deep": [nested(1000)],
+            "markup": ["[/b] [bold]"],
+            "bad": [1, None, [1]],
+        },
+    )
     peeked = {m["id"]: m for m in json.loads(ok(run("peek", "raw", "--json")))}
     assert set(peeked) == set(ids)
     assert peeked["ts"]["payload"] == {"at": {"$timestamp": [5, 1]}}
@@ -185,7 +205,8 @@ def test_peek_and_dead_show_any_stored_record(run: Any, client: dynoq.Client) ->
 
 
 def test_json_output_is_strict_json_for_floats_json_has_no_number_for(
-        run: Any, client: dynoq.Client) -> None:
+    run: Any, client: dynoq.Client
+) -> None:
     # Before, `peek --json` printed NaN and Infinity, which no strict JSON parser reads.
     payload = {"nan": float("nan"), "up": [float("inf")], "down": -float("inf"), "f": 1.5}
     q = client.queue("floats", shards=1, max_retries=0)
@@ -206,16 +227,19 @@ def test_purge_dead_of_nothing_asks_nothing(run: Any, client: dynoq.Client) -> N
     client.queue("clean", shards=2)
     out = ok(run("purge-dead", "clean"))  # no --yes, no input: it must not prompt
     assert "nothing to purge" in out and "?" not in out
-    assert json.loads(ok(run("purge-dead", "clean", "--json"))) == {"queue": "clean",
-                                                                    "purged": 0}
+    assert json.loads(ok(run("purge-dead", "clean", "--json"))) == {"queue": "clean", "purged": 0}
 
 
 def test_a_cluster_url_at_a_single_server_or_a_closed_port(embedded_server: Any) -> None:
     single = f"redis+cluster://{embedded_server.host}:{embedded_server.port}"
-    failed(CliRunner().invoke(cli, ["--url", single, "stats"]), EXIT_UNREACHABLE,
-           "not a Redis Cluster")
-    failed(CliRunner().invoke(cli, ["--url", "redis+cluster://127.0.0.1:1", "stats"]),
-           EXIT_UNREACHABLE, "cannot reach Redis")
+    failed(
+        CliRunner().invoke(cli, ["--url", single, "stats"]), EXIT_UNREACHABLE, "not a Redis Cluster"
+    )
+    failed(
+        CliRunner().invoke(cli, ["--url", "redis+cluster://127.0.0.1:1", "stats"]),
+        EXIT_UNREACHABLE,
+        "cannot reach Redis",
+    )
 
 
 def test_bad_arguments_exit_2(run: Any, client: dynoq.Client) -> None:
@@ -231,11 +255,11 @@ def test_bad_arguments_exit_2(run: Any, client: dynoq.Client) -> None:
     failed(result, EXIT_USAGE, "unsupported URL scheme")
 
 
-def test_env_variables_choose_url_and_prefix(url: str, prefix: str,
-                                             client: dynoq.Client) -> None:
+def test_env_variables_choose_url_and_prefix(url: str, prefix: str, client: dynoq.Client) -> None:
     client.queue("from-env")
-    result = CliRunner().invoke(cli, ["stats", "--json"],
-                                env={"DYNOQ_URL": url, "DYNOQ_PREFIX": prefix})
+    result = CliRunner().invoke(
+        cli, ["stats", "--json"], env={"DYNOQ_URL": url, "DYNOQ_PREFIX": prefix}
+    )
     assert [r["queue"] for r in json.loads(ok(result))["queues"]] == ["from-env"]
 
 
@@ -262,8 +286,7 @@ def test_demo_calls_dynoq_demo_main(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == [("redis://h:1/0", False), ("redis://h:1/0", True), (None, False)]
 
 
-def test_demo_json_is_the_report(embedded_server: Any,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_json_is_the_report(embedded_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from dynoq.cli import demo
 
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
@@ -291,8 +314,11 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str,
 def test_every_command_takes_json() -> None:
     """docs/cli.md promises --json on every command: machine-readable output (or, for
     the services, JSON log lines)."""
-    missing = [name for name, command in _commands(cli)
-               if not any("--json" in p.opts for p in command.params)]
+    missing = [
+        name
+        for name, command in _commands(cli)
+        if not any("--json" in p.opts for p in command.params)
+    ]
     assert not missing, missing
 
 
@@ -308,8 +334,9 @@ def _subclasses(cls: type) -> list[type]:
     return [s for c in cls.__subclasses__() for s in (c, *_subclasses(c))]
 
 
-def test_push_to_a_missing_queue_says_how_to_create_it(run: Any, prefix: str,
-                                                       client: dynoq.Client) -> None:
+def test_push_to_a_missing_queue_says_how_to_create_it(
+    run: Any, prefix: str, client: dynoq.Client
+) -> None:
     text = failed(run("push", "invoices", "1"), EXIT_FAILURE, "no queue 'invoices'")
     hint = re.search(r"create it with: (dynoq .*? queue create invoices)", text)
     assert hint is not None, text
@@ -321,16 +348,23 @@ def test_push_to_a_missing_queue_says_how_to_create_it(run: Any, prefix: str,
 
 # -- real entry points --------------------------------------------------------------------
 
-def dynoq_cmd(*args: str, env: dict[str, str] | None = None,
-              exe: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*(exe or [sys.executable, "-m", "dynoq"]), *args],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+
+def dynoq_cmd(
+    *args: str, env: dict[str, str] | None = None, exe: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(exe or [sys.executable, "-m", "dynoq"]), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.slow
-def test_module_entry_point_end_to_end(real_client: dynoq.Client, real_url: str,
-                                       prefix: str) -> None:
+def test_module_entry_point_end_to_end(
+    real_client: dynoq.Client, real_url: str, prefix: str
+) -> None:
     real_client.queue("e2e", shards=4)
     env = {"DYNOQ_URL": real_url, "DYNOQ_PREFIX": prefix}
     pushed = dynoq_cmd("push", "e2e", '{"n": 1}', "--key", "k", env=env)
@@ -356,10 +390,13 @@ def test_unreachable_server_subprocess() -> None:
 
 @pytest.mark.slow
 def test_dashboard_json_says_where_it_listens(real_url: str, prefix: str) -> None:
-    p = subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, "dashboard",
-                          "--port", "0", "--json"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "DYNOQ_URL": real_url})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "dynoq", "--prefix", prefix, "dashboard", "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DYNOQ_URL": real_url},
+    )
     try:
         assert p.stdout is not None
         ready = json.loads(p.stdout.readline())
@@ -398,8 +435,10 @@ def test_every_command_speaks_json(run: Any, client: dynoq.Client) -> None:
     assert json.loads(ok(run("queue", "create", "news", "--topic", "--json")))["kind"] == "topic"
     failed(run("queue", "create", "jobs", "--shards", "3"), EXIT_USAGE, "already exists")
     listed = json.loads(ok(run("queues", "--json")))
-    assert {(r["name"], r["kind"]) for r in listed["queues"]} == {("jobs", "queue"),
-                                                                 ("news", "topic")}
+    assert {(r["name"], r["kind"]) for r in listed["queues"]} == {
+        ("jobs", "queue"),
+        ("news", "topic"),
+    }
     pushed = json.loads(ok(run("push", "jobs", '{"a": 1}', "--id", "p1", "--json")))
     assert pushed == {"queue": "jobs", "id": "p1"}
     assert json.loads(ok(run("peek", "jobs", "--json")))[0]["payload"] == {"a": 1}
@@ -445,10 +484,17 @@ def test_prepared_lists_age_and_checks(run: Any, client: dynoq.Client) -> None:
     assert [m["id"] for m in data["messages"]] == ["p-2"]
 
 
-@pytest.mark.parametrize(("value", "needle"), [
-    ("0", "0 is not in 1-1000"), ("1001", "1001 is not in 1-1000"),
-    ("lots", "'lots' is not a count of messages or auto"),
-])
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("0", "0 is not in 1-1000"),
+        ("1001", "1001 is not in 1-1000"),
+        ("lots", "'lots' is not a count of messages or auto"),
+    ],
+)
 def test_worker_batch_size_is_a_count_or_auto(value: str, needle: str) -> None:
-    failed(CliRunner().invoke(cli, ["--url", "memory://x", "worker", "mod:fn",
-                                    "--batch-size", value]), EXIT_USAGE, needle)
+    failed(
+        CliRunner().invoke(cli, ["--url", "memory://x", "worker", "mod:fn", "--batch-size", value]),
+        EXIT_USAGE,
+        needle,
+    )

@@ -77,8 +77,9 @@ def _shard_slots(q: dynoq.Queue, cluster: LocalCluster) -> list[int]:
 
 
 @pytest.mark.sync_only
-def test_connect_gives_a_dynoq_cluster(connect: Callable[..., dynoq.Client],
-                                       cluster: LocalCluster) -> None:
+def test_connect_gives_a_dynoq_cluster(
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     c = connect(cluster)
     assert isinstance(c.redis, DynoqCluster)
     assert isinstance(c.redis.pipeline(transaction=False), ClusterBatch)
@@ -86,7 +87,8 @@ def test_connect_gives_a_dynoq_cluster(connect: Callable[..., dynoq.Client],
 
 
 def test_a_queue_of_12_shards_has_keys_on_every_master(
-        connect: Callable[..., dynoq.Client], cluster: LocalCluster, prefix: str) -> None:
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster, prefix: str
+) -> None:
     q = connect(cluster).queue("spread", shards=12)
     q.push_many(list(range(600)))
     counts = _keys_by_master(cluster, prefix)
@@ -109,8 +111,9 @@ def test_passing_a_redis_cluster_instance(cluster: LocalCluster, prefix: str) ->
 
 
 @pytest.mark.sync_only
-def test_pipeline_routes_reads_and_multi_key_delete(connect: Callable[..., dynoq.Client],
-                                                    cluster: LocalCluster) -> None:
+def test_pipeline_routes_reads_and_multi_key_delete(
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     c = connect(cluster)
     tag = c.prefix
     pipe = c.redis.pipeline(transaction=False)
@@ -123,8 +126,9 @@ def test_pipeline_routes_reads_and_multi_key_delete(connect: Callable[..., dynoq
     assert out[60] == b"7" and out[61:] == [2] * 30
 
 
-def test_scripts_reload_after_script_flush(connect: Callable[..., dynoq.Client],
-                                           cluster: LocalCluster) -> None:
+def test_scripts_reload_after_script_flush(
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     q = connect(cluster).queue("flushed", shards=9)
     q.push("warm")
     for port in cluster.master_ports():
@@ -139,7 +143,8 @@ def test_scripts_reload_after_script_flush(connect: Callable[..., dynoq.Client],
 
 
 def test_pop_wait_is_woken_by_a_push_on_another_node(
-        connect: Callable[..., dynoq.Client], cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     c1, c2 = connect(cluster), connect(cluster)
     q1, q2 = c1.queue("wake", shards=12), c2.queue("wake")
     got: list[dynoq.Message] = []
@@ -153,7 +158,8 @@ def test_pop_wait_is_woken_by_a_push_on_another_node(
 
 
 def test_min_replicas_without_replicas_raises_replication_error(
-        connect: Callable[..., dynoq.Client], cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     q = connect(cluster).queue("noreplica", shards=3, min_replicas=1, replica_timeout=0.05)
     with pytest.raises(dynoq.ReplicationError, match="0 of 1 replica"):
         q.push("x", id="x")
@@ -163,8 +169,14 @@ def test_min_replicas_without_replicas_raises_replication_error(
 
 
 def test_settings_stored_before_min_replicas_still_load() -> None:
-    old = {"shards": "4", "ordered": "0", "unack_timeout": "60.0", "max_retries": "16",
-           "dedupe_window": "0.0", "schema": "1"}
+    old = {
+        "shards": "4",
+        "ordered": "0",
+        "unack_timeout": "60.0",
+        "max_retries": "16",
+        "dedupe_window": "0.0",
+        "schema": "1",
+    }
     s = QueueSettings.from_hash(old)
     assert (s.min_replicas, s.replica_timeout) == (0, 1.0)
     assert QueueSettings.from_hash(QueueSettings(min_replicas=2).to_hash()).min_replicas == 2
@@ -201,9 +213,16 @@ class Traffic:
         self.sequence: dict[str, list[int]] = defaultdict(list)
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._guard, args=(fn,)) for fn in
-                        (self._produce_plain, self._produce_ordered,
-                         self._consume_plain, self._consume_plain, self._consume_ordered)]
+        self.threads = [
+            threading.Thread(target=self._guard, args=(fn,))
+            for fn in (
+                self._produce_plain,
+                self._produce_ordered,
+                self._consume_plain,
+                self._consume_plain,
+                self._consume_ordered,
+            )
+        ]
 
     def _guard(self, fn: Callable[[], None]) -> None:
         try:
@@ -258,11 +277,13 @@ class Traffic:
 
 
 def test_resharding_while_producing_and_consuming(
-        connect: Callable[..., dynoq.Client], cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     client = connect(cluster)
     traffic = Traffic(client, n_plain=3000, n_keys=8, per_key=150)
-    slots = sorted(set(_shard_slots(traffic.plain, cluster)[:6]
-                       + _shard_slots(traffic.ordered, cluster)[:3]))
+    slots = sorted(
+        set(_shard_slots(traffic.plain, cluster)[:6] + _shard_slots(traffic.ordered, cluster)[:3])
+    )
     migrated = 0
     traffic.start()
     try:
@@ -270,8 +291,7 @@ def test_resharding_while_producing_and_consuming(
             owner = cluster.master_of_slot(slot)
             dest = next(p for p in cluster.master_ports() if p != owner)
             # One key per batch, with a pause: clients see ASK and TRYAGAIN for a while.
-            cluster.migrate_slot(slot, dest, batch_size=1,
-                                 on_batch=lambda _moved: time.sleep(0.02))
+            cluster.migrate_slot(slot, dest, batch_size=1, on_batch=lambda _moved: time.sleep(0.02))
             migrated += 1
     finally:
         traffic.join()
@@ -288,7 +308,8 @@ def test_resharding_while_producing_and_consuming(
 
 
 def test_min_replicas_confirms_on_a_replicated_cluster(
-        connect: Callable[..., dynoq.Client], replicated_cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], replicated_cluster: LocalCluster
+) -> None:
     c = connect(replicated_cluster)
     q = c.queue("durable", shards=6, min_replicas=1, replica_timeout=2.0)
     q.push("one", id="one")
@@ -303,11 +324,11 @@ def test_min_replicas_confirms_on_a_replicated_cluster(
 
 
 def test_failover_loses_no_replicated_push_and_consumption_resumes(
-        connect: Callable[..., dynoq.Client], replicated_cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], replicated_cluster: LocalCluster
+) -> None:
     producer = connect(replicated_cluster, cluster_retry_window=60.0)
     consumer = connect(replicated_cluster, cluster_retry_window=60.0)
-    pq = producer.queue("fo", shards=12, unack_timeout=3.0, min_replicas=1,
-                        replica_timeout=2.0)
+    pq = producer.queue("fo", shards=12, unack_timeout=3.0, min_replicas=1, replica_timeout=2.0)
     cq = consumer.queue("fo")
     confirmed: list[str] = []
     seen: set[str] = set()
@@ -347,16 +368,20 @@ def test_failover_loses_no_replicated_push_and_consumption_resumes(
         t.start()
     try:
         time.sleep(1.0)
-        victim = replicated_cluster.master_of_slot(replicated_cluster.slot_of(
-            shard_keys(pq, 0).msgs))
+        victim = replicated_cluster.master_of_slot(
+            replicated_cluster.slot_of(shard_keys(pq, 0).msgs)
+        )
         replicated_cluster.kill_master(victim)
         replicated_cluster.wait_failover(victim)
         failed_over.set()
         replicated_cluster.restart_node(victim)  # rejoins as the new master's replica
         before = len(confirmed)
         deadline = time.monotonic() + 60
-        while ((len(after_failover) < 50 or len(confirmed) < before + 100)
-               and time.monotonic() < deadline and not errors):
+        while (
+            (len(after_failover) < 50 or len(confirmed) < before + 100)
+            and time.monotonic() < deadline
+            and not errors
+        ):
             time.sleep(0.1)
     finally:
         stop.set()
@@ -379,7 +404,8 @@ def test_failover_loses_no_replicated_push_and_consumption_resumes(
 
 @pytest.mark.sync_only
 def test_redis_errors_surface_as_dynoq_errors_not_retried(
-        connect: Callable[..., dynoq.Client], cluster: LocalCluster) -> None:
+    connect: Callable[..., dynoq.Client], cluster: LocalCluster
+) -> None:
     c = connect(cluster)
     key = f"{c.prefix}:{{s}}:str-{uuid.uuid4().hex}"
     c.redis.set(key, "x")

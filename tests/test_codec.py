@@ -59,8 +59,7 @@ def test_all_shard_keys_share_one_hash_tag() -> None:
 
 
 def test_settings_roundtrip_and_merge() -> None:
-    s = QueueSettings(shards=3, ordered=True, unack_timeout=1.5, max_retries=0,
-                      dedupe_window=10)
+    s = QueueSettings(shards=3, ordered=True, unack_timeout=1.5, max_retries=0, dedupe_window=10)
     assert QueueSettings.from_hash(s.to_hash()) == s
     assert merge(s, {"shards": 3, "ordered": None}, "q") is s
     with pytest.raises(ValueError, match="already exists"):
@@ -69,43 +68,73 @@ def test_settings_roundtrip_and_merge() -> None:
 
 # -- any bytes in a record: a message dynoq could have written, or a RecordError -----------
 
+
 def _packed(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
 
 
 _JUNK = st.recursive(
-    st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 64 - 1) | st.floats()
-    | st.text(max_size=8) | st.binary(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=8)
     | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=4))
-    | st.builds(msgpack.Timestamp, st.integers(0, 2 ** 34 - 1), st.integers(0, 999_999_999)),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=4) | st.integers(-2 ** 63, 2 ** 63 - 1), inner,
-                      max_size=4),
-    max_leaves=12)
-_ODD = st.sampled_from([b"", b"-1", b"1_0", b" 1", b"+5", b"1e3", b"NaN", b"100", b"abc",
-                        b"9" * 16, b"9" * 400, b"zzzzzzzzzzz", b"\xff", b"0x10"]) | st.binary(
-    max_size=6)
-_HEADER = st.tuples(st.sampled_from([b"lwz4k2hm", b"1700000000000", b"0"]) | _ODD,
-                    st.sampled_from([b"0", b"250", b"-250"]) | _ODD,
-                    st.sampled_from([b"0", b"7", b"99"]) | _ODD)
+    | st.builds(msgpack.Timestamp, st.integers(0, 2**34 - 1), st.integers(0, 999_999_999)),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=4) | st.integers(-(2**63), 2**63 - 1), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_ODD = st.sampled_from(
+    [
+        b"",
+        b"-1",
+        b"1_0",
+        b" 1",
+        b"+5",
+        b"1e3",
+        b"NaN",
+        b"100",
+        b"abc",
+        b"9" * 16,
+        b"9" * 400,
+        b"zzzzzzzzzzz",
+        b"\xff",
+        b"0x10",
+    ]
+) | st.binary(max_size=6)
+_HEADER = st.tuples(
+    st.sampled_from([b"lwz4k2hm", b"1700000000000", b"0"]) | _ODD,
+    st.sampled_from([b"0", b"250", b"-250"]) | _ODD,
+    st.sampled_from([b"0", b"7", b"99"]) | _ODD,
+)
 _FIELDS = st.lists(_JUNK, max_size=6) | st.tuples(
-    _JUNK, st.none() | st.text(max_size=4) | _JUNK,
+    _JUNK,
+    st.none() | st.text(max_size=4) | _JUNK,
     st.none() | st.dictionaries(st.text(max_size=4), _JUNK, max_size=3) | _JUNK,
-    st.none() | st.sampled_from(["paid", "a b", "", "x|y"]) | _JUNK).map(list)
+    st.none() | st.sampled_from(["paid", "a b", "", "x|y"]) | _JUNK,
+).map(list)
 _BODY = st.one_of(
     _FIELDS.map(_packed),  # wrong types, missing and extra fields, nested junk
     _JUNK.map(_packed),  # bytes that decode to something not a list
     st.binary(max_size=40),  # not msgpack
     _FIELDS.map(_packed).flatmap(lambda b: st.integers(0, len(b)).map(lambda n: b[:n])),
     st.tuples(st.text(max_size=5), st.binary(max_size=3), _FIELDS.map(_packed)).map(
-        lambda t: b"K%d:" % len(t[0].encode()) + t[0].encode() + t[1] + t[2]))
+        lambda t: b"K%d:" % len(t[0].encode()) + t[0].encode() + t[1] + t[2]
+    ),
+)
 
 
 @settings(max_examples=1500, deadline=None)
-@given(header=_HEADER, body=_BODY,
-       attempts=st.sampled_from([0, 1, 2]) | st.integers(-2 ** 64, 2 ** 70))
+@given(
+    header=_HEADER, body=_BODY, attempts=st.sampled_from([0, 1, 2]) | st.integers(-(2**64), 2**70)
+)
 def test_any_record_decodes_to_what_dynoq_writes_or_to_a_record_error(
-        header: tuple[bytes, bytes, bytes], body: bytes, attempts: int) -> None:
+    header: tuple[bytes, bytes, bytes], body: bytes, attempts: int
+) -> None:
     """Every field malformed in every way (hypothesis): decode raises RecordError and
     nothing else, or gives a message a handler and every view can rely on; readable()
     and the views (JSON, the dashboard's filters) never raise."""
@@ -132,12 +161,19 @@ def test_any_record_decodes_to_what_dynoq_writes_or_to_a_record_error(
 
 
 @settings(max_examples=500, deadline=None)
-@given(raw=st.binary(max_size=30) | st.tuples(_ODD, _ODD, st.sampled_from(
-    [b"e", b"x", b"t", b"r", b"?"]), _JUNK.map(_packed) | _FIELDS.map(_packed)).map(
-    lambda t: b",".join(t)))
+@given(
+    raw=st.binary(max_size=30)
+    | st.tuples(
+        _ODD,
+        _ODD,
+        st.sampled_from([b"e", b"x", b"t", b"r", b"?"]),
+        _JUNK.map(_packed) | _FIELDS.map(_packed),
+    ).map(lambda t: b",".join(t))
+)
 def test_any_stored_reason_or_delivery_state_reads_without_an_error(raw: bytes) -> None:
     f = codec.failure(raw)
-    assert f is None or all(type(t) is str for t in (f.error_type, f.error, f.traceback,
-                                                     f.consumer))
+    assert f is None or all(
+        type(t) is str for t in (f.error_type, f.error, f.traceback, f.consumer)
+    )
     assert f is None or dash.clock(f.last_failed_at)
     assert 0 <= codec.attempts_of(raw) <= codec.MAX_ATTEMPTS

@@ -16,8 +16,12 @@ def test_processes_push_pop_ack_exactly_once(real_client: dynoq.Client, real_url
     real_client.queue("mp", shards=4, unack_timeout=120)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=workers.produce_consume,
-                         args=(real_url, real_client.prefix, w, 5000, out)) for w in range(4)]
+    procs = [
+        ctx.Process(
+            target=workers.produce_consume, args=(real_url, real_client.prefix, w, 5000, out)
+        )
+        for w in range(4)
+    ]
     for p in procs:
         p.start()
     acked = [i for _ in procs for i in out.get(timeout=180)]
@@ -35,9 +39,12 @@ def test_ensure_raced_from_8_processes(real_client: dynoq.Client, real_url: str)
     ids = [f"id-{i}" for i in range(300)]
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(8), ctx.Queue()
-    procs = [ctx.Process(target=workers.race_ensure,
-                         args=(real_url, real_client.prefix, ids, barrier, out))
-             for _ in range(8)]
+    procs = [
+        ctx.Process(
+            target=workers.race_ensure, args=(real_url, real_client.prefix, ids, barrier, out)
+        )
+        for _ in range(8)
+    ]
     for p in procs:
         p.start()
     pushed = Counter(i for _ in procs for i in out.get(timeout=120))
@@ -47,8 +54,7 @@ def test_ensure_raced_from_8_processes(real_client: dynoq.Client, real_url: str)
     assert real_client.queue("race").size() == 300
 
 
-def test_ensure_raced_from_8_clients_in_threads(
-        make_client: Callable[..., dynoq.Client]) -> None:
+def test_ensure_raced_from_8_clients_in_threads(make_client: Callable[..., dynoq.Client]) -> None:
     clients = [make_client() for _ in range(8)]
     clients[0].queue("race-t", shards=2)
     barrier = threading.Barrier(8)

@@ -15,6 +15,7 @@ import dynoq.asyncio
 
 FLAVORS = ("sync", "async")  # the tests that take the flavor fixture run on both clients
 
+
 def test_unix_socket_url(embedded_server: Any) -> None:
     with dynoq.connect(f"unix://{embedded_server.socket_file}", prefix="unix-t") as c:
         q = c.queue("u", shards=1)
@@ -57,8 +58,7 @@ def test_embedded_url_starts_and_stops_a_private_server() -> None:
     other.close()
 
 
-def test_client_is_a_context_manager_and_repr(url: str, prefix: str,
-                                               make_client: Any) -> None:
+def test_client_is_a_context_manager_and_repr(url: str, prefix: str, make_client: Any) -> None:
     # make_client is not called: it is asked for so that its teardown deletes the prefix
     with dynoq.connect(url, prefix=prefix) as c:
         assert prefix in repr(c)
@@ -67,7 +67,8 @@ def test_client_is_a_context_manager_and_repr(url: str, prefix: str,
 
 @pytest.mark.parametrize("missing", ["fakeredis", "lupa"])
 def test_memory_without_its_extra_says_what_to_install(
-        missing: str, flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing: str, flavor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Before: a bare ModuleNotFoundError (fakeredis), or "unknown command 'evalsha'" at
     # the first script (lupa, which runs fakeredis' Lua).
     monkeypatch.setitem(sys.modules, missing, None)
@@ -75,6 +76,7 @@ def test_memory_without_its_extra_says_what_to_install(
         if flavor == "sync":
             dynoq.connect("memory://no-extra").queue("q").push(1)
         else:
+
             async def use() -> None:
                 client = dynoq.asyncio.connect("memory://no-extra")
                 try:

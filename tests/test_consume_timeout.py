@@ -63,8 +63,18 @@ class Calls:
             finally:
                 with self.lock:
                     self.running -= 1
-                    self.done.append(Call(msg.payload, msg.key, msg.shard, msg.attempts,
-                                          msg.fence, start, time.monotonic()))
+                    self.done.append(
+                        Call(
+                            msg.payload,
+                            msg.key,
+                            msg.shard,
+                            msg.attempts,
+                            msg.fence,
+                            start,
+                            time.monotonic(),
+                        )
+                    )
+
         return handle
 
     def of(self, payload: Any) -> list[Call]:
@@ -74,8 +84,12 @@ class Calls:
     def overlapping(self, same: Callable[[Call, Call], bool]) -> list[tuple[Call, Call]]:
         with self.lock:
             calls = sorted(self.done, key=lambda c: c.start)
-        return [(a, b) for i, a in enumerate(calls) for b in calls[i + 1:]
-                if same(a, b) and b.start < a.end]
+        return [
+            (a, b)
+            for i, a in enumerate(calls)
+            for b in calls[i + 1 :]
+            if same(a, b) and b.start < a.end
+        ]
 
 
 class Sampler:
@@ -117,8 +131,11 @@ def _keys(shards: int) -> list[str]:
 
 
 def test_an_ordered_shard_never_moves_on_while_a_timed_out_call_runs(
-        client: dynoq.Client, consumers: list[Any], sampled: list[Sampler],
-        caplog: pytest.LogCaptureFixture) -> None:
+    client: dynoq.Client,
+    consumers: list[Any],
+    sampled: list[Sampler],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # The issue's trial: a poison message that always sleeps past consume_timeout ran 4
     # times at once with the messages after it, every call at fence 1.
     q = client.queue("ordered-overrun", shards=2, ordered=True, max_retries=2)
@@ -129,33 +146,47 @@ def test_an_ordered_shard_never_moves_on_while_a_timed_out_call_runs(
         time.sleep(1.0 if msg.payload == "poison" else 0.01)
 
     caplog.set_level(logging.WARNING, logger="dynoq")
-    c = client.consumer(q, calls.handler(body), consume_timeout=0.3, retry_delays=[0.05],
-                        concurrency=2, **HELD)
+    c = client.consumer(
+        q, calls.handler(body), consume_timeout=0.3, retry_delays=[0.05], concurrency=2, **HELD
+    )
     consumers.append(c.start())
     sampled.append(Sampler(c))
-    q.push_many([Message(p, key=poison_key) for p in ("a", "poison", "b", "c")]
-                + [Message(i, key=other_key) for i in range(20)])
-    wait_for(lambda: len(calls.of("c")) == 1 and len(calls.of(19)) == 1
-             and len(calls.of("poison")) == 3 and calls.running == 0, timeout=30,
-             what="both shards handled, every call ended")
+    q.push_many(
+        [Message(p, key=poison_key) for p in ("a", "poison", "b", "c")]
+        + [Message(i, key=other_key) for i in range(20)]
+    )
+    wait_for(
+        lambda: (
+            len(calls.of("c")) == 1
+            and len(calls.of(19)) == 1
+            and len(calls.of("poison")) == 3
+            and calls.running == 0
+        ),
+        timeout=30,
+        what="both shards handled, every call ended",
+    )
 
     assert calls.overlapping(lambda a, b: a.shard == b.shard) == []  # so no key either
     poison = calls.of("poison")
     assert [p.attempts for p in poison] == [1, 2, 3]  # one at a time, then dead-lettered
     assert calls.of("b")[0].start >= poison[-1].end  # the shard waited for the last call
     with calls.lock:
-        order = [x.payload for x in sorted(calls.done, key=lambda x: x.start)
-                 if x.key == poison_key]
-        assert [x.payload for x in sorted(calls.done, key=lambda x: x.start)
-                if x.key == other_key] == list(range(20))
+        order = [
+            x.payload for x in sorted(calls.done, key=lambda x: x.start) if x.key == poison_key
+        ]
+        assert [
+            x.payload for x in sorted(calls.done, key=lambda x: x.start) if x.key == other_key
+        ] == list(range(20))
     assert order == ["a", "poison", "poison", "poison", "b", "c"]
     assert len({x.fence for x in calls.done}) == 1  # no takeover: the shard never moved on
     [dead] = q.dead()
     assert dead.payload == "poison" and dead.failure is not None
     assert dead.failure.error_type == "ConsumeTimeout"
     # (a call's message is settled, and counted, just after the call has returned)
-    wait_for(lambda: c.stats().handled == 23 and c.stats().abandoned == 0,
-             what="every message settled, every left call counted back")
+    wait_for(
+        lambda: c.stats().handled == 23 and c.stats().abandoned == 0,
+        what="every message settled, every left call counted back",
+    )
     stats = c.stats()
     assert (stats.timed_out, stats.handled, stats.dead_lettered) == (3, 23, 1)
     assert sampled[0].close() <= 2  # at most concurrency calls left running
@@ -166,30 +197,31 @@ def test_an_ordered_shard_never_moves_on_while_a_timed_out_call_runs(
     assert all(dead.id in m for m in left + back) and all("shard" in m for m in left)
 
 
-def test_calls_left_running_are_bounded(client: dynoq.Client, consumers: list[Any],
-                                        sampled: list[Sampler]) -> None:
+def test_calls_left_running_are_bounded(
+    client: dynoq.Client, consumers: list[Any], sampled: list[Sampler]
+) -> None:
     # Concurrency 1, every call hangs past its timeout: once one call is left running,
     # the next stuck worker is not replaced but waits, so at most 2 calls run at once
     # (the issue saw 7 threads at once, never reclaimed).
     q = client.queue("bounded-overrun", shards=1, max_retries=0)
     calls = Calls()
-    c = client.consumer(q, calls.handler(lambda m: time.sleep(0.6)), consume_timeout=0.1,
-                        concurrency=1, **FAST)
+    c = client.consumer(
+        q, calls.handler(lambda m: time.sleep(0.6)), consume_timeout=0.1, concurrency=1, **FAST
+    )
     consumers.append(c.start())
     sampled.append(Sampler(c))
     q.push_many(list(range(6)))
     wait_for(lambda: q.stats().dead == 6, timeout=30, what="every message timed out")
-    wait_for(lambda: len(calls.done) == 6 and c.stats().abandoned == 0,
-             what="every call returned")
+    wait_for(lambda: len(calls.done) == 6 and c.stats().abandoned == 0, what="every call returned")
     assert calls.peak <= 2  # one worker, one call left running
     assert sampled[0].close() <= 1
     assert c.stats().timed_out == 6
-    assert all(m.failure is not None and m.failure.error_type == "ConsumeTimeout"
-               for m in q.dead())
+    assert all(m.failure is not None and m.failure.error_type == "ConsumeTimeout" for m in q.dead())
 
 
 def test_a_concurrent_queue_fails_a_timed_out_message_at_once(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     # As documented: on a concurrent queue the message fails at consume_timeout and is
     # retried (after its retry delay) even while the call left running has not returned;
     # the worker is replaced, so the other messages go on meanwhile.
@@ -201,26 +233,32 @@ def test_a_concurrent_queue_fails_a_timed_out_message_at_once(
         if msg.payload == "slow" and msg.attempts == 1:
             release.wait(20)
 
-    c = client.consumer(q, calls.handler(body), consume_timeout=0.2, retry_delays=[0.05],
-                        concurrency=1, **FAST)
+    c = client.consumer(
+        q, calls.handler(body), consume_timeout=0.2, retry_delays=[0.05], concurrency=1, **FAST
+    )
     consumers.append(c.start())
     q.push_many(["slow", *range(5)])
     try:
-        wait_for(lambda: len(calls.of("slow")) == 1 and all(calls.of(i) for i in range(5)),
-                 what="the retry and the others handled while the first call runs")
+        wait_for(
+            lambda: len(calls.of("slow")) == 1 and all(calls.of(i) for i in range(5)),
+            what="the retry and the others handled while the first call runs",
+        )
         assert c.stats().abandoned == 1 and c.stats().timed_out == 1
     finally:
         release.set()
-    wait_for(lambda: len(calls.of("slow")) == 2 and c.stats().abandoned == 0,
-             what="the left call returned")
+    wait_for(
+        lambda: len(calls.of("slow")) == 2 and c.stats().abandoned == 0,
+        what="the left call returned",
+    )
     first, retry = sorted(calls.of("slow"), key=lambda x: x.attempts)
     assert retry.start < first.end  # the retry did not wait for the call left running
     wait_for(lambda: c.stats().handled == 6, what="every ack")
     assert q.stats().dead == 0
 
 
-def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
-                                                     consumers: list[Any]) -> None:
+def test_a_hung_ordered_handler_holds_only_its_shard(
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     # A call that never returns (until released) keeps its shard blocked however long
     # (the fence never changes), while a new worker takes the other shard.
     q = client.queue("hung-ordered", shards=2, ordered=True, max_retries=1)
@@ -233,16 +271,19 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
             hung.set()
             release.wait(20)
 
-    c = client.consumer(q, calls.handler(body), consume_timeout=0.2, retry_delays=[0.05],
-                        concurrency=1, **HELD)
+    c = client.consumer(
+        q, calls.handler(body), consume_timeout=0.2, retry_delays=[0.05], concurrency=1, **HELD
+    )
     consumers.append(c.start())
     q.push_many([Message(p, key=hung_key) for p in ("first", "hang", "after-1", "after-2")])
     try:
         assert hung.wait(15)
         # The only worker is stuck: these are handled only if another takes its place.
         q.push_many([Message(i, key=free_key) for i in range(5)])
-        wait_for(lambda: all(calls.of(i) for i in range(5)),
-                 what="the other shard handled by a new worker")
+        wait_for(
+            lambda: all(calls.of(i) for i in range(5)),
+            what="the other shard handled by a new worker",
+        )
         # The first call is hung: for as long as we look (well past several timeouts
         # and retry delays), nothing after it in its shard is delivered.
         deadline = time.monotonic() + 1.5
@@ -255,8 +296,7 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
         release.set()
     wait_for(lambda: len(calls.of("after-2")) == 1, what="the shard to move on")
     with calls.lock:
-        order = [x.payload for x in sorted(calls.done, key=lambda x: x.start)
-                 if x.key == hung_key]
+        order = [x.payload for x in sorted(calls.done, key=lambda x: x.start) if x.key == hung_key]
     assert order == ["first", "hang", "hang", "after-1", "after-2"]  # retried once, in place
     assert [x.attempts for x in calls.of("hang")] == [1, 2]
     assert calls.overlapping(lambda a, b: a.shard == b.shard) == []
@@ -264,8 +304,7 @@ def test_a_hung_ordered_handler_holds_only_its_shard(client: dynoq.Client,
     assert q.stats().dead == 0
 
 
-def test_a_timed_out_coroutine_has_ended_before_its_shard_moves_on(
-        url: str, prefix: str) -> None:
+def test_a_timed_out_coroutine_has_ended_before_its_shard_moves_on(url: str, prefix: str) -> None:
     # asyncio: a coroutine past consume_timeout is cancelled, and the shard moves on only
     # once it has ended, even one that swallows its cancellation (it still ran over: it
     # fails with ConsumeTimeout, here dead-lettered, and is not acked).
@@ -273,8 +312,7 @@ def test_a_timed_out_coroutine_has_ended_before_its_shard_moves_on(
 
     async def main() -> tuple[list[Any], int]:
         async with dynoq.asyncio.connect(url, prefix=prefix) as client:
-            q = await client.queue("coroutine-overrun", shards=1, ordered=True,
-                                   max_retries=0)
+            q = await client.queue("coroutine-overrun", shards=1, ordered=True, max_retries=0)
 
             async def handle(msg: dynoq.Message) -> None:
                 events.append(("start", msg.payload))
@@ -285,25 +323,30 @@ def test_a_timed_out_coroutine_has_ended_before_its_shard_moves_on(
                         await asyncio.sleep(0.5)  # goes on for a while, then returns
                 events.append(("end", msg.payload))
 
-            c = client.consumer(q, handle, consume_timeout=0.2, retry_delays=[0.05],
-                                **HELD)
+            c = client.consumer(q, handle, consume_timeout=0.2, retry_delays=[0.05], **HELD)
             async with c:
                 await q.push_many([Message(p, key="k") for p in ("stubborn", "next")])
                 for _ in range(300):
                     if ("end", "next") in events:
                         break
                     await asyncio.sleep(0.02)
-            return [m.failure.error_type if m.failure else None for m in await q.dead()], \
-                c.stats().timed_out
+            return [
+                m.failure.error_type if m.failure else None for m in await q.dead()
+            ], c.stats().timed_out
 
     dead, timed_out = asyncio.run(main())
     delete_prefix(url, prefix)
-    assert events == [("start", "stubborn"), ("end", "stubborn"), ("start", "next"),
-                      ("end", "next")]
+    assert events == [
+        ("start", "stubborn"),
+        ("end", "stubborn"),
+        ("start", "next"),
+        ("end", "next"),
+    ]
     assert dead == ["ConsumeTimeout"] and timed_out == 1
 
 
 # -- the pure bookkeeping (dynoq._core.board) ---------------------------------------------
+
 
 def test_overdue_keeps_an_ordered_batch_with_its_worker() -> None:
     # A running call is marked once; an ordered batch stays with its worker (still
@@ -359,11 +402,13 @@ def test_an_extension_restarts_a_batch_clock_only_when_it_went_through() -> None
 
 
 def test_a_keyed_batch_whose_extension_failed_is_not_handled_past_its_deadline(
-        client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two keys' heads in one batch; the first handler outlives the visibility while
     every extension fails (a dropped connection): the second message's delivery may be
     someone else's by then, so this worker does not handle it; it comes back (its
     key's fence raised) and is handled once."""
+
     def refused(*_: Any) -> bool:
         raise dynoq.ConnectionFailed("dropped")
 
@@ -382,8 +427,7 @@ def test_a_keyed_batch_whose_extension_failed_is_not_handled_past_its_deadline(
 
     c = client.consumer(q, calls.handler(body), concurrency=1, batch_size=2, **FAST).start()
     try:
-        wait_for(lambda: calls.of("second") and calls.of("first"), timeout=20,
-                 what="both handled")
+        wait_for(lambda: calls.of("second") and calls.of("first"), timeout=20, what="both handled")
         time.sleep(1.5)  # a stale second handling would come now
     finally:
         c.stop()

@@ -33,8 +33,9 @@ FLAVORS = ("sync", "async")
 class Recorder:
     """A thread-safe handler that records payloads and checks shard exclusivity."""
 
-    def __init__(self, fail: Callable[[dynoq.Message], Exception | None] | None = None,
-                 sleep: float = 0.0) -> None:
+    def __init__(
+        self, fail: Callable[[dynoq.Message], Exception | None] | None = None, sleep: float = 0.0
+    ) -> None:
         self.lock = threading.Lock()
         self.seen: list[Any] = []
         self.attempts: dict[Any, list[int]] = collections.defaultdict(list)
@@ -60,6 +61,7 @@ class Recorder:
                     self.seen.append(msg.payload)
             if err is not None:
                 raise err
+
         return handle
 
     def count(self) -> int:
@@ -75,31 +77,36 @@ def _ident(payload: Any) -> Any:
 
 # -- bad input ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("options", "error"), [
-    ({"strategy": "nope"}, InvalidArgument),
-    ({"strategy": 42}, InvalidType),
-    ({"concurrency": 0}, InvalidArgument),
-    ({"concurrency": 1.5}, InvalidType),
-    ({"batch_size": 0}, InvalidArgument),
-    ({"batch_size": True}, InvalidType),
-    ({"rebalance_interval": 0}, InvalidArgument),
-    ({"lease_ttl": -1}, InvalidArgument),
-    ({"lease_ttl": float("inf")}, InvalidArgument),
-    ({"idle_wait": "1"}, InvalidType),
-    ({"max_in_flight": 0}, InvalidArgument),
-    ({"retry_delays": [1, -2]}, InvalidArgument),
-    ({"retry_delays": []}, InvalidArgument),
-    ({"retry_delays": "10s"}, InvalidType),
-    ({"mode": "broadcasting"}, InvalidArgument),
-    ({"group": "a{b}"}, InvalidArgument),
-    ({"instance_id": ""}, InvalidArgument),
-    ({"strategy": "consistent_hash", "strategy_options": {"bogus": 1}}, InvalidArgument),
-    ({"before": "not callable"}, InvalidType),
-    ({"middleware": [object()]}, InvalidType),
-    ({"no_such_option": 1}, TypeError),  # Python's own error for an unknown keyword
-])
-def test_bad_options_raise_typed_errors(client: dynoq.Client, options: dict[str, Any],
-                                        error: type[Exception]) -> None:
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"strategy": "nope"}, InvalidArgument),
+        ({"strategy": 42}, InvalidType),
+        ({"concurrency": 0}, InvalidArgument),
+        ({"concurrency": 1.5}, InvalidType),
+        ({"batch_size": 0}, InvalidArgument),
+        ({"batch_size": True}, InvalidType),
+        ({"rebalance_interval": 0}, InvalidArgument),
+        ({"lease_ttl": -1}, InvalidArgument),
+        ({"lease_ttl": float("inf")}, InvalidArgument),
+        ({"idle_wait": "1"}, InvalidType),
+        ({"max_in_flight": 0}, InvalidArgument),
+        ({"retry_delays": [1, -2]}, InvalidArgument),
+        ({"retry_delays": []}, InvalidArgument),
+        ({"retry_delays": "10s"}, InvalidType),
+        ({"mode": "broadcasting"}, InvalidArgument),
+        ({"group": "a{b}"}, InvalidArgument),
+        ({"instance_id": ""}, InvalidArgument),
+        ({"strategy": "consistent_hash", "strategy_options": {"bogus": 1}}, InvalidArgument),
+        ({"before": "not callable"}, InvalidType),
+        ({"middleware": [object()]}, InvalidType),
+        ({"no_such_option": 1}, TypeError),  # Python's own error for an unknown keyword
+    ],
+)
+def test_bad_options_raise_typed_errors(
+    client: dynoq.Client, options: dict[str, Any], error: type[Exception]
+) -> None:
     q = client.queue("bad", shards=2)
     with pytest.raises(error):
         client.consumer(q, lambda m: None, **options)
@@ -131,16 +138,21 @@ async def _async_handle(msg: dynoq.Message) -> None: ...
 
 
 @pytest.mark.sync_only
-@pytest.mark.parametrize(("options", "named"), [
-    ({}, "_async_handle"),
-    ({"handler": functools.partial(_async_handle)}, "_async_handle"),
-    ({"handler": _AsyncCall()}, "_AsyncCall"),
-    ({"before": _async_handle}, "hook _async_handle"),
-    ({"after": _async_handle}, "hook _async_handle"),
-    ({"middleware": [_AsyncBefore()]}, "hook _AsyncBefore.before"),
-], ids=["async-def", "partial", "async-call", "before", "after", "middleware"])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "_async_handle"),
+        ({"handler": functools.partial(_async_handle)}, "_async_handle"),
+        ({"handler": _AsyncCall()}, "_AsyncCall"),
+        ({"before": _async_handle}, "hook _async_handle"),
+        ({"after": _async_handle}, "hook _async_handle"),
+        ({"middleware": [_AsyncBefore()]}, "hook _AsyncBefore.before"),
+    ],
+    ids=["async-def", "partial", "async-call", "before", "after", "middleware"],
+)
 def test_the_thread_consumer_refuses_an_async_def_handler_or_hook(
-        client: dynoq.Client, options: dict[str, Any], named: str) -> None:
+    client: dynoq.Client, options: dict[str, Any], named: str
+) -> None:
     # Before, an async def handler was called, never awaited, and its message acked:
     # the worker logged "handled 1, failed 0" and the body never ran.
     q = client.queue("refused", shards=2)
@@ -153,7 +165,8 @@ def test_the_thread_consumer_refuses_an_async_def_handler_or_hook(
 
 @pytest.mark.parametrize("via", ["handler", "before"])
 def test_a_call_that_returns_an_awaitable_fails_on_threads_and_runs_on_asyncio(
-        client: dynoq.Client, consumers: list[Consumer], flavor: str, via: str) -> None:
+    client: dynoq.Client, consumers: list[Consumer], flavor: str, via: str
+) -> None:
     # A plain def that returns a coroutine. On threads (the thread consumer, and a sync
     # handler the asyncio consumer runs in a thread) nothing awaits it: it did not run,
     # so its message is dead-lettered (max_retries=0) with why, never acked, and the
@@ -188,13 +201,18 @@ def test_a_call_that_returns_an_awaitable_fails_on_threads_and_runs_on_asyncio(
 
 # -- concurrent queues -----------------------------------------------------------------------
 
-def test_concurrent_group_handles_everything_once(client: dynoq.Client,
-                                                  consumers: list[Consumer]) -> None:
+
+def test_concurrent_group_handles_everything_once(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("conc", shards=4)
     rec = Recorder()
     for i in range(2):
-        consumers.append(client.consumer(q, rec.handler(i), concurrency=3, batch_size=10,
-                                         instance_id=f"m{i}", **FAST).start())
+        consumers.append(
+            client.consumer(
+                q, rec.handler(i), concurrency=3, batch_size=10, instance_id=f"m{i}", **FAST
+            ).start()
+        )
     q.push_many(list(range(600)))
     wait_for(lambda: rec.count() >= 600, what="600 handled")
     wait_for(lambda: all(len(c.assignment) == 2 for c in consumers), what="split")
@@ -210,8 +228,9 @@ def test_concurrent_group_handles_everything_once(client: dynoq.Client,
     assert members(q, "default") == []  # both left
 
 
-def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
-                                              consumers: list[Consumer]) -> None:
+def test_concurrent_consumer_pops_every_shard(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     """A member pops from shards allocated to others too: nothing starves while one runs."""
     q = client.queue("starve", shards=4)
     Membership(q, "default", "aaa-ghost", ttl=60).heartbeat()
@@ -224,7 +243,8 @@ def test_concurrent_consumer_pops_every_shard(client: dynoq.Client,
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_a_consumer_takes_lower_priority_values_first_across_shards(
-        client: dynoq.Client, consumers: list[Consumer], concurrency: int) -> None:
+    client: dynoq.Client, consumers: list[Consumer], concurrency: int
+) -> None:
     # Everything waits before the consumer starts: 20 at priority 50 pushed first, then
     # 20 at priority 0, over 4 shards. No priority 50 is taken while a 0 waits.
     q = client.queue("prio-consumer", shards=4)
@@ -241,8 +261,9 @@ def test_a_consumer_takes_lower_priority_values_first_across_shards(
         if first_fifty:
             zeros_waiting.append(sum(m.priority == 0 for m in q.peek(100)))
 
-    consumers.append(client.consumer(q, handle, concurrency=concurrency, batch_size=5,
-                                     **FAST).start())
+    consumers.append(
+        client.consumer(q, handle, concurrency=concurrency, batch_size=5, **FAST).start()
+    )
     wait_for(lambda: len(seen) >= 40, what="40 handled")
     assert zeros_waiting == [0]
     if concurrency == 1:  # one batch at a time: strictly by priority
@@ -261,14 +282,16 @@ def test_batch_handler_gets_lists(client: dynoq.Client, consumers: list[Consumer
             got.extend(m.payload for m in batch)
 
     q.push_many(list(range(200)))
-    consumers.append(client.consumer(q, handle, batch_size=50, batch_handler=True,
-                                     concurrency=2, **FAST).start())
+    consumers.append(
+        client.consumer(q, handle, batch_size=50, batch_handler=True, concurrency=2, **FAST).start()
+    )
     wait_for(lambda: len(got) >= 200)
     assert sorted(got) == list(range(200)) and max(sizes) > 1 and max(sizes) <= 50
 
 
-def test_flow_control_bounds_messages_in_memory(client: dynoq.Client,
-                                                consumers: list[Consumer]) -> None:
+def test_flow_control_bounds_messages_in_memory(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("flow", shards=2)
     held, peak, lock = [0], [0], threading.Lock()
 
@@ -289,6 +312,7 @@ def test_flow_control_bounds_messages_in_memory(client: dynoq.Client,
 
 # -- retries, dead letters, hooks --------------------------------------------------------------
 
+
 def test_retries_then_success(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("retry", shards=2)
     rec = Recorder(fail=lambda m: RuntimeError("boom") if m.attempts < 3 else None)
@@ -308,8 +332,9 @@ def test_dead_letter_after_max_retries(client: dynoq.Client, consumers: list[Con
     rec = Recorder(fail=lambda m: ValueError("always"))
     q.push("bad", id="m1")
     q.push("good", id="m2")
-    c = client.consumer(q, lambda m: rec.handler()(m) if m.payload == "bad" else None,
-                        retry_delays=[0.02], **FAST)
+    c = client.consumer(
+        q, lambda m: rec.handler()(m) if m.payload == "bad" else None, retry_delays=[0.02], **FAST
+    )
     consumers.append(c.start())
     wait_for(lambda: q.stats().dead == 1, what="dead-lettered")
     assert rec.attempts["bad"] == [1, 2, 3]  # max_retries=2: three deliveries in all
@@ -321,8 +346,9 @@ def test_dead_letter_after_max_retries(client: dynoq.Client, consumers: list[Con
     assert (s.failed, s.retried, s.dead_lettered) == (3, 2, 1)
 
 
-def test_consumer_max_retries_dead_letters_sooner(client: dynoq.Client,
-                                                  consumers: list[Consumer]) -> None:
+def test_consumer_max_retries_dead_letters_sooner(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     """RocketMQ's maxReconsumeTimes: the consumer's own limit, under the queue's (16)."""
     q = client.queue("consumer-limit", shards=2)
     rec = Recorder(fail=lambda m: ValueError("always"))
@@ -337,17 +363,18 @@ def test_consumer_max_retries_dead_letters_sooner(client: dynoq.Client,
     assert (c.stats().failed, c.stats().retried) == (2, 1)
 
 
-@pytest.mark.parametrize(("value", "error"), [(-1, dynoq.InvalidArgument),
-                                              (True, dynoq.InvalidType),
-                                              (1.5, dynoq.InvalidType)])
-def test_consumer_max_retries_is_checked(client: dynoq.Client, value: object,
-                                         error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(-1, dynoq.InvalidArgument), (True, dynoq.InvalidType), (1.5, dynoq.InvalidType)],
+)
+def test_consumer_max_retries_is_checked(
+    client: dynoq.Client, value: object, error: type[Exception]
+) -> None:
     with pytest.raises(error, match="max_retries"):
         client.consumer(client.queue("checked"), lambda m: None, max_retries=value)
 
 
-def test_explicit_retry_and_dead_letter(client: dynoq.Client,
-                                        consumers: list[Consumer]) -> None:
+def test_explicit_retry_and_dead_letter(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("explicit", shards=1)
     calls: list[tuple[str, int, float]] = []
 
@@ -374,7 +401,8 @@ def test_explicit_retry_and_dead_letter(client: dynoq.Client,
 
 @pytest.mark.parametrize("ordered", [False, "key"])
 def test_a_retry_raised_while_handling_an_error_keeps_the_error_in_its_dead_letter(
-        client: dynoq.Client, consumers: list[Consumer], ordered: Any) -> None:
+    client: dynoq.Client, consumers: list[Consumer], ordered: Any
+) -> None:
     # Before, the dead letter said only "retry requested (delay=0.0)": the error that
     # made the handler retry was lost from `failure.error`.
     q = client.queue("caused", shards=1, max_retries=0, ordered=ordered)
@@ -397,10 +425,14 @@ def test_a_retry_raised_while_handling_an_error_keeps_the_error_in_its_dead_lett
     implicit, explicit, hidden = (failures[n] for n in ("implicit", "explicit", "hidden"))
     assert implicit is not None and explicit is not None and hidden is not None
     assert (implicit.error_type, implicit.error) == (
-        "Retry", "retry requested (delay=0.0); cause: KeyError: 'implicit'")
+        "Retry",
+        "retry requested (delay=0.0); cause: KeyError: 'implicit'",
+    )
     assert "KeyError: 'implicit'" in implicit.traceback
     assert (explicit.error_type, explicit.error) == (
-        "DeadLetter", "no such order; cause: KeyError: 'explicit'")
+        "DeadLetter",
+        "no such order; cause: KeyError: 'explicit'",
+    )
     assert (hidden.error_type, hidden.error) == ("Retry", "retry requested (delay=0.0)")
 
 
@@ -416,8 +448,7 @@ def test_hooks_and_middleware(client: dynoq.Client, consumers: list[Consumer]) -
             if msg.payload == "veto":
                 raise PermissionError("vetoed")
 
-        def after(self, msg: dynoq.Message, error: BaseException | None,
-                  seconds: float) -> None:
+        def after(self, msg: dynoq.Message, error: BaseException | None, seconds: float) -> None:
             with lock:
                 events.append(("mw-after", (msg.payload, type(error).__name__, seconds >= 0)))
             raise RuntimeError("after hooks' errors are ignored")
@@ -433,13 +464,25 @@ def test_hooks_and_middleware(client: dynoq.Client, consumers: list[Consumer]) -
     handled: list[Any] = []
     q.push("ok")
     q.push("veto")
-    c = client.consumer(q, lambda m: handled.append(m.payload), before=before, after=after,
-                        middleware=[Timing()], retry_delays=[30], concurrency=1, **FAST)
+    c = client.consumer(
+        q,
+        lambda m: handled.append(m.payload),
+        before=before,
+        after=after,
+        middleware=[Timing()],
+        retry_delays=[30],
+        concurrency=1,
+        **FAST,
+    )
     consumers.append(c.start())
     wait_for(lambda: len([e for e in events if e[0] == "after"]) == 2)
     assert handled == ["ok"]  # the vetoed message never reached the handler
-    assert events[:4] == [("before", "ok"), ("mw-before", "ok"),
-                          ("mw-after", ("ok", "NoneType", True)), ("after", ("ok", True))]
+    assert events[:4] == [
+        ("before", "ok"),
+        ("mw-before", "ok"),
+        ("mw-after", ("ok", "NoneType", True)),
+        ("after", ("ok", True)),
+    ]
     assert ("mw-after", ("veto", "PermissionError", True)) in events
     wait_for(lambda: c.stats().retried == 1)
     assert c.stats().failed == 1
@@ -466,9 +509,15 @@ def test_graceful_stop_loses_nothing(client: dynoq.Client) -> None:
 
 # -- ordered queues --------------------------------------------------------------------------
 
+
 def _push_keyed(q: dynoq.Queue, keys: int, per_key: int) -> None:
-    q.push_many([dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
-                 for i in range(per_key) for k in range(keys)])
+    q.push_many(
+        [
+            dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
+            for i in range(per_key)
+            for k in range(keys)
+        ]
+    )
 
 
 def _check_order(seen: list[Any], keys: int, per_key: int) -> None:
@@ -480,13 +529,17 @@ def _check_order(seen: list[Any], keys: int, per_key: int) -> None:
 
 
 def test_ordered_threads_keep_key_order_and_exclusive_shards(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("ord", shards=8, ordered=True)
     rec = Recorder()
     _push_keyed(q, 24, 25)
     for i in range(3):
-        consumers.append(client.consumer(q, rec.handler(i), concurrency=2, batch_size=4,
-                                         instance_id=f"t{i}", **FAST).start())
+        consumers.append(
+            client.consumer(
+                q, rec.handler(i), concurrency=2, batch_size=4, instance_id=f"t{i}", **FAST
+            ).start()
+        )
     wait_for(lambda: rec.count() >= 600, timeout=30, what="600 ordered")
     _check_order(rec.seen, 24, 25)
     assert rec.overlaps == 0
@@ -495,7 +548,8 @@ def test_ordered_threads_keep_key_order_and_exclusive_shards(
 
 
 def test_ordered_failure_blocks_key_and_retries_in_place(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("ordretry", shards=1, ordered=True, max_retries=2)
     fails = {("a", 1): 2, ("a", 3): 99}  # a1 fails twice then works; a3 always fails
 
@@ -519,11 +573,14 @@ def test_ordered_failure_blocks_key_and_retries_in_place(
 
 
 def test_ordered_worker_leaves_a_busy_shard_for_waiting_ones(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("fair", shards=2, ordered=True)
     order: list[int] = []
-    a_key, b_key = "k0", next(f"k{i}" for i in range(1, 99) if q.shard_for(f"k{i}") !=
-                              q.shard_for("k0"))
+    a_key, b_key = (
+        "k0",
+        next(f"k{i}" for i in range(1, 99) if q.shard_for(f"k{i}") != q.shard_for("k0")),
+    )
     q.push_many([dynoq.Message(i, key=a_key) for i in range(300)])
 
     def handle(msg: dynoq.Message) -> None:
@@ -542,16 +599,16 @@ def test_ordered_worker_leaves_a_busy_shard_for_waiting_ones(
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["concurrent", "ordered"])
-def test_an_idle_consumer_looks_once_per_idle_wait(client: dynoq.Client,
-                                                   consumers: list[Consumer],
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   ordered: bool) -> None:
+def test_an_idle_consumer_looks_once_per_idle_wait(
+    client: dynoq.Client, consumers: list[Consumer], monkeypatch: pytest.MonkeyPatch, ordered: bool
+) -> None:
     # One worker waits on the server for all four, and a wait that nothing interrupted
     # ends without looking again: one look (pop, then one probe of the other shards) per
     # idle_wait, however many workers.
     q = client.queue("idle", shards=16, ordered=ordered)
-    consumers.append(client.consumer(q, lambda m: None, concurrency=4, idle_wait=0.5,
-                                     lease_ttl=30.0).start())
+    consumers.append(
+        client.consumer(q, lambda m: None, concurrency=4, idle_wait=0.5, lease_ttl=30.0).start()
+    )
     time.sleep(1.5)  # start-up: a first look at every shard, subscriptions
     calls: list[str] = []
     backend = unwrap(client).backend  # the seam every request goes through
@@ -562,10 +619,12 @@ def test_an_idle_consumer_looks_once_per_idle_wait(client: dynoq.Client,
             calls.append(request.script.name)
 
     if inspect.iscoroutinefunction(real):
+
         async def counting(request: Any) -> Any:
             note(request)
             return await real(request)
     else:
+
         def counting(request: Any) -> Any:
             note(request)
             return real(request)
@@ -578,8 +637,9 @@ def test_an_idle_consumer_looks_once_per_idle_wait(client: dynoq.Client,
     assert len(calls) <= (3.0 / 0.5 + 1) * per_look, len(calls)
 
 
-def test_workers_look_one_at_a_time(client: dynoq.Client, consumers: list[Consumer],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_look_one_at_a_time(
+    client: dynoq.Client, consumers: list[Consumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Four workers on a stream of messages: a look (a probe and the pops it leads to)
     # never overlaps another worker's. Overlapping looks raced for the same messages and,
     # in threads, passed the GIL back and forth at every reply (a look of two round trips
@@ -611,6 +671,7 @@ def test_workers_look_one_at_a_time(client: dynoq.Client, consumers: list[Consum
                 inside[0] -= 1
 
     if inspect.iscoroutinefunction(real):
+
         async def counting(request: Any) -> Any:
             counted = enter(request)
             try:
@@ -618,6 +679,7 @@ def test_workers_look_one_at_a_time(client: dynoq.Client, consumers: list[Consum
             finally:
                 leave(counted)
     else:
+
         def counting(request: Any) -> Any:
             counted = enter(request)
             try:
@@ -627,8 +689,11 @@ def test_workers_look_one_at_a_time(client: dynoq.Client, consumers: list[Consum
 
     monkeypatch.setattr(backend, "run", counting)
     seen: list[Any] = []
-    consumers.append(client.consumer(q, lambda m: seen.append(m.payload), concurrency=4,
-                                     batch_size=total + 1, lease_ttl=30.0).start())
+    consumers.append(
+        client.consumer(
+            q, lambda m: seen.append(m.payload), concurrency=4, batch_size=total + 1, lease_ttl=30.0
+        ).start()
+    )
     for i in range(0, total, 3):
         q.push_many([dynoq.Message(j) for j in range(i, i + 3)])
     wait_for(lambda: len(seen) >= total, timeout=60, what="every message handled")
@@ -639,7 +704,8 @@ def test_workers_look_one_at_a_time(client: dynoq.Client, consumers: list[Consum
 
 
 def test_an_idle_consumer_wakes_when_a_delayed_message_falls_due(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     # Nothing is published when a delayed message falls due: the worker waiting for all
     # the others must wake at the due time its look reported, not at the end of
     # idle_wait (30 s here; the bound below is generous for a loaded machine).
@@ -647,22 +713,27 @@ def test_an_idle_consumer_wakes_when_a_delayed_message_falls_due(
     q.push("later", delay=1.0)
     pushed = time.monotonic()
     handled: list[float] = []
-    consumers.append(client.consumer(q, lambda m: handled.append(time.monotonic()),
-                                     concurrency=4, batch_size=10, idle_wait=30.0,
-                                     lease_ttl=30.0).start())
+    consumers.append(
+        client.consumer(
+            q,
+            lambda m: handled.append(time.monotonic()),
+            concurrency=4,
+            batch_size=10,
+            idle_wait=30.0,
+            lease_ttl=30.0,
+        ).start()
+    )
     wait_for(lambda: handled, timeout=25, what="the delayed message handled")
     assert handled[0] - pushed < 15
 
 
 @pytest.mark.parametrize("shards", [1, 4])
-def test_a_stop_wakes_the_worker_waiting_on_the_server(client: dynoq.Client,
-                                                       shards: int) -> None:
+def test_a_stop_wakes_the_worker_waiting_on_the_server(client: dynoq.Client, shards: int) -> None:
     # An idle consumer's watcher blocks in pop(wait=idle_wait) for all the workers; the
     # stop's wake-up must end that wait, not the end of idle_wait (60 s here: before the
     # fix a stop of a one-shard consumer, or any on Redis Cluster, waited it out).
     q = client.queue("idle-stop", shards=shards)
-    c = client.consumer(q, lambda m: None, concurrency=4, idle_wait=60.0,
-                        lease_ttl=30.0).start()
+    c = client.consumer(q, lambda m: None, concurrency=4, idle_wait=60.0, lease_ttl=30.0).start()
     try:
         time.sleep(1.0)  # the first look found nothing: the watcher waits on the server
         began = time.monotonic()
@@ -674,6 +745,7 @@ def test_a_stop_wakes_the_worker_waiting_on_the_server(client: dynoq.Client,
 
 # -- rebalance, leases, fencing ------------------------------------------------------------------
 
+
 def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("rebal", shards=8, ordered=True)
     opts = {**FAST, "rebalance_interval": 60.0}  # only notifications can make this pass
@@ -682,16 +754,21 @@ def test_rebalance_on_join_and_leave(client: dynoq.Client, consumers: list[Consu
     assert a.assignment == set(range(8))
     b = client.consumer(q, lambda m: None, instance_id="b", **opts).start()
     consumers.append(b)
-    wait_for(lambda: a.assignment == set(range(4)) and b.assignment == set(range(4, 8)),
-             what="split between a and b")
-    c = client.consumer(q, lambda m: None, instance_id="c",
-                        strategy="averagely", **opts).start()
+    wait_for(
+        lambda: a.assignment == set(range(4)) and b.assignment == set(range(4, 8)),
+        what="split between a and b",
+    )
+    c = client.consumer(q, lambda m: None, instance_id="c", strategy="averagely", **opts).start()
     consumers.append(c)
-    wait_for(lambda: (a.assignment, b.assignment, c.assignment)
-             == ({0, 1, 2}, {3, 4, 5}, {6, 7}), what="split in three")
+    wait_for(
+        lambda: (a.assignment, b.assignment, c.assignment) == ({0, 1, 2}, {3, 4, 5}, {6, 7}),
+        what="split in three",
+    )
     assert b.stop(10)
-    wait_for(lambda: (a.assignment, c.assignment) == ({0, 1, 2, 3}, {4, 5, 6, 7}),
-             what="b's shards taken over")
+    wait_for(
+        lambda: (a.assignment, c.assignment) == ({0, 1, 2, 3}, {4, 5, 6, 7}),
+        what="b's shards taken over",
+    )
     for s in range(8):  # every shard leased exactly by the member holding it
         holder = client.redis.get(shard_keys(q, s).lease).decode()
         assert holder.startswith("a:" if s < 4 else "c:")
@@ -719,8 +796,7 @@ def test_lease_fencing_refuses_a_paused_holder(client: dynoq.Client) -> None:
     assert again[0].attempts == 2
 
 
-def test_consumer_survives_losing_a_lease(client: dynoq.Client,
-                                          consumers: list[Consumer]) -> None:
+def test_consumer_survives_losing_a_lease(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("lost", shards=1, ordered=True)
     gate, entered = threading.Event(), threading.Event()
     seen: list[int] = []

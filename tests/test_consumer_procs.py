@@ -31,9 +31,11 @@ class Procs:
         self.running: list[subprocess.Popen[str]] = []
 
     def start(self, queue: str, *args: str) -> subprocess.Popen[str]:
-        p = subprocess.Popen([sys.executable, HELPER, self.url, self.prefix, queue, *args,
-                              *self.flags],
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, HELPER, self.url, self.prefix, queue, *args, *self.flags],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.running.append(p)
         assert p.stdout is not None
         assert p.stdout.readline().strip() == "started"
@@ -61,8 +63,13 @@ def _log(client: dynoq.Client) -> list[tuple[str, int, int, int]]:
 
 
 def _push(q: dynoq.Queue, keys: int, per_key: int, first: int = 0) -> None:
-    q.push_many([dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
-                 for i in range(first, first + per_key) for k in range(keys)])
+    q.push_many(
+        [
+            dynoq.Message({"k": k, "i": i}, key=f"key-{k}")
+            for i in range(first, first + per_key)
+            for k in range(keys)
+        ]
+    )
 
 
 def _by_key(log: list[tuple[str, int, int, int]]) -> dict[int, list[int]]:
@@ -72,8 +79,9 @@ def _by_key(log: list[tuple[str, int, int, int]]) -> dict[int, list[int]]:
     return by_key
 
 
-def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
-                                                     procs: Procs) -> None:
+def test_ordered_across_processes_while_members_join(
+    real_client: dynoq.Client, procs: Procs
+) -> None:
     client = real_client
     q = client.queue("xord", shards=8, ordered=True)
     keys, per_key = 40, 40
@@ -87,8 +95,15 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
             client.redis.rpush(f"{client.prefix}:log", f"thread|{p['k']}|{p['i']}|{msg.shard}")
         time.sleep(0.01)
 
-    c = client.consumer(q, handler, concurrency=2, lease_ttl=2.0, rebalance_interval=5.0,
-                        idle_wait=0.5, instance_id="thread").start()
+    c = client.consumer(
+        q,
+        handler,
+        concurrency=2,
+        lease_ttl=2.0,
+        rebalance_interval=5.0,
+        idle_wait=0.5,
+        instance_id="thread",
+    ).start()
     try:
         # Two processes join while the thread consumer is busy: shards move under load.
         wait_for(lambda: client.redis.llen(f"{client.prefix}:log") > 50)
@@ -97,8 +112,11 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
         # Both have joined (they said "started"); the second half comes now, so each has
         # work however long a busy machine took to start them.
         _push(q, keys, per_key - half, first=half)
-        wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
-                 timeout=60, what="every message handled")
+        wait_for(
+            lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
+            timeout=60,
+            what="every message handled",
+        )
         wait_for(lambda: len(c.assignment) < 8, what="thread consumer gave shards away")
     finally:
         assert c.stop(10)
@@ -110,9 +128,12 @@ def test_ordered_across_processes_while_members_join(real_client: dynoq.Client,
     # Each shard was handled by one member at a time: its log is runs of one member,
     # and a member never comes back to a shard after handing it over (no flapping).
     for s in range(8):
-        runs = [who for j, (who, _, _, sh) in enumerate(log) if sh == s
-                and (j == 0 or who != next((w for w, _, _, h in reversed(log[:j]) if h == s),
-                                           None))]
+        runs = [
+            who
+            for j, (who, _, _, sh) in enumerate(log)
+            if sh == s
+            and (j == 0 or who != next((w for w, _, _, h in reversed(log[:j]) if h == s), None))
+        ]
         assert len(runs) == len(set(runs)), f"shard {s} went back and forth: {runs}"
 
 
@@ -121,8 +142,7 @@ def test_failover_after_sigkill(real_client: dynoq.Client, procs: Procs) -> None
     q = client.queue("xfail", shards=4, ordered=True)
     keys, per_key = 12, 25
     _push(q, keys, per_key)
-    victim = procs.start("xfail", "--instance", "a-victim", "--sleep", "0.02",
-                         "--lease-ttl", "1.5")
+    victim = procs.start("xfail", "--instance", "a-victim", "--sleep", "0.02", "--lease-ttl", "1.5")
     lock = threading.Lock()
 
     def handler(msg: dynoq.Message) -> None:
@@ -131,8 +151,15 @@ def test_failover_after_sigkill(real_client: dynoq.Client, procs: Procs) -> None
             client.redis.rpush(f"{client.prefix}:log", f"b|{p['k']}|{p['i']}|{msg.shard}")
 
     wait_for(lambda: client.redis.llen(f"{client.prefix}:log") > 10)
-    c = client.consumer(q, handler, concurrency=2, lease_ttl=1.5, rebalance_interval=20.0,
-                        idle_wait=0.5, instance_id="b-survivor").start()
+    c = client.consumer(
+        q,
+        handler,
+        concurrency=2,
+        lease_ttl=1.5,
+        rebalance_interval=20.0,
+        idle_wait=0.5,
+        instance_id="b-survivor",
+    ).start()
     try:
         wait_for(lambda: c.assignment == {2, 3}, what="b took its half")
         wait_for(lambda: any(who == "a-victim" for who, *_ in _log(client)[-3:]))
@@ -140,8 +167,11 @@ def test_failover_after_sigkill(real_client: dynoq.Client, procs: Procs) -> None
         killed = time.monotonic()
         wait_for(lambda: c.assignment == {0, 1, 2, 3}, timeout=15, what="failover")
         failover = time.monotonic() - killed
-        wait_for(lambda: len({(k, i) for _, k, i, _ in _log(client)}) >= keys * per_key,
-                 timeout=30, what="everything handled")
+        wait_for(
+            lambda: len({(k, i) for _, k, i, _ in _log(client)}) >= keys * per_key,
+            timeout=30,
+            what="everything handled",
+        )
     finally:
         assert c.stop(10)
     assert failover < 1.5 + 0.5 + 2.0  # lease_ttl + a heartbeat tick + slack

@@ -21,13 +21,19 @@ FLAVORS = ("sync", "async")
 
 
 def _dynoq_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name.startswith("dynoq") and r.levelno >= logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("dynoq") and r.levelno >= logging.WARNING
+    ]
 
 
 def test_run_returns_after_a_stop_begun_elsewhere_has_finished(
-        make_client: Callable[..., dynoq.Client], url: str, prefix: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    make_client: Callable[..., dynoq.Client],
+    url: str,
+    prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     client = make_client()
     q = client.queue("stopping", shards=2)
     started, handled = threading.Event(), threading.Event()
@@ -61,7 +67,8 @@ def test_run_returns_after_a_stop_begun_elsewhere_has_finished(
 
 
 def test_asyncio_run_and_stop_in_two_tasks_then_leave_the_client(
-        url: str, prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # The issue's shape: run() in one task, stop() from another, then `async with client`
     # ends while nobody awaited the stop.
     caplog.set_level(logging.WARNING, logger="dynoq")
@@ -152,18 +159,24 @@ def test_an_async_handler_may_stop_its_own_consumer(url: str, prefix: str) -> No
             await q.push("x")
             await asyncio.wait_for(c.run(), 15)  # returns once the handler's stop ended
             stats = await q.stats()
-            return (await dynoq.asyncio.consumer.group.members(q, "default"),
-                    stats.unacked + stats.ready, len(box), loop.time() - t0 < 5)
+            return (
+                await dynoq.asyncio.consumer.group.members(q, "default"),
+                stats.unacked + stats.ready,
+                len(box),
+                loop.time() - t0 < 5,
+            )
 
     assert asyncio.run(main()) == ([], 0, 2, True)
     delete_prefix(url, prefix)
 
 
 def test_consumers_run_stops_every_consumer_also_when_one_fails_to_start(
-        flavor: str, url: str, prefix: str) -> None:
+    flavor: str, url: str, prefix: str
+) -> None:
     """Consumers.run (a task worker) stops its consumers when a start fails, as
     Consumer.run does: the one whose start failed after joining leaves the group too
     (the thread flavor once left it a member until its heartbeat ran out)."""
+
     def nothing(msg: dynoq.Message) -> None: ...
 
     async def anothing(msg: dynoq.Message) -> None: ...
@@ -184,6 +197,7 @@ def test_consumers_run_stops_every_consumer_also_when_one_fails_to_start(
                 dynoq.Consumers([c1, c2]).run(stop_timeout=10)
             left = (members(q1, "default"), members(q2, "default"))
     else:
+
         async def main() -> tuple[list[str], list[str]]:
             async with dynoq.asyncio.connect(url, prefix=prefix) as client:
                 q1 = await client.queue("many-1", shards=1)

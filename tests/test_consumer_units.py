@@ -18,8 +18,8 @@ from dynoq._core.consuming import (
     pop_order,
 )
 from dynoq._core.group import LeaseBook
-from dynoq._core.ops import QueueOps
 from dynoq._core.popping import Planner
+from dynoq._core.queue import QueueOps
 from dynoq._core.settings import QueueSettings
 from dynoq.consumer.board import InFlight, ShardBoard
 from dynoq.errors import InvalidArgument, InvalidType
@@ -131,6 +131,7 @@ def test_upkeep_clock_beats_rebalances_and_recovers() -> None:
 
 
 # -- a concurrent consumer's look: every shard in two round trips -------------------------
+
 
 def _ops(shards: int, *, cross_slot: bool = True) -> QueueOps:
     return QueueOps("t", "q", QueueSettings(shards=shards), cross_slot=cross_slot)
@@ -272,8 +273,11 @@ def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> No
     first = next(flow)
     assert isinstance(first, Call) and first.script.name == "pop"
     assert len(first.keys) == 11 + 3 * 3 and first.args[-1] == 99
-    assert first.keys[11:14] == [ops.shard_keys[3].ready, ops.shard_keys[3].delayed,
-                                 ops.shard_keys[3].unack]
+    assert first.keys[11:14] == [
+        ops.shard_keys[3].ready,
+        ops.shard_keys[3].delayed,
+        ops.shard_keys[3].unack,
+    ]
     # Shard 2 holds priority 5 (claimed nothing above what shard 0 may deliver: 1);
     # shards 3, 0, 1 may deliver 5, 1 and nothing.
     pop = flow.send([0, -1, 6, 6, 2, 0])
@@ -403,6 +407,7 @@ def test_the_upkeep_stop_waits_up_to_its_timeout_in_seconds_in_both_flavors(kind
         upkeep.start()
         upkeep.stop(slow + 5.0)
     else:
+
         async def main() -> None:
             upkeep._stop = asyncio.Event()
             upkeep._loop = aloop

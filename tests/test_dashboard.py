@@ -73,8 +73,10 @@ def test_every_page_on_every_backend(client: dynoq.Client) -> None:
         assert re.search(r'class="n fence">1<', events)
         for kind, wanted in (("in_flight", s.in_flight[0]), ("delayed", "later-2")):
             assert wanted in page(f"/queue/list?q=orders&kind={kind}")
-        one = page("/queue/list?q=orders&kind=delayed&shard="
-                   f"{s.orders.shard_for('later-1')}&offset=0&count=1")
+        one = page(
+            "/queue/list?q=orders&kind=delayed&shard="
+            f"{s.orders.shard_for('later-1')}&offset=0&count=1"
+        )
         assert one.count("later-") >= 1
         dead = page("/queue/dead?q=orders")
         assert "doomed" in dead and "ValueError" in dead and "card declined" in dead
@@ -110,8 +112,11 @@ def test_every_page_on_every_backend(client: dynoq.Client) -> None:
         def live() -> bool:
             d = json.loads(page("/api/overview"))
             row = next(q for q in d["queues"] if q["name"] == "orders")
-            return bool(row["ready"] == before + 7 and d["series"]["pushed"]
-                        and max(d["series"]["pushed"]) > 0)
+            return bool(
+                row["ready"] == before + 7
+                and d["series"]["pushed"]
+                and max(d["series"]["pushed"]) > 0
+            )
 
         wait_for(live, what="the sampler to see the pushes")
         queue_json = json.loads(page("/api/queue?q=orders"))
@@ -123,11 +128,19 @@ def test_read_only_by_default(embedded_client: dynoq.Client) -> None:
     with Running(embedded_client, DashboardConfig(port=0)) as dash:
         page = http(dash.url + "queue?q=orders")
         cookie, token = _csrf_of_any(page)
-        r = http(dash.url + "queue/dead/replay?q=orders", method="POST",
-                 data={"csrf": token, "id": "doomed"}, headers={"Cookie": cookie})
+        r = http(
+            dash.url + "queue/dead/replay?q=orders",
+            method="POST",
+            data={"csrf": token, "id": "doomed"},
+            headers={"Cookie": cookie},
+        )
         assert r.status == 403 and "--allow-actions" in r.text
-        r = http(dash.url + "queue/dead/purge?q=orders", method="POST",
-                 data={"csrf": token, "confirm": "orders"}, headers={"Cookie": cookie})
+        r = http(
+            dash.url + "queue/dead/purge?q=orders",
+            method="POST",
+            data={"csrf": token, "confirm": "orders"},
+            headers={"Cookie": cookie},
+        )
         assert r.status == 403
     assert s.orders.stats().dead == 1
 
@@ -138,12 +151,13 @@ def _csrf_of_any(reply: Reply) -> tuple[str, str]:
     return cookie, cookie.split("=", 1)[1]
 
 
-def test_actions_need_a_valid_csrf_token_and_a_confirmation(
-        embedded_client: dynoq.Client) -> None:
+def test_actions_need_a_valid_csrf_token_and_a_confirmation(embedded_client: dynoq.Client) -> None:
     s = scene(embedded_client)
     q = s.orders
-    with Running(embedded_client, DashboardConfig(port=0, allow_actions=True)) as dash, \
-            Running(embedded_client, DashboardConfig(port=0, allow_actions=True)) as other:
+    with (
+        Running(embedded_client, DashboardConfig(port=0, allow_actions=True)) as dash,
+        Running(embedded_client, DashboardConfig(port=0, allow_actions=True)) as other,
+    ):
         page = http(dash.url + "queue/dead?q=orders")
         assert page.status == 200
         assert "HttpOnly" in page.headers["set-cookie"]
@@ -158,36 +172,49 @@ def test_actions_need_a_valid_csrf_token_and_a_confirmation(
             ({"id": "doomed", "csrf": token}, {}),  # no cookie
             ({"id": "doomed", "csrf": altered}, {"Cookie": cookie}),
             ({"id": "doomed", "csrf": foreign}, {"Cookie": f"dynoq_csrf={foreign}"}),
-            ({"id": "doomed", "csrf": token},
-             {"Cookie": cookie, "Origin": "http://evil.example"}),  # another site's page
-            ({"id": "doomed", "csrf": token},
-             {"Cookie": cookie, "Sec-Fetch-Site": "cross-site"}),
+            (
+                {"id": "doomed", "csrf": token},
+                {"Cookie": cookie, "Origin": "http://evil.example"},
+            ),  # another site's page
+            ({"id": "doomed", "csrf": token}, {"Cookie": cookie, "Sec-Fetch-Site": "cross-site"}),
         ]:
             r = http(replay, method="POST", data=data, headers=headers)
             assert r.status == 403, (data, headers, r.status)
         assert q.stats().dead == 1
-        r = http(dash.url + "queue/dead/purge?q=orders", method="POST",
-                 data={"csrf": token, "confirm": "order"}, headers={"Cookie": cookie})
+        r = http(
+            dash.url + "queue/dead/purge?q=orders",
+            method="POST",
+            data={"csrf": token, "confirm": "order"},
+            headers={"Cookie": cookie},
+        )
         assert r.status == 400 and q.stats().dead == 1  # not confirmed
-        confirm = http(dash.url + "queue/dead/confirm?q=orders&action=purge",
-                       headers={"Cookie": cookie})
+        confirm = http(
+            dash.url + "queue/dead/confirm?q=orders&action=purge", headers={"Cookie": cookie}
+        )
         assert "Type the queue" in confirm.text
-        r = http(replay, method="POST", data={"id": "doomed", "csrf": token},
-                 headers={"Cookie": cookie, "Origin": dash.url.rstrip("/")})
+        r = http(
+            replay,
+            method="POST",
+            data={"id": "doomed", "csrf": token},
+            headers={"Cookie": cookie, "Origin": dash.url.rstrip("/")},
+        )
         assert r.status == 303 and "replayed+1" in r.headers["location"]
         assert q.stats().dead == 0 and q.get("doomed").attempts == 0  # type: ignore[union-attr]
         # purge, confirmed
         [m] = q.backend.drive(q.planner.pop(1, shards=[q.shard_for("doomed")]))
         assert m.id == "doomed" and dead_letter(q, m)
-        r = http(dash.url + "queue/dead/purge?q=orders", method="POST",
-                 data={"csrf": token, "confirm": "orders"}, headers={"Cookie": cookie})
+        r = http(
+            dash.url + "queue/dead/purge?q=orders",
+            method="POST",
+            data={"csrf": token, "confirm": "orders"},
+            headers={"Cookie": cookie},
+        )
         assert r.status == 303 and "purged+1" in r.headers["location"]
         assert q.stats().dead == 0 and not q.contains(m.id)  # type: ignore[arg-type]
 
 
 def test_token_required_beyond_loopback(embedded_client: dynoq.Client) -> None:
-    for host, token in (("0.0.0.0", None), ("::", None), ("192.0.2.7", None),
-                        ("0.0.0.0", "short")):
+    for host, token in (("0.0.0.0", None), ("::", None), ("192.0.2.7", None), ("0.0.0.0", "short")):
         with pytest.raises(InvalidArgument):
             DashboardConfig(host=host, token=token)
     scene(embedded_client)
@@ -195,20 +222,30 @@ def test_token_required_beyond_loopback(embedded_client: dynoq.Client) -> None:
         url = d.url.replace("0.0.0.0", "127.0.0.1")
         bare = http(url)
         assert bare.status == 401 and bare.headers["www-authenticate"].startswith("Basic")
-        for auth in ("Bearer wrong-token-wrong-token", "Basic " + base64.b64encode(
-                b"admin:wrong-token-wrong").decode(), "Basic !!!", "Digest x"):
+        for auth in (
+            "Bearer wrong-token-wrong-token",
+            "Basic " + base64.b64encode(b"admin:wrong-token-wrong").decode(),
+            "Basic !!!",
+            "Digest x",
+        ):
             assert http(url, headers={"Authorization": auth}).status == 401
         for path in ("", "api/overview", "static/dashboard.js", "queue?q=orders"):
             assert http(url + path).status == 401
         ok = http(url, headers={"Authorization": f"Bearer {TOKEN}"})
         assert ok.status == 200 and "orders" in ok.text
         basic = base64.b64encode(f"anyone:{TOKEN}".encode()).decode()
-        assert http(url + "queue/dead?q=orders",
-                    headers={"Authorization": f"Basic {basic}"}).status == 200
+        assert (
+            http(url + "queue/dead?q=orders", headers={"Authorization": f"Basic {basic}"}).status
+            == 200
+        )
         assert TOKEN not in ok.text
         # bound beyond loopback, any Host is fine (the token protects it)
-        assert http(url, headers={"Authorization": f"Bearer {TOKEN}",
-                                  "Host": "dash.example:8080"}).status == 200
+        assert (
+            http(
+                url, headers={"Authorization": f"Bearer {TOKEN}", "Host": "dash.example:8080"}
+            ).status
+            == 200
+        )
 
 
 def test_loopback_dashboard_answers_only_loopback_hosts(embedded_client: dynoq.Client) -> None:
@@ -233,15 +270,23 @@ def test_headers_and_no_secret_in_any_reply(embedded_server: Any) -> None:
     try:
         with dynoq.connect(url, prefix=prefix) as client:
             scene(client)
-            with Running(client, DashboardConfig(port=0, token=TOKEN,
-                                                 allow_actions=True)) as dash:
+            with Running(client, DashboardConfig(port=0, token=TOKEN, allow_actions=True)) as dash:
                 auth = {"Authorization": f"Bearer {TOKEN}"}
                 seen = []
-                for path in ("", "api/overview", "queue?q=orders", "queue?q=events",
-                             "queue/dead?q=orders", "queue/message?q=orders&id=doomed",
-                             "queue/groups?q=events", "topic?t=payments", "queue?q=none",
-                             "queue/list?q=orders&kind=bad", "api/queue?q=orders",
-                             "queue/dead/confirm?q=orders&action=replay"):
+                for path in (
+                    "",
+                    "api/overview",
+                    "queue?q=orders",
+                    "queue?q=events",
+                    "queue/dead?q=orders",
+                    "queue/message?q=orders&id=doomed",
+                    "queue/groups?q=events",
+                    "topic?t=payments",
+                    "queue?q=none",
+                    "queue/list?q=orders&kind=bad",
+                    "api/queue?q=orders",
+                    "queue/dead/confirm?q=orders&action=replay",
+                ):
                     r = http(dash.url + path, headers=auth)
                     seen.append(r.text + json.dumps(r.headers))
                     assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
@@ -259,7 +304,8 @@ def test_headers_and_no_secret_in_any_reply(embedded_server: Any) -> None:
 
 
 def test_cli_refuses_an_open_bind_and_says_what_is_missing(
-        monkeypatch: pytest.MonkeyPatch, embedded_client: dynoq.Client) -> None:
+    monkeypatch: pytest.MonkeyPatch, embedded_client: dynoq.Client
+) -> None:
     runner = CliRunner()
     url = embedded_client.url
     r = runner.invoke(cli, ["--url", url, "dashboard", "--host", "0.0.0.0"])
@@ -280,9 +326,24 @@ def test_dashboard_command_serves_until_sigterm(embedded_client: dynoq.Client) -
     scene(embedded_client)
     env = {**os.environ, "DYNOQ_DASHBOARD_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dynoq", "--url", embedded_client.url, "--prefix",
-         embedded_client.prefix, "dashboard", "--port", "0", "--interval", "0.2"],
-        stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "dynoq",
+            "--url",
+            embedded_client.url,
+            "--prefix",
+            embedded_client.prefix,
+            "dashboard",
+            "--port",
+            "0",
+            "--interval",
+            "0.2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
@@ -314,20 +375,32 @@ def test_the_dashboard_acl_roles_are_enough(embedded_server: Any) -> None:
     users = {}
     for role in ("dashboard", "dashboard-actions"):
         name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
-                              *acl.rules(prefix, role))
+        admin.execute_command(
+            "ACL", "SETUSER", name, "reset", "on", f">{password}", *acl.rules(prefix, role)
+        )
         users[role] = (name, f"redis://{name}:{password}@{plain[8:]}")
     acl.install(admin)  # roles call dynoq's scripts but may not load them
     try:
         with dynoq.connect(plain, prefix=prefix) as owner:
             s = scene(owner)
-        with dynoq.connect(users["dashboard"][1], prefix=prefix) as reader, \
-                Running(reader, DashboardConfig(port=0)) as dash:
-            for path in ("", "api/overview", "queue?q=orders", "queue?q=events",
-                         "queue/list?q=orders&kind=delayed", "queue/dead?q=orders&id=doomed",
-                         "queue/message?q=orders&id=doomed", "queue/groups?q=orders",
-                         "queue/groups?q=events", "topic?t=payments",
-                         "queue?q=payments:audit", "api/queue?q=orders"):
+        with (
+            dynoq.connect(users["dashboard"][1], prefix=prefix) as reader,
+            Running(reader, DashboardConfig(port=0)) as dash,
+        ):
+            for path in (
+                "",
+                "api/overview",
+                "queue?q=orders",
+                "queue?q=events",
+                "queue/list?q=orders&kind=delayed",
+                "queue/dead?q=orders&id=doomed",
+                "queue/message?q=orders&id=doomed",
+                "queue/groups?q=orders",
+                "queue/groups?q=events",
+                "topic?t=payments",
+                "queue?q=payments:audit",
+                "api/queue?q=orders",
+            ):
                 r = http(dash.url + path)
                 assert r.status == 200, (path, r.status, r.text[:300])
                 assert "Last sample failed" not in r.text, path
@@ -338,11 +411,17 @@ def test_the_dashboard_acl_roles_are_enough(embedded_server: Any) -> None:
                 q.replay_dead()
             with pytest.raises(dynoq.PermissionDenied):
                 q.push("x")
-        with dynoq.connect(users["dashboard-actions"][1], prefix=prefix) as operator, \
-                Running(operator, DashboardConfig(port=0, allow_actions=True)) as dash:
+        with (
+            dynoq.connect(users["dashboard-actions"][1], prefix=prefix) as operator,
+            Running(operator, DashboardConfig(port=0, allow_actions=True)) as dash,
+        ):
             cookie, token = _csrf(http(dash.url + "queue/dead?q=orders"))
-            r = http(dash.url + "queue/dead/replay?q=orders", method="POST",
-                     data={"csrf": token, "id": "doomed"}, headers={"Cookie": cookie})
+            r = http(
+                dash.url + "queue/dead/replay?q=orders",
+                method="POST",
+                data={"csrf": token, "id": "doomed"},
+                headers={"Cookie": cookie},
+            )
             assert r.status == 303, r.text
         assert s.orders.stats().dead == 0
     finally:
@@ -352,8 +431,9 @@ def test_the_dashboard_acl_roles_are_enough(embedded_server: Any) -> None:
         delete_prefix(plain, prefix)
 
 
-def test_the_live_numbers_follow_a_queue_created_anew(client: dynoq.Client,
-                                                      make_client: Any) -> None:
+def test_the_live_numbers_follow_a_queue_created_anew(
+    client: dynoq.Client, make_client: Any
+) -> None:
     from dynoq.dashboard.data import Reader
     from dynoq.dashboard.sampler import Sampler
 
@@ -372,14 +452,19 @@ def test_the_live_numbers_follow_a_queue_created_anew(client: dynoq.Client,
 
 def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Client) -> None:
     q = client.queue("acct", shards=2, ordered="key")
-    q.push_many([dynoq.Message(i, key="busy") for i in range(5)]
-                + [dynoq.Message(i, key="bad") for i in range(2)]
-                + [dynoq.Message(0, key=f"k{i:02}") for i in range(30)])
+    q.push_many(
+        [dynoq.Message(i, key="busy") for i in range(5)]
+        + [dynoq.Message(i, key="bad") for i in range(2)]
+        + [dynoq.Message(0, key=f"k{i:02}") for i in range(30)]
+    )
     got = q.pop(count=100)
     bad = next(m for m in got if m.key == "bad")
     # A consumer's failed handler, as settle records it (the public nack gives no reason)
-    q.backend.run(q.ops.nack_call(bad, delay=600, mode="retry",
-                                  why=codec.why(ValueError("card <declined>"), "me")))
+    q.backend.run(
+        q.ops.nack_call(
+            bad, delay=600, mode="retry", why=codec.why(ValueError("card <declined>"), "me")
+        )
+    )
     with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
         r = http(dash.url.rstrip("/") + "/queue?q=acct")
         assert r.status == 200, r.text[:300]
@@ -388,8 +473,11 @@ def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Cli
     assert "lease holder" not in page  # no shard leases on a keyed queue
     busiest = re.search(r'<table class="grid" id="keys">(.*?)</table>', page, re.S)
     assert busiest is not None
-    rows = re.findall(r"<tr><td class=\"key\">([^<]*)</td><td class=\"n\">(\d+)</td>"
-                      r"<td class=\"n\">(\d+)</td></tr>", busiest.group(1))
+    rows = re.findall(
+        r"<tr><td class=\"key\">([^<]*)</td><td class=\"n\">(\d+)</td>"
+        r"<td class=\"n\">(\d+)</td></tr>",
+        busiest.group(1),
+    )
     assert rows[:2] == [("busy", "4", "1"), ("bad", "1", "1")]
     assert len(rows) == 20  # bounded: the busiest 20 of 32
     blocked = re.search(r'<table class="grid" id="blocked-keys">(.*?)</table>', page, re.S)
@@ -423,7 +511,8 @@ def test_a_keyed_queue_shows_how_long_its_oldest_message_waits(client: dynoq.Cli
 
 
 def test_a_queue_stored_in_a_later_layout_is_named_not_a_server_error(
-        embedded_client: dynoq.Client) -> None:
+    embedded_client: dynoq.Client,
+) -> None:
     """A queue a later dynoq wrote (a layout this version does not read): its page says
     so (409, naming the upgrade), and every other queue still shows on the home page."""
     from dynoq._core import layout
@@ -482,10 +571,18 @@ def test_the_pages_show_any_stored_record(client: dynoq.Client) -> None:
     q.push_many([dynoq.Message(i, id=i) for i in ("ts", "ext", "deep", "bad")])
     q.push("x", id="bad-later", delay=3600)
     assert m.id is not None
-    rewrite_bodies(client, q, {"ts": [{"at": msgpack.Timestamp(5, 1)}],
-                               "ext": [[msgpack.ExtType(3, b"x")]], "deep": [nested(1000)],
-                               "bad": [1, None, [1]], "bad-later": [1, 2],
-                               m.id: [1, None, None, 5]})
+    rewrite_bodies(
+        client,
+        q,
+        {
+            "ts": [{"at": msgpack.Timestamp(5, 1)}],
+            "ext": [[msgpack.ExtType(3, b"x")]],
+            "deep": [nested(1000)],
+            "bad": [1, None, [1]],
+            "bad-later": [1, 2],
+            m.id: [1, None, None, 5],
+        },
+    )
     with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:
         base = dash.url.rstrip("/")
 

@@ -20,8 +20,10 @@ from dynoq.consumer import Consumer
 from dynoq.dashboard import DashboardConfig, Running
 
 pytestmark = pytest.mark.skipif(
-    chromium() is None, reason="no Chromium found: apt-get install chromium (or set "
-                               "DYNOQ_CHROMIUM to a Chromium binary)")
+    chromium() is None,
+    reason="no Chromium found: apt-get install chromium (or set "
+    "DYNOQ_CHROMIUM to a Chromium binary)",
+)
 
 TOKEN = "browser-token-" + "y" * 16
 WAIT_MS = 15_000
@@ -67,11 +69,13 @@ def test_numbers_and_charts_change_without_a_reload(page: Any, client: dynoq.Cli
         s.orders.push_many([{"n": i} for i in range(25)])
         page.wait_for_function(
             "([sel, want]) => document.querySelector(sel).textContent === want",
-            arg=['tr[data-q="orders"]:not([data-s]) > [data-f="ready"]', str(before + 25)])
+            arg=['tr[data-q="orders"]:not([data-s]) > [data-f="ready"]', str(before + 25)],
+        )
         assert int(total.inner_text()) == total_before + 25
         page.wait_for_function(  # the rate chart drew the pushes
             "() => JSON.parse(document.querySelector('canvas#rates').dataset.peaks || '{}')"
-            ".pushed > 0")
+            ".pushed > 0"
+        )
         assert int(page.locator("canvas#rates").get_attribute("data-points")) >= 2
         assert page.evaluate("window.loadedOnce") is True
         # a shard's row follows too (the per-shard table of the overview)
@@ -82,19 +86,20 @@ def test_numbers_and_charts_change_without_a_reload(page: Any, client: dynoq.Cli
         s.orders.push("x", id="late-push", delay=900)
         page.wait_for_function(
             "([sel, want]) => document.querySelector(sel).textContent === want",
-            arg=[f'tr[data-q="orders"][data-s="{shard}"] [data-f="delayed"]', str(had + 1)])
+            arg=[f'tr[data-q="orders"][data-s="{shard}"] [data-f="delayed"]', str(had + 1)],
+        )
         # the queue's own page is live as well
         page.goto(dash.url + "queue?q=orders")
         dead = page.locator('[data-live="dead"]')
         assert dead.inner_text() == "1"
         [m] = s.orders.backend.drive(s.orders.planner.pop(1, shards=[shard]))
         s.orders.backend.drive(byid.nack(s.orders.ops, m, mode="dead"))
-        page.wait_for_function("() => document.querySelector('[data-live=dead]')"
-                               ".textContent === '2'")
+        page.wait_for_function(
+            "() => document.querySelector('[data-live=dead]').textContent === '2'"
+        )
 
 
-def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any,
-                                                          client: dynoq.Client) -> None:
+def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any, client: dynoq.Client) -> None:
     q = client.queue("payments", shards=2, max_retries=0)
     broken = threading.Event()
     broken.set()
@@ -105,8 +110,7 @@ def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any,
             raise RuntimeError("payment gateway down")
         handled.append(str(msg.id))
 
-    consumer: Consumer = client.consumer(q, handle, group="payers", idle_wait=0.1,
-                                         lease_ttl=2.0)
+    consumer: Consumer = client.consumer(q, handle, group="payers", idle_wait=0.1, lease_ttl=2.0)
     consumer.start()
     try:
         q.push({"amount": 42}, id="pay-42")
@@ -138,8 +142,9 @@ def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any,
         consumer.stop(timeout=10)
 
 
-def test_a_key_blocked_by_a_failing_message_shows_its_reason(page: Any,
-                                                            client: dynoq.Client) -> None:
+def test_a_key_blocked_by_a_failing_message_shows_its_reason(
+    page: Any, client: dynoq.Client
+) -> None:
     q = client.queue("accounts", shards=2, ordered="key")
 
     def handle(msg: dynoq.Message) -> None:
@@ -150,8 +155,13 @@ def test_a_key_blocked_by_a_failing_message_shows_its_reason(page: Any,
     consumer.start()
     try:
         q.push_many([dynoq.Message(i, key=k) for i in range(3) for k in ("acct-7", "acct-8")])
-        wait_for(lambda: q.key_state("acct-8").waiting + q.key_state("acct-8").in_flight == 0
-                 and q.keys(5)["blocked"], what="acct-8 consumed, acct-7 blocked")
+        wait_for(
+            lambda: (
+                q.key_state("acct-8").waiting + q.key_state("acct-8").in_flight == 0
+                and q.keys(5)["blocked"]
+            ),
+            what="acct-8 consumed, acct-7 blocked",
+        )
         with Running(client, DashboardConfig(port=0, interval=0.2)) as d:
             page.goto(d.url + "queue?q=accounts")
             row = page.locator("#blocked-keys tbody tr")
@@ -192,15 +202,17 @@ def test_the_token_is_asked_for_off_loopback(browser: Any, client: dynoq.Client)
             assert p.goto(url).status == 200
             assert "orders" in p.locator("main").inner_text()
             at = p.locator('[data-live="at"]').inner_text()  # the live updates get in too
-            p.wait_for_function("(was) => document.querySelector('[data-live=at]')"
-                                ".textContent !== was", arg=at)
+            p.wait_for_function(
+                "(was) => document.querySelector('[data-live=at]').textContent !== was", arg=at
+            )
             assert TOKEN not in p.content()
         finally:
             signed.close()
 
 
-def test_actions_refused_read_only_without_csrf_and_cross_site(page: Any,
-                                                               client: dynoq.Client) -> None:
+def test_actions_refused_read_only_without_csrf_and_cross_site(
+    page: Any, client: dynoq.Client
+) -> None:
     s = scene(client)
     with Running(client, DashboardConfig(port=0)) as read_only:
         page.goto(read_only.url + "queue/dead?q=orders")

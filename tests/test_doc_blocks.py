@@ -86,7 +86,7 @@ def test_a_block_that_names_its_own_server_is_refused() -> None:
     assert names_a_server('client = dynoq.connect("redis://redis:6379/0")')
     assert names_a_server('rc = RedisCluster.from_url("redis+cluster://h:7000")')
     assert not names_a_server('dynoq.connect(os.environ.get("DYNOQ_URL", "redis://h:1/0"))')
-    assert not names_a_server('dynoq.connect()  # $DYNOQ_URL, e.g. rediss://redis:6380/0')
+    assert not names_a_server("dynoq.connect()  # $DYNOQ_URL, e.g. rediss://redis:6380/0")
     assert not names_a_server('dynoq.connect("memory://")')
 
 
@@ -96,12 +96,20 @@ def names_a_server(code: str) -> bool:
     defaults = set()
     tree = ast.parse(code)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and ast.unparse(node.func) == "os.environ.get"
-                and len(node.args) == 2 and ast.unparse(node.args[0]) == "'DYNOQ_URL'"):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "os.environ.get"
+            and len(node.args) == 2
+            and ast.unparse(node.args[0]) == "'DYNOQ_URL'"
+        ):
             defaults.add(id(node.args[1]))
-    return any(isinstance(node, ast.Constant) and isinstance(node.value, str)
-               and SERVER_URL.search(node.value) and id(node) not in defaults
-               for node in ast.walk(tree))
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and SERVER_URL.search(node.value)
+        and id(node) not in defaults
+        for node in ast.walk(tree)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +146,14 @@ def run_block(example: Example, where: str) -> None:
 
 
 @pytest.mark.parametrize(("example", "where"), BLOCKS)
-def test_doc_block_runs(example: Example, where: str, doc_server: Any,
-                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_doc_block_runs(
+    example: Example, where: str, doc_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     code = source_of(example)
     assert not names_a_server(code), (
         f"{where}: the block names a server URL of its own; take it from $DYNOQ_URL "
-        "(dynoq.connect() with no URL) or start it with '# sketch: <why>'")
+        "(dynoq.connect() with no URL) or start it with '# sketch: <why>'"
+    )
     spark = bool(SPARK.search(code))
     if spark:
         pytest.importorskip("pyspark")
@@ -168,8 +178,9 @@ def _no_threads_left(before: set[threading.Thread], where: str) -> None:
     """A block stops what it starts (consumers, dashboards): its threads end with it."""
     deadline = time.monotonic() + 10
     while True:
-        left = [t for t in threading.enumerate()
-                if t not in before and t.is_alive() and not t.daemon]
+        left = [
+            t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon
+        ]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -56,7 +56,9 @@ def test_every_command_option_is_documented() -> None:
                 for opt in [*param.opts, *param.secondary_opts]:
                     if opt not in ("-h", "--help"):
                         assert f"`{opt}" in page or f" {opt} " in page or f"[{opt}" in page, (
-                            command.name, opt)
+                            command.name,
+                            opt,
+                        )
 
 
 def test_every_spark_data_source_option_is_documented() -> None:

@@ -37,8 +37,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs-site")]
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     assert "WARNING" not in done.stderr, done.stderr[-6000:]
     return out
@@ -73,12 +79,17 @@ def test_reference_has_a_page_and_the_home_page_names_every_guide_page(site: Pat
 
 
 # Imported by dynoq.spark on first use (they need pyspark): documented under their module.
-LAZY = {"DynoqDataSource": "datasource", "register": "datasource",
-        "queue_dataframe": "datasource", "spark_session": "session"}
+LAZY = {
+    "DynoqDataSource": "datasource",
+    "register": "datasource",
+    "queue_dataframe": "datasource",
+    "spark_session": "session",
+}
 
 
-@pytest.mark.parametrize("module,page", [(dynoq, "dynoq"), (dynoq.asyncio, "asyncio"),
-                                         (dynoq.spark, "spark")])
+@pytest.mark.parametrize(
+    "module,page", [(dynoq, "dynoq"), (dynoq.asyncio, "asyncio"), (dynoq.spark, "spark")]
+)
 def test_every_public_name_has_an_api_entry(site: Path, module: Any, page: str) -> None:
     found = anchors(site, f"reference/{page}")
     text = (site / "reference" / page / "index.html").read_text()
@@ -118,12 +129,10 @@ def page(served: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium(), headless=True,
-                                    args=BROWSER_ARGS)
+        browser = p.chromium.launch(executable_path=chromium(), headless=True, args=BROWSER_ARGS)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         # The site must work offline: a request anywhere else is refused.
-        context.route(re.compile(r"^(?!" + re.escape(served) + ").*"),
-                      lambda route: route.abort())
+        context.route(re.compile(r"^(?!" + re.escape(served) + ").*"), lambda route: route.abort())
         tab = context.new_page()
         tab.set_default_timeout(WAIT_MS)
         yield tab
@@ -136,12 +145,26 @@ def test_every_page_renders(page: Any, served: str) -> None:
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("response", lambda r: r.status < 400 or errors.append(f"{r.status}: {r.url}"))
     # (a request of ours cut short by the next page's load is not a failure)
-    page.on("requestfailed", lambda req: (
-        req.url.startswith(served) and req.failure != "net::ERR_ABORTED"
-        and errors.append(f"request failed: {req.url}: {req.failure}"))
-        or req.url.startswith(served) or outside.add(req.url.split("/")[2]))
-    for name in [*PAGES, "reference", "reference/dynoq", "reference/asyncio",
-                 "reference/spark", "reference/cli"]:
+    page.on(
+        "requestfailed",
+        lambda req: (
+            (
+                req.url.startswith(served)
+                and req.failure != "net::ERR_ABORTED"
+                and errors.append(f"request failed: {req.url}: {req.failure}")
+            )
+            or req.url.startswith(served)
+            or outside.add(req.url.split("/")[2])
+        ),
+    )
+    for name in [
+        *PAGES,
+        "reference",
+        "reference/dynoq",
+        "reference/asyncio",
+        "reference/spark",
+        "reference/cli",
+    ]:
         page.goto(served + ("" if name == "index" else f"{name}/"))
         heading = page.locator("article h1").first
         assert heading.is_visible(), name
@@ -171,8 +194,7 @@ def test_search_finds_ordered(page: Any, served: str) -> None:
     assert "ordered" in page.locator("article").inner_text().lower()
 
 
-def test_the_api_entry_of_queue_push_is_reached_from_the_home_page(
-        page: Any, served: str) -> None:
+def test_the_api_entry_of_queue_push_is_reached_from_the_home_page(page: Any, served: str) -> None:
     page.goto(served)
     page.locator("article a", has_text="API reference").first.click()
     page.wait_for_url(served + "reference/dynoq/")

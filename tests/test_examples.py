@@ -39,8 +39,14 @@ def test_example_runs(script: Path, embedded_server: Any) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     env = {**os.environ, "DYNOQ_URL": url, "PYTHONPATH": str(ROOT)}
     try:
-        done = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     finally:
         for prefix in PREFIXES:
             delete_prefix(url, prefix)
@@ -48,8 +54,12 @@ def test_example_runs(script: Path, embedded_server: Any) -> None:
     assert EXPECT[script.name] in done.stdout, done.stdout
     if script.name == "quickstart.py":  # the lower priority value first, across shards
         got = [line for line in done.stdout.splitlines() if line.startswith("got")]
-        assert got == ["got {'order': 7, 'vip': True}", "got {'order': 8}",
-                       "got {'order': 9}", "got {'order': 42} after its delay"], done.stdout
+        assert got == [
+            "got {'order': 7, 'vip': True}",
+            "got {'order': 8}",
+            "got {'order': 9}",
+            "got {'order': 42} after its delay",
+        ], done.stdout
         assert "left: 0 events, 0 orders" in done.stdout
 
 

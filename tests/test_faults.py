@@ -30,8 +30,9 @@ def own_server(tmp_path: Any) -> Iterator[Any]:
     with socket.socket() as s:  # a fixed port, so that clients find it again after a restart
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = ValkeyServer(port=port, data_dir=str(tmp_path), persist=True, appendonly="yes",
-                          appendfsync="always")
+    server = ValkeyServer(
+        port=port, data_dir=str(tmp_path), persist=True, appendonly="yes", appendfsync="always"
+    )
     server.start()
     yield server
     server.stop()
@@ -135,8 +136,9 @@ def test_every_pipelined_path_reloads_scripts_after_a_flush(client: dynoq.Client
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_flush_between_a_script_load_and_its_resend_is_ridden_out(url: str, prefix: str,
-                                                                     kind: str) -> None:
+def test_a_flush_between_a_script_load_and_its_resend_is_ridden_out(
+    url: str, prefix: str, kind: str
+) -> None:
     # Another client's SCRIPT FLUSH may land between our SCRIPT LOAD and the resend (a CI
     # run's parallel tests on one server did): the call loads again rather than fail.
     # Here each of the first two loads is followed at once by a flush.
@@ -199,10 +201,15 @@ def test_consumers_ride_out_a_server_restart(own_server: Any) -> None:
             def handle(msg: dynoq.Message) -> None:
                 with lock:
                     seen[name].add(msg.payload)
+
             return handle
 
-        consumers = [client.consumer(q, handler(q.name), lease_ttl=1.0, idle_wait=0.2,
-                                     rebalance_interval=2.0).start() for q in (plain, ordered)]
+        consumers = [
+            client.consumer(
+                q, handler(q.name), lease_ttl=1.0, idle_wait=0.2, rebalance_interval=2.0
+            ).start()
+            for q in (plain, ordered)
+        ]
         try:
             plain.push_many(range(100))
             ordered.push_many([dynoq.Message(i, key=f"k{i % 4}") for i in range(100)])
@@ -256,7 +263,8 @@ def closed_while_waiting(waiting: Callable[[], Any], close: Callable[[], None]) 
 
 
 def test_a_subscription_waiting_while_its_client_is_closed_returns_quietly(
-        real_url: str, prefix: str) -> None:
+    real_url: str, prefix: str
+) -> None:
     # A consumer's upkeep waits on its group channel while Client.close() in another
     # thread disconnects every connection of the pool: the wait ends without an error.
     backend = dynoq.connect(real_url, prefix=prefix).backend
@@ -266,7 +274,8 @@ def test_a_subscription_waiting_while_its_client_is_closed_returns_quietly(
 
 
 def test_a_pop_waiting_while_its_client_is_closed_ends_with_a_typed_outcome(
-        real_url: str, prefix: str) -> None:
+    real_url: str, prefix: str
+) -> None:
     client = dynoq.connect(real_url, prefix=prefix)
     q = client.queue("closing", shards=2)
     outcome = closed_while_waiting(lambda: q.pop(wait=1.0), client.close)
@@ -274,7 +283,8 @@ def test_a_pop_waiting_while_its_client_is_closed_ends_with_a_typed_outcome(
 
 
 def test_an_asyncio_pop_waiting_while_its_client_is_closed_ends_quietly(
-        real_url: str, prefix: str) -> None:
+    real_url: str, prefix: str
+) -> None:
     async def scenario() -> list[dynoq.Message]:
         client = dynoq.asyncio.connect(real_url, prefix=prefix)
         q = await client.queue("closing", shards=2)

@@ -43,7 +43,8 @@ def fill(q: Any, limit: int = 20_000) -> list[str]:
 
 
 def test_a_full_server_refuses_messages_and_can_still_be_drained(
-        small_server: Any, connect_any: Any) -> None:
+    small_server: Any, connect_any: Any
+) -> None:
     url = f"redis://{small_server.host}:{small_server.port}/0"
     admin = redis.Redis.from_url(url)
     prefix = f"full-{uuid.uuid4().hex[:6]}"
@@ -109,25 +110,33 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
     from dynoq._core.lua import SCRIPTS
 
     refused = {name for name, s in SCRIPTS.items() if s.source.startswith("#!lua\n")}
-    # tx-prepare brings a message in; its commit does not (the record is stored): allow-oom
-    assert refused == {"push", "push-batch", "publish", "task-push", "tx-prepare",
-                       "kpush"}
-    read_only = {name for name, s in SCRIPTS.items()
-                 if s.source.startswith("#!lua flags=no-writes\n")}
+    # transaction-prepare brings a message in; its commit does not (the record is stored): allow-oom
+    assert refused == {"push", "push-batch", "publish", "task-push", "transaction-prepare", "kpush"}
+    read_only = {
+        name for name, s in SCRIPTS.items() if s.source.startswith("#!lua flags=no-writes\n")
+    }
     assert read_only == {"due", "peek", "probe", "stats", "koldest", "task-state"}
-    assert all(s.source.startswith("#!lua flags=allow-oom\n")
-               for name, s in SCRIPTS.items() if name not in refused | read_only)
-    assert all(not s.plain.startswith("#!") and s.source.endswith(s.plain)
-               for s in SCRIPTS.values())
+    assert all(
+        s.source.startswith("#!lua flags=allow-oom\n")
+        for name, s in SCRIPTS.items()
+        if name not in refused | read_only
+    )
+    assert all(
+        not s.plain.startswith("#!") and s.source.endswith(s.plain) for s in SCRIPTS.values()
+    )
 
 
 def test_refusals_by_the_server_read_clearly() -> None:
     from dynoq.backend.errors import translate
 
-    full = translate(redis.exceptions.OutOfMemoryError(
-        "command not allowed when used memory > 'maxmemory'."))
+    full = translate(
+        redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+    )
     assert type(full) is dynoq.ServerFull and "memory limit" in str(full)
     # What Redis 6 answers to a script with a #!lua line: the version, said plainly.
-    old = translate(redis.ResponseError("Error compiling script (new function): "
-                                        "user_script:1: unexpected symbol near '#'"))
+    old = translate(
+        redis.ResponseError(
+            "Error compiling script (new function): user_script:1: unexpected symbol near '#'"
+        )
+    )
     assert type(old) is dynoq.ServerError and "needs Redis 7" in str(old)

@@ -22,7 +22,7 @@ from dynoq._core import codec
 from dynoq._core.bounds import PUSH_CHUNK
 from dynoq._core.calls import Batch, Call
 from dynoq._core.combine import Combiner, Pending, fail, plan, settle
-from dynoq._core.ops import QueueOps
+from dynoq._core.queue import QueueOps
 from dynoq.settings import QueueSettings
 
 FLAVORS = ("sync", "async")
@@ -151,8 +151,8 @@ def hole(embedded_server: Any, prefix: str) -> Iterator[Blackhole]:
 
 
 def test_dropped_connections_are_sent_again_for_every_caller(
-        hole: Blackhole, connect_any: Callable[..., Any], prefix: str,
-        embedded_server: Any) -> None:
+    hole: Blackhole, connect_any: Callable[..., Any], prefix: str, embedded_server: Any
+) -> None:
     direct = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     client = connect_any(hole.url, prefix=prefix, retry_window=10)
     try:
@@ -174,10 +174,12 @@ def test_dropped_connections_are_sent_again_for_every_caller(
         finally:
             stop.set()
             t.join()
-        assert all(isinstance(r, list) for r in results), [r for r in results
-                                                           if not isinstance(r, list)][:3]
-        pushed = {msg_id: f"{i}-{k}" for i, ids in enumerate(results)
-                  for k, msg_id in enumerate(ids)}
+        assert all(isinstance(r, list) for r in results), [
+            r for r in results if not isinstance(r, list)
+        ][:3]
+        pushed = {
+            msg_id: f"{i}-{k}" for i, ids in enumerate(results) for k, msg_id in enumerate(ids)
+        }
         # Read back around the proxy: a reset still pending would lose a pop's reply (its
         # messages then come back only after their visibility timeout).
         with dynoq.connect(direct, prefix=prefix) as reader:
@@ -189,9 +191,11 @@ def test_dropped_connections_are_sent_again_for_every_caller(
 
 
 def test_a_server_out_of_reach_fails_every_caller(
-        hole: Blackhole, connect_any: Callable[..., Any], prefix: str) -> None:
-    client = connect_any(hole.url, prefix=prefix, socket_timeout=0.5,
-                         socket_connect_timeout=0.5, retry_window=0.5)
+    hole: Blackhole, connect_any: Callable[..., Any], prefix: str
+) -> None:
+    client = connect_any(
+        hole.url, prefix=prefix, socket_timeout=0.5, socket_connect_timeout=0.5, retry_window=0.5
+    )
     try:
         q = client.queue("cut")
         q.push("warm")
@@ -204,6 +208,7 @@ def test_a_server_out_of_reach_fails_every_caller(
 
 
 # -- the pure decisions -------------------------------------------------------------------
+
 
 def ops_of(name: str, shards: int = 2) -> QueueOps:
     return QueueOps("p", name, QueueSettings(shards=shards))
@@ -233,8 +238,7 @@ def test_a_plan_makes_one_call_per_queue_shard_and_mode() -> None:
     request, owners = plan(items)
     assert isinstance(request, Batch) and request.each
     calls = request.calls
-    shards = {(o[0].ops.name, o[0].ops.shard_for(o[0].out.routing), o[0].mode)
-              for o in owners}
+    shards = {(o[0].ops.name, o[0].ops.shard_for(o[0].out.routing), o[0].mode) for o in owners}
     assert len(calls) == len(owners) == len(shards)
     assert sorted(p for o in owners for p in map(id, o)) == sorted(map(id, items))
     for call, part in zip(calls, owners, strict=True):
@@ -248,8 +252,7 @@ def test_a_plan_makes_one_call_per_queue_shard_and_mode() -> None:
 
 
 def test_settle_gives_each_caller_its_own_answer() -> None:
-    ok, refused, broken = pending(ops_of("a"), 2), pending(ops_of("b"), 2), pending(
-        ops_of("c"), 2)
+    ok, refused, broken = pending(ops_of("a"), 2), pending(ops_of("b"), 2), pending(ops_of("c"), 2)
     error = dynoq.ConnectionFailed("gone")
     settle([ok, refused, broken], [[1, 0], -5, error])
     assert [p.result for p in ok] == [1, 0] and all(p.error is None for p in ok)
@@ -306,8 +309,9 @@ def test_a_forked_child_pushes_though_the_parent_was_sending() -> None:
     pid = os.fork()
     if pid == 0:  # the child: a push must not wait for the parent's send
         done = threading.Event()
-        threading.Thread(target=lambda: (c.push(ops_of("q"), out, "ensure"), done.set()),
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: (c.push(ops_of("q"), out, "ensure"), done.set()), daemon=True
+        ).start()
         os._exit(0 if done.wait(10) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

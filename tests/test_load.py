@@ -55,25 +55,39 @@ class Seen:
 
 
 def expected_ids() -> set[str]:
-    return ({f"p{c}-{i}" for c in range(CALLERS) for i in range(PLAIN_EACH)}
-            | {f"o{c}-{i}" for c in range(CALLERS) for i in range(ORDERED_EACH)})
+    return {f"p{c}-{i}" for c in range(CALLERS) for i in range(PLAIN_EACH)} | {
+        f"o{c}-{i}" for c in range(CALLERS) for i in range(ORDERED_EACH)
+    }
 
 
-def check(seen: Seen, errors: list[BaseException], caplog: pytest.LogCaptureFixture,
-          capfd: pytest.CaptureFixture[str]) -> None:
+def check(
+    seen: Seen,
+    errors: list[BaseException],
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     assert errors == [], f"{len(errors)} callers failed, first: {errors[:1]!r}"
     assert seen.ids == expected_ids()
     for key, payloads in seen.by_key.items():  # an ordered queue keeps each key's order
         assert payloads == sorted(payloads), key
-    logged = [r for r in caplog.records
-              if r.name.startswith("dynoq") and (r.levelno >= logging.ERROR or r.exc_info)]
+    logged = [
+        r
+        for r in caplog.records
+        if r.name.startswith("dynoq") and (r.levelno >= logging.ERROR or r.exc_info)
+    ]
     assert logged == [], [r.getMessage() for r in logged]
     assert "Traceback" not in capfd.readouterr().err
 
 
 def test_hundreds_of_callers_push_while_consumers_run(
-        flavor: str, url: str, prefix: str, loop: Any, cleanup: None,
-        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    flavor: str,
+    url: str,
+    prefix: str,
+    loop: Any,
+    cleanup: None,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     caplog.set_level(logging.WARNING, logger="dynoq")
     seen = Seen()
     errors: list[BaseException] = []
@@ -88,8 +102,10 @@ def _sync_load(url: str, prefix: str, seen: Seen, errors: list[BaseException]) -
     with dynoq.connect(url, prefix=prefix) as client:
         plain = client.queue("load", shards=4)
         ordered = client.queue("load-ordered", shards=4, ordered=True)
-        consumers = [client.consumer(plain, seen.add, concurrency=8, **FAST),
-                     client.consumer(ordered, seen.add, concurrency=4, **FAST)]
+        consumers = [
+            client.consumer(plain, seen.add, concurrency=8, **FAST),
+            client.consumer(ordered, seen.add, concurrency=4, **FAST),
+        ]
         for c in consumers:
             c.start()
         try:
@@ -126,11 +142,14 @@ async def _async_load(url: str, prefix: str, seen: Seen, errors: list[BaseExcept
         async def handle(msg: dynoq.Message) -> None:
             seen.add(msg)
 
-        consumers = [client.consumer(plain, handle, concurrency=8, **FAST),
-                     client.consumer(ordered, handle, concurrency=4, **FAST)]
+        consumers = [
+            client.consumer(plain, handle, concurrency=8, **FAST),
+            client.consumer(ordered, handle, concurrency=4, **FAST),
+        ]
         for c in consumers:
             await c.start()
         try:
+
             async def caller(n: int) -> None:
                 try:
                     for i in range(PLAIN_EACH):
@@ -172,8 +191,11 @@ def test_blocked_pops_do_not_starve_the_callers(url: str, prefix: str, cleanup: 
         threads = [threading.Thread(target=popper) for _ in range(6)]
         for t in threads:
             t.start()
-        wait_for(lambda: client.backend.open_subscriptions >= 6 or bool(errors), 10,
-                 "six subscribed threads")
+        wait_for(
+            lambda: client.backend.open_subscriptions >= 6 or bool(errors),
+            10,
+            "six subscribed threads",
+        )
         for i in range(6):
             q.push(i)
         for t in threads:
@@ -184,6 +206,7 @@ def test_blocked_pops_do_not_starve_the_callers(url: str, prefix: str, cleanup: 
 
 # -- a real exhaustion -----------------------------------------------------------------
 
+
 def _take(pool: Any) -> Any:
     return pool.get_connection()
 
@@ -191,8 +214,11 @@ def _take(pool: Any) -> Any:
 def _hold_sync(client: dynoq.Client) -> list[tuple[Any, Any]]:
     """Take every connection of the client's pool (each node's, on a cluster)."""
     r = client.redis
-    pools = ([n.redis_connection.connection_pool for n in r.get_nodes()]
-             if isinstance(r, redis.cluster.RedisCluster) else [r.connection_pool])
+    pools = (
+        [n.redis_connection.connection_pool for n in r.get_nodes()]
+        if isinstance(r, redis.cluster.RedisCluster)
+        else [r.connection_pool]
+    )
     return [(p, _take(p)) for p in pools for _ in range(p.max_connections)]
 
 
@@ -220,7 +246,8 @@ async def _give_back_async(held: list[tuple[Any, Any]]) -> None:
 
 
 def test_a_real_exhaustion_raises_pool_exhausted_after_waiting(
-        flavor: str, url: str, prefix: str, loop: Any, cleanup: None) -> None:
+    flavor: str, url: str, prefix: str, loop: Any, cleanup: None
+) -> None:
     exhaust(flavor, url, prefix, loop)
 
 
@@ -240,9 +267,9 @@ def exhaust(flavor: str, url: str, prefix: str, loop: Any) -> None:
                 pool.release(conn)
             assert q.push("y", id="after")  # the pool serves again
     else:
+
         async def go() -> tuple[pytest.ExceptionInfo[dynoq.PoolExhausted], float]:
-            c = dynoq.asyncio.connect(url, prefix=prefix, max_connections=2,
-                                      pool_timeout=wait)
+            c = dynoq.asyncio.connect(url, prefix=prefix, max_connections=2, pool_timeout=wait)
             try:
                 q = await c.queue("full")
                 held = await _hold_async(c)
@@ -267,32 +294,49 @@ def exhaust(flavor: str, url: str, prefix: str, loop: Any) -> None:
     assert wait * 0.9 <= waited < wait + 5  # it waited about pool_timeout, then gave up
 
 
-@pytest.mark.parametrize(("value", "kind"), [
-    (-1, dynoq.InvalidArgument), (0, dynoq.InvalidArgument),
-    (math.nan, dynoq.InvalidArgument), (math.inf, dynoq.InvalidArgument),
-    ("10", dynoq.InvalidType), (True, dynoq.InvalidType), (None, dynoq.InvalidType),
-])
-def test_bad_pool_timeout_is_refused(flavor: str, url: str, value: Any,
-                                     kind: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (-1, dynoq.InvalidArgument),
+        (0, dynoq.InvalidArgument),
+        (math.nan, dynoq.InvalidArgument),
+        (math.inf, dynoq.InvalidArgument),
+        ("10", dynoq.InvalidType),
+        (True, dynoq.InvalidType),
+        (None, dynoq.InvalidType),
+    ],
+)
+def test_bad_pool_timeout_is_refused(
+    flavor: str, url: str, value: Any, kind: type[Exception]
+) -> None:
     connect: Any = dynoq.connect if flavor == "sync" else dynoq.asyncio.connect
     with pytest.raises(kind, match="pool_timeout"):
         connect(url, pool_timeout=value)
 
 
-@pytest.mark.parametrize(("value", "kind"), [
-    (0, dynoq.InvalidArgument), (-5, dynoq.InvalidArgument),
-    (10**9, dynoq.InvalidArgument), (2.5, dynoq.InvalidType), ("8", dynoq.InvalidType),
-    (False, dynoq.InvalidType), (None, dynoq.InvalidType),
-])
-def test_bad_max_connections_is_refused(flavor: str, url: str, value: Any,
-                                        kind: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (0, dynoq.InvalidArgument),
+        (-5, dynoq.InvalidArgument),
+        (10**9, dynoq.InvalidArgument),
+        (2.5, dynoq.InvalidType),
+        ("8", dynoq.InvalidType),
+        (False, dynoq.InvalidType),
+        (None, dynoq.InvalidType),
+    ],
+)
+def test_bad_max_connections_is_refused(
+    flavor: str, url: str, value: Any, kind: type[Exception]
+) -> None:
     connect: Any = dynoq.connect if flavor == "sync" else dynoq.asyncio.connect
     with pytest.raises(kind, match="max_connections"):
         connect(url, max_connections=value)
 
 
 def test_a_wrapped_clients_pool_is_left_alone_and_its_exhaustion_translated(
-        flavor: str, embedded_server: Any, prefix: str, loop: Any) -> None:
+    flavor: str, embedded_server: Any, prefix: str, loop: Any
+) -> None:
     """``Client(redis_client)``: dynoq neither replaces nor grows the caller's pool, and
     a full one (redis-py's ConnectionPool does not wait) raises PoolExhausted at once."""
     host, port = embedded_server.host, int(embedded_server.port)
@@ -333,8 +377,13 @@ def test_a_wrapped_clients_pool_is_left_alone_and_its_exhaustion_translated(
 
 
 def test_sentinel_holds_under_load_and_names_an_exhausted_pool(
-        flavor: str, prefix: str, loop: Any, request: pytest.FixtureRequest,
-        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    flavor: str,
+    prefix: str,
+    loop: Any,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     """redis+sentinel:// (the master's pool is a blocking sentinel pool)."""
     servers = request.getfixturevalue("sentinel_setup")
     url = f"redis+sentinel://127.0.0.1:{servers['sentinel']}/{SERVICE}"

@@ -30,8 +30,9 @@ def _failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "handler failed" in r.getMessage()]
 
 
-def test_a_failed_attempt_is_one_line(client: dynoq.Client, consumers: list[Any],
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_attempt_is_one_line(
+    client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     q = client.queue("failing", shards=1, max_retries=2)
     caplog.set_level(logging.INFO, logger="dynoq")
 
@@ -56,8 +57,9 @@ def test_a_failed_attempt_is_one_line(client: dynoq.Client, consumers: list[Any]
     assert dead.failure is not None and "Traceback" in dead.failure.traceback
 
 
-def test_the_traceback_comes_at_debug(client: dynoq.Client, consumers: list[Any],
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_the_traceback_comes_at_debug(
+    client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     q = client.queue("failing-debug", shards=1, max_retries=0)
     caplog.set_level(logging.DEBUG, logger="dynoq")
 
@@ -118,8 +120,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_nothing_reaches_stderr_when_logging_is_not_configured(url: str, flavor: str,
-                                                               tmp_path: Any) -> None:
+def test_nothing_reaches_stderr_when_logging_is_not_configured(
+    url: str, flavor: str, tmp_path: Any
+) -> None:
     # The issue's trial printed 141 tracebacks (988 lines) through Python's last-resort
     # handler. A process of its own: pytest configures logging in this one.
     prefix = f"dqt-{uuid.uuid4().hex[:12]}"
@@ -128,8 +131,13 @@ def test_nothing_reaches_stderr_when_logging_is_not_configured(url: str, flavor:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     env["PYTHONPATH"] = str(Path(dynoq.__file__).parent.parent)  # this dynoq, not another
     try:
-        done = subprocess.run([sys.executable, str(script), url, prefix, flavor],
-                              capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [sys.executable, str(script), url, prefix, flavor],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     finally:
         delete_prefix(url, prefix)
     assert done.returncode == 0, done.stderr
@@ -137,8 +145,9 @@ def test_nothing_reaches_stderr_when_logging_is_not_configured(url: str, flavor:
     assert done.stderr == ""
 
 
-def test_a_worker_error_is_one_line(client: dynoq.Client, consumers: list[Any],
-                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_worker_error_is_one_line(
+    client: dynoq.Client, consumers: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # An unexpected error in a worker loop (here: a hook that is not dynoq's to judge
     # raising in the middle of settling) is logged on one line, and the worker goes on.
     q = client.queue("worker-error", shards=1)
@@ -146,8 +155,7 @@ def test_a_worker_error_is_one_line(client: dynoq.Client, consumers: list[Any],
     handled = threading.Event()
 
     class Broken(dynoq.Middleware):
-        def after(self, msg: dynoq.Message, error: BaseException | None,
-                  seconds: float) -> None:
+        def after(self, msg: dynoq.Message, error: BaseException | None, seconds: float) -> None:
             raise RuntimeError("after-hook bug")
 
     def handle(msg: dynoq.Message) -> None:

@@ -35,9 +35,13 @@ def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
     dead_letter(q, dead)
 
     def total(state: str) -> float:
-        return sum(reg.get_sample_value("dynoq_queue_messages",
-                                        {"queue": "depth", "shard": str(s), "state": state})
-                   or 0.0 for s in range(2))
+        return sum(
+            reg.get_sample_value(
+                "dynoq_queue_messages", {"queue": "depth", "shard": str(s), "state": state}
+            )
+            or 0.0
+            for s in range(2)
+        )
 
     assert (total("ready"), total("delayed"), total("unacked"), total("dead")) == (3, 1, 1, 1)
     assert reg.get_sample_value("dynoq_redis_up") == 1
@@ -52,16 +56,23 @@ def test_collector_reads_a_queue_created_anew_again(make_client: Any) -> None:
     reg = CollectorRegistry()
     reg.register(QueueCollector(client))
     client.queue("anew", shards=4).push("x")
-    assert reg.get_sample_value("dynoq_queue_messages",
-                                {"queue": "anew", "shard": "3", "state": "ready"}) is not None
+    assert (
+        reg.get_sample_value(
+            "dynoq_queue_messages", {"queue": "anew", "shard": "3", "state": "ready"}
+        )
+        is not None
+    )
     for key in list(client.redis.scan_iter(match=f"{client.prefix}:*")):
         client.redis.unlink(key)
     make_client().queue("anew", shards=2).push_many(["a", "b", "c"])
     reg.get_sample_value("dynoq_redis_up")  # the scrape that finds the old copy gone
     assert reg.get_sample_value("dynoq_redis_up") == 1.0
-    ready = [reg.get_sample_value("dynoq_queue_messages",
-                                  {"queue": "anew", "shard": str(s), "state": "ready"})
-             for s in range(4)]
+    ready = [
+        reg.get_sample_value(
+            "dynoq_queue_messages", {"queue": "anew", "shard": str(s), "state": "ready"}
+        )
+        for s in range(4)
+    ]
     assert sum(r or 0 for r in ready[:2]) == 3 and ready[2:] == [None, None]
 
 
@@ -84,9 +95,15 @@ def test_collector_reports_down_when_redis_is_unreachable() -> None:
 def test_counters_and_handler_histogram() -> None:
     reg = CollectorRegistry()
     m = Metrics(reg)
-    m.record_sweep(SweepReport(queues={"a": QueueSweep(requeued=3, dead_lettered=1),
-                                       "b": QueueSweep(promoted=2, trimmed=4, reaped=1)},
-                               passes=1))
+    m.record_sweep(
+        SweepReport(
+            queues={
+                "a": QueueSweep(requeued=3, dead_lettered=1),
+                "b": QueueSweep(promoted=2, trimmed=4, reaped=1),
+            },
+            passes=1,
+        )
+    )
     m.sweep_failed()
     assert reg.get_sample_value("dynoq_requeued_total", {"queue": "a"}) == 3
     assert reg.get_sample_value("dynoq_dead_lettered_total", {"queue": "a"}) == 1
@@ -127,13 +144,15 @@ def test_http_endpoint(client: dynoq.Client) -> None:
 
 
 @pytest.mark.slow
-def test_sweeper_process_serves_metrics(real_client: dynoq.Client, real_url: str,
-                                        prefix: str, tmp_path: Path) -> None:
+def test_sweeper_process_serves_metrics(
+    real_client: dynoq.Client, real_url: str, prefix: str, tmp_path: Path
+) -> None:
     q = real_client.queue("scraped", shards=2)
     q.push_many(list(range(7)))
     pop_all(q, 7, visibility=0.3)
-    p = Proc(real_url, prefix, tmp_path / "sweeper.log", "--interval", "0.05",
-             "--metrics-port", "0")  # on loopback by default
+    p = Proc(
+        real_url, prefix, tmp_path / "sweeper.log", "--interval", "0.05", "--metrics-port", "0"
+    )  # on loopback by default
     try:
         _check_scrapes(p)
     finally:
@@ -151,8 +170,12 @@ def _check_scrapes(p: Proc) -> None:
 
     wait_for(requeued, what="the requeue counter on the endpoint", timeout=30)
     text = scrape(port)
-    ready = sum(float(v) for v in re.findall(
-        r'dynoq_queue_messages\{queue="scraped",shard="\d",state="ready"\} ([\d.]+)', text))
+    ready = sum(
+        float(v)
+        for v in re.findall(
+            r'dynoq_queue_messages\{queue="scraped",shard="\d",state="ready"\} ([\d.]+)', text
+        )
+    )
     assert ready == 7
     assert 'dynoq_sweeps_total{outcome="ok"}' in text
     assert p.stop() == 0
@@ -169,30 +192,46 @@ def test_transactions_prepared_decided_and_checks(client: dynoq.Client) -> None:
     q.prepare("asked", id="asked", check_after=0)
 
     def decided(outcome: str) -> float | None:
-        return reg.get_sample_value("dynoq_transactions_total",
-                                    {"queue": "txm", "outcome": outcome})
+        return reg.get_sample_value(
+            "dynoq_transactions_total", {"queue": "txm", "outcome": outcome}
+        )
 
-    assert sum(reg.get_sample_value("dynoq_queue_messages",
-                                    {"queue": "txm", "shard": str(s), "state": "prepared"})
-               or 0.0 for s in range(2)) == 2
+    assert (
+        sum(
+            reg.get_sample_value(
+                "dynoq_queue_messages", {"queue": "txm", "shard": str(s), "state": "prepared"}
+            )
+            or 0.0
+            for s in range(2)
+        )
+        == 2
+    )
     assert (decided("committed"), decided("rolled_back")) == (1, 1)
-    checker = client.checker(q, lambda msg: "maybe", check_interval=0.05, poll_interval=0.05,
-                             max_checks=2, observer=m.observe_check)
+    checker = client.checker(
+        q,
+        lambda msg: "maybe",
+        check_interval=0.05,
+        poll_interval=0.05,
+        max_checks=2,
+        observer=m.observe_check,
+    )
     checker.start()
     try:
         wait_for(lambda: q.stats().dead == 1, what="buried after two checks", timeout=30)
     finally:
         checker.stop()
     labels = {"queue": "txm", "group": "producers"}
-    assert reg.get_sample_value("dynoq_transaction_checks_total",
-                                {**labels, "outcome": "invalid"}) == 2
-    assert reg.get_sample_value("dynoq_transaction_checks_total",
-                                {**labels, "outcome": "buried"}) == 1
+    assert (
+        reg.get_sample_value("dynoq_transaction_checks_total", {**labels, "outcome": "invalid"})
+        == 2
+    )
+    assert (
+        reg.get_sample_value("dynoq_transaction_checks_total", {**labels, "outcome": "buried"}) == 1
+    )
     assert decided("rolled_back") == 2
 
 
-def test_a_queue_of_a_later_layout_is_named_and_the_others_still_read(
-        client: dynoq.Client) -> None:
+def test_a_queue_of_a_later_layout_is_named_and_the_others_still_read(client: dynoq.Client) -> None:
     from dynoq._core import layout
     from dynoq._core.keys import QueueKeys, TopicKeys
 
@@ -204,8 +243,12 @@ def test_a_queue_of_a_later_layout_is_named_and_the_others_still_read(
     client.redis.hset(QueueKeys(client.prefix, "later").meta, "layout", layout.LAYOUT + 1)
     client.redis.hset(TopicKeys(client.prefix, "news").meta, "layout", layout.LAYOUT + 1)
     assert reg.get_sample_value("dynoq_redis_up") == 1  # Redis is fine
-    assert reg.get_sample_value("dynoq_queue_messages",
-                                {"queue": "fine", "shard": "0", "state": "ready"}) == 1
+    assert (
+        reg.get_sample_value(
+            "dynoq_queue_messages", {"queue": "fine", "shard": "0", "state": "ready"}
+        )
+        == 1
+    )
     for name in ("later", "news"):
         assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": name}) == 1
     assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": "fine"}) is None

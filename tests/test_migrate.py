@@ -46,8 +46,9 @@ def written_by_0_2(raw: Any, meta: str) -> None:
     raw.hdel(meta, "layout")
 
 
-def test_a_new_queue_or_topic_is_stored_in_this_layout(client: dynoq.Client, prefix: str,
-                                                        raw: Any) -> None:
+def test_a_new_queue_or_topic_is_stored_in_this_layout(
+    client: dynoq.Client, prefix: str, raw: Any
+) -> None:
     client.queue("orders", shards=2)
     client.topic("news", shards=2)
     assert raw.hget(QueueKeys(prefix, "orders").meta, "layout") == b"%d" % layout.LAYOUT
@@ -55,8 +56,9 @@ def test_a_new_queue_or_topic_is_stored_in_this_layout(client: dynoq.Client, pre
     assert layout.LAYOUT == 2 and layout.READS == (1, 2)
 
 
-def test_a_queue_of_layout_1_is_read_as_it_is(make_client: Callable[..., dynoq.Client],
-                                              prefix: str, raw: Any) -> None:
+def test_a_queue_of_layout_1_is_read_as_it_is(
+    make_client: Callable[..., dynoq.Client], prefix: str, raw: Any
+) -> None:
     old = make_client()
     q = old.queue("orders", shards=2, ordered=True)
     q.push({"n": 1}, key="a")
@@ -79,8 +81,8 @@ def reads_from_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_layout_this_version_does_not_read_is_refused_naming_migrate(
-        make_client: Callable[..., dynoq.Client], prefix: str, raw: Any,
-        reads_from_2: None) -> None:
+    make_client: Callable[..., dynoq.Client], prefix: str, raw: Any, reads_from_2: None
+) -> None:
     old = make_client()
     old.queue("orders", shards=2).push({"n": 1}, id="m1")
     old.topic("news")
@@ -103,7 +105,8 @@ def test_a_layout_this_version_does_not_read_is_refused_naming_migrate(
 
 
 def test_a_later_dynoqs_layout_is_refused_naming_an_upgrade(
-        make_client: Callable[..., dynoq.Client], prefix: str, raw: Any) -> None:
+    make_client: Callable[..., dynoq.Client], prefix: str, raw: Any
+) -> None:
     make_client().queue("orders")
     raw.hset(QueueKeys(prefix, "orders").meta, "layout", layout.LAYOUT + 1)
     new = make_client()
@@ -114,9 +117,13 @@ def test_a_later_dynoqs_layout_is_refused_naming_an_upgrade(
 
 
 @pytest.mark.sync_only
-def test_migrate_upgrades_in_place(make_client: Callable[..., dynoq.Client], prefix: str,
-                                   raw: Any, migrate: Callable[..., Result],
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrate_upgrades_in_place(
+    make_client: Callable[..., dynoq.Client],
+    prefix: str,
+    raw: Any,
+    migrate: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     old = make_client()
     q = old.queue("orders", shards=2, ordered=True)
     for n in range(3):
@@ -133,7 +140,10 @@ def test_migrate_upgrades_in_place(make_client: Callable[..., dynoq.Client], pre
     report = json.loads(checked.output.splitlines()[0])
     assert report["checked"] and report["layout"] == 2
     assert {(i["kind"], i["name"], i["after"]) for i in report["items"]} == {
-        ("queue", "orders", 1), ("queue", "fresh", 2), ("topic", "news", 1)}
+        ("queue", "orders", 1),
+        ("queue", "fresh", 2),
+        ("topic", "news", 1),
+    }
     assert "1 to migrate" not in checked.output and "2 to migrate" in checked.output
     assert raw.hget(QueueKeys(prefix, "orders").meta, "layout") is None  # --check: nothing
 
@@ -154,13 +164,15 @@ def test_migrate_upgrades_in_place(make_client: Callable[..., dynoq.Client], pre
     again = migrate("--json", "orders")
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["items"] == [
-        {"kind": "queue", "name": "orders", "before": 2, "after": 2}]
+        {"kind": "queue", "name": "orders", "before": 2, "after": 2}
+    ]
     assert migrate("--check").exit_code == 0
 
 
 @pytest.mark.sync_only
 def test_migrate_leaves_a_later_layout_and_refuses_unknown_names(
-        client: dynoq.Client, prefix: str, raw: Any, migrate: Callable[..., Result]) -> None:
+    client: dynoq.Client, prefix: str, raw: Any, migrate: Callable[..., Result]
+) -> None:
     client.queue("orders")
     raw.hset(QueueKeys(prefix, "orders").meta, "layout", 3)
     result = migrate()
@@ -173,8 +185,11 @@ def test_migrate_leaves_a_later_layout_and_refuses_unknown_names(
 
 @pytest.mark.sync_only
 def test_the_sweeper_skips_a_layout_it_does_not_read_and_sweeps_the_rest(
-        make_client: Callable[..., dynoq.Client], prefix: str, raw: Any,
-        caplog: pytest.LogCaptureFixture) -> None:
+    make_client: Callable[..., dynoq.Client],
+    prefix: str,
+    raw: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     old = make_client()
     old.queue("later").push("x")
     old.topic("news")

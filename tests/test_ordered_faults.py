@@ -67,8 +67,9 @@ def test_a_take_of_ones_own_latest_tenure_begins_the_next(client: dynoq.Client) 
     assert client.redis.get(keys.fence) == b"3"
 
 
-def test_handlers_see_the_fence_of_their_shard(client: dynoq.Client,
-                                               consumers: list[Consumer]) -> None:
+def test_handlers_see_the_fence_of_their_shard(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("fenced-msgs", shards=1, ordered=True)
     Leases(q, "earlier", ttl=5).acquire(0)  # fence 1, then released by expiry below
     client.redis.delete(shard_keys(q, 0).lease)
@@ -89,8 +90,7 @@ class Tenure:
 
 
 @contextlib.contextmanager
-def earlier_tenure(client: dynoq.Client, consumers: list[Consumer],
-                   name: str) -> Iterator[Tenure]:
+def earlier_tenure(client: dynoq.Client, consumers: list[Consumer], name: str) -> Iterator[Tenure]:
     """A consumer whose first call of a batch of three (shard 0) is held while the test
     ends its tenure; afterwards the batch must come again, under later fences only."""
     q = client.queue(name, shards=1, ordered=True)
@@ -115,26 +115,33 @@ def earlier_tenure(client: dynoq.Client, consumers: list[Consumer],
         yield Tenure(q, shard_keys(q, 0), c, first, seen)
     finally:
         release.set()
-    wait_for(lambda: {p for p, f in seen if f != first} == {0, 1, 2}, timeout=20,
-             what="the batch handled again under a later fence")
+    wait_for(
+        lambda: {p for p, f in seen if f != first} == {0, 1, 2},
+        timeout=20,
+        what="the batch handled again under a later fence",
+    )
     # After the call that was running, nothing more under the earlier fence.
     assert [p for p, f in seen[1:] if f == first] == [], seen
 
 
 def test_a_batch_of_an_earlier_tenure_is_not_handled_once_the_lease_is_taken_again(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     """Lost (here deleted by hand) and taken again by the same consumer, the lease is its
     own again, but a batch popped under the earlier fence must not go on being handled
     (the takeover gave its messages back at the head; they come again under a later
     fence). Found by the chaos soak: "handled with a stale fence"."""
     with earlier_tenure(client, consumers, "tenures") as t:
         client.redis.delete(t.keys.lease)  # lost ...
-        wait_for(lambda: int(client.redis.get(t.keys.fence) or 0) > t.first,
-                 what="the same consumer takes the lease again")  # ... and taken again
+        wait_for(
+            lambda: int(client.redis.get(t.keys.fence) or 0) > t.first,
+            what="the same consumer takes the lease again",
+        )  # ... and taken again
 
 
 def test_a_tenure_begun_behind_the_consumers_back_fences_its_earlier_batch(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     """A take of the lease whose reply never reached the consumer (a dropped connection,
     a retried call) begins a tenure under its own token that it does not know of. Its
     renewals must not keep the earlier tenure alive, nor its batch go on being handled:
@@ -148,17 +155,24 @@ def test_a_tenure_begun_behind_the_consumers_back_fences_its_earlier_batch(
         # back at once): its own token, a tenure it never saw (its take's requeue is
         # left out: the consumer's next take gives the batch back).
         later = f"{token}.{t.first + 1}"
-        client.redis.eval("redis.call('SET', KEYS[2], ARGV[2]) "
-                          "redis.call('SET', KEYS[1], ARGV[1], 'PX', 2000)",
-                          2, t.keys.lease, t.keys.fence, later, t.first + 1)
-        wait_for(lambda: t.consumer.stats().lease_lost >= 1,
-                 what="the renewal finds the tenure over")
+        client.redis.eval(
+            "redis.call('SET', KEYS[2], ARGV[2]) redis.call('SET', KEYS[1], ARGV[1], 'PX', 2000)",
+            2,
+            t.keys.lease,
+            t.keys.fence,
+            later,
+            t.first + 1,
+        )
+        wait_for(
+            lambda: t.consumer.stats().lease_lost >= 1, what="the renewal finds the tenure over"
+        )
     # The tenure it never saw was its own latest: taken over at once, the next one.
     assert {f for _, f in t.seen[1:]} == {t.first + 2}
 
 
-def test_a_hung_concurrent_handler_fails_only_its_message(client: dynoq.Client,
-                                                          consumers: list[Consumer]) -> None:
+def test_a_hung_concurrent_handler_fails_only_its_message(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("hung-conc", shards=1, max_retries=0)
     release = threading.Event()
     seen: list[int] = []
@@ -172,8 +186,11 @@ def test_a_hung_concurrent_handler_fails_only_its_message(client: dynoq.Client,
     consumers.append(c.start())
     q.push_many(list(range(5)))
     try:
-        wait_for(lambda: q.stats().dead == 1 and sorted(seen) == [0, 1, 3, 4], timeout=15,
-                 what="the others handled, the hung one dead-lettered")
+        wait_for(
+            lambda: q.stats().dead == 1 and sorted(seen) == [0, 1, 3, 4],
+            timeout=15,
+            what="the others handled, the hung one dead-lettered",
+        )
         assert [m.payload for m in q.dead()] == [2]
     finally:
         release.set()
@@ -204,8 +221,7 @@ def test_acking_an_ordered_message_wakes_a_blocked_pop(client: dynoq.Client) -> 
 
 
 @pytest.mark.parametrize("how", ["nack", "remove", "dead-letter"])
-def test_every_unblocking_transition_wakes_an_ordered_pop(client: dynoq.Client,
-                                                          how: str) -> None:
+def test_every_unblocking_transition_wakes_an_ordered_pop(client: dynoq.Client, how: str) -> None:
     q = client.queue(f"wake-{how}", shards=1, ordered=True, unack_timeout=10)
     q.push_many([Message(i, key="k") for i in range(2)])
     [first] = q.pop()

@@ -26,14 +26,13 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 HOME = PYPROJECT["project"]["urls"]["Homepage"]
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("package"),
-              pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("package"), pytest.mark.timeout(900)]
 
 
-def run(*args: str | Path, cwd: Path | None = None,
-        env: dict[str, str] | None = None) -> str:
-    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=800)
+def run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=800
+    )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     return done.stdout
 
@@ -75,8 +74,10 @@ def wheel_files(wheel: Path) -> dict[str, str]:
             name, digest, _ = line.rsplit(",", 2)
             if name != record:
                 data = zf.read(name)
-                got = "sha256=" + base64.urlsafe_b64encode(
-                    hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                got = (
+                    "sha256="
+                    + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                )
                 assert got == digest, name
                 out[name] = digest
         return out
@@ -139,8 +140,7 @@ HTML = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']+)""", re.I)
 
 
 def relative_targets(markdown: str) -> list[str]:
-    targets = [*LINK.findall(markdown), *REFERENCE.findall(markdown),
-               *HTML.findall(markdown)]
+    targets = [*LINK.findall(markdown), *REFERENCE.findall(markdown), *HTML.findall(markdown)]
     return [t for t in targets if not re.match(r"https?://", t)]
 
 
@@ -154,10 +154,17 @@ def test_the_long_description_has_no_relative_link_or_image(dists: Dists) -> Non
 
 
 def test_relative_targets_are_found() -> None:
-    md = ('[a](docs/queue.md) ![b](docs/x.png) [c](#install) [d](https://x.org/a)\n'
-          '[e]: examples/\n<img src="docs/y.png"> <a href="http://x.org">x</a>')
-    assert relative_targets(md) == ["docs/queue.md", "docs/x.png", "#install", "examples/",
-                                    "docs/y.png"]
+    md = (
+        "[a](docs/queue.md) ![b](docs/x.png) [c](#install) [d](https://x.org/a)\n"
+        '[e]: examples/\n<img src="docs/y.png"> <a href="http://x.org">x</a>'
+    )
+    assert relative_targets(md) == [
+        "docs/queue.md",
+        "docs/x.png",
+        "#install",
+        "examples/",
+        "docs/y.png",
+    ]
 
 
 def readme_quick_start() -> str:
@@ -168,7 +175,8 @@ def readme_quick_start() -> str:
 
 
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(
-        dists: Dists, tmp_path: Path) -> None:
+    dists: Dists, tmp_path: Path
+) -> None:
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
@@ -177,10 +185,14 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(
     work = tmp_path / "work"  # outside the checkout: nothing of it on the path
     work.mkdir()
     (work / "quickstart.py").write_text(readme_quick_start())
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "DYNOQ_URL", "DYNOQ_PREFIX", "VIRTUAL_ENV")}
-    where = run(python, "-c", "import dynoq; print(dynoq.__version__, dynoq.__file__)",
-                cwd=work, env=env).split()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "DYNOQ_URL", "DYNOQ_PREFIX", "VIRTUAL_ENV")
+    }
+    where = run(
+        python, "-c", "import dynoq; print(dynoq.__version__, dynoq.__file__)", cwd=work, env=env
+    ).split()
     assert where[0] == VERSION
     assert Path(where[1]).is_relative_to(venv), where
     out = run(python, "quickstart.py", cwd=work, env=env)

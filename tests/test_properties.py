@@ -18,26 +18,46 @@ from hypothesis import strategies as st
 import dynoq
 
 TRIED: Counter[str] = Counter()
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
-scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20)
-           | st.binary(max_size=20))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
 payloads = st.recursive(
-    scalars, lambda inner: (st.lists(inner, max_size=4)
-                            | st.dictionaries(st.text(max_size=5) | st.integers(), inner,
-                                              max_size=4)
-                            | st.tuples(inner, inner)  # stored as a list
-                            | st.dictionaries(st.tuples(st.integers()), inner, max_size=2)
-                            | st.sets(st.integers(), max_size=3)
-                            | st.builds(object)),
-    max_leaves=12)
-ids = (st.none() | st.text(max_size=600) | st.integers(-(2**70), 2**70) | st.booleans()
-       | st.floats() | st.binary(max_size=4))
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=4)
+        | st.tuples(inner, inner)  # stored as a list
+        | st.dictionaries(st.tuples(st.integers()), inner, max_size=2)
+        | st.sets(st.integers(), max_size=3)
+        | st.builds(object)
+    ),
+    max_leaves=12,
+)
+ids = (
+    st.none()
+    | st.text(max_size=600)
+    | st.integers(-(2**70), 2**70)
+    | st.booleans()
+    | st.floats()
+    | st.binary(max_size=4)
+)
 keys = st.none() | st.text(max_size=30) | st.integers() | st.floats() | st.booleans()
-delays = (st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(10**12), 10**12)
-          | st.booleans() | st.text(max_size=3) | st.just(1e17))
+delays = (
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.integers(-(10**12), 10**12)
+    | st.booleans()
+    | st.text(max_size=3)
+    | st.just(1e17)
+)
 priorities = st.integers(-5, 105) | st.booleans() | st.floats() | st.text(max_size=2)
 headers = st.none() | st.dictionaries(st.text(max_size=5), scalars, max_size=3) | scalars
 counts = st.integers(-5, 1200) | st.booleans() | st.floats() | st.text(max_size=2) | st.none()
@@ -51,8 +71,9 @@ def prop_client(embedded_server: Any) -> Iterator[dynoq.Client]:
     with dynoq.connect(url, prefix=prefix, max_payload_bytes=4096) as client:
         yield client
     delete_prefix(url, prefix)
-    print(f"\nproperty tests: bad inputs refused by kind: {dict(TRIED)}; "
-          f"total {sum(TRIED.values())}")
+    print(
+        f"\nproperty tests: bad inputs refused by kind: {dict(TRIED)}; total {sum(TRIED.values())}"
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -73,20 +94,28 @@ def _refused(kind: str, exc: BaseException) -> None:
 
 
 @SETTINGS
-@given(payload=payloads, msg_id=ids, key=keys, delay=delays, priority=priorities,
-       hdrs=headers)
-def test_push_refuses_or_round_trips(prop_client: dynoq.Client, payload: Any, msg_id: Any,
-                                     key: Any, delay: Any, priority: Any, hdrs: Any) -> None:
+@given(payload=payloads, msg_id=ids, key=keys, delay=delays, priority=priorities, hdrs=headers)
+def test_push_refuses_or_round_trips(
+    prop_client: dynoq.Client,
+    payload: Any,
+    msg_id: Any,
+    key: Any,
+    delay: Any,
+    priority: Any,
+    hdrs: Any,
+) -> None:
     q = prop_client.queue("props", shards=3)
     before = q.stats()
     try:
-        pushed = q.push(payload, id=msg_id, key=key, delay=delay, priority=priority,
-                        headers=hdrs)
+        pushed = q.push(payload, id=msg_id, key=key, delay=delay, priority=priority, headers=hdrs)
     except Exception as exc:  # noqa: BLE001 - the property is about what is raised
         _refused("push", exc)
         after = q.stats()
         assert (after.ready, after.delayed, after.unacked) == (
-            before.ready, before.delayed, before.unacked)
+            before.ready,
+            before.delayed,
+            before.unacked,
+        )
         return
     got = q.get(pushed)
     assert got is not None
@@ -100,14 +129,18 @@ def test_push_refuses_or_round_trips(prop_client: dynoq.Client, payload: Any, ms
 
 @SETTINGS
 @given(count=counts, wait=delays)
-def test_counts_and_waits_refuse_or_work(prop_client: dynoq.Client, count: Any,
-                                         wait: Any) -> None:
+def test_counts_and_waits_refuse_or_work(prop_client: dynoq.Client, count: Any, wait: Any) -> None:
     q = prop_client.queue("props-counts", shards=2)
     q.clear()
     q.push_many(range(3))
-    for name, call in (("pop", lambda: q.pop(count, wait=min(wait, 0.01)
-                                               if isinstance(wait, (int, float)) else wait)),
-                       ("peek", lambda: q.peek(count)), ("dead", lambda: q.dead(count))):
+    for name, call in (
+        (
+            "pop",
+            lambda: q.pop(count, wait=min(wait, 0.01) if isinstance(wait, (int, float)) else wait),
+        ),
+        ("peek", lambda: q.peek(count)),
+        ("dead", lambda: q.dead(count)),
+    ):
         try:
             got = call()
         except Exception as exc:  # noqa: BLE001
@@ -132,27 +165,41 @@ def test_names_refuse_or_work(prop_client: dynoq.Client, name: str) -> None:
 
 
 valid_payloads = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
     | st.binary(max_size=30),
-    lambda inner: (st.lists(inner, max_size=5)
-                   | st.dictionaries(st.text(max_size=8) | st.integers(-9, 9), inner,
-                                     max_size=5)),
-    max_leaves=20)
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=8) | st.integers(-9, 9), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
 
 
 @SETTINGS
-@given(payload=valid_payloads, msg_id=st.none() | st.text(min_size=1, max_size=80),
-       key=st.none() | st.text(max_size=20), delay=st.floats(0, 3600),
-       priority=st.integers(0, 99),
-       hdrs=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5)))
-def test_valid_messages_round_trip_exactly(prop_client: dynoq.Client, payload: Any,
-                                           msg_id: str | None, key: str | None, delay: float,
-                                           priority: int, hdrs: dict[str, str] | None) -> None:
+@given(
+    payload=valid_payloads,
+    msg_id=st.none() | st.text(min_size=1, max_size=80),
+    key=st.none() | st.text(max_size=20),
+    delay=st.floats(0, 3600),
+    priority=st.integers(0, 99),
+    hdrs=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5)),
+)
+def test_valid_messages_round_trip_exactly(
+    prop_client: dynoq.Client,
+    payload: Any,
+    msg_id: str | None,
+    key: str | None,
+    delay: float,
+    priority: int,
+    hdrs: dict[str, str] | None,
+) -> None:
     q = prop_client.queue("props-valid", shards=3)
     try:
-        pushed = q.push(payload, id=msg_id, key=key, delay=delay, priority=priority,
-                        headers=hdrs)
+        pushed = q.push(payload, id=msg_id, key=key, delay=delay, priority=priority, headers=hdrs)
     except dynoq.PayloadTooLarge:
         TRIED["too large"] += 1
         return

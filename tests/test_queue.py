@@ -24,7 +24,12 @@ def test_push_pop_ack_roundtrip(client: dynoq.Client) -> None:
     assert q.size() == 1 and q.contains(msg_id)
     [m] = q.pop()
     assert (m.id, m.payload, m.headers, m.key, m.attempts) == (
-        msg_id, payload, {"trace": "abc"}, "cust-1", 1)
+        msg_id,
+        payload,
+        {"trace": "abc"},
+        "cust-1",
+        1,
+    )
     assert m.shard == q.shard_for(msg_id)
     assert m.enqueued_at is not None and abs(m.enqueued_at - time.time()) < 60
     assert q.size() == 0 and q.stats().unacked == 1
@@ -62,10 +67,8 @@ def test_priority_lower_first_then_ready_time(client: dynoq.Client) -> None:
     q.push("p1-delayed", priority=1, delay=0.05)
     time.sleep(0.1)
     q.push("p1-late", priority=1)  # pushed after the delayed one became due
-    assert [m.payload for m in q.peek(10)] == ["p0", "p1", "p1-delayed", "p1-late",
-                                               "p5-a", "p5-b"]
-    assert [m.payload for m in q.pop(10)] == ["p0", "p1", "p1-delayed", "p1-late",
-                                              "p5-a", "p5-b"]
+    assert [m.payload for m in q.peek(10)] == ["p0", "p1", "p1-delayed", "p1-late", "p5-a", "p5-b"]
+    assert [m.payload for m in q.pop(10)] == ["p0", "p1", "p1-delayed", "p1-late", "p5-a", "p5-b"]
 
 
 def test_fifo_within_priority_for_a_large_batch(client: dynoq.Client) -> None:
@@ -116,8 +119,7 @@ def test_priority_across_shards_counts_due_delayed_messages(client: dynoq.Client
     assert [m.priority for m in got] == [3] * 12 + [7] * 12
 
 
-def test_priority_across_shards_after_a_look_that_saw_priorities(
-        client: dynoq.Client) -> None:
+def test_priority_across_shards_after_a_look_that_saw_priorities(client: dynoq.Client) -> None:
     # After a pop that saw priorities above 0 the next one looks at every shard first
     # (a hint for the cost only): a priority 0 pushed since then still goes first, and
     # an all-zero queue again pops from one shard.
@@ -158,11 +160,11 @@ def test_pop_wait_wakes_on_push(make_client: Callable[..., dynoq.Client]) -> Non
 
 
 @pytest.mark.sync_only
-def test_push_publishes_a_wake_up_only_when_a_waiter_may_need_it(
-        client: dynoq.Client) -> None:
+def test_push_publishes_a_wake_up_only_when_a_waiter_may_need_it(client: dynoq.Client) -> None:
     q = client.queue("wake-news", shards=1)
     sub = q.backend.subscribe(q.ops.wake)
     try:
+
         def woken(timeout: float) -> bool:
             return bool(sub.get(timeout))
 
@@ -187,7 +189,8 @@ def test_push_publishes_a_wake_up_only_when_a_waiter_may_need_it(
 
 
 def test_pop_wait_wakes_for_an_earlier_due_message(
-        make_client: Callable[..., dynoq.Client]) -> None:
+    make_client: Callable[..., dynoq.Client],
+) -> None:
     import threading
 
     consumer, producer = make_client(), make_client()
@@ -219,8 +222,7 @@ def test_a_batch_in_flight_is_kept_out_of_listpacks(real_client: dynoq.Client) -
         return bytes(q.backend.run(Cmd(("OBJECT", "ENCODING", key))))
 
     def in_flight_page() -> tuple[list[str], bool]:
-        entries, more = q.backend.drive(inspect.page(q.ops, "in_flight", shards=[0],
-                                                     count=100))
+        entries, more = q.backend.drive(inspect.page(q.ops, "in_flight", shards=[0], count=100))
         return sorted(e.message.id or "" for e in entries), more
 
     def exists(key: str) -> int:
@@ -269,8 +271,7 @@ def test_visibility_timeout_redelivers_with_attempts(client: dynoq.Client) -> No
     assert q.ack(second) is True and q.get(msg_id) is None
 
 
-def test_ack_counts_each_delivery_once_and_checks_the_whole_token(
-        client: dynoq.Client) -> None:
+def test_ack_counts_each_delivery_once_and_checks_the_whole_token(client: dynoq.Client) -> None:
     q = client.queue("ack-once", shards=1)
     q.push_many(["a", "b"])
     a, b = q.pop(2)
@@ -283,7 +284,8 @@ def test_ack_counts_each_delivery_once_and_checks_the_whole_token(
 
 
 def test_a_first_delivery_has_no_state_and_a_stale_token_never_acks_a_later_one(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     """A concurrent queue's first delivery writes no delivery state: its token is its unack
     score (lua/lib/delivery.lua). A token of an earlier delivery of the same id (acked,
     removed, or replaced by a push, then pushed and popped again) does not match."""
@@ -320,7 +322,8 @@ def test_extend_by_id_keeps_the_holders_token(client: dynoq.Client) -> None:
 
 
 def test_a_concurrent_queue_gives_an_expired_delivery_back_at_the_back(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     """As Dyno's processUnacks (back at its deadline), an expired delivery of a concurrent
     queue takes a fresh place at the back of its priority; an ordered queue keeps its
     place (tests/test_ordered.py)."""
@@ -509,10 +512,12 @@ def test_stats_and_clear(client: dynoq.Client) -> None:
 
 
 def test_clear_of_a_large_queue_deletes_every_message_and_keeps_the_queue(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     q = client.queue("big-clear", shards=2, dedupe_window=60)
-    q.push_many([dynoq.Message(i, id=f"m{i}", delay=60 if i % 5 == 0 else 0)
-                 for i in range(30_000)])
+    q.push_many(
+        [dynoq.Message(i, id=f"m{i}", delay=60 if i % 5 == 0 else 0) for i in range(30_000)]
+    )
     popped = q.pop(1000)
     q.ack_many(popped[:500])  # remembered for the dedupe window
     q.nack(popped[500], delay=30)
@@ -552,12 +557,10 @@ def test_ordered_fifo_per_key_and_one_batch_in_flight(client: dynoq.Client) -> N
             assert m.shard == q.shard_for(m.key or "")
             seen.setdefault(m.payload["k"], []).append(m.payload["i"])
         q.ack_many(got)
-    assert seen == {
-        k: [i for i in range(40) if i % 5 == k] for k in range(5)}
+    assert seen == {k: [i for i in range(40) if i % 5 == k] for k in range(5)}
 
 
-def test_ordered_shard_blocks_while_in_flight_and_retries_in_place(
-        client: dynoq.Client) -> None:
+def test_ordered_shard_blocks_while_in_flight_and_retries_in_place(client: dynoq.Client) -> None:
     q = client.queue("ordered-retry", shards=1, ordered=True, max_retries=1)
     for i in range(3):
         q.push(i, key="k")
@@ -583,15 +586,13 @@ def test_ordered_requeue_on_expiry_keeps_order(client: dynoq.Client) -> None:
     assert [m.payload for m in q.pop(5)] == [0, 1, 2, 3, 4]
 
 
-def test_an_ordered_batch_given_back_every_way_returns_in_its_order(
-        client: dynoq.Client) -> None:
+def test_an_ordered_batch_given_back_every_way_returns_in_its_order(client: dynoq.Client) -> None:
     # An ordered shard's first deliveries keep no state: the places of the batch in flight
     # are kept by the pop (lua/lib/batch.lua). Ids sort against push order here, as the
     # members of one deadline in `unack` would come back without their places; of three
     # lengths, with the places' separators in them.
     q = client.queue("ordered-back", shards=1, ordered=True, max_retries=5)
-    q.push_many([Message(i, id=f"id-{99 - i:02d}{':;' * (i % 3)}", key="k")
-                 for i in range(30)])
+    q.push_many([Message(i, id=f"id-{99 - i:02d}{':;' * (i % 3)}", key="k") for i in range(30)])
 
     def pop(n: int, visibility: float = 30.0) -> list[dynoq.Message]:
         return q.pop(n, visibility=visibility)
@@ -599,8 +600,7 @@ def test_an_ordered_batch_given_back_every_way_returns_in_its_order(
     assert [m.payload for m in pop(10, 0.1)] == list(range(10))
     time.sleep(0.15)  # their visibility runs out: the next pop gives them back
     batch = pop(12)
-    assert [(m.payload, m.attempts) for m in batch] == [(i, 2 if i < 10 else 1)
-                                                        for i in range(12)]
+    assert [(m.payload, m.attempts) for m in batch] == [(i, 2 if i < 10 else 1) for i in range(12)]
     assert q.ack_many(batch[:1]) == 1
     assert requeue_shard(q, 0, force=True) == 11  # a takeover gives every delivery back
     batch = pop(5)
@@ -670,8 +670,12 @@ def test_ack_many_counts_each_delivery_once(client: dynoq.Client) -> None:
 
 def test_ensure_many_keeps_the_first_of_a_repeated_id(client: dynoq.Client) -> None:
     q = client.queue("ensure-dupes", shards=2)
-    assert q.ensure_many([Message("first", id="x"), Message("second", id="x"),
-                          Message("other", id="y")]) == 2
+    assert (
+        q.ensure_many(
+            [Message("first", id="x"), Message("second", id="x"), Message("other", id="y")]
+        )
+        == 2
+    )
     got = q.get("x")
     assert got is not None and got.payload == "first"
     assert q.size() == 2

@@ -25,8 +25,10 @@ FLAVORS = ("sync", "async")
 
 def keys_of(client: Any, prefix: str) -> list[str]:
     """Every key under ``prefix`` (any backend: a cluster's scan walks every master)."""
-    return sorted(k.decode() if isinstance(k, bytes) else k
-                  for k in client.redis.scan_iter(match=f"{prefix}:*", count=1000))
+    return sorted(
+        k.decode() if isinstance(k, bytes) else k
+        for k in client.redis.scan_iter(match=f"{prefix}:*", count=1000)
+    )
 
 
 def wipe(client: Any, prefix: str, *, only: Callable[[str], bool] = lambda k: True) -> None:
@@ -72,7 +74,8 @@ def every_operation(q: Any, popped: dynoq.Message) -> dict[str, Callable[[], Any
 
 
 def test_every_operation_on_a_vanished_queue_raises_and_writes_nothing(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     q = client.queue("orders", shards=4, dedupe_window=60)
     q.push_many([dynoq.Message(i, id=f"m{i}") for i in range(20)])
@@ -86,17 +89,23 @@ def test_every_operation_on_a_vanished_queue_raises_and_writes_nothing(
 
 
 def test_an_ordered_queue_refuses_its_by_key_paths_too(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     q = client.queue("ordered", shards=3, ordered=True)
     for i in range(6):
         q.push(i, id=f"m{i}", key=f"k{i}")
     [popped] = q.pop()
     wipe(client, prefix)
-    for name, op in {"push": lambda: q.push(9, key="k9"), "pop": lambda: q.pop(),
-                     "ack": lambda: q.ack(popped), "ack by id": lambda: q.ack("m1"),
-                     "nack": lambda: q.nack(popped), "get": lambda: q.get("m2"),
-                     "remove": lambda: q.remove("m2")}.items():
+    for name, op in {
+        "push": lambda: q.push(9, key="k9"),
+        "pop": lambda: q.pop(),
+        "ack": lambda: q.ack(popped),
+        "ack by id": lambda: q.ack("m1"),
+        "nack": lambda: q.nack(popped),
+        "get": lambda: q.get("m2"),
+        "remove": lambda: q.remove("m2"),
+    }.items():
         with pytest.raises(dynoq.QueueGone):
             op()
             pytest.fail(f"{name} did not raise")
@@ -104,7 +113,8 @@ def test_an_ordered_queue_refuses_its_by_key_paths_too(
 
 
 def test_a_keyed_queue_refuses_its_reads_of_keys_too(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     # keys(), key_state() and peek() read a keyed queue's hashes without a script: before,
     # a vanished queue answered them with nothing, as if it were idle.
     client = make_client()
@@ -114,20 +124,31 @@ def test_a_keyed_queue_refuses_its_reads_of_keys_too(
     [popped] = q.pop()
     wipe(client, prefix)
     for name, op in {
-            "push": lambda: q.push(9, key="k9"),
-            "push_many": lambda: q.push_many([dynoq.Message(1, key="k1")]),
-            "pop": lambda: q.pop(), "pop with wait": lambda: q.pop(wait=0.05),
-            "ack": lambda: q.ack(popped), "ack by id": lambda: q.ack("m1"),
-            "ack_many": lambda: q.ack_many([popped]), "nack": lambda: q.nack(popped),
-            "extend": lambda: q.extend(popped, 30), "stats": lambda: q.stats(),
-            "size": lambda: q.size(), "peek": lambda: q.peek(),
-            "get": lambda: q.get("m1"), "contains": lambda: q.contains("m1"),
-            "remove": lambda: q.remove("m1"), "requeue_expired": lambda: q.requeue_expired(),
-            "dead": lambda: q.dead(), "replay_dead": lambda: q.replay_dead(),
-            "replay_dead ids": lambda: q.replay_dead(["m1"]),
-            "purge_dead": lambda: q.purge_dead(), "clear": lambda: q.clear(),
-            "keys": lambda: q.keys(), "key_state": lambda: q.key_state("k0"),
-            "key_state of an unknown key": lambda: q.key_state("nobody")}.items():
+        "push": lambda: q.push(9, key="k9"),
+        "push_many": lambda: q.push_many([dynoq.Message(1, key="k1")]),
+        "pop": lambda: q.pop(),
+        "pop with wait": lambda: q.pop(wait=0.05),
+        "ack": lambda: q.ack(popped),
+        "ack by id": lambda: q.ack("m1"),
+        "ack_many": lambda: q.ack_many([popped]),
+        "nack": lambda: q.nack(popped),
+        "extend": lambda: q.extend(popped, 30),
+        "stats": lambda: q.stats(),
+        "size": lambda: q.size(),
+        "peek": lambda: q.peek(),
+        "get": lambda: q.get("m1"),
+        "contains": lambda: q.contains("m1"),
+        "remove": lambda: q.remove("m1"),
+        "requeue_expired": lambda: q.requeue_expired(),
+        "dead": lambda: q.dead(),
+        "replay_dead": lambda: q.replay_dead(),
+        "replay_dead ids": lambda: q.replay_dead(["m1"]),
+        "purge_dead": lambda: q.purge_dead(),
+        "clear": lambda: q.clear(),
+        "keys": lambda: q.keys(),
+        "key_state": lambda: q.key_state("k0"),
+        "key_state of an unknown key": lambda: q.key_state("nobody"),
+    }.items():
         with pytest.raises(dynoq.QueueGone, match="queue 'grouped' is gone"):
             op()
             pytest.fail(f"{name} did not raise")
@@ -135,7 +156,8 @@ def test_a_keyed_queue_refuses_its_reads_of_keys_too(
 
 
 def test_a_queue_created_anew_with_other_shards_refuses_the_old_objects(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     # The issue's night: 8 ordered shards vanish, a new process opens the name with the
     # defaults; the producer that had it open must not strand messages in shards 4-7.
     producer = make_client()
@@ -148,8 +170,9 @@ def test_a_queue_created_anew_with_other_shards_refuses_the_old_objects(
         with pytest.raises(dynoq.QueueGone):
             old.push(i, key=f"k{i}")
     assert fresh.size() == 0
-    assert not [k for k in keys_of(producer, prefix)
-                if any(f"{{jobs:{s}}}" in k for s in range(4, 8))]
+    assert not [
+        k for k in keys_of(producer, prefix) if any(f"{{jobs:{s}}}" in k for s in range(4, 8))
+    ]
     # The producer's client opens the new queue, not its stale copy.
     again = producer.queue("jobs")
     assert again.settings == fresh.settings
@@ -158,8 +181,8 @@ def test_a_queue_created_anew_with_other_shards_refuses_the_old_objects(
 
 
 def test_settings_that_vanished_alone_are_noticed_when_created_anew(
-        make_client: Callable[..., Any], prefix: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    make_client: Callable[..., Any], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # An evicting server drops the settings first (they are read least): the shards
     # remain. A new open creates the queue anew; the old objects are refused on every
     # shard, even those the new queue does not have.
@@ -183,7 +206,8 @@ def test_settings_that_vanished_alone_are_noticed_when_created_anew(
 
 
 def test_client_queue_after_gone_creates_it_as_a_first_open(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     q = client.queue("q", shards=3, unack_timeout=5)
     q.push(1)
@@ -201,7 +225,8 @@ def test_client_queue_after_gone_creates_it_as_a_first_open(
 
 
 def test_a_shard_that_lost_its_epoch_is_repaired_by_opening_again(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     # A shard's keys lost (a cluster node restarted empty) while the settings stayed: the
     # shard refuses, and the next client.queue() (the same client: its cache is told)
     # puts the epoch back; the queue is the same one, so every object works again.
@@ -228,7 +253,8 @@ def test_clear_is_not_gone(make_client: Callable[..., Any]) -> None:
 
 
 def test_a_queue_stored_before_epochs_keeps_working(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     q = client.queue("legacy", shards=2)
     q.push_many([dynoq.Message(i, id=f"m{i}") for i in range(10)])
@@ -247,13 +273,17 @@ def test_a_queue_stored_before_epochs_keeps_working(
 
 
 def test_a_vanished_topic_refuses_publishes_and_group_queues(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     t = client.topic("news", shards=2)
     t.subscribe("mail")
     t.publish("first", id="a")
-    group = dynoq.Queue(client.backend, t.ops.group_queue("mail")) if isinstance(
-        client, dynoq.Client) else None
+    group = (
+        dynoq.Queue(client.backend, t.ops.group_queue("mail"))
+        if isinstance(client, dynoq.Client)
+        else None
+    )
     wipe(client, prefix)
     with pytest.raises(dynoq.QueueGone, match="topic 'news' is gone"):
         t.publish("lost")  # before: published to nobody, silently
@@ -270,8 +300,12 @@ def test_a_vanished_topic_refuses_publishes_and_group_queues(
 
 
 def test_a_consumer_stops_when_its_queue_vanishes(
-        make_client: Callable[..., Any], prefix: str, flavor: str,
-        consumers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    make_client: Callable[..., Any],
+    prefix: str,
+    flavor: str,
+    consumers: list[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     client = make_client()
     q = client.queue("work", shards=2)
     seen: list[Any] = []
@@ -300,7 +334,8 @@ def test_a_consumer_stops_when_its_queue_vanishes(
 
 
 def test_the_sweeper_forgets_a_vanished_queue_and_sweeps_its_successor(
-        make_client: Callable[..., Any], prefix: str) -> None:
+    make_client: Callable[..., Any], prefix: str
+) -> None:
     client = make_client()
     q = client.queue("swept", shards=4, max_retries=0)
     q.push("a")
@@ -312,18 +347,20 @@ def test_the_sweeper_forgets_a_vanished_queue_and_sweeps_its_successor(
     fresh.push("b")
     assert fresh.pop()
     popped_at = client.server_time()
-    wait_for(lambda: client.server_time() > popped_at + 0.2,
-             what="the delivery's visibility to run out (server clock)")
+    wait_for(
+        lambda: client.server_time() > popped_at + 0.2,
+        what="the delivery's visibility to run out (server clock)",
+    )
     for _ in range(3):  # the stale pass is refused (and forgotten), then the new queue's
         assert sweeper.run_once().errors == 0
     assert fresh.dead() == []  # not dead-lettered under the old max_retries=0
     assert fresh.size() == 1
-    assert not [k for k in keys_of(client, prefix)
-                if any(f"{{swept:{s}}}" in k for s in (2, 3))]
+    assert not [k for k in keys_of(client, prefix) if any(f"{{swept:{s}}}" in k for s in (2, 3))]
 
 
 def test_a_spark_writer_with_a_stale_view_is_refused_then_reads_again(
-        real_url: str, prefix: str) -> None:
+    real_url: str, prefix: str
+) -> None:
     # What an executor does (dynoq.spark.writer), in this process: its cache keeps the
     # queue it opened; after the queue is created anew with 2 shards, a write must not
     # go to the 4 shards it remembers (30 of 60 rows were stranded so).
@@ -338,13 +375,12 @@ def test_a_spark_writer_with_a_stale_view_is_refused_then_reads_again(
             with pytest.raises(dynoq.QueueGone):
                 writer.push_rows(rows[30:])
             assert keys_of(driver, prefix) == sorted(
-                k for k in keys_of(driver, prefix) if "{rows:2}" not in k
-                and "{rows:3}" not in k)
+                k for k in keys_of(driver, prefix) if "{rows:2}" not in k and "{rows:3}" not in k
+            )
             # Spark retries the task: this time it reads the queue again.
             assert writer.push_rows(rows[30:]).counts.pushed == 30
             assert fresh.size() == 30
-            assert not [k for k in keys_of(driver, prefix)
-                        if "{rows:2}" in k or "{rows:3}" in k]
+            assert not [k for k in keys_of(driver, prefix) if "{rows:2}" in k or "{rows:3}" in k]
 
 
 @pytest.fixture
@@ -363,7 +399,8 @@ def restartable(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_after_a_restart_without_persistence_pushes_recreate_nothing(
-        restartable: Any, connect_any: Callable[..., Any]) -> None:
+    restartable: Any, connect_any: Callable[..., Any]
+) -> None:
     url = f"redis://{restartable.host}:{restartable.port}/0"
     client = connect_any(url, prefix="app")
     try:
@@ -384,7 +421,8 @@ def test_after_a_restart_without_persistence_pushes_recreate_nothing(
 
 @pytest.mark.sync_only
 def test_tasks_are_refused_on_a_vanished_queue_then_sent_to_it_anew(
-        make_client: Callable[..., Any], prefix: str, flavor: str) -> None:
+    make_client: Callable[..., Any], prefix: str, flavor: str
+) -> None:
     # A Tasks app keeps the queues it opened (and a handle its task's queue): after the
     # queue vanished they are refused, and the app opens it again at the next call,
     # creating it with the app's settings as a first open does.

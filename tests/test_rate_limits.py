@@ -26,7 +26,8 @@ BENCH = ROOT / "benchmarks" / "bench_rate_limit.py"
 @pytest.mark.sync_only  # the members run both clients (kind)
 @pytest.mark.parametrize("kind", KINDS)
 def test_no_sliding_period_holds_more_than_count_plus_one_calls(
-        real_client: dynoq.Client, real_url: str, kind: str) -> None:
+    real_client: dynoq.Client, real_url: str, kind: str
+) -> None:
     # Two processes of four workers each, batch sizes "auto" (benchmarks/bench_rate_limit
     # measures the same). Before, permits were taken for the pop: calls fell long after
     # their grants (a blocking pop held its permits while it waited; a batch's last calls
@@ -34,14 +35,35 @@ def test_no_sliding_period_holds_more_than_count_plus_one_calls(
     client = real_client
     q = client.queue("limited", shards=4, ordered="key" if kind == "groups" else False)
     n, count, period = 90, 20, 1.0
-    payloads = ([{"task": "hit", "args": [i], "kwargs": {}} for i in range(n)]
-                if kind == "tasks" else list(range(n)))
-    q.push_many([dynoq.Message(p, key=f"k{i % 7}" if kind == "groups" else None)
-                 for i, p in enumerate(payloads)])
+    payloads = (
+        [{"task": "hit", "args": [i], "kwargs": {}} for i in range(n)]
+        if kind == "tasks"
+        else list(range(n))
+    )
+    q.push_many(
+        [
+            dynoq.Message(p, key=f"k{i % 7}" if kind == "groups" else None)
+            for i, p in enumerate(payloads)
+        ]
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, str(BENCH), "--member", real_url,
-                               client.prefix, "limited", str(count), str(period), kind],
-                              env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(BENCH),
+                "--member",
+                real_url,
+                client.prefix,
+                "limited",
+                str(count),
+                str(period),
+                kind,
+            ],
+            env=env,
+        )
+        for _ in range(2)
+    ]
     log = f"{client.prefix}:log"
     try:
         wait_for(lambda: client.redis.llen(log) >= n, timeout=60, what=f"{n} handled")
@@ -87,7 +109,8 @@ def test_bad_rate_limits_are_refused(client: dynoq.Client) -> None:
 
 @pytest.mark.sync_only
 def test_a_permit_is_used_only_while_fresh_and_asked_for_by_the_calls_it_serves(
-        flavor: str) -> None:
+    flavor: str,
+) -> None:
     limit = RateLimit((20, 1.0))
     assert limit.fresh == pytest.approx(0.02) and limit.window == pytest.approx(1.02)
     assert limit.ask(50) == 1  # no call seen yet: one at a time

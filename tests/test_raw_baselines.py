@@ -29,7 +29,8 @@ def raw(request: pytest.FixtureRequest) -> Iterator[RawGroups]:
 
 
 def test_a_raw_group_queue_delivers_each_keys_messages_in_order_one_at_a_time(
-        raw: RawGroups) -> None:
+    raw: RawGroups,
+) -> None:
     items = [(f"k{i % 3}", f"m{i}", f"p{i}".encode()) for i in range(9)]
     assert raw.push(items) == 9
     first = raw.pop(100)

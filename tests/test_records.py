@@ -19,8 +19,7 @@ from dynoq._core import codec
 FLAVORS = ("sync", "async")
 
 
-def test_an_undecodable_record_is_quarantined_and_the_rest_delivered(
-        client: dynoq.Client) -> None:
+def test_an_undecodable_record_is_quarantined_and_the_rest_delivered(client: dynoq.Client) -> None:
     q = client.queue("bad-record", shards=1)
     q.push_many([Message(i, id=f"m{i}") for i in range(5)])
     msgs = shard_keys(q, 0).msgs
@@ -56,10 +55,10 @@ def test_a_hostile_record_does_not_blow_up_memory(client: dynoq.Client) -> None:
     assert evil.id == "evil" and "lists and dicts" in (evil.failure.error if evil.failure else "")
 
 
-@pytest.mark.parametrize("payload", [{(1, 2): "tuple key"}, {frozenset([1]): 1},
-                                     [[[[]]]] * 70_000])
-def test_payloads_that_would_not_read_back_are_refused(client: dynoq.Client,
-                                                       payload: object) -> None:
+@pytest.mark.parametrize("payload", [{(1, 2): "tuple key"}, {frozenset([1]): 1}, [[[[]]]] * 70_000])
+def test_payloads_that_would_not_read_back_are_refused(
+    client: dynoq.Client, payload: object
+) -> None:
     q = client.queue("unreadable", shards=1)
     with pytest.raises(dynoq.PayloadError):
         q.push(payload)
@@ -110,8 +109,7 @@ def test_dead_lettered_by_the_caller_has_no_reason(client: dynoq.Client) -> None
     assert dead.failure is None and dead.payload == "x"
 
 
-def test_the_header_is_compact_and_older_decimal_headers_still_read(
-        client: dynoq.Client) -> None:
+def test_the_header_is_compact_and_older_decimal_headers_still_read(client: dynoq.Client) -> None:
     q = client.queue("header", shards=1)
     before = client.server_time()
     q.push_many([Message("x", id="new", priority=3)])
@@ -120,8 +118,9 @@ def test_the_header_is_compact_and_older_decimal_headers_still_read(
     assert len(enq) == 8 and (due_off, prio) == (b"0", b"3")  # base 36: 8 chars, not 13
     assert abs(int(enq, 36) / 1000 - before) < 5
     # A record written with the decimal header (dynoq 0.2) reads, sorts and reschedules.
-    client.redis.hset(shard_keys(q, 0).msgs, "old",
-                      raw.replace(enq, str(int(enq, 36) - 1000).encode(), 1))
+    client.redis.hset(
+        shard_keys(q, 0).msgs, "old", raw.replace(enq, str(int(enq, 36) - 1000).encode(), 1)
+    )
     client.redis.zadd(shard_keys(q, 0).ready, {"old": 0})
     old = q.get("old")
     assert old is not None and old.enqueued_at == pytest.approx(int(enq, 36) / 1000 - 1)
@@ -133,6 +132,7 @@ def test_the_header_is_compact_and_older_decimal_headers_still_read(
 
 
 # -- hostile records: every field of a record, malformed (docs/security.md) ----------------
+
 
 def _pack(*fields: Any) -> bytes:
     return bytes(msgpack.packb(list(fields), use_bin_type=True))
@@ -169,8 +169,9 @@ BAD_HEADERS = {
 }
 
 
-def _hostile_queue(client: dynoq.Client, name: str, **settings: Any
-                   ) -> tuple[dynoq.Queue, set[str], set[str]]:
+def _hostile_queue(
+    client: dynoq.Client, name: str, **settings: Any
+) -> tuple[dynoq.Queue, set[str], set[str]]:
     """A one-shard queue holding good messages and one message for every malformed
     record (its record rewritten raw, as any role that may write records can): the ids
     of the good ones and of the bad ones. On a keyed queue each bad one waits first in
@@ -179,11 +180,12 @@ def _hostile_queue(client: dynoq.Client, name: str, **settings: Any
     keyed = settings.get("ordered") == "key"
     bad = [f"bad {n}" for n in [*BAD_BODIES, *BAD_HEADERS]]
     good = [f"good {i}" for i in range(len(bad) + 1)]
-    order = [x for pair in zip(good, bad, strict=False) for x in pair] + good[len(bad):]
+    order = [x for pair in zip(good, bad, strict=False) for x in pair] + good[len(bad) :]
     if keyed:  # each bad one first in its key, a good one after it
-        order = [x for pair in zip(bad, good, strict=False) for x in pair] + good[len(bad):]
-    q.push_many([Message(i, id=i, key=f"key {k // 2}" if keyed else None)
-                 for k, i in enumerate(order)])
+        order = [x for pair in zip(bad, good, strict=False) for x in pair] + good[len(bad) :]
+    q.push_many(
+        [Message(i, id=i, key=f"key {k // 2}" if keyed else None) for k, i in enumerate(order)]
+    )
     msgs = shard_keys(q, 0).msgs
     for name_, body in BAD_BODIES.items():
         record = client.redis.hget(msgs, f"bad {name_}")
@@ -208,11 +210,15 @@ def _pop_all(q: dynoq.Queue, want: int) -> list[Message]:
 
 @pytest.mark.parametrize("kind", ["concurrent", "ordered", "keyed"])
 def test_a_hostile_record_in_any_field_is_dead_lettered_and_the_rest_delivered(
-        client: dynoq.Client, kind: str) -> None:
+    client: dynoq.Client, kind: str
+) -> None:
     """Every way a record can be malformed: the pop that meets it dead-letters it with
     the reason (RecordError) and delivers the rest of its batch; it raises nothing."""
-    settings: dict[str, Any] = {"concurrent": {}, "ordered": {"ordered": True},
-                                "keyed": {"ordered": "key"}}[kind]
+    settings: dict[str, Any] = {
+        "concurrent": {},
+        "ordered": {"ordered": True},
+        "keyed": {"ordered": "key"},
+    }[kind]
     q, good, bad = _hostile_queue(client, f"hostile-{kind}", max_retries=1, **settings)
     got = _pop_all(q, len(good))
     assert sorted(m.id for m in got) == sorted(good)  # type: ignore[type-var]
@@ -227,8 +233,7 @@ def test_a_hostile_record_in_any_field_is_dead_lettered_and_the_rest_delivered(
     assert q.stats().unacked == 0 and q.size() == 0
 
 
-def _corrupt(client: dynoq.Client, q: dynoq.Queue, msg_id: str, key: str | None = None
-             ) -> None:
+def _corrupt(client: dynoq.Client, q: dynoq.Queue, msg_id: str, key: str | None = None) -> None:
     """Headers that are not a dict: the record of the issue (raw HSET on msgs). ``key``:
     the message's key in its body (an ordered queue's)."""
     msgs = shard_keys(q, 0).msgs
@@ -239,22 +244,27 @@ def _corrupt(client: dynoq.Client, q: dynoq.Queue, msg_id: str, key: str | None 
 
 @pytest.mark.parametrize("ordered", [False, True, "key"])
 def test_a_consumer_dead_letters_a_hostile_record_at_the_first_pop_that_meets_it(
-        client: dynoq.Client, ordered: bool | str) -> None:
+    client: dynoq.Client, ordered: bool | str
+) -> None:
     """max_retries=1 and a short visibility timeout: the record is dead-lettered at its
     first delivery (never expiring again and again), and the consumer handles the rest
     (on a keyed queue the key's next message too, delivered with the ack of the one
     before: a hot key alone)."""
-    q = client.queue(f"hostile-consumer-{ordered}", shards=1, max_retries=1,
-                     unack_timeout=1.0, ordered=ordered)
+    q = client.queue(
+        f"hostile-consumer-{ordered}", shards=1, max_retries=1, unack_timeout=1.0, ordered=ordered
+    )
     key = "one key" if ordered else None
     q.push_many([Message(i, id=i, key=key) for i in ("m0", "m1", "m2")])
     _corrupt(client, q, "m1", key if ordered is True else None)
     handled: list[str] = []
-    c = client.consumer(q, lambda m: handled.append(m.payload), idle_wait=0.05,
-                        instance_id="reader-1")
+    c = client.consumer(
+        q, lambda m: handled.append(m.payload), idle_wait=0.05, instance_id="reader-1"
+    )
     with c:
-        wait_for(lambda: sorted(handled) == ["m0", "m2"] and q.stats().dead == 1,
-                 what="the rest handled, the hostile record dead")
+        wait_for(
+            lambda: sorted(handled) == ["m0", "m2"] and q.stats().dead == 1,
+            what="the rest handled, the hostile record dead",
+        )
     [dead] = q.dead()
     assert dead.id == "m1" and dead.attempts == 1 and dead.unreadable
     assert dead.failure is not None and dead.failure.error_type == "RecordError"
@@ -289,7 +299,8 @@ def test_views_show_an_unreadable_record_and_never_raise(client: dynoq.Client) -
 
 @pytest.mark.parametrize("state", [b"99999999999999999999|", b"18446744073709551615|"])
 def test_a_delivery_state_of_absurd_attempts_is_dead_lettered_not_delivered(
-        client: dynoq.Client, state: bytes) -> None:
+    client: dynoq.Client, state: bytes
+) -> None:
     """Attempts no delivery reaches (a delivery state written raw): a handler never sees
     the count (a task's worker would fail to keep its result), the message is
     dead-lettered at once, the rest delivered."""
@@ -306,9 +317,11 @@ def test_a_delivery_state_of_absurd_attempts_is_dead_lettered_not_delivered(
 
 def test_msgpack_extensions_are_refused_on_push_naming_where(client: dynoq.Client) -> None:
     q = client.queue("extensions", shards=1)
-    for payload, where in [(msgpack.Timestamp(5, 1), "payload is a msgpack.Timestamp"),
-                           ({"a": [1, msgpack.ExtType(3, b"x")]}, "payload['a'][1]"),
-                           ([{msgpack.ExtType(3, b""): 1}], "a key of payload[0]")]:
+    for payload, where in [
+        (msgpack.Timestamp(5, 1), "payload is a msgpack.Timestamp"),
+        ({"a": [1, msgpack.ExtType(3, b"x")]}, "payload['a'][1]"),
+        ([{msgpack.ExtType(3, b""): 1}], "a key of payload[0]"),
+    ]:
         with pytest.raises(dynoq.PayloadTypeError, match=where.replace("[", r"\[")):
             q.push(payload)
     with pytest.raises(dynoq.PayloadTypeError, match=r"headers\['at'\]"):

@@ -13,8 +13,13 @@ from dynoq._core import codec, scan
 from dynoq.spark.export import COLUMNS, scan_shard
 
 
-def _walk(q: dynoq.Queue, shard: int, zset: str, states: tuple[str, ...] = scan.STATES,
-          between: Any = None) -> tuple[list[scan.Found], int]:
+def _walk(
+    q: dynoq.Queue,
+    shard: int,
+    zset: str,
+    states: tuple[str, ...] = scan.STATES,
+    between: Any = None,
+) -> tuple[list[scan.Found], int]:
     """Every page of one sorted set; ``between(page_number)`` runs between pages."""
     found: list[scan.Found] = []
     after, pages = None, 0
@@ -59,12 +64,16 @@ def test_every_state_with_its_time_and_failure(client: dynoq.Client) -> None:
     assert later["state"] == "ready"
     stats = q.stats()
     by_state = [r["state"] for r in scan_shard(q, 0, scan.STATES)]
-    assert (by_state.count("ready"), by_state.count("unacked"), by_state.count("dead")) == \
-        (stats.ready, stats.unacked, stats.dead)
+    assert (by_state.count("ready"), by_state.count("unacked"), by_state.count("dead")) == (
+        stats.ready,
+        stats.unacked,
+        stats.dead,
+    )
 
 
-def test_a_walk_holds_a_page_and_meets_each_message_once(client: dynoq.Client,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_walk_holds_a_page_and_meets_each_message_once(
+    client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(scan, "PAGE", 50)
     q = client.queue("big", shards=1)
     q.push_many([dynoq.Message(i, id=f"m{i:04d}") for i in range(230)])
@@ -74,7 +83,8 @@ def test_a_walk_holds_a_page_and_meets_each_message_once(client: dynoq.Client,
 
 
 def test_no_message_is_lost_or_repeated_when_a_page_end_leaves(
-        client: dynoq.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The entry a page ended on is popped (and others before it) before the next page:
     the walk goes on right after where it was, by score, then among equal scores by id."""
     monkeypatch.setattr(scan, "PAGE", 20)

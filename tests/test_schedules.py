@@ -38,7 +38,8 @@ def test_ticks_come_from_the_definition() -> None:
 
 @pytest.mark.slow
 def test_one_occurrence_per_tick_with_three_consumers_and_two_sweepers(
-        real_url: str, prefix: str, real_client: dynoq.Client) -> None:
+    real_url: str, prefix: str, real_client: dynoq.Client
+) -> None:
     clients = [dynoq.connect(real_url, prefix=prefix) for _ in range(5)]
     ticks: Counter[int] = Counter()
     lock = threading.Lock()
@@ -50,8 +51,7 @@ def test_one_occurrence_per_tick_with_three_consumers_and_two_sweepers(
 
     q = real_client.queue("heartbeat", shards=4)
     every = 0.2
-    consumers = [c.consumer("heartbeat", handle, idle_wait=0.1, lease_ttl=2)
-                 for c in clients[:3]]
+    consumers = [c.consumer("heartbeat", handle, idle_wait=0.1, lease_ttl=2) for c in clients[:3]]
     sweepers = [c.sweeper(interval=0.05) for c in clients[3:]]
     threads = [threading.Thread(target=s.run_forever) for s in sweepers]
     try:
@@ -113,11 +113,16 @@ def test_the_sweeper_keeps_the_chain_going_without_consumers(client: dynoq.Clien
 def test_bad_schedules_are_refused(client: dynoq.Client) -> None:
     q = client.queue("bad-sched", shards=2)
     ordered = client.queue("bad-sched-ordered", shards=2, ordered=True)
-    for call in (lambda: q.schedule("x", 1), lambda: q.schedule("x", 1, every=1, cron="* * * * *"),
-                 lambda: q.schedule("x", 1, every=0), lambda: q.schedule("x", 1, cron="nope"),
-                 lambda: q.schedule("a@b", 1, every=1), lambda: q.schedule("", 1, every=1),
-                 lambda: q.schedule("x", 1, every=1, priority=100),
-                 lambda: ordered.schedule("x", 1, every=1, priority=3)):
+    for call in (
+        lambda: q.schedule("x", 1),
+        lambda: q.schedule("x", 1, every=1, cron="* * * * *"),
+        lambda: q.schedule("x", 1, every=0),
+        lambda: q.schedule("x", 1, cron="nope"),
+        lambda: q.schedule("a@b", 1, every=1),
+        lambda: q.schedule("", 1, every=1),
+        lambda: q.schedule("x", 1, every=1, priority=100),
+        lambda: ordered.schedule("x", 1, every=1, priority=3),
+    ):
         with pytest.raises(dynoq.InvalidArgument):
             call()
     with pytest.raises(dynoq.PayloadTypeError):

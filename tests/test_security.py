@@ -49,10 +49,12 @@ def test_the_password_is_never_shown(locked_server: Any, caplog: pytest.LogCaptu
         assert all(SECRET not in s for s in shown), shown
         assert client.url.count(SECRET) == 1  # the usable URL, for other processes only
     errors: list[BaseException] = []
-    for url in (_url(locked_server, password=SECRET + "x"),  # wrong password
-                f"redis://:{SECRET}@127.0.0.1:1/0",  # unreachable
-                f"http://:{SECRET}@host/0",  # bad scheme
-                f"redis://:{SECRET}@127.0.0.1:1/0?password={SECRET}"):
+    for url in (
+        _url(locked_server, password=SECRET + "x"),  # wrong password
+        f"redis://:{SECRET}@127.0.0.1:1/0",  # unreachable
+        f"http://:{SECRET}@host/0",  # bad scheme
+        f"redis://:{SECRET}@127.0.0.1:1/0?password={SECRET}",
+    ):
         with pytest.raises(dynoq.DynoqError) as info:
             dynoq.connect(url, socket_connect_timeout=0.5, retry=None)
         errors.append(info.value)
@@ -78,16 +80,18 @@ def acl_users(locked_server: Any) -> dict[str, str]:
     admin = redis.Redis(host=locked_server.host, port=locked_server.port, password=SECRET)
     urls = {}
     for role in acl.ROLES:
-        admin.execute_command("ACL", "SETUSER", f"{role}-u", "reset", "on", f">{role}-pw",
-                              *acl.rules("tenant", role))
+        admin.execute_command(
+            "ACL", "SETUSER", f"{role}-u", "reset", "on", f">{role}-pw", *acl.rules("tenant", role)
+        )
         urls[role] = _url(locked_server, f"{role}-u", f"{role}-pw")
     acl.install(admin)  # the admin step: roles may call dynoq's scripts, never load them
     admin.close()
     return urls
 
 
-def test_each_role_does_its_job_with_least_privilege(acl_users: dict[str, str],
-                                                     locked_server: Any) -> None:
+def test_each_role_does_its_job_with_least_privilege(
+    acl_users: dict[str, str], locked_server: Any
+) -> None:
     producer = dynoq.connect(acl_users["producer"], prefix="tenant")
     consumer_client = dynoq.connect(acl_users["consumer"], prefix="tenant")
     sweeper_client = dynoq.connect(acl_users["sweeper"], prefix="tenant")
@@ -105,10 +109,14 @@ def test_each_role_does_its_job_with_least_privilege(acl_users: dict[str, str],
         time.sleep(0.3)
         report = sweeper_client.sweeper().run_once()
         assert report.errors == 0 and report.total().requeued == 5
-        with consumer_client.consumer(cq, lambda m: seen.append(m.payload), idle_wait=0.1,
-                                      lease_ttl=2), \
-                consumer_client.consumer("events", lambda m: seen.append(m.payload),
-                                         idle_wait=0.1, lease_ttl=2):
+        with (
+            consumer_client.consumer(
+                cq, lambda m: seen.append(m.payload), idle_wait=0.1, lease_ttl=2
+            ),
+            consumer_client.consumer(
+                "events", lambda m: seen.append(m.payload), idle_wait=0.1, lease_ttl=2
+            ),
+        ):
             deadline = time.monotonic() + 20
             while len(seen) < 25 and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -121,8 +129,10 @@ def test_each_role_does_its_job_with_least_privilege(acl_users: dict[str, str],
         with pytest.raises(redis.exceptions.NoPermissionError):
             outsider.flushall()
         outsider.close()
-        with dynoq.connect(acl_users["consumer"], prefix="other") as wrong, \
-                pytest.raises(dynoq.PermissionDenied):
+        with (
+            dynoq.connect(acl_users["consumer"], prefix="other") as wrong,
+            pytest.raises(dynoq.PermissionDenied),
+        ):
             wrong.queue("jobs")  # another tenant's prefix is out of reach
     finally:
         for c in (producer, consumer_client, sweeper_client):
@@ -130,6 +140,7 @@ def test_each_role_does_its_job_with_least_privilege(acl_users: dict[str, str],
 
 
 # -- TLS ------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
@@ -139,20 +150,58 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
     if not server_bin or not openssl:
         pytest.skip("needs redis-server with TLS and openssl on the machine")
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"),
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([server_bin, "--port", "0", "--tls-port", str(port),
-                             "--tls-cert-file", str(d / "cert.pem"),
-                             "--tls-key-file", str(d / "key.pem"),
-                             "--tls-ca-cert-file", str(d / "cert.pem"),
-                             "--tls-auth-clients", "no", "--save", "", "--appendonly", "no",
-                             "--bind", "127.0.0.1", "--dir", str(d)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            server_bin,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--tls-cert-file",
+            str(d / "cert.pem"),
+            "--tls-key-file",
+            str(d / "key.pem"),
+            "--tls-ca-cert-file",
+            str(d / "cert.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(d),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 10
     while True:
         try:

@@ -43,25 +43,45 @@ def sentinel_setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
     master, replica, sentinel = _free_port(), _free_port(), _free_port()
     procs = []
     common = ["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
-    procs.append(subprocess.Popen([binary, "--port", str(master), "--dir", str(tmp_path),
-                                   *common], stdout=subprocess.DEVNULL))
-    procs.append(subprocess.Popen([binary, "--port", str(replica), "--dir", str(tmp_path),
-                                   "--replicaof", "127.0.0.1", str(master), *common],
-                                  stdout=subprocess.DEVNULL))
+    procs.append(
+        subprocess.Popen(
+            [binary, "--port", str(master), "--dir", str(tmp_path), *common],
+            stdout=subprocess.DEVNULL,
+        )
+    )
+    procs.append(
+        subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(replica),
+                "--dir",
+                str(tmp_path),
+                "--replicaof",
+                "127.0.0.1",
+                str(master),
+                *common,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+    )
     conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {sentinel}\nbind 127.0.0.1\n"
-                    f"sentinel monitor {SERVICE} 127.0.0.1 {master} 1\n"
-                    # Failovers here are asked for (SENTINEL FAILOVER): a master slow to
-                    # answer PING on a loaded machine must not count as down meanwhile
-                    # (a CI run's acl install found "No master found").
-                    f"sentinel down-after-milliseconds {SERVICE} 10000\n"
-                    f"sentinel failover-timeout {SERVICE} 5000\n")
+    conf.write_text(
+        f"port {sentinel}\nbind 127.0.0.1\n"
+        f"sentinel monitor {SERVICE} 127.0.0.1 {master} 1\n"
+        # Failovers here are asked for (SENTINEL FAILOVER): a master slow to
+        # answer PING on a loaded machine must not count as down meanwhile
+        # (a CI run's acl install found "No master found").
+        f"sentinel down-after-milliseconds {SERVICE} 10000\n"
+        f"sentinel failover-timeout {SERVICE} 5000\n"
+    )
     procs.append(subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL))
     try:
         wait_for(lambda: all(_up(p) for p in (master, replica, sentinel)), 20, "servers up")
         s = redis.Redis(port=sentinel, decode_responses=True)
-        wait_for(lambda: len(s.sentinel_slaves(SERVICE)) == 1, 20,
-                 "the sentinel to see the replica")
+        wait_for(
+            lambda: len(s.sentinel_slaves(SERVICE)) == 1, 20, "the sentinel to see the replica"
+        )
         yield {"master": master, "replica": replica, "sentinel": sentinel, "admin": s}
         s.close()
     finally:
@@ -82,8 +102,11 @@ def _failover(ports: dict[str, Any]) -> None:
             if "NOGOODSLAVE" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    wait_for(lambda: ports["admin"].sentinel_get_master_addr_by_name(SERVICE)[1]
-             == ports["replica"], 30, "the replica to be promoted")
+    wait_for(
+        lambda: ports["admin"].sentinel_get_master_addr_by_name(SERVICE)[1] == ports["replica"],
+        30,
+        "the replica to be promoted",
+    )
 
 
 def _numbered(first: int, last: int) -> list[dynoq.Message]:
@@ -131,16 +154,22 @@ def test_failover_loses_nothing_and_consumers_go_on(sentinel_setup: dict[str, An
                 push(first, first + 20)
             wait_for(lambda: len(seen) == 200, 30, "everything handled after the failover")
             # A message pushed again after it was handled comes once more: let it finish.
-            wait_for(lambda: q.stats().size == 0 and q.stats().unacked == 0, 30,
-                     "nothing left waiting or in flight")
+            wait_for(
+                lambda: q.stats().size == 0 and q.stats().unacked == 0,
+                30,
+                "nothing left waiting or in flight",
+            )
         finally:
             consumer.stop(10)
         assert client.redis.connection_pool.get_master_address()[1] == ports["replica"]
 
 
 def test_bad_sentinel_urls() -> None:
-    for url in ("redis+sentinel://127.0.0.1:1", "redis+sentinel://:pw@nohost/svc",
-                "redis+sentinel://127.0.0.1:1/svc/notadb"):
+    for url in (
+        "redis+sentinel://127.0.0.1:1",
+        "redis+sentinel://:pw@nohost/svc",
+        "redis+sentinel://127.0.0.1:1/svc/notadb",
+    ):
         for connect in (dynoq.connect, dynoq.asyncio.connect):
             with pytest.raises(dynoq.InvalidArgument) as info:
                 connect(url)
@@ -148,7 +177,8 @@ def test_bad_sentinel_urls() -> None:
 
 
 def test_asyncio_client_finds_the_new_master_after_a_failover(
-        sentinel_setup: dict[str, Any]) -> None:
+    sentinel_setup: dict[str, Any],
+) -> None:
     ports = sentinel_setup
     url = f"redis+sentinel://127.0.0.1:{ports['sentinel']}/{SERVICE}"
 

@@ -30,8 +30,9 @@ print("all rounds stopped")
 
 def test_a_signal_stops_a_waiting_loop_at_any_moment() -> None:
     try:
-        out = subprocess.run([sys.executable, "-c", ROUNDS], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", ROUNDS], capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:  # (run() has killed it)
         raise AssertionError("a signal deadlocked the loop") from None
     assert out.returncode == 0, out.stderr

@@ -71,8 +71,7 @@ def write_files(src: Path) -> None:
     for f in range(FILES):
         lines = []
         for _ in range(ROWS):
-            lines.append(json.dumps({"event_id": f"e{seq}", "key": f"k{seq % KEYS}",
-                                     "seq": seq}))
+            lines.append(json.dumps({"event_id": f"e{seq}", "key": f"k{seq % KEYS}", "seq": seq}))
             seq += 1
         path = src / f"part-{f}.json"
         path.write_text("\n".join(lines) + "\n")
@@ -86,29 +85,41 @@ KILLS = [("before-write", 1), ("mid-write", 2), ("after-write", 3), ("after-comm
 
 @pytest.mark.timeout(900)  # five drivers, one after the other, on a loaded machine
 def test_killed_driver_restarts_from_checkpoint_exactly_once(
-        stream_client: dynoq.Client, tmp_path: Path) -> None:
+    stream_client: dynoq.Client, tmp_path: Path
+) -> None:
     client = stream_client
     q = client.queue("events", shards=4, ordered=True)
     src, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     write_files(src)
     ledger = Ledger()
-    consumer = client.consumer(q, ledger.handle, group="audit", concurrency=2,
-                               batch_size=20, rebalance_interval=0.5).start()
+    consumer = client.consumer(
+        q, ledger.handle, group="audit", concurrency=2, batch_size=20, rebalance_interval=0.5
+    ).start()
     here = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, JOB, client.url, client.prefix, "events", str(src),
-            str(checkpoint)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    args = [sys.executable, JOB, client.url, client.prefix, "events", str(src), str(checkpoint)]
     gate = f"{client.prefix}:gate"
     probe = RowWriter(Target.of(client, "events"), RowSpec.of("event_id")).for_query
     try:
         for stage, batch in KILLS:
-            job = subprocess.Popen([*args, f"{stage}:{batch}:{gate}"], env=env,
-                                   start_new_session=True, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)
+            job = subprocess.Popen(
+                [*args, f"{stage}:{batch}:{gate}"],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             try:
-                wait_for(partial(_held_or_gone, client, gate, job), timeout=300,
-                         what=f"the driver held at {stage} of batch {batch}")
+                wait_for(
+                    partial(_held_or_gone, client, gate, job),
+                    timeout=300,
+                    what=f"the driver held at {stage} of batch {batch}",
+                )
                 assert job.poll() is None, job.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
                 assert client.redis.get(f"{gate}:reached") == f"{stage}:{batch}".encode()
             finally:
@@ -124,11 +135,11 @@ def test_killed_driver_restarts_from_checkpoint_exactly_once(
                 assert 100 <= progress.written < ROWS, progress
             elif stage == "after-write":
                 assert progress.written == ROWS, progress
-        job = subprocess.run(args, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, timeout=300)
+        job = subprocess.run(
+            args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300
+        )
         assert job.returncode == 0, job.stderr.decode()[-3000:]
-        wait_for(lambda: len(ledger.ids) >= FILES * ROWS, timeout=30,
-                 what="every event consumed")
+        wait_for(lambda: len(ledger.ids) >= FILES * ROWS, timeout=30, what="every event consumed")
         time.sleep(0.3)  # a duplicate would arrive now
     finally:
         consumer.stop()

@@ -27,11 +27,21 @@ WRITERS = ("format-arrow", "format-rows", "partition_sink", "batch_sink", "write
 def write_with(how: str, df: Any, client: dynoq.Client, queue: str, **cols: Any) -> None:
     """Write ``df`` to ``queue`` with one of the WRITERS (column options as the sinks')."""
     if how.startswith("format"):
-        names = {"id_col": "idCol", "key_col": "keyCol", "delay_col": "delayCol",
-                 "priority_col": "priorityCol", "batch_size": "batchSize"}
-        (df.write.format("dynoq").options(**source_options(client, queue))
-         .options(**{names[k]: v for k, v in cols.items()})
-         .option("arrow", str(how == "format-arrow").lower()).mode("append").save())
+        names = {
+            "id_col": "idCol",
+            "key_col": "keyCol",
+            "delay_col": "delayCol",
+            "priority_col": "priorityCol",
+            "batch_size": "batchSize",
+        }
+        (
+            df.write.format("dynoq")
+            .options(**source_options(client, queue))
+            .options(**{names[k]: v for k, v in cols.items()})
+            .option("arrow", str(how == "format-arrow").lower())
+            .mode("append")
+            .save()
+        )
     elif how == "partition_sink":
         df.foreachPartition(partition_sink(client, queue, schema=df.schema, **cols))
     elif how == "batch_sink":
@@ -61,18 +71,35 @@ EVERY_TYPE = """SELECT * FROM VALUES (
 ) AS t(id, i8, i16, i32, i64, f32, f64, dec, s, bin, flag, day, ts, ntz, dur, arr, m, st,
        nested, nothing, zero, tiny, negative)"""
 
-R1 = {"id": "r1", "i8": 1, "i16": 2, "i32": 3, "i64": 4, "f32": 1.5, "f64": 2.25,
-      "dec": "12.30", "s": "text", "bin": b"\x00\x01", "flag": True, "day": "2024-05-01",
-      "ts": "2024-05-01T10:00:00.250000+00:00", "ntz": "2024-05-01T12:00:00", "dur": 90.0,
-      "arr": [1, 2, None], "m": {"a": 1, "b": 2},
-      "st": {"n": 1, "due": {"2024-05-01": [{"x": 1.5}]}},
-      "nested": [{"k": {"t": "1970-01-01T00:00:00+00:00"}}], "nothing": None,
-      # plain digits, exactly the scale's decimals (not "0E-18", "1.000E-7", "-1E-10")
-      "zero": "0.000000000000000000", "tiny": "0.0000001000", "negative": "-0.0000000001"}
+R1 = {
+    "id": "r1",
+    "i8": 1,
+    "i16": 2,
+    "i32": 3,
+    "i64": 4,
+    "f32": 1.5,
+    "f64": 2.25,
+    "dec": "12.30",
+    "s": "text",
+    "bin": b"\x00\x01",
+    "flag": True,
+    "day": "2024-05-01",
+    "ts": "2024-05-01T10:00:00.250000+00:00",
+    "ntz": "2024-05-01T12:00:00",
+    "dur": 90.0,
+    "arr": [1, 2, None],
+    "m": {"a": 1, "b": 2},
+    "st": {"n": 1, "due": {"2024-05-01": [{"x": 1.5}]}},
+    "nested": [{"k": {"t": "1970-01-01T00:00:00+00:00"}}],
+    "nothing": None,
+    # plain digits, exactly the scale's decimals (not "0E-18", "1.000E-7", "-1E-10")
+    "zero": "0.000000000000000000",
+    "tiny": "0.0000001000",
+    "negative": "-0.0000000001",
+}
 
 
-def test_every_type_is_stored_the_same_by_every_writer(spark: Any,
-                                                        sclient: dynoq.Client) -> None:
+def test_every_type_is_stored_the_same_by_every_writer(spark: Any, sclient: dynoq.Client) -> None:
     df = spark.sql(EVERY_TYPE).repartition(2)
     r2 = {c: None for c in R1} | {"id": "r2"}
     payloads = {}
@@ -82,9 +109,16 @@ def test_every_type_is_stored_the_same_by_every_writer(spark: Any,
         payloads[how] = stored(q)
         assert payloads[how] == {"r1": R1, "r2": r2}, how
     # ... and reads back as the same JSON, whoever wrote it.
-    texts = {how: sorted(r["payload"] for r in spark.read.format("dynoq")
-                         .options(**source_options(sclient, how)).load().collect())
-             for how in ("format-arrow", "partition_sink")}
+    texts = {
+        how: sorted(
+            r["payload"]
+            for r in spark.read.format("dynoq")
+            .options(**source_options(sclient, how))
+            .load()
+            .collect()
+        )
+        for how in ("format-arrow", "partition_sink")
+    }
     assert texts["format-arrow"] == texts["partition_sink"]
     assert json.loads(texts["format-arrow"][0])["bin"] == {"$base64": "AAE="}
 
@@ -93,20 +127,35 @@ def _jobs(spark: Any) -> list[int]:
     return list(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
-@pytest.mark.parametrize(("select", "cols", "error"), [
-    ("'r1' AS id, map(named_struct('a', 1), 'x') AS m", {"id_col": "id"},
-     "column 'm' is a map keyed by struct"),
-    ("'r1' AS id, array(map(array(1), 'x')) AS m", {"id_col": "id"},
-     "column 'm' (at m[]) is a map keyed by array"),
-    ("'r1' AS id, INTERVAL '1-2' YEAR TO MONTH AS ym", {"id_col": "id"},
-     "column 'ym' is interval year to month, which has no payload form"),
-    ("X'01' AS id, 1 AS v", {"id_col": "id"}, "id column 'id' is binary"),
-    ("'r1' AS id, '10' AS d", {"id_col": "id", "delay_col": "d"},
-     "delay column 'd' is string: a delay is seconds"),
-])
+@pytest.mark.parametrize(
+    ("select", "cols", "error"),
+    [
+        (
+            "'r1' AS id, map(named_struct('a', 1), 'x') AS m",
+            {"id_col": "id"},
+            "column 'm' is a map keyed by struct",
+        ),
+        (
+            "'r1' AS id, array(map(array(1), 'x')) AS m",
+            {"id_col": "id"},
+            "column 'm' (at m[]) is a map keyed by array",
+        ),
+        (
+            "'r1' AS id, INTERVAL '1-2' YEAR TO MONTH AS ym",
+            {"id_col": "id"},
+            "column 'ym' is interval year to month, which has no payload form",
+        ),
+        ("X'01' AS id, 1 AS v", {"id_col": "id"}, "id column 'id' is binary"),
+        (
+            "'r1' AS id, '10' AS d",
+            {"id_col": "id", "delay_col": "d"},
+            "delay column 'd' is string: a delay is seconds",
+        ),
+    ],
+)
 def test_column_types_are_checked_on_the_driver_by_every_writer(
-        spark: Any, sclient: dynoq.Client, select: str, cols: dict[str, str],
-        error: str) -> None:
+    spark: Any, sclient: dynoq.Client, select: str, cols: dict[str, str], error: str
+) -> None:
     """A type that cannot be stored, or cannot be an id or a delay, fails before any task
     starts, with the column's name, whichever writer is used."""
     q = sclient.queue("typed", shards=2)
@@ -122,15 +171,19 @@ def test_column_types_are_checked_on_the_driver_by_every_writer(
 
 
 def test_partition_sink_without_a_schema_names_the_columns_pyspark_cannot_decode(
-        spark: Any, sclient: dynoq.Client) -> None:
+    spark: Any, sclient: dynoq.Client
+) -> None:
     """Without schema=, a column PySpark cannot turn into a Row (a map keyed by arrays, a
     year-month interval) fails the job before the sink sees a row: the error says why and
     how to have it refused on the driver instead."""
     sclient.queue("undecodable", shards=1)
     for column in ("map(array(1), 'x')", "INTERVAL '1-2' YEAR TO MONTH"):
         df = spark.sql(f"SELECT 'r1' AS id, {column} AS v")
-        with pytest.raises(Exception, match=r"(?s)InvalidType: PySpark cannot turn a row .*"
-                                            r"give partition_sink schema=df.schema"):
+        with pytest.raises(
+            Exception,
+            match=r"(?s)InvalidType: PySpark cannot turn a row .*"
+            r"give partition_sink schema=df.schema",
+        ):
             df.foreachPartition(partition_sink(sclient, "undecodable", id_col="id"))
         with pytest.raises(dynoq.InvalidType, match="column 'v'"):
             partition_sink(sclient, "undecodable", id_col="id", schema=df.schema)
@@ -149,8 +202,8 @@ FROM range(0, 1000, 1, 2)"""  # two partitions: ids 0..499 and 500..999
 
 @pytest.mark.parametrize("how", WRITERS)
 def test_every_row_is_counted_once_and_bad_rows_are_refused_with_where_and_why(
-        spark: Any, sclient: dynoq.Client, how: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    spark: Any, sclient: dynoq.Client, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Duplicates are skipped and counted; a null id, a null, NaN or negative delay, a null
     key on an ordered queue are refused per row (the rest is written), counted, and
     described on the driver with the row's partition, position and column. The counts
@@ -171,10 +224,12 @@ def test_every_row_is_counted_once_and_bad_rows_are_refused_with_where_and_why(
     # timers: 1000 rows = 994 pushed + 2 repeated ids + 4 invalid rows
     assert timers.size() == 994 and counted(timers.name, "pushed") == 994
     assert counted(timers.name, "skipped") == 2 and counted(timers.name, "refused") == 4
-    for row, why in ((10, "column 'id': the id is null"),
-                     (200, "column 'delay': the delay is nan"),
-                     (201, "column 'delay': the delay is null"),
-                     (202, "column 'delay': the delay is -1.0")):
+    for row, why in (
+        (10, "column 'id': the id is null"),
+        (200, "column 'delay': the delay is nan"),
+        (201, "column 'delay': the delay is null"),
+        (202, "column 'delay': the delay is -1.0"),
+    ):
         part = 0 if row == 10 else 1
         assert f"partition {part} row {row}, {why}" in text, text
     assert timers.get("e19") is not None and timers.get("e700") is None
@@ -185,20 +240,27 @@ def test_every_row_is_counted_once_and_bad_rows_are_refused_with_where_and_why(
 
 
 def test_a_micro_batch_of_format_dynoq_is_counted_on_the_driver(
-        spark: Any, sclient: dynoq.Client, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    spark: Any, sclient: dynoq.Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     q = sclient.queue("stream", shards=2)
     src = tmp_path / "in"
     src.mkdir()
     for f in range(2):
         (src / f"part-{f}.json").write_text(
-            "\n".join(json.dumps({"id": f"e{f}-{i}", "n": i}) for i in range(30)) + "\n")
+            "\n".join(json.dumps({"id": f"e{f}-{i}", "n": i}) for i in range(30)) + "\n"
+        )
     with caplog.at_level(logging.INFO, logger="dynoq.spark"):
-        query = (spark.readStream.schema("id string, n long").option("maxFilesPerTrigger", 1)
-                 .json(str(src)).writeStream.format("dynoq")
-                 .options(**source_options(sclient, "stream")).option("idCol", "id")
-                 .option("checkpointLocation", str(tmp_path / "ck"))
-                 .trigger(availableNow=True).start())
+        query = (
+            spark.readStream.schema("id string, n long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(src))
+            .writeStream.format("dynoq")
+            .options(**source_options(sclient, "stream"))
+            .option("idCol", "id")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         assert query.exception() is None
     batches = [r.getMessage() for r in caplog.records if "micro-batch" in r.getMessage()]
@@ -206,14 +268,19 @@ def test_a_micro_batch_of_format_dynoq_is_counted_on_the_driver(
     assert all("pushed 30, skipped 0 as duplicates, refused 0" in b for b in batches)
 
 
-def test_a_batch_write_needs_mode_append_and_the_docs_say_so(spark: Any,
-                                                              sclient: dynoq.Client) -> None:
+def test_a_batch_write_needs_mode_append_and_the_docs_say_so(
+    spark: Any, sclient: dynoq.Client
+) -> None:
     """Spark refuses its default save mode for a Python data source before dynoq runs
     (the API cannot accept it); dynoq refuses overwrite, naming mode("append"); neither
     runs a job or writes anything, and docs/spark.md says mode("append") is needed."""
     q = sclient.queue("modes", shards=1)
-    w = (spark.range(3).write.format("dynoq").options(**source_options(sclient, "modes"))
-         .option("idCol", "id"))
+    w = (
+        spark.range(3)
+        .write.format("dynoq")
+        .options(**source_options(sclient, "modes"))
+        .option("idCol", "id")
+    )
     before = _jobs(spark)
     with pytest.raises(Exception, match="ErrorIfExists"):
         w.save()
@@ -228,8 +295,10 @@ def test_a_batch_write_needs_mode_append_and_the_docs_say_so(spark: Any,
 
 # -- a task retried after its Python worker was killed -------------------------------------------
 
+
 def test_rows_a_killed_attempt_pushed_count_as_pushed_after_the_task_is_retried(
-        spark: Any, sclient: dynoq.Client) -> None:
+    spark: Any, sclient: dynoq.Client
+) -> None:
     """Partition 0's Python worker is SIGKILLed once its first rows were pushed, and Spark
     runs the task again from its first row: every row counts once, as pushed (not as a
     duplicate), on the driver, whichever writer wrote it; the task's record of what its
@@ -258,18 +327,22 @@ def test_rows_a_killed_attempt_pushed_count_as_pushed_after_the_task_is_retried(
             rows = 0
             for rb in batches:
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([f"{i:04d}{pad}" for i in rb.column(0).to_pylist()])],
-                    names=["id"])
+                    [pa.array([f"{i:04d}{pad}" for i in rb.column(0).to_pylist()])], names=["id"]
+                )
                 rows += rb.num_rows
                 if first and rows >= 300:  # the writer pushed some: kill this worker
                     with dynoq.connect(url, prefix=prefix) as c:
                         q = c.open_existing(queue)
                         deadline = time.monotonic() + 30
-                        while (q is not None and q.get(f"{0:04d}{pad}") is None
-                               and time.monotonic() < deadline):
+                        while (
+                            q is not None
+                            and q.get(f"{0:04d}{pad}") is None
+                            and time.monotonic() < deadline
+                        ):
                             time.sleep(0.02)
                         c.redis.incr(kills)
                     os.kill(os.getpid(), signal.SIGKILL)
+
         return upstream
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
@@ -284,14 +357,17 @@ def test_rows_a_killed_attempt_pushed_count_as_pushed_after_the_task_is_retried(
             write_with(how, df, sclient, q.name, id_col="id", batch_size=50)
             assert int(sclient.redis.get(kills)) == before + 1, how  # one worker killed
             assert q.size() == 800, how
-            assert (counted(q.name, "pushed") - pushed, counted(q.name, "skipped") - skipped) \
-                == (800, 0), how
+            assert (counted(q.name, "pushed") - pushed, counted(q.name, "skipped") - skipped) == (
+                800,
+                0,
+            ), how
             assert not sclient.redis.keys(f"{prefix}:*:tried:*"), how
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
 # -- threads -------------------------------------------------------------------------------------
+
 
 def test_format_dynoq_from_a_thread_pool(spark: Any, sclient: dynoq.Client) -> None:
     """Spark looks data sources up in the calling thread's active session: register()
@@ -308,8 +384,14 @@ def test_format_dynoq_from_a_thread_pool(spark: Any, sclient: dynoq.Client) -> N
             register(spark)
         else:
             assert spark_session()[0] is spark  # reuses the running session
-        (spark.range(n * 100, n * 100 + 100).write.format("dynoq").options(**opts)
-         .option("idCol", "id").mode("append").save())
+        (
+            spark.range(n * 100, n * 100 + 100)
+            .write.format("dynoq")
+            .options(**opts)
+            .option("idCol", "id")
+            .mode("append")
+            .save()
+        )
         return int(spark.read.format("dynoq").options(**opts).load().count())
 
     with ThreadPoolExecutor(2) as pool:
@@ -320,8 +402,10 @@ def test_format_dynoq_from_a_thread_pool(spark: Any, sclient: dynoq.Client) -> N
 
 # -- a queue recreated under the executors ----------------------------------------------------
 
+
 def test_a_write_after_the_queue_was_recreated_strands_no_row(
-        spark: Any, sclient: dynoq.Client, server_url: str) -> None:
+    spark: Any, sclient: dynoq.Client, server_url: str
+) -> None:
     """The executors' Python workers opened the queue with 4 shards (and keep it); it is
     deleted and made again with 2 by a fresh client. A write must not push rows into
     shards the new queue does not have: it is refused (QueueGone), or it re-reads the
@@ -335,8 +419,7 @@ def test_a_write_after_the_queue_was_recreated_strands_no_row(
     with dynoq.connect(server_url, prefix=sclient.prefix) as fresh:
         q = fresh.queue("gone", shards=2)
         try:
-            (spark.range(60, 120, 1, 2).write.format("dynoq").options(**opts)
-             .mode("append").save())
+            (spark.range(60, 120, 1, 2).write.format("dynoq").options(**opts).mode("append").save())
         except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
             assert "QueueGone" in str(exc)
         else:

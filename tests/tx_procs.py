@@ -38,8 +38,9 @@ def db(path: str) -> sqlite3.Connection:
     return conn
 
 
-def order(q: dynoq.Queue, conn: sqlite3.Connection, order_id: str, stage: str,
-          keep: bool = True) -> None:
+def order(
+    q: dynoq.Queue, conn: sqlite3.Connection, order_id: str, stage: str, keep: bool = True
+) -> None:
     half = q.prepare({"order": order_id}, id=order_id, check_after=0.5)
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("INSERT INTO orders VALUES (?, ?)", (order_id, 42))
@@ -85,8 +86,9 @@ def check(url: str, prefix: str, path: str, marks: str, hang: bool) -> None:
 
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue(QUEUE, shards=2)
-        client.checker(q, decide, check_interval=0.2, claim_timeout=1.0, max_checks=100,
-                       poll_interval=0.1).run()
+        client.checker(
+            q, decide, check_interval=0.2, claim_timeout=1.0, max_checks=100, poll_interval=0.1
+        ).run()
 
 
 def decide(url: str, prefix: str, out: str, what: str, n: int, go: str) -> None:

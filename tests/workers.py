@@ -12,8 +12,7 @@ def produce_consume(url: str, prefix: str, worker: int, n: int, out: Any) -> Non
     with dynoq.connect(url, prefix=prefix) as client:
         q = client.queue("mp")
         for start in range(0, n, 500):
-            q.push_many([dynoq.Message(i, id=f"w{worker}-{i}") for i in range(start,
-                                                                             start + 500)])
+            q.push_many([dynoq.Message(i, id=f"w{worker}-{i}") for i in range(start, start + 500)])
         acked: list[str] = []
         idle = 0
         while idle < 3:

@@ -10,6 +10,7 @@ consumer = dynoq.Consumer in-process: `concurrency` worker threads, each popping
 handler still gets one message at a time. At-least-once, with visibility timeouts.
 Options (--opt): batch=100, shards=4.
 """
+
 from common import URL
 
 import dynoq
@@ -44,8 +45,12 @@ class Adapter:
     def start_consumer(self, counter):
         hit = counter.hit
         self.consumer = self.client.consumer(
-            self.q, lambda msg: hit(), concurrency=self.concurrency, batch_size=self.batch,
-            idle_wait=0.5)
+            self.q,
+            lambda msg: hit(),
+            concurrency=self.concurrency,
+            batch_size=self.batch,
+            idle_wait=0.5,
+        )
         self.consumer.start()
 
     def stop_consumer(self):

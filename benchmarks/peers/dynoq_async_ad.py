@@ -10,6 +10,7 @@ per script call (default 100) and acking them with one call; the async handler s
 gets one message at a time. At-least-once, with visibility timeouts.
 Options (--opt): batch=100, shards=4.
 """
+
 from common import URL
 
 import dynoq
@@ -49,8 +50,8 @@ class Adapter:
             hit()
 
         self.consumer = self.client.consumer(
-            self.q, handler, concurrency=self.concurrency, batch_size=self.batch,
-            idle_wait=0.5)
+            self.q, handler, concurrency=self.concurrency, batch_size=self.batch, idle_wait=0.5
+        )
         await self.consumer.start()
 
     async def stop_consumer(self):

@@ -48,7 +48,7 @@ from .bounds import body_size, chunks
 from .calls import Batch, Call, Cmd
 from .keys import ShardKeys
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 
 RETENTION = 7 * 24 * 3600.0  # seconds a query's batch keys outlive its last batch
 MAX_BATCH_ID = 2**53 - 1  # batch ids are compared as Lua numbers (doubles)
@@ -79,17 +79,28 @@ class BatchKeys:
     tried: str
 
     @classmethod
-    def of(cls, shard: ShardKeys, query: str, keyed: bool = False,
-           task: str = "-") -> BatchKeys:
+    def of(cls, shard: ShardKeys, query: str, keyed: bool = False, task: str = "-") -> BatchKeys:
         """A keyed queue's (ordered="key") waiting, turn and key-state sets stand in
         for delayed, ready and unack (push-batch-13.lua's header)."""
         tag = _tag(shard)
-        first = ((shard.kwait, shard.kturn, shard.kstate) if keyed
-                 else (shard.delayed, shard.ready, shard.unack))
-        return cls(*first, shard.msgs, shard.dlv,
-                   shard.dead, shard.seq, shard.done, shard.counts,
-                   f"{tag}:commit:{query}", f"{tag}:wrote:{query}", shard.epoch,
-                   tried_key(shard, task))
+        first = (
+            (shard.kwait, shard.kturn, shard.kstate)
+            if keyed
+            else (shard.delayed, shard.ready, shard.unack)
+        )
+        return cls(
+            *first,
+            shard.msgs,
+            shard.dlv,
+            shard.dead,
+            shard.seq,
+            shard.done,
+            shard.counts,
+            f"{tag}:commit:{query}",
+            f"{tag}:wrote:{query}",
+            shard.epoch,
+            tried_key(shard, task),
+        )
 
 
 def _tag(shard: ShardKeys) -> str:
@@ -114,8 +125,12 @@ class Counts:
     invalid: int = 0  # of the refused: rows that make no valid message (a null id, ...)
 
     def __add__(self, other: Counts) -> Counts:
-        return Counts(self.pushed + other.pushed, self.skipped + other.skipped,
-                      self.refused + other.refused, self.invalid + other.invalid)
+        return Counts(
+            self.pushed + other.pushed,
+            self.skipped + other.skipped,
+            self.refused + other.refused,
+            self.invalid + other.invalid,
+        )
 
     @property
     def rows(self) -> int:
@@ -157,16 +172,23 @@ def check_batch(value: object) -> int:
 class BatchOps:
     """Spark writes to one queue, optionally as one streaming ``query``'s micro-batches."""
 
-    def __init__(self, ops: QueueOps, query: str = "",
-                 retention: float = RETENTION, attempt: Attempt | None = None) -> None:
+    def __init__(
+        self,
+        ops: QueueOps,
+        query: str = "",
+        retention: float = RETENTION,
+        attempt: Attempt | None = None,
+    ) -> None:
         self.ops = ops
         self.query = check_query(query) if query else ""
         self.retention_ms = validate.to_ms(
-            validate.check_seconds(retention, "retention", minimum=1.0))
+            validate.check_seconds(retention, "retention", minimum=1.0)
+        )
         self.attempt = attempt
         task = "-" if attempt is None else attempt.task
-        self.batch_keys = [BatchKeys.of(k, self.query or "-", ops.keyed, task)
-                           for k in ops.shard_keys]
+        self.batch_keys = [
+            BatchKeys.of(k, self.query or "-", ops.keyed, task) for k in ops.shard_keys
+        ]
         self.keys = [_PUSH.key_list(k) for k in self.batch_keys]
 
     def push(self, outs: Sequence[codec.Outgoing], batch: int | None = None) -> Call | Batch:
@@ -174,15 +196,22 @@ class BatchOps:
         micro-batch ``batch`` of the query when given, and of this ops' attempt of a
         Spark task when it has one; the reply is :class:`Counts`."""
         if len(outs) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per call, got "
-                                  f"{len(outs)}: push them in several calls")
+            raise InvalidArgument(
+                f"at most {validate.MAX_ITEMS} messages per call, got "
+                f"{len(outs)}: push them in several calls"
+            )
         if batch is not None and not self.query:
             raise InvalidArgument("a micro-batch needs the query it belongs to")
         number = -1 if batch is None else check_batch(batch)
-        head = [self.ops.epoch, validate.to_ms(self.ops.settings.dedupe_window),
-                self.ops.wake, number, self.retention_ms,
-                self.ops.kind.conc,
-                "" if self.attempt is None else self.attempt.number]
+        head = [
+            self.ops.epoch,
+            validate.to_ms(self.ops.settings.dedupe_window),
+            self.ops.wake,
+            number,
+            self.retention_ms,
+            self.ops.kind.conc,
+            "" if self.attempt is None else self.attempt.number,
+        ]
         check = self.ops.checked(f"push to {self.ops.name!r}")
         by_shard: dict[int, list[codec.Outgoing]] = defaultdict(list)
         for o in outs:
@@ -193,8 +222,11 @@ class BatchOps:
                 args = list(head)
                 for o in part:
                     # a keyed queue's body holds no key: the key rides in the delay's place
-                    args += ((o.id, o.routing, 0, o.body) if self.ops.keyed
-                             else (o.id, o.delay_ms, o.priority, o.body))
+                    args += (
+                        (o.id, o.routing, 0, o.body)
+                        if self.ops.keyed
+                        else (o.id, o.delay_ms, o.priority, o.body)
+                    )
                 calls.append(Call(_PUSH, self.keys[shard], args, check))
         if len(calls) == 1 and not self.ops.settings.min_replicas:
             calls[0].parse = self.ops.checked(f"push to {self.ops.name!r}", _counts)
@@ -207,8 +239,9 @@ class BatchOps:
         if not self.query:
             raise InvalidArgument("only a query's micro-batch can be committed")
         number = check_batch(batch)
-        calls: list[Any] = [Call(_COMMIT, [k.commit, k.wrote], [number, self.retention_ms])
-                            for k in self.batch_keys]
+        calls: list[Any] = [
+            Call(_COMMIT, [k.commit, k.wrote], [number, self.retention_ms]) for k in self.batch_keys
+        ]
         return self.ops.replicated(calls, lambda replies: any(int(r) for r in replies))
 
     def shards_of(self, outs: Sequence[codec.Outgoing]) -> set[int]:
@@ -219,12 +252,17 @@ class BatchOps:
         """Delete the records of Spark tasks (name, shards written to) that succeeded:
         no attempt of them will come. At most validate.MAX_ITEMS deletions a call."""
         shards = self.ops.shard_keys
-        calls: list[Any] = [Call(_CLEAR, [tried_key(shards[s], validate.check_name(
-            task, "Spark task"))], []) for task, written in tasks for s in written
-            if 0 <= s < len(shards)]  # a queue made anew with fewer shards: not there
+        calls: list[Any] = [
+            Call(_CLEAR, [tried_key(shards[s], validate.check_name(task, "Spark task"))], [])
+            for task, written in tasks
+            for s in written
+            if 0 <= s < len(shards)
+        ]  # a queue made anew with fewer shards: not there
         if len(calls) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} records per call, got "
-                                  f"{len(calls)}: forget them in several calls")
+            raise InvalidArgument(
+                f"at most {validate.MAX_ITEMS} records per call, got "
+                f"{len(calls)}: forget them in several calls"
+            )
         return Batch(calls)
 
     def progress(self) -> Batch:
@@ -259,5 +297,6 @@ def _progress(replies: list[Any]) -> Progress:
         if state[1] is not None:
             current.append(int(state[1]))
         written += int(size)
-    return Progress(max(committed) if committed else None,
-                    max(current) if current else None, written)
+    return Progress(
+        max(committed) if committed else None, max(current) if current else None, written
+    )

@@ -132,12 +132,25 @@ class InFlightBatch:
     has not begun back to the queue (``cut``: see :meth:`DeliveryState.stalled`).
     """
 
-    __slots__ = ("abandoned", "begun", "call_started", "calling", "cut", "lapsed", "msgs",
-                 "overran", "permits", "refilled", "results", "settled", "settling", "shard",
-                 "started")
+    __slots__ = (
+        "abandoned",
+        "begun",
+        "call_started",
+        "calling",
+        "cut",
+        "lapsed",
+        "msgs",
+        "overran",
+        "permits",
+        "refilled",
+        "results",
+        "settled",
+        "settling",
+        "shard",
+        "started",
+    )
 
-    def __init__(self, msgs: list[Message], shard: int | None, now: float,
-                 permits: int) -> None:
+    def __init__(self, msgs: list[Message], shard: int | None, now: float, permits: int) -> None:
         self.msgs = msgs
         self.shard = shard
         self.permits = permits  # flow-control permits it holds (concurrent queues)
@@ -157,12 +170,12 @@ class InFlightBatch:
     @property
     def unsettled(self) -> Results:
         """The outcomes this worker still settles."""
-        return self.results[self.settled:]
+        return self.results[self.settled :]
 
     @property
     def mine(self) -> list[Message]:
         """The messages still this worker's to handle or settle (all, unless cut)."""
-        return self.msgs if self.cut is None else self.msgs[:self.cut]
+        return self.msgs if self.cut is None else self.msgs[: self.cut]
 
 
 class DeliveryState:
@@ -192,8 +205,9 @@ class DeliveryState:
         for the caller to extend (then ``extended``). A batch whose extension failed
         keeps its clock running, so that ``ran_out`` sees its deliveries may be gone,
         and the next look tries again."""
-        return [b for b in self._by_worker.values()
-                if now - b.started >= older_than and not b.abandoned]
+        return [
+            b for b in self._by_worker.values() if now - b.started >= older_than and not b.abandoned
+        ]
 
     def stalled(self, now: float, after: float) -> list[tuple[list[Message], Results]]:
         """Concurrent batches whose running handler call began more than ``after``
@@ -203,23 +217,33 @@ class DeliveryState:
         settles only the rest: ``settled``)."""
         out = []
         for b in self._by_worker.values():
-            if (b.shard is None and b.cut is None and not b.abandoned and not b.settling
-                    and now - b.call_started >= after):
+            if (
+                b.shard is None
+                and b.cut is None
+                and not b.abandoned
+                and not b.settling
+                and now - b.call_started >= after
+            ):
                 b.cut, b.settled = b.begun, len(b.results)
-                rest, handled = b.msgs[b.cut:], b.results[:b.settled]
+                rest, handled = b.msgs[b.cut :], b.results[: b.settled]
                 if rest or handled:
                     out.append((rest, handled))
         return out
 
-    def overdue(self, now: float, timeout: float, *,
-                ordered: bool) -> list[tuple[int, InFlightBatch]]:
+    def overdue(
+        self, now: float, timeout: float, *, ordered: bool
+    ) -> list[tuple[int, InFlightBatch]]:
         """The batches whose running handler call started more than ``timeout`` seconds
         ago and that are not being settled: marked overran, and (concurrent queues)
         abandoned, for the caller to settle now."""
         out = []
         for worker, batch in self._by_worker.items():
-            if (not batch.overran and not batch.abandoned and not batch.settling
-                    and now - batch.call_started > timeout):
+            if (
+                not batch.overran
+                and not batch.abandoned
+                and not batch.settling
+                and now - batch.call_started > timeout
+            ):
                 batch.overran = True
                 batch.abandoned = not ordered
                 out.append((worker, batch))
@@ -245,8 +269,9 @@ def extended(batch: InFlightBatch, sent: float, results: Sequence[bool]) -> None
         batch.lapsed = True
 
 
-def outcomes(results: Iterable[Outcome],
-             ) -> tuple[list[Message], list[tuple[Message, BaseException]]]:
+def outcomes(
+    results: Iterable[Outcome],
+) -> tuple[list[Message], list[tuple[Message, BaseException]]]:
     """Handler outcomes split for settling: the messages to ack, and those that failed
     (with why)."""
     ok: list[Message] = []

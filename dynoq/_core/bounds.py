@@ -25,12 +25,13 @@ CALL_SHARDS = 256
 T = TypeVar("T")
 
 
-def chunks(items: Sequence[T], size: Callable[[T], int], most: int = PUSH_CHUNK,
-           budget: int = PUSH_BYTES) -> Iterator[Sequence[T]]:
+def chunks(
+    items: Sequence[T], size: Callable[[T], int], most: int = PUSH_CHUNK, budget: int = PUSH_BYTES
+) -> Iterator[Sequence[T]]:
     """``items`` in calls of at most ``most`` items and ``budget`` bytes (``size`` of
     each; an item larger than that goes alone)."""
     for i in range(0, len(items), most):
-        part = items[i:i + most]
+        part = items[i : i + most]
         if sum(map(size, part)) <= budget:
             yield part
             continue

@@ -15,7 +15,7 @@ from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
 from . import codec, validate
 from .calls import Batch, Cmd, Flow
-from .ops import QueueOps
+from .queue import QueueOps
 
 # Where a delivery is: (shard, id, delivery token, lease token).
 Where = tuple[int, str, str, str]
@@ -28,15 +28,17 @@ def locate(ops: QueueOps, ids: Sequence[str]) -> Flow[list[int]]:
     unknown = [i for i, h in zip(ids, homes, strict=True) if h is None]
     where: dict[str, int] = {}
     if unknown:
-        probes = [(shard, msg_id) for shard in range(ops.settings.shards)
-                  for msg_id in unknown]
-        hits = yield Batch([Cmd(("HEXISTS", ops.shard_keys[shard].msgs, msg_id))
-                            for shard, msg_id in probes])
+        probes = [(shard, msg_id) for shard in range(ops.settings.shards) for msg_id in unknown]
+        hits = yield Batch(
+            [Cmd(("HEXISTS", ops.shard_keys[shard].msgs, msg_id)) for shard, msg_id in probes]
+        )
         for (shard, msg_id), hit in zip(probes, hits, strict=True):
             if hit:
                 where.setdefault(msg_id, shard)
-    return [h if h is not None else where.get(i, ops.shard_for(i))
-            for i, h in zip(ids, homes, strict=True)]
+    return [
+        h if h is not None else where.get(i, ops.shard_for(i))
+        for i, h in zip(ids, homes, strict=True)
+    ]
 
 
 def _delivery(ops: QueueOps, msg: Message | str) -> tuple[int | None, str, str, str]:
@@ -52,11 +54,14 @@ def located(ops: QueueOps, msgs: Iterable[Message | str]) -> Flow[list[Where]]:
     items = [_delivery(ops, m) for m in msgs]
     missing = [msg_id for shard, msg_id, _, _ in items if shard is None]
     found = iter((yield from locate(ops, missing)) if missing else ())
-    return [(next(found) if shard is None else shard, msg_id, token, lease)
-            for shard, msg_id, token, lease in items]
+    return [
+        (next(found) if shard is None else shard, msg_id, token, lease)
+        for shard, msg_id, token, lease in items
+    ]
 
 
 # -- deliveries ----------------------------------------------------------------------------
+
 
 def ack_many(ops: QueueOps, msgs: Iterable[Message | str]) -> Flow[int]:
     """Ack deliveries (popped messages or ids; one round trip); returns how many."""
@@ -71,8 +76,9 @@ def ack_many(ops: QueueOps, msgs: Iterable[Message | str]) -> Flow[int]:
     return sum((yield Batch(ops.kind.ack_calls(groups))))
 
 
-def nack(ops: QueueOps, msg: Message | str, *, delay: float = 0.0,
-         mode: str = "retry") -> Flow[bool]:
+def nack(
+    ops: QueueOps, msg: Message | str, *, delay: float = 0.0, mode: str = "retry"
+) -> Flow[bool]:
     """Give a delivery back after ``delay`` seconds (mode "retry"), dead-letter it
     (mode "dead"), or give it back unhandled without counting the attempt (mode
     "back"); False if the delivery is no longer current."""
@@ -95,10 +101,13 @@ def extend(ops: QueueOps, msg: Message | str, timeout: float) -> Flow[bool]:
 
 # -- messages --------------------------------------------------------------------------------
 
+
 def reschedule(ops: QueueOps, msg_id: str, *, delay: float) -> Flow[bool]:
     if ops.settings.ordered:
-        raise OrderedQueueError("ordered queues deliver in push order: reschedule "
-                                "is refused (remove and push again instead)")
+        raise OrderedQueueError(
+            "ordered queues deliver in push order: reschedule "
+            "is refused (remove and push again instead)"
+        )
     delay = validate.check_seconds(delay, "delay")
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(ops, [msg_id])
@@ -128,10 +137,10 @@ def stored(ops: QueueOps, where: Sequence[tuple[int, str]]) -> Flow[list[Message
         keys = ops.shard_keys[shard]
         reads += [Cmd(("HGET", getattr(keys, f), msg_id)) for f in fields]
         reads.append(Cmd(("ZSCORE", keys.unack, msg_id)))
-    raw = (yield Batch([*checks, *reads]))[len(checks):]
+    raw = (yield Batch([*checks, *reads]))[len(checks) :]
     out: list[Message | None] = []
     for k, (shard, msg_id) in enumerate(where):
-        record, state, why, in_flight = raw[4 * k:4 * k + 4]
+        record, state, why, in_flight = raw[4 * k : 4 * k + 4]
         if record is None:
             out.append(None)
             continue

@@ -20,8 +20,8 @@ def is_coroutine_function(fn: Any) -> bool:
     object's ``async def __call__``)."""
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None))  # noqa: B004 - a callable object's method
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 def name_of(fn: Any) -> str:
@@ -35,9 +35,11 @@ def refuse_coroutine_function(fn: Any, what: str, instead: str) -> None:
     """Refuse an ``async def`` ``fn`` where the sync client would call it (``what``: "the
     handler", "the check"; ``instead``: the asyncio call to use)."""
     if is_coroutine_function(fn):
-        raise InvalidType(f"{what} {name_of(fn)} is async def: the sync client cannot await "
-                          f"it (its body would never run); use {instead}, or make it a "
-                          "plain def")
+        raise InvalidType(
+            f"{what} {name_of(fn)} is async def: the sync client cannot await "
+            f"it (its body would never run); use {instead}, or make it a "
+            "plain def"
+        )
 
 
 def not_awaitable(value: Any, fn: Any) -> Any:
@@ -51,7 +53,8 @@ def not_awaitable(value: Any, fn: Any) -> Any:
         raise AwaitableReturned(
             f"{name_of(fn)} returned {type(value).__name__}, an awaitable, where nothing "
             "awaits it (a sync consumer, checker or task, or a thread of the asyncio "
-            "consumer): it did not run; make it a plain def, or an async def on dynoq.asyncio")
+            "consumer): it did not run; make it a plain def, or an async def on dynoq.asyncio"
+        )
     return value
 
 
@@ -60,5 +63,10 @@ def call_sync(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     return not_awaitable(fn(*args, **kwargs), fn)
 
 
-__all__ = ["call_sync", "is_coroutine_function", "name_of", "not_awaitable",
-           "refuse_coroutine_function"]
+__all__ = [
+    "call_sync",
+    "is_coroutine_function",
+    "name_of",
+    "not_awaitable",
+    "refuse_coroutine_function",
+]

@@ -50,8 +50,9 @@ class Call:
 
     __slots__ = ("args", "keys", "parse", "script")
 
-    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[Any],
-                 parse: Parse | None = None) -> None:
+    def __init__(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], parse: Parse | None = None
+    ) -> None:
         self.script = script
         self.keys = keys
         self.args = args
@@ -85,8 +86,14 @@ class Batch:
 
     __slots__ = ("calls", "each", "parse", "wait")
 
-    def __init__(self, calls: Sequence[Call | Cmd], *, wait: tuple[int, int] | None = None,
-                 parse: Parse | None = None, each: bool = False) -> None:
+    def __init__(
+        self,
+        calls: Sequence[Call | Cmd],
+        *,
+        wait: tuple[int, int] | None = None,
+        parse: Parse | None = None,
+        each: bool = False,
+    ) -> None:
         self.calls = calls
         self.wait = wait
         self.parse = parse
@@ -146,6 +153,7 @@ def together(flows: Sequence[Flow[Any]]) -> Flow[list[Any]]:
 
 
 # -- reply shapes: what the client hands back, as the core reads it -------------------------
+
 
 def text(value: bytes | str) -> str:
     """A reply's string (the client returns bytes; a fake or a decoding client, str)."""

@@ -19,7 +19,7 @@ from . import validate
 from .calls import Cmd, Flow, text
 from .keys import QueueKeys, TopicKeys
 from .opening import open_queue, read_queue
-from .ops import QueueOps
+from .queue import QueueOps
 from .settings import QueueSettings, TopicSettings, merge
 from .topics import TopicOps, open_topic, read_topic
 
@@ -30,8 +30,9 @@ class Catalog:
     ``cross_slot`` and ``replicas`` say what the backend can do (see the Backend classes);
     ``where`` names the server in errors (redacted)."""
 
-    def __init__(self, prefix: str, max_payload_bytes: int, *, cross_slot: bool,
-                 replicas: bool, where: str) -> None:
+    def __init__(
+        self, prefix: str, max_payload_bytes: int, *, cross_slot: bool, replicas: bool, where: str
+    ) -> None:
         self.prefix = prefix
         self.max_payload_bytes = max_payload_bytes
         self.cross_slot = cross_slot
@@ -53,8 +54,10 @@ class Catalog:
                 known = None  # gone, or created anew by someone else: open it afresh
         if known is None:
             if asked.get("min_replicas") and not self.replicas:
-                raise QueueConfigError(f"{self.where} has no replicas: min_replicas needs a "
-                                       "real server with replicas (see docs/cluster.md)")
+                raise QueueConfigError(
+                    f"{self.where} has no replicas: min_replicas needs a "
+                    "real server with replicas (see docs/cluster.md)"
+                )
             known = yield from open_queue(self.prefix, name, asked)
             self._queues[name] = known
         settings, epoch = known
@@ -66,9 +69,15 @@ class Catalog:
         return None if found is None else self.queue_ops(name, *found)
 
     def queue_ops(self, name: str, settings: QueueSettings, epoch: str = "") -> QueueOps:
-        return QueueOps(self.prefix, name, settings, self.max_payload_bytes,
-                        cross_slot=self.cross_slot, epoch=epoch,
-                        on_gone=self._forget(self._queues, name, epoch))
+        return QueueOps(
+            self.prefix,
+            name,
+            settings,
+            self.max_payload_bytes,
+            cross_slot=self.cross_slot,
+            epoch=epoch,
+            on_gone=self._forget(self._queues, name, epoch),
+        )
 
     def topic(self, name: str, asked: dict[str, Any]) -> Flow[TopicOps]:
         """Open topic ``name`` (created on first use, and again once it is gone), as
@@ -83,8 +92,7 @@ class Catalog:
             known = yield from open_topic(self.prefix, name, asked)
             self._topics[name] = known
         settings, epoch = known
-        return self.topic_ops(name, merge(settings, asked, name, TopicSettings, "topic"),
-                              epoch)
+        return self.topic_ops(name, merge(settings, asked, name, TopicSettings, "topic"), epoch)
 
     def existing_topic(self, name: str) -> Flow[TopicOps | None]:
         """The registered topic ``name``, or None (never creates one)."""
@@ -92,16 +100,24 @@ class Catalog:
         return None if found is None else self.topic_ops(name, *found)
 
     def topic_ops(self, name: str, settings: TopicSettings, epoch: str = "") -> TopicOps:
-        return TopicOps(self.prefix, name, settings, self.max_payload_bytes,
-                        cross_slot=self.cross_slot, epoch=epoch,
-                        on_gone=self._forget(self._topics, name, epoch))
+        return TopicOps(
+            self.prefix,
+            name,
+            settings,
+            self.max_payload_bytes,
+            cross_slot=self.cross_slot,
+            epoch=epoch,
+            on_gone=self._forget(self._topics, name, epoch),
+        )
 
     @staticmethod
     def _forget(known: dict[str, Any], name: str, epoch: str) -> Callable[[], None]:
         """What an operation calls on QueueGone: the next open of ``name`` opens it afresh
         (unless it was opened afresh already)."""
+
         def forget() -> None:
             entry = known.get(name)
             if entry is not None and entry[1] == epoch:
                 known.pop(name, None)
+
         return forget

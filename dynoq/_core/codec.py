@@ -50,7 +50,7 @@ MAX_ERROR_TEXT, MAX_TRACEBACK = 1000, 4000  # characters kept of a failure
 # and the most attempts a delivery may have (exact in the scripts' doubles): beyond them a
 # record is not dynoq's, and its times or count would break whoever reads them.
 MAX_MS = 253_402_300_799_999
-MAX_ATTEMPTS = 2 ** 53
+MAX_ATTEMPTS = 2**53
 
 
 class _Budget:
@@ -84,14 +84,24 @@ def unpack(body: bytes, limit: int, *, extensions: bool = True) -> Any:
                 return msgpack.unpackb(body, raw=False, strict_map_key=False)
             # No extension: each has data but an empty ExtType, which calls the hook (a
             # Timestamp never calls it)
-            return msgpack.unpackb(body, raw=False, strict_map_key=False,
-                                   max_ext_len=0, ext_hook=_no_extension)
+            return msgpack.unpackb(
+                body, raw=False, strict_map_key=False, max_ext_len=0, ext_hook=_no_extension
+            )
         ext_len, ext_hook = (limit, msgpack.ExtType) if extensions else (0, _no_extension)
         budget = _Budget()
-        return msgpack.unpackb(body, raw=False, strict_map_key=False,
-                               max_str_len=limit, max_bin_len=limit, max_array_len=limit,
-                               max_map_len=limit, max_ext_len=ext_len, ext_hook=ext_hook,
-                               list_hook=budget.take, object_hook=budget.take)
+        return msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=False,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=limit,
+            max_map_len=limit,
+            max_ext_len=ext_len,
+            ext_hook=ext_hook,
+            list_hook=budget.take,
+            object_hook=budget.take,
+        )
     except Exception as exc:  # noqa: BLE001 - any failure to decode is a bad record
         raise RecordError(f"record cannot be decoded: {type(exc).__name__}: {exc}") from None
 
@@ -114,7 +124,7 @@ def new_id() -> str:
         return _MADE.popleft()
     except IndexError:
         raw = base64.urlsafe_b64encode(os.urandom(12 * _AHEAD)).decode()
-        _MADE.extend(raw[i:i + 16] for i in range(16, len(raw), 16))
+        _MADE.extend(raw[i : i + 16] for i in range(16, len(raw), 16))
         return raw[:16]
 
 
@@ -122,12 +132,16 @@ _SCALARS = frozenset({bytes, str, int, float, bool, type(None)})
 _NUMBERS = (int, float)  # exact types: a bool is not a number of seconds
 
 
-def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
-                limit: int, tag: str | None = None) -> bytes:
+def encode_body(
+    payload: Any,
+    key: str | None,
+    headers: dict[str, Any] | None,
+    limit: int,
+    tag: str | None = None,
+) -> bytes:
     """The msgpack body of a record; typed errors for what cannot or may not be stored."""
     if headers is not None and not isinstance(headers, dict):
-        raise InvalidType(
-            f"headers must be a dict or None, got {type(headers).__name__}")
+        raise InvalidType(f"headers must be a dict or None, got {type(headers).__name__}")
     fields: list[Any] = [payload, key, headers, tag]
     while len(fields) > 1 and fields[-1] is None:
         fields.pop()
@@ -151,7 +165,8 @@ def encode_body(payload: Any, key: str | None, headers: dict[str, Any] | None,
         _refuse_extensions(payload, headers)  # a msgpack extension, maybe: say where
         raise PayloadTypeError(
             f"payload would not decode as it was pushed ({exc}); use dict keys of str, int "
-            f"or bytes, and at most {MAX_CONTAINERS} lists and dicts") from None
+            f"or bytes, and at most {MAX_CONTAINERS} lists and dicts"
+        ) from None
     return body
 
 
@@ -170,7 +185,8 @@ def _refuse_extensions(payload: Any, headers: dict[str, Any] | None) -> None:
             raise PayloadTypeError(
                 f"{where} is a msgpack.{type(value).__name__}, a msgpack "
                 "extension: payloads hold bytes, str, numbers, bools, None, and lists or "
-                "dicts of those (send a Timestamp as a number or a str)")
+                "dicts of those (send a Timestamp as a number or a str)"
+            )
         if isinstance(value, dict):
             for k, v in value.items():
                 if isinstance(k, _EXTENSIONS):
@@ -201,9 +217,16 @@ def prepare(msg: Message, *, ordered: bool | str, limit: int) -> Outgoing:
         raise InvalidType(f"expected a dynoq.Message, got {type(msg).__name__}")
     if ordered == "key":
         return _keyed(msg, limit)
-    if (msg.id is None and msg.key is None and msg.headers is None and msg.tag is None
-            and type(msg.priority) is int and msg.priority == 0
-            and type(msg.delay) in _NUMBERS and msg.delay == 0):
+    if (
+        msg.id is None
+        and msg.key is None
+        and msg.headers is None
+        and msg.tag is None
+        and type(msg.priority) is int
+        and msg.priority == 0
+        and type(msg.delay) in _NUMBERS
+        and msg.delay == 0
+    ):
         # The common message (a payload alone): nothing to check but the payload.
         made = new_id()
         return Outgoing(made, 0, 0, encode_body(msg.payload, None, None, limit), made, True)
@@ -219,14 +242,17 @@ def prepare(msg: Message, *, ordered: bool | str, limit: int) -> Outgoing:
     tag = None if msg.tag is None else validate.check_tag(msg.tag)
     body = encode_body(msg.payload, key, msg.headers, limit, tag)
     routing = key if ordered and key is not None else msg_id
-    return Outgoing(msg_id, validate.to_ms(delay), priority, body, routing, msg.id is None,
-                    tag or "")
+    return Outgoing(
+        msg_id, validate.to_ms(delay), priority, body, routing, msg.id is None, tag or ""
+    )
 
 
 def _keyed(msg: Message, limit: int) -> Outgoing:
     if msg.key is None:
-        raise OrderedQueueError("a queue with ordered=\"key\" delivers in order per key: "
-                                "every message needs a key (push(..., key=...))")
+        raise OrderedQueueError(
+            'a queue with ordered="key" delivers in order per key: '
+            "every message needs a key (push(..., key=...))"
+        )
     key = validate.check_key(msg.key)
     assert key is not None
     if len(key.encode()) > validate.MAX_ID_LENGTH:
@@ -235,8 +261,9 @@ def _keyed(msg: Message, limit: int) -> Outgoing:
         validate.check_seconds(msg.delay, "delay")
         validate.check_priority(msg.priority)
         raise OrderedQueueError(
-            "a queue with ordered=\"key\" delivers each key in push order: push without "
-            "delay or priority (use a concurrent queue for delayed or prioritised messages)")
+            'a queue with ordered="key" delivers each key in push order: push without '
+            "delay or priority (use a concurrent queue for delayed or prioritised messages)"
+        )
     msg_id = new_id() if msg.id is None else validate.check_id(msg.id)
     tag = None if msg.tag is None else validate.check_tag(msg.tag)
     body = encode_body(msg.payload, None, msg.headers, limit, tag)
@@ -254,7 +281,7 @@ def _key_header(body: bytes) -> tuple[str, bytes]:
     if not (n <= validate.MAX_ID_LENGTH and 0 < seq <= 12 and n + seq < len(rest)):
         raise RecordError("record has an unreadable key header")
     try:
-        return rest[:n].decode(), rest[n + 1 + seq:]
+        return rest[:n].decode(), rest[n + 1 + seq :]
     except UnicodeDecodeError:
         raise RecordError("record has a key that is not UTF-8") from None
 
@@ -275,16 +302,17 @@ def _header(enq: bytes, due_off: bytes, prio: bytes) -> tuple[int, int, int]:
         raise RecordError(f"record has no dynoq header: due offset {due_off[:20]!r}")
     delay_ms = int(due_off)
     if not (prio.isdigit() and len(prio) <= 3 and int(prio) <= validate.MAX_PRIORITY):
-        raise RecordError(f"record has a priority out of 0..{validate.MAX_PRIORITY}: "
-                          f"{prio[:20]!r}")
+        raise RecordError(f"record has a priority out of 0..{validate.MAX_PRIORITY}: {prio[:20]!r}")
     if not (enq_ms <= MAX_MS and 0 <= enq_ms + delay_ms <= MAX_MS):
-        raise RecordError(f"record has times out of range: enqueued at {enq_ms} ms, due "
-                          f"{delay_ms} ms later")
+        raise RecordError(
+            f"record has times out of range: enqueued at {enq_ms} ms, due {delay_ms} ms later"
+        )
     return enq_ms, delay_ms, int(prio)
 
 
-def _fields(fields: list[Any], key: str | None
-            ) -> tuple[str | None, dict[Any, Any] | None, str | None]:
+def _fields(
+    fields: list[Any], key: str | None
+) -> tuple[str | None, dict[Any, Any] | None, str | None]:
     """The key, headers and tag of a record body's fields (after the payload): what push
     stores, or RecordError."""
     n = len(fields)
@@ -304,9 +332,15 @@ def _fields(fields: list[Any], key: str | None
     return (stored if key is None else key), headers, tag
 
 
-def decode(msg_id: str, record: bytes, shard: int | None = None, attempts: int = 0,
-           token: str | None = None, lease: str | None = None,
-           limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
+def decode(
+    msg_id: str,
+    record: bytes,
+    shard: int | None = None,
+    attempts: int = 0,
+    token: str | None = None,
+    lease: str | None = None,
+    limit: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Message:
     """Turn a stored record back into a Message (a hot path: one call per delivery, so
     a pop's loop passes the arguments by position); RecordError, and no other error,
     when it is not a record as dynoq writes it (see the module's doc)."""
@@ -330,21 +364,47 @@ def decode(msg_id: str, record: bytes, shard: int | None = None, attempts: int =
     headers = tag = None
     if len(fields) > 1:
         key, headers, tag = _fields(fields, key)
-    return Message(fields[0], msg_id, delay_ms / 1000, priority, key, headers, tag, shard,
-                   attempts, (enq_ms + delay_ms) / 1000, enq_ms / 1000, token, lease)
+    return Message(
+        fields[0],
+        msg_id,
+        delay_ms / 1000,
+        priority,
+        key,
+        headers,
+        tag,
+        shard,
+        attempts,
+        (enq_ms + delay_ms) / 1000,
+        enq_ms / 1000,
+        token,
+        lease,
+    )
 
 
-def readable(msg_id: str, record: bytes, shard: int | None = None, attempts: int = 0,
-             token: str | None = None, lease: str | None = None,
-             limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Message:
+def readable(
+    msg_id: str,
+    record: bytes,
+    shard: int | None = None,
+    attempts: int = 0,
+    token: str | None = None,
+    lease: str | None = None,
+    limit: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Message:
     """:func:`decode`, or for a record that cannot be read a Message that says why
     (``unreadable``; payload, key, headers and tag None): what a view shows, and what a
     pop dead-letters (``QueueOps.quarantine``)."""
     try:
         return decode(msg_id, record, shard, attempts, token, lease, limit)
     except RecordError as exc:
-        return Message(None, msg_id, shard=shard, attempts=attempts, token=token,
-                       lease=lease, unreadable=str(exc))
+        return Message(
+            None,
+            msg_id,
+            shard=shard,
+            attempts=attempts,
+            token=token,
+            lease=lease,
+            unreadable=str(exc),
+        )
 
 
 def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
@@ -359,6 +419,7 @@ def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
 
 # -- why a message failed (lua/lib/why.lua) -------------------------------------------------
 
+
 def why(error: BaseException, consumer: str) -> bytes:
     """The reason a consumer records with a failed message: msgpack [error type, message,
     traceback, consumer], each bounded. The message names the error it was raised from
@@ -371,8 +432,9 @@ def why(error: BaseException, consumer: str) -> bytes:
         text = f"{text}; {named}" if text else named
     text = text[:MAX_ERROR_TEXT]
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    packed: bytes = msgpack.packb([type(error).__name__, text, trace[-MAX_TRACEBACK:],
-                                   consumer], use_bin_type=True)
+    packed: bytes = msgpack.packb(
+        [type(error).__name__, text, trace[-MAX_TRACEBACK:], consumer], use_bin_type=True
+    )
     return packed
 
 
@@ -384,20 +446,34 @@ def failure(raw: bytes | None) -> Failure | None:
         first, last, kind, detail = raw.split(b",", 3)
         times = _failed_at(first), _failed_at(last)
         if kind == b"x":
-            return Failure("VisibilityTimeout", "its deliveries were not acked within the "
-                           "visibility timeout (a consumer crashed or hung) until its "
-                           "retries were spent", "", "", *times)
+            return Failure(
+                "VisibilityTimeout",
+                "its deliveries were not acked within the "
+                "visibility timeout (a consumer crashed or hung) until its "
+                "retries were spent",
+                "",
+                "",
+                *times,
+            )
         if kind == b"r":  # lua/lib/ktake.lua
-            return Failure("RecordError", "its record does not name the key it waited in "
-                           "(not written by dynoq)", "", "", *times)
-        if kind == b"t":  # lua/lib/tx.lua bury_half(): detail is the checks made
-            return Failure("TransactionUnresolved",
-                           f"transaction unresolved: still undecided after {int(detail)} "
-                           "checks, so it was rolled back (replaying it delivers it)",
-                           "", "", *times)
+            return Failure(
+                "RecordError",
+                "its record does not name the key it waited in (not written by dynoq)",
+                "",
+                "",
+                *times,
+            )
+        if kind == b"t":  # lua/lib/transaction.lua bury_half(): detail is the checks made
+            return Failure(
+                "TransactionUnresolved",
+                f"transaction unresolved: still undecided after {int(detail)} "
+                "checks, so it was rolled back (replaying it delivers it)",
+                "",
+                "",
+                *times,
+            )
         texts = unpack(detail, 64 * 1024)
-        if type(texts) is not list or len(texts) != 4 or any(type(t) is not str
-                                                               for t in texts):
+        if type(texts) is not list or len(texts) != 4 or any(type(t) is not str for t in texts):
             raise ValueError("not four strings")
         error_type, error, trace, consumer = texts
         return Failure(error_type, error, trace, consumer, *times)
@@ -412,6 +488,7 @@ def _failed_at(field: bytes) -> float:
 
 
 # -- JSON for humans (CLI, exports) --------------------------------------------------------
+
 
 def json_default(value: object) -> Any:
     """``json.dumps`` default: bytes become ``{"$base64": "..."}`` (JSON has no bytes), a
@@ -452,12 +529,24 @@ def _shallow(value: Any, depth: int) -> Any:
 
 def _json(value: Any, indent: int | None, sort_keys: bool) -> str:
     try:
-        return json.dumps(value, default=json_default, ensure_ascii=False, indent=indent,
-                          sort_keys=sort_keys, allow_nan=False)
+        return json.dumps(
+            value,
+            default=json_default,
+            ensure_ascii=False,
+            indent=indent,
+            sort_keys=sort_keys,
+            allow_nan=False,
+        )
     except (TypeError, ValueError):  # rare: a bytes key, keys of mixed types to sort, or
         # a NaN or infinity (a second pass)
-        return json.dumps(_text_keys(value), default=json_default, ensure_ascii=False,
-                          indent=indent, sort_keys=sort_keys, allow_nan=False)
+        return json.dumps(
+            _text_keys(value),
+            default=json_default,
+            ensure_ascii=False,
+            indent=indent,
+            sort_keys=sort_keys,
+            allow_nan=False,
+        )
 
 
 def _text_keys(value: Any) -> Any:
@@ -484,11 +573,26 @@ def _key_text(key: Any) -> str:
 def message_json(m: Message) -> dict[str, Any]:
     """A message as a JSON-ready dict (payload and headers as they are)."""
     f = m.failure
-    return {"id": m.id, "payload": m.payload, "priority": m.priority, "key": m.key,
-            "headers": m.headers, "tag": m.tag, "shard": m.shard, "attempts": m.attempts,
-            "deliver_at": m.deliver_at, "enqueued_at": m.enqueued_at,
-            "unreadable": m.unreadable,
-            "failure": None if f is None else {
-                "error_type": f.error_type, "error": f.error, "traceback": f.traceback,
-                "consumer": f.consumer, "first_failed_at": f.first_failed_at,
-                "last_failed_at": f.last_failed_at}}
+    return {
+        "id": m.id,
+        "payload": m.payload,
+        "priority": m.priority,
+        "key": m.key,
+        "headers": m.headers,
+        "tag": m.tag,
+        "shard": m.shard,
+        "attempts": m.attempts,
+        "deliver_at": m.deliver_at,
+        "enqueued_at": m.enqueued_at,
+        "unreadable": m.unreadable,
+        "failure": None
+        if f is None
+        else {
+            "error_type": f.error_type,
+            "error": f.error,
+            "traceback": f.traceback,
+            "consumer": f.consumer,
+            "first_failed_at": f.first_failed_at,
+            "last_failed_at": f.last_failed_at,
+        },
+    }

@@ -26,7 +26,7 @@ from .calls import Batch, Call
 
 if TYPE_CHECKING:
     from .codec import Outgoing
-    from .ops import QueueOps
+    from .queue import QueueOps
 
 
 class Pending:

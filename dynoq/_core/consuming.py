@@ -22,8 +22,8 @@ from ..message import ConsumerStats, Message
 from . import codec, logs, validate
 from .calls import Batch, Call, Flow
 from .lua import script
-from .ops import QueueOps
 from .popping import quarantine
+from .queue import QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .topics import TopicOps
@@ -63,8 +63,11 @@ class Plan:
         member computes the same split from the same list)."""
         if self.instance_id not in members:
             return set()
-        return set(self.strategy(list(range(self.shards)), list(members), self.instance_id,
-                                 **self.strategy_options))
+        return set(
+            self.strategy(
+                list(range(self.shards)), list(members), self.instance_id, **self.strategy_options
+            )
+        )
 
 
 def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
@@ -76,13 +79,20 @@ def resolve(settings: ConsumerSettings, queue: QueueSettings) -> Plan:
     fn(list(range(queue.shards)), [me], me, **options)
     # A keyed queue (ordered="key") takes no shard leases (plan.ordered is shard order
     # only): any consumer takes any key; its retries are the ordered ones (a 1 s suspend).
-    return Plan(settings=settings, ordered=queue.by_shard, shards=queue.shards, strategy=fn,
-                strategy_options=options,
-                retry=RetryPolicy.make(settings.retry_delays, ordered=bool(queue.ordered),
-                                       max_retries=settings.max_retries),
-                instance_id=me, in_flight=settings.in_flight_limit,
-                visibility=settings.visibility or queue.unack_timeout,
-                max_retries=queue.max_retries)
+    return Plan(
+        settings=settings,
+        ordered=queue.by_shard,
+        shards=queue.shards,
+        strategy=fn,
+        strategy_options=options,
+        retry=RetryPolicy.make(
+            settings.retry_delays, ordered=bool(queue.ordered), max_retries=settings.max_retries
+        ),
+        instance_id=me,
+        in_flight=settings.in_flight_limit,
+        visibility=settings.visibility or queue.unack_timeout,
+        max_retries=queue.max_retries,
+    )
 
 
 def settings_of(settings: ConsumerSettings | None, named: dict[str, Any]) -> ConsumerSettings:
@@ -90,19 +100,23 @@ def settings_of(settings: ConsumerSettings | None, named: dict[str, Any]) -> Con
     if settings is None:
         return ConsumerSettings(**named)
     if not isinstance(settings, ConsumerSettings):
-        raise InvalidType(f"settings must be a dynoq.ConsumerSettings, got "
-                          f"{type(settings).__name__}")
+        raise InvalidType(
+            f"settings must be a dynoq.ConsumerSettings, got {type(settings).__name__}"
+        )
     defaults = {f.name: f.default for f in dataclasses.fields(ConsumerSettings)}
     changed = sorted(k for k, v in named.items() if k not in defaults or v != defaults[k])
     if changed:
-        raise InvalidArgument(f"give the consumer's options either as settings= or by name, "
-                              f"not both (also given by name: {', '.join(changed)}); use "
-                              "dataclasses.replace(settings, ...) to change a few")
+        raise InvalidArgument(
+            f"give the consumer's options either as settings= or by name, "
+            f"not both (also given by name: {', '.join(changed)}); use "
+            "dataclasses.replace(settings, ...) to change a few"
+        )
     return settings
 
 
-def for_topic(settings: ConsumerSettings,
-              topic: TopicOps) -> tuple[ConsumerSettings, QueueOps, Flow[tuple[str, QueueOps]]]:
+def for_topic(
+    settings: ConsumerSettings, topic: TopicOps
+) -> tuple[ConsumerSettings, QueueOps, Flow[tuple[str, QueueOps]]]:
     """A topic consumer's settings (with its instance id fixed: a broadcasting member's
     queue is named by it), the queue it would consume in its mode (None: clustering
     until the start says otherwise), and the flow to run when it starts: it reads the
@@ -119,8 +133,10 @@ def for_topic(settings: ConsumerSettings,
 
 def check_mode(settings: ConsumerSettings, queue: QueueOps) -> None:
     if settings.mode == "broadcasting" and not queue.keys.tag:
-        raise InvalidArgument("broadcasting is for topics (client.topic): on a queue, "
-                              "each message goes to one member of one group")
+        raise InvalidArgument(
+            "broadcasting is for topics (client.topic): on a queue, "
+            "each message goes to one member of one group"
+        )
 
 
 # Batches a worker of a keyed queue takes in a row from its acks (a hot key alone: see
@@ -154,8 +170,7 @@ class UpkeepClock:
     def wait(self, now: float, other: float) -> float:
         """How long to listen on the group channel before looking again (``other``: the
         next time something else is due)."""
-        return min(max(min(self.next_beat, self.next_rebalance, other) - now, 0.0),
-                   CHANNEL_TICK)
+        return min(max(min(self.next_beat, self.next_rebalance, other) - now, 0.0), CHANNEL_TICK)
 
 
 def pop_order(preferred: Sequence[int], shards: int, turn: int) -> list[int]:
@@ -213,6 +228,7 @@ def nap(due_at: float | None, now: float, idle_wait: float) -> float:
 
 # -- what to do with a handled batch -----------------------------------------------------
 
+
 @dataclass
 class Tally:
     """What settling a batch did (the consumer's stats add it up)."""
@@ -225,8 +241,9 @@ class Tally:
     refilled: list[Message] = dataclasses.field(default_factory=list)
 
 
-def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
-               queue: str) -> tuple[str, float]:
+def on_failure(
+    msg: Message, error: BaseException, policy: RetryPolicy, queue: str
+) -> tuple[str, float]:
     """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
     picks the delay, anything else takes the policy's next delay; past the policy's own
     max_retries it is dead-lettered. The policy is the message's own (``policy.of``: a
@@ -237,19 +254,35 @@ def on_failure(msg: Message, error: BaseException, policy: RetryPolicy,
         return "back", error.delay
     policy = policy.of(msg)
     if policy.spent(msg.attempts):
-        logs.error(log, logging.WARNING, "dynoq: message %s of %r failed its retries "
-                   "(attempt %d, consumer's max_retries %s): dead-lettered", msg.id, queue,
-                   msg.attempts, policy.max_retries, exc=error)
+        logs.error(
+            log,
+            logging.WARNING,
+            "dynoq: message %s of %r failed its retries "
+            "(attempt %d, consumer's max_retries %s): dead-lettered",
+            msg.id,
+            queue,
+            msg.attempts,
+            policy.max_retries,
+            exc=error,
+        )
         return "dead", 0.0
     if isinstance(error, Retry):
         return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
-    logs.error(log, logging.WARNING, "dynoq: handler failed on message %s of %r (attempt %d)",
-               msg.id, queue, msg.attempts, exc=error)
+    logs.error(
+        log,
+        logging.WARNING,
+        "dynoq: handler failed on message %s of %r (attempt %d)",
+        msg.id,
+        queue,
+        msg.attempts,
+        exc=error,
+    )
     return "retry", policy.delay(msg.attempts)
 
 
-def _failure_call(ops: QueueOps, msg: Message, error: BaseException, policy: RetryPolicy,
-                  consumer: str) -> Call:
+def _failure_call(
+    ops: QueueOps, msg: Message, error: BaseException, policy: RetryPolicy, consumer: str
+) -> Call:
     mode, delay = on_failure(msg, error, policy, ops.name)
     why = b"" if mode == "back" else codec.why(error, consumer)
     return ops.nack_call(msg, delay=delay, mode=mode, why=why)
@@ -272,10 +305,15 @@ def keeps(done: Sequence[Message]) -> list[Call]:
     return [Call(_KEEP, keys, args) for keys, args in groups.values()]
 
 
-def settle(ops: QueueOps, ok: Sequence[Message],
-           failed: Sequence[tuple[Message, BaseException]], policy: RetryPolicy,
-           consumer: str, back: Sequence[Message] = (),
-           refill: tuple[int, float] | None = None) -> Flow[Tally]:
+def settle(
+    ops: QueueOps,
+    ok: Sequence[Message],
+    failed: Sequence[tuple[Message, BaseException]],
+    policy: RetryPolicy,
+    consumer: str,
+    back: Sequence[Message] = (),
+    refill: tuple[int, float] | None = None,
+) -> Flow[Tally]:
     """Concurrent queues: ack what succeeded, retry or dead-letter each failure on its own
     (recording why), give back what was not handled (no attempt counted); one round trip
     for all of it, with what the messages asked to keep (:func:`keeps`) before their acks.
@@ -284,18 +322,23 @@ def settle(ops: QueueOps, ok: Sequence[Message],
     shard is ready (a hot key alone: ack and the key's next pop share a round trip);
     they are in ``Tally.refilled``."""
     kept = keeps(ok)
-    took = (ops.kind.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
-            if refill and ok and not failed and not back else None)
+    took = (
+        ops.kind.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
+        if refill and ok and not failed and not back
+        else None
+    )
     acking = [took[0]] if took else ops.ack_calls(ok)
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
     calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
     calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
-    replies = (yield Batch(calls))[len(kept):]
-    tally = Tally(handled=sum(replies[:acks]),
-                  failed=sum(not isinstance(e, RateLimited) for _, e in failed),
-                  refilled=took[1] if took else [])
-    for given, buried in replies[acks:acks + len(failed)]:
+    replies = (yield Batch(calls))[len(kept) :]
+    tally = Tally(
+        handled=sum(replies[:acks]),
+        failed=sum(not isinstance(e, RateLimited) for _, e in failed),
+        refilled=took[1] if took else [],
+    )
+    for given, buried in replies[acks : acks + len(failed)]:
         tally.retried += given
         tally.dead_lettered += buried
     if any(m.unreadable is not None for m in tally.refilled):
@@ -303,9 +346,14 @@ def settle(ops: QueueOps, ok: Sequence[Message],
     return tally
 
 
-def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
-                    error: BaseException | None, policy: RetryPolicy,
-                    consumer: str) -> Flow[tuple[Tally, bool]]:
+def settle_in_order(
+    ops: QueueOps,
+    msgs: Sequence[Message],
+    done: int,
+    error: BaseException | None,
+    policy: RetryPolicy,
+    consumer: str,
+) -> Flow[tuple[Tally, bool]]:
     """Ordered queues: the first ``done`` messages succeeded; ``error`` (if any) is the
     failure of the next one, which is then retried in place (blocking its shard) or
     dead-lettered, while the messages after it go back to their places unhandled (no
@@ -316,8 +364,8 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
     calls: list[Call] = [*kept, *acking]
     if error is not None:
         calls.append(_failure_call(ops, msgs[done], error, policy, consumer))
-        calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1:]]
-    replies = (yield Batch(calls))[len(kept):]
+        calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1 :]]
+    replies = (yield Batch(calls))[len(kept) :]
     tally = Tally(handled=sum(replies[:acks]))
     blocked = False
     if error is not None:
@@ -329,8 +377,10 @@ def settle_in_order(ops: QueueOps, msgs: Sequence[Message], done: int,
 
 
 def timed_out(timeout: float) -> ConsumeTimeout:
-    return ConsumeTimeout(f"the handler ran longer than consume_timeout ({timeout:g}s): the "
-                          "message is treated as failed")
+    return ConsumeTimeout(
+        f"the handler ran longer than consume_timeout ({timeout:g}s): the "
+        "message is treated as failed"
+    )
 
 
 def call_of(msgs: Sequence[Message]) -> str:
@@ -341,33 +391,62 @@ def call_of(msgs: Sequence[Message]) -> str:
     return f"a batch of {len(msgs)} messages from {msgs[0].id if msgs else '-'}"
 
 
-def overran(log: logging.Logger, queue: str, msgs: Sequence[Message], timeout: float, *,
-            left: int | None, cap: int, shard: int | None, keyed: bool = False) -> None:
+def overran(
+    log: logging.Logger,
+    queue: str,
+    msgs: Sequence[Message],
+    timeout: float,
+    *,
+    left: int | None,
+    cap: int,
+    shard: int | None,
+    keyed: bool = False,
+) -> None:
     """Log a handler call past consume_timeout (one line): ``left`` is how many calls
     are left running now counting this one (None: at the cap, its worker waits for it);
     ``shard``: the ordered shard it keeps blocked until it returns; ``keyed``: a message
     group's call, whose message stays in flight (so its key blocked) until it returns."""
     if keyed:  # the key is not named: it may be user data, as a payload is
-        then = ("its key stays blocked until it returns, then the message fails and is "
-                "retried as any failure (the other keys flow)")
+        then = (
+            "its key stays blocked until it returns, then the message fails and is "
+            "retried as any failure (the other keys flow)"
+        )
     elif shard is not None:
         then = f"shard {shard} stays blocked until it returns"
     else:
         then = "the message fails now and is retried as any failure"
     if left is None:
-        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
-                    "%d calls are left running already (the most per consumer): its "
-                    "worker waits for it; %s", call_of(msgs), queue, timeout, cap, then)
+        log.warning(
+            "dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+            "%d calls are left running already (the most per consumer): its "
+            "worker waits for it; %s",
+            call_of(msgs),
+            queue,
+            timeout,
+            cap,
+            then,
+        )
     else:
-        log.warning("dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
-                    "its thread is left running (%d of at most %d) and another worker "
-                    "takes its place; %s", call_of(msgs), queue, timeout, left, cap, then)
+        log.warning(
+            "dynoq: the handler call on %s of %r ran past consume_timeout (%gs); "
+            "its thread is left running (%d of at most %d) and another worker "
+            "takes its place; %s",
+            call_of(msgs),
+            queue,
+            timeout,
+            left,
+            cap,
+            then,
+        )
 
 
-def returned(log: logging.Logger, queue: str, msgs: Sequence[Message],
-             seconds: float) -> None:
-    log.warning("dynoq: the handler call on %s of %r that ran past consume_timeout "
-                "returned after %.1fs", call_of(msgs), queue, seconds)
+def returned(log: logging.Logger, queue: str, msgs: Sequence[Message], seconds: float) -> None:
+    log.warning(
+        "dynoq: the handler call on %s of %r that ran past consume_timeout returned after %.1fs",
+        call_of(msgs),
+        queue,
+        seconds,
+    )
 
 
 class Counts:
@@ -381,12 +460,21 @@ class Counts:
             self._values[name] += value
 
     def add_tally(self, tally: Tally, seconds: float = 0.0) -> None:
-        self.add(handled=tally.handled, failed=tally.failed, retried=tally.retried,
-                 dead_lettered=tally.dead_lettered, handler_seconds=seconds)
+        self.add(
+            handled=tally.handled,
+            failed=tally.failed,
+            retried=tally.retried,
+            dead_lettered=tally.dead_lettered,
+            handler_seconds=seconds,
+        )
 
     def snapshot(self) -> ConsumerStats:
-        return ConsumerStats(**{k: (x if k == "handler_seconds" else int(x))  # type: ignore[arg-type]
-                                for k, x in self._values.items()})
+        return ConsumerStats(
+            **{
+                k: (x if k == "handler_seconds" else int(x))  # type: ignore[arg-type]
+                for k, x in self._values.items()
+            }
+        )
 
 
 def summed(stats: Sequence[ConsumerStats]) -> ConsumerStats:

@@ -18,7 +18,7 @@ from .bounds import IDS_CHUNK, SWEEP_LIMIT
 from .byid import locate, stored
 from .calls import Batch, Call, Cmd, Flow, pairs, text
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 
 _PURGE = script("purge-dead")
 
@@ -27,12 +27,15 @@ def dead(ops: QueueOps, count: int = 100) -> Flow[list[Message]]:
     """Dead-lettered messages, oldest first."""
     count = validate.check_count(count, high=validate.MAX_BATCH)
     checks = ops.epoch_checks(range(ops.settings.shards), f"dead of {ops.name!r}")
-    heads = yield Batch([*checks, *(Cmd(("ZRANGE", k.dead, 0, count - 1, "WITHSCORES"))
-                                    for k in ops.shard_keys)])
-    heads = heads[len(checks):]
-    ranked = sorted((float(score), shard, text(member))
-                    for shard, head in enumerate(heads)
-                    for member, score in pairs(head))[:count]
+    heads = yield Batch(
+        [*checks, *(Cmd(("ZRANGE", k.dead, 0, count - 1, "WITHSCORES")) for k in ops.shard_keys)]
+    )
+    heads = heads[len(checks) :]
+    ranked = sorted(
+        (float(score), shard, text(member))
+        for shard, head in enumerate(heads)
+        for member, score in pairs(head)
+    )[:count]
     if not ranked:
         return []
     found = yield from stored(ops, [(shard, msg_id) for _, shard, msg_id in ranked])
@@ -53,9 +56,17 @@ def replay_dead(ops: QueueOps, ids: Iterable[str] | None = None) -> Flow[int]:
     for shard, msg_id in zip((yield from locate(ops, wanted)), wanted, strict=True):
         by_shard[shard].append(msg_id)
     check = ops.checked(f"replay on {ops.name!r}", int)
-    return sum((yield Batch([ops.kind.replay_call(shard, group[i:i + IDS_CHUNK], check)
-                             for shard, group in by_shard.items()
-                             for i in range(0, len(group), IDS_CHUNK)])))
+    return sum(
+        (
+            yield Batch(
+                [
+                    ops.kind.replay_call(shard, group[i : i + IDS_CHUNK], check)
+                    for shard, group in by_shard.items()
+                    for i in range(0, len(group), IDS_CHUNK)
+                ]
+            )
+        )
+    )
 
 
 def purge_dead(ops: QueueOps) -> Flow[int]:
@@ -68,12 +79,14 @@ def purge_dead(ops: QueueOps) -> Flow[int]:
 
 def drain_dead(ops: QueueOps, shard: int, *, replay: bool) -> Flow[int]:
     """Replay (or purge) every dead letter of one shard, a bounded call at a time."""
-    check = ops.checked(f"{'replay' if replay else 'purge'} of dead letters of "
-                        f"{ops.name!r}", int)
+    check = ops.checked(f"{'replay' if replay else 'purge'} of dead letters of {ops.name!r}", int)
     total = 0
     while True:
-        call: Call = (ops.kind.replay_call(shard, [], check) if replay else
-                      _PURGE.call(ops.shard_keys[shard], [ops.epoch, SWEEP_LIMIT], check))
+        call: Call = (
+            ops.kind.replay_call(shard, [], check)
+            if replay
+            else _PURGE.call(ops.shard_keys[shard], [ops.epoch, SWEEP_LIMIT], check)
+        )
         n = int((yield call))
         total += n
         if n < SWEEP_LIMIT:

@@ -29,16 +29,56 @@ from .lua import COMMENT_RE, FUNC_RE, called, local_functions
 
 # Commands by what they do to their keys (tests/test_acl.py checks each against the
 # server's own key specs). A script sending any other command is refused here.
-READS = frozenset({
-    "EXISTS", "GET", "HEXISTS", "HGET", "HGETALL", "HLEN", "HMGET", "HSCAN", "HVALS",
-    "LRANGE", "PTTL", "SCARD", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SSCAN", "ZCARD",
-    "ZCOUNT", "ZMSCORE", "ZRANGE", "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZSCORE"})
+READS = frozenset(
+    {
+        "EXISTS",
+        "GET",
+        "HEXISTS",
+        "HGET",
+        "HGETALL",
+        "HLEN",
+        "HMGET",
+        "HSCAN",
+        "HVALS",
+        "LRANGE",
+        "PTTL",
+        "SCARD",
+        "SISMEMBER",
+        "SMEMBERS",
+        "SMISMEMBER",
+        "SSCAN",
+        "ZCARD",
+        "ZCOUNT",
+        "ZMSCORE",
+        "ZRANGE",
+        "ZRANGEBYLEX",
+        "ZRANGEBYSCORE",
+        "ZSCORE",
+    }
+)
 # No DEL: it frees a key in the server's main thread, UNLINK in the background (DESIGN
 # §2.14; tests/test_architecture.py), so a script sending DEL is refused here too.
-WRITES = frozenset({
-    "HDEL", "HINCRBY", "HSET", "HSETNX", "INCR", "INCRBY", "LPUSH", "LTRIM",
-    "PEXPIRE", "SADD", "SET", "SREM", "UNLINK", "ZADD", "ZPOPMIN", "ZREM",
-    "ZREMRANGEBYSCORE"})
+WRITES = frozenset(
+    {
+        "HDEL",
+        "HINCRBY",
+        "HSET",
+        "HSETNX",
+        "INCR",
+        "INCRBY",
+        "LPUSH",
+        "LTRIM",
+        "PEXPIRE",
+        "SADD",
+        "SET",
+        "SREM",
+        "UNLINK",
+        "ZADD",
+        "ZPOPMIN",
+        "ZREM",
+        "ZREMRANGEBYSCORE",
+    }
+)
 CHANNEL = frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"})  # on <prefix>:* channels
 KEYLESS = frozenset({"PING", "TIME", "WAIT"})
 
@@ -71,15 +111,21 @@ KINDS: dict[str, tuple[str, ...]] = {
 # as a topic group's queue keys are "<prefix>:{<topic>:<shard>}:<group>:<field>": a group
 # named like a part would share keys with them, under their patterns (dynoq._core.topics
 # refuses such a group).
-RESERVED_GROUPS = tuple(sorted(
-    p.split(":")[1] for patterns in KINDS.values() for p in patterns
-    if re.fullmatch(r"\{\*\}:[a-z]+:\*", p)))
+RESERVED_GROUPS = tuple(
+    sorted(
+        p.split(":")[1]
+        for patterns in KINDS.values()
+        for p in patterns
+        if re.fullmatch(r"\{\*\}:[a-z]+:\*", p)
+    )
+)
 
 _CALL_RE = re.compile(r"(?:redis\.call|bulk_read|bulk)\('([A-Z]+)'(?:,\s*([^,)]+))?")
 # A local naming keys, a statement of its own: local log, state = K.rate, K.rate_state
 _KEY = r"(?:KEYS\[\d+\]|\w+\.\w+)"
-_ALIAS_RE = re.compile(rf"^\s*local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*({_KEY}(?:\s*,\s*{_KEY})*)\s*$",
-                       re.M)
+_ALIAS_RE = re.compile(
+    rf"^\s*local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*({_KEY}(?:\s*,\s*{_KEY})*)\s*$", re.M
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +147,10 @@ def script_uses(script: Script) -> Uses:
         for name, value in zip(names.split(","), values.split(","), strict=False):
             kind = _name(script, value.strip())
             if kind in KINDS and aliases.setdefault(name.strip(), kind) != kind:
-                raise ValueError(f"{script.name}: local {name.strip()} names two kinds of "
-                                 "key: name it after the key it holds")
+                raise ValueError(
+                    f"{script.name}: local {name.strip()} names two kinds of "
+                    "key: name it after the key it holds"
+                )
     reads: set[str] = set()
     channels: set[str] = set()
     writes: dict[str, set[str]] = {}
@@ -114,10 +162,11 @@ def script_uses(script: Script) -> Uses:
         elif cmd in WRITES:
             writes.setdefault(cmd, set()).add(_kind(script, arg.strip(), aliases, cmd))
         else:
-            raise ValueError(f"{script.name}: {cmd} is neither a read nor a write in "
-                             "dynoq._core.grants: classify it")
-    return Uses(frozenset(reads), {c: frozenset(k) for c, k in writes.items()},
-                frozenset(channels))
+            raise ValueError(
+                f"{script.name}: {cmd} is neither a read nor a write in "
+                "dynoq._core.grants: classify it"
+            )
+    return Uses(frozenset(reads), {c: frozenset(k) for c, k in writes.items()}, frozenset(channels))
 
 
 def reachable(source: str) -> str:
@@ -129,8 +178,10 @@ def reachable(source: str) -> str:
     functions = local_functions(code)
     top = FUNC_RE.sub("", code)
     if "function" in top:
-        raise ValueError("a function outside 'local function name(...) ... end' at the "
-                         "start of a line: dynoq._core.grants cannot tell when it runs")
+        raise ValueError(
+            "a function outside 'local function name(...) ... end' at the "
+            "start of a line: dynoq._core.grants cannot tell when it runs"
+        )
     runs = called([top], functions)
     return "\n".join([top, *(body for name, body in functions.items() if name in runs)])
 
@@ -147,8 +198,10 @@ def _name(script: Script, key: str) -> str:
 def _kind(script: Script, arg: str, aliases: dict[str, str], cmd: str) -> str:
     kind = aliases.get(arg) or _name(script, arg)
     if kind not in KINDS:
-        raise ValueError(f"{script.name}: cannot tell which key {cmd} {arg} writes: name "
-                         "it after its KEYS header name (see dynoq._core.grants)")
+        raise ValueError(
+            f"{script.name}: cannot tell which key {cmd} {arg} writes: name "
+            "it after its KEYS header name (see dynoq._core.grants)"
+        )
     return kind
 
 

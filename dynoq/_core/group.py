@@ -24,7 +24,7 @@ from .bounds import CALL_SHARDS
 from .calls import Batch, Call, Cmd, Flow, text
 from .keys import GroupKeys, QueueKeys
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 
 _HEARTBEAT, _LEAVE, _REAP = script("group-heartbeat"), script("group-leave"), script("group-reap")
 _ACQUIRE, _RENEW = script("lease-acquire"), script("lease-renew")
@@ -66,8 +66,11 @@ class GroupOps:
         """Take up to ``want`` permits of the group's rate limit (``count`` per ``period``
         seconds, for all members together); reply: (granted, seconds until the next
         permit)."""
-        return _RATE.call(self.keys, [count, validate.to_ms(period), want],
-                          lambda r: (int(r[0]), int(r[1]) / 1000))
+        return _RATE.call(
+            self.keys,
+            [count, validate.to_ms(period), want],
+            lambda r: (int(r[0]), int(r[1]) / 1000),
+        )
 
     def notify(self) -> Cmd:
         """Ask every member to rebalance now (a shard's lease was released)."""
@@ -76,9 +79,15 @@ class GroupOps:
     def record(self, members: Sequence[str], shards: Sequence[int]) -> Call:
         """Add this member's new assignment, computed from ``members``, to the group's
         history (capped at HISTORY_CAP entries, time from the server)."""
-        entry = json.dumps({"member": self.member, "shards": sorted(shards),
-                            "members": list(members[:HISTORY_MEMBERS]),
-                            "count": len(members)}, separators=(",", ":"))
+        entry = json.dumps(
+            {
+                "member": self.member,
+                "shards": sorted(shards),
+                "members": list(members[:HISTORY_MEMBERS]),
+                "count": len(members),
+            },
+            separators=(",", ":"),
+        )
         return _HISTORY.call(self.keys, [entry, HISTORY_CAP, HISTORY_TTL_MS])
 
 
@@ -101,9 +110,15 @@ def parse_history(raw: Sequence[bytes | str]) -> list[Rebalance]:
         try:
             ms, _, body = text(item).partition(" ")
             e = json.loads(body)
-            out.append(Rebalance(int(ms) / 1000, str(e["member"]),
-                                 tuple(int(x) for x in e["shards"]),
-                                 tuple(str(m) for m in e["members"]), int(e["count"])))
+            out.append(
+                Rebalance(
+                    int(ms) / 1000,
+                    str(e["member"]),
+                    tuple(int(x) for x in e["shards"]),
+                    tuple(str(m) for m in e["members"]),
+                    int(e["count"]),
+                )
+            )
         except (ValueError, KeyError, TypeError):
             continue
     return out
@@ -111,8 +126,10 @@ def parse_history(raw: Sequence[bytes | str]) -> list[Rebalance]:
 
 def members(keys: QueueKeys, group: str) -> Cmd:
     """The members of a group as last recorded (stale ones included until reaped)."""
-    return Cmd(("ZRANGE", keys.group(validate.check_name(group, "group")).members, 0, -1),
-               lambda raw: sorted(text(m) for m in raw))
+    return Cmd(
+        ("ZRANGE", keys.group(validate.check_name(group, "group")).members, 0, -1),
+        lambda raw: sorted(text(m) for m in raw),
+    )
 
 
 def reap(keys: QueueKeys) -> Flow[int]:
@@ -152,9 +169,11 @@ class LeaseOps:
         messages go back to the head of the shard in order (its later acks are fenced off
         by the new value)."""
         q = self.queue
-        taken, value = yield _ACQUIRE.call(q.shard_keys[shard], [q.epoch, self.token,
-                                                                 self.ttl_ms],
-                                           q.checked(f"lease of shard {shard} of {q.name!r}"))
+        taken, value = yield _ACQUIRE.call(
+            q.shard_keys[shard],
+            [q.epoch, self.token, self.ttl_ms],
+            q.checked(f"lease of shard {shard} of {q.name!r}"),
+        )
         if not int(taken):
             return int(value) / 1000, 0
         fence = int(value)
@@ -170,13 +189,20 @@ class LeaseOps:
         values = self.values(fences)
         shards = list(values)
         if self.queue.cross_slot:  # one call renews CALL_SHARDS (a consumer idles cheaply)
-            calls = [Call(_RENEW, [self.queue.shard_keys[s].lease for s in part],
-                          [self.ttl_ms, *(values[s] for s in part)])
-                     for part in (shards[i:i + CALL_SHARDS]
-                                  for i in range(0, len(shards), CALL_SHARDS))]
+            calls = [
+                Call(
+                    _RENEW,
+                    [self.queue.shard_keys[s].lease for s in part],
+                    [self.ttl_ms, *(values[s] for s in part)],
+                )
+                for part in (
+                    shards[i : i + CALL_SHARDS] for i in range(0, len(shards), CALL_SHARDS)
+                )
+            ]
         else:
-            calls = [_RENEW.call(self.queue.shard_keys[s], [self.ttl_ms, v])
-                     for s, v in values.items()]
+            calls = [
+                _RENEW.call(self.queue.shard_keys[s], [self.ttl_ms, v]) for s, v in values.items()
+            ]
 
         def parse(replies: list[Any]) -> set[int]:
             for r in replies:
@@ -189,8 +215,9 @@ class LeaseOps:
     def release(self, shard: int, fence: int | None) -> Call:
         """Drop this consumer's lease on ``shard`` if it still holds it in the tenure
         ``fence``; reply: whether it did."""
-        return _RELEASE.call(self.queue.shard_keys[shard], [self.value(fence)],
-                             lambda r: bool(int(r)))
+        return _RELEASE.call(
+            self.queue.shard_keys[shard], [self.value(fence)], lambda r: bool(int(r))
+        )
 
 
 class LeaseBook:
@@ -212,8 +239,7 @@ class LeaseBook:
         """The fencing number of each of ``shards`` (None: not held)."""
         return {s: self._fences.get(s) for s in shards}
 
-    def renewed(self, fences: Mapping[int, int | None], lost: set[int],
-                sent_at: float) -> set[int]:
+    def renewed(self, fences: Mapping[int, int | None], lost: set[int], sent_at: float) -> set[int]:
         """A renewal of ``fences`` (its tenures) came back with ``lost``; returns the shards
         whose lease is gone now. A shard taken again or forgotten since the renewal was
         sent is left as it is: the reply speaks of a tenure that is over."""

@@ -20,7 +20,7 @@ from .byid import locate, stored
 from .calls import Batch, Cmd, Flow, pairs, text
 from .group import Rebalance, parse_history
 from .keys import QueueKeys
-from .ops import QueueOps
+from .queue import QueueOps
 
 MAX_PAGE = 500  # entries of one page
 MAX_MERGED_SHARDS = 64  # shards one merged page reads (more: one shard at a time)
@@ -29,9 +29,11 @@ MAX_MEMBERS = 1000  # members of one group listed
 SCAN_STEPS = 64  # SSCAN calls one registry page makes at most
 
 # The page kinds: which shard set they read, and what the score of an entry means.
-PAGES = {"in_flight": "unack",  # score: the delivery's visibility deadline
-         "delayed": "delayed",  # score: the due time
-         "dead": "dead"}  # score: when it was dead-lettered
+PAGES = {
+    "in_flight": "unack",  # score: the delivery's visibility deadline
+    "delayed": "delayed",  # score: the due time
+    "dead": "dead",
+}  # score: when it was dead-lettered
 STATES = (("ready", "ready"), ("delayed", "delayed"), ("in_flight", "unack"), ("dead", "dead"))
 
 
@@ -64,10 +66,15 @@ def leases(q: QueueOps, shards: Sequence[int]) -> Batch:
     def parse(raw: list[Any]) -> list[ShardLease]:
         out = []
         for i, s in enumerate(shards):
-            token, ttl, fence = raw[3 * i:3 * i + 3]
-            out.append(ShardLease(s, None if token is None else holder_of(token),
-                                  int(ttl) / 1000 if token is not None and int(ttl) >= 0
-                                  else None, int(fence or 0)))
+            token, ttl, fence = raw[3 * i : 3 * i + 3]
+            out.append(
+                ShardLease(
+                    s,
+                    None if token is None else holder_of(token),
+                    int(ttl) / 1000 if token is not None and int(ttl) >= 0 else None,
+                    int(fence or 0),
+                )
+            )
         return out
 
     return Batch(cmds, parse=parse)
@@ -83,8 +90,9 @@ class Entry:
     at: float
 
 
-def page(q: QueueOps, kind: str, *, shards: Sequence[int], offset: int = 0,
-         count: int = 50) -> Flow[tuple[list[Entry], bool]]:
+def page(
+    q: QueueOps, kind: str, *, shards: Sequence[int], offset: int = 0, count: int = 50
+) -> Flow[tuple[list[Entry], bool]]:
     """One page of in-flight deliveries ("in_flight"), delayed messages ("delayed") or
     dead letters ("dead"), earliest first; returns (entries, whether more follow).
 
@@ -96,19 +104,40 @@ def page(q: QueueOps, kind: str, *, shards: Sequence[int], offset: int = 0,
     offset = validate.check_int(offset, "offset", low=0, high=2**53)
     shards = _shards(q, shards, MAX_MERGED_SHARDS)
     if len(shards) > 1 and offset:
-        raise InvalidArgument("a page merged over several shards starts at offset 0; "
-                              "walk one shard to go further")
-    heads = yield Batch([Cmd(("ZRANGE", getattr(q.shard_keys[s], PAGES[kind]), offset,
-                              offset + count, "WITHSCORES")) for s in shards])
-    ranked = sorted(entry for entry in ((float(score), s, text(member))
-                                        for s, head in zip(shards, heads, strict=True)
-                                        for member, score in pairs(head))
-                    if entry[0] != math.inf)  # lua/lib/pin.lua's entry: not a message
+        raise InvalidArgument(
+            "a page merged over several shards starts at offset 0; walk one shard to go further"
+        )
+    heads = yield Batch(
+        [
+            Cmd(
+                (
+                    "ZRANGE",
+                    getattr(q.shard_keys[s], PAGES[kind]),
+                    offset,
+                    offset + count,
+                    "WITHSCORES",
+                )
+            )
+            for s in shards
+        ]
+    )
+    ranked = sorted(
+        entry
+        for entry in (
+            (float(score), s, text(member))
+            for s, head in zip(shards, heads, strict=True)
+            for member, score in pairs(head)
+        )
+        if entry[0] != math.inf
+    )  # lua/lib/pin.lua's entry: not a message
     more = len(ranked) > count
     ranked = ranked[:count]
     found = yield from stored(q, [(s, msg_id) for _, s, msg_id in ranked])
-    entries = [Entry(m, s, score / 1000)
-               for (score, s, _), m in zip(ranked, found, strict=True) if m is not None]
+    entries = [
+        Entry(m, s, score / 1000)
+        for (score, s, _), m in zip(ranked, found, strict=True)
+        if m is not None
+    ]
     return entries, more
 
 
@@ -128,8 +157,7 @@ def find(q: QueueOps, msg_id: str) -> Flow[Located | None]:
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(q, [msg_id])
     keys = q.shard_keys[shard]
-    scores = yield Batch([Cmd(("ZSCORE", getattr(keys, field), msg_id))
-                          for _, field in STATES])
+    scores = yield Batch([Cmd(("ZSCORE", getattr(keys, field), msg_id)) for _, field in STATES])
     [msg] = yield from stored(q, [(shard, msg_id)])
     if msg is None:
         return None
@@ -183,24 +211,33 @@ class GroupView:
     history: list[Rebalance]
 
 
-def group(keys: QueueKeys, name: str, *, members: int = 100,
-          history: int = 20) -> Flow[GroupView]:
+def group(keys: QueueKeys, name: str, *, members: int = 100, history: int = 20) -> Flow[GroupView]:
     """One consumer group of a queue: up to ``members`` members and ``history`` recent
     rebalances."""
     name = validate.check_name(name, "group")
     members = validate.check_count(members, high=MAX_MEMBERS)
     history = validate.check_count(history, high=MAX_PAGE)
     k = keys.group(name)
-    raw, total, claim, hist = yield Batch([
-        Cmd(("ZRANGE", k.members, 0, members - 1, "WITHSCORES")), Cmd(("ZCARD", k.members)),
-        Cmd(("GET", k.claim)), Cmd(("LRANGE", k.history, 0, history - 1))])
+    raw, total, claim, hist = yield Batch(
+        [
+            Cmd(("ZRANGE", k.members, 0, members - 1, "WITHSCORES")),
+            Cmd(("ZCARD", k.members)),
+            Cmd(("GET", k.claim)),
+            Cmd(("LRANGE", k.history, 0, history - 1)),
+        ]
+    )
     beats = [(text(m), float(score) / 1000) for m, score in pairs(raw)]
     ttls = (yield Cmd(("HMGET", k.ttls, *(m for m, _ in beats)))) if beats else []
     return GroupView(
-        name, claim is not None and text(claim) == name,
-        [Member(m, at, None if ttl is None else int(ttl) / 1000)
-         for (m, at), ttl in zip(beats, ttls, strict=True)],
-        int(total), parse_history(hist))
+        name,
+        claim is not None and text(claim) == name,
+        [
+            Member(m, at, None if ttl is None else int(ttl) / 1000)
+            for (m, at), ttl in zip(beats, ttls, strict=True)
+        ],
+        int(total),
+        parse_history(hist),
+    )
 
 
 def _shards(q: QueueOps, shards: Sequence[int], most: int) -> list[int]:
@@ -222,7 +259,7 @@ def together(batches: Sequence[Batch]) -> Batch:
     def parse(replies: list[Any]) -> list[Any]:
         out, i = [], 0
         for b, n in zip(batches, sizes, strict=True):
-            part, i = replies[i:i + n], i + n
+            part, i = replies[i : i + n], i + n
             out.append(part if b.parse is None else b.parse(part))
         return out
 

@@ -42,7 +42,7 @@ def parse_state(raw: bytes | str | None) -> tuple[int, int, str, str]:
         return 0, 0, "", ""  # not written by dynoq
     f, w, a, b = (int(x) for x in parts[:4])
     ids = parts[4]
-    return f, w, ids[:a].decode(errors="replace"), ids[a:a + b].decode(errors="replace")
+    return f, w, ids[:a].decode(errors="replace"), ids[a : a + b].decode(errors="replace")
 
 
 class Keyed(Kind):
@@ -51,8 +51,14 @@ class Keyed(Kind):
     recurring = False  # recurring messages are refused on a keyed queue (schedules.py)
     PUSH, POP, ACK = _KPUSH, _KPOP, _KACK
 
-    def __init__(self, opened: Opened, shard_keys: tuple[ShardKeys, ...],
-                 settings: QueueSettings, limit: int, wake: str) -> None:
+    def __init__(
+        self,
+        opened: Opened,
+        shard_keys: tuple[ShardKeys, ...],
+        settings: QueueSettings,
+        limit: int,
+        wake: str,
+    ) -> None:
         super().__init__(opened, shard_keys, settings, limit, wake)
         self.conc = settings.key_concurrency or 1
         # a probe reads the keys that may deliver where others read ready
@@ -66,28 +72,38 @@ class Keyed(Kind):
             args += (o.id, o.routing, o.body)
         return Call(_KPUSH, self.push_keys[shard], args)
 
-    def pop_call(self, shard: int, count: int, ceiling: int, vis_ms: int, nonce: str,
-                 lease: str, margin_ms: int, others: Sequence[int]) -> Call:
+    def pop_call(
+        self,
+        shard: int,
+        count: int,
+        ceiling: int,
+        vis_ms: int,
+        nonce: str,
+        lease: str,
+        margin_ms: int,
+        others: Sequence[int],
+    ) -> Call:
         """The heads of up to ``count`` keys, round-robin (a keyed shard has no lease
         and no priorities: ``ceiling``, ``lease``, ``margin_ms`` and ``others`` do not
         apply)."""
-        return Call(_KPOP, self.pop_keys[shard], [
-            self.epoch, count, vis_ms, nonce, self.settings.max_retries, self.wake,
-            self.conc])
+        return Call(
+            _KPOP,
+            self.pop_keys[shard],
+            [self.epoch, count, vis_ms, nonce, self.settings.max_retries, self.wake, self.conc],
+        )
 
-    def popped(self, reply: Any, shard: int, nonce: str, lease: str,
-               others: Sequence[int]) -> Popped:
+    def popped(
+        self, reply: Any, shard: int, nonce: str, lease: str, others: Sequence[int]
+    ) -> Popped:
         """Rank 1 when a key there may deliver more (else 0); no other shard's ranks."""
         if type(reply) is int:
             self.opened.refused(reply, f"pop from shard {shard} of {self.name!r}")
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), {}, False
         got = self.decoded(reply, 2, shard, nonce)
-        return (got, int(reply[1]), -1.0, {},
-                any(m.unreadable is not None for m in got))
+        return (got, int(reply[1]), -1.0, {}, any(m.unreadable is not None for m in got))
 
-    def decoded(self, reply: list[Any], start: int, shard: int, nonce: str
-                ) -> list[Message]:
+    def decoded(self, reply: list[Any], start: int, shard: int, nonce: str) -> list[Message]:
         """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
         record, attempts, fence each; an unreadable one says why (``codec.readable``:
         the caller quarantines it)."""
@@ -100,8 +116,9 @@ class Keyed(Kind):
             out.append(m)
         return out
 
-    def ack_and_take(self, msgs: Sequence[Message], count: int, vis_ms: int
-                     ) -> tuple[Call, list[Message]] | None:
+    def ack_and_take(
+        self, msgs: Sequence[Message], count: int, vis_ms: int
+    ) -> tuple[Call, list[Message]] | None:
         """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
         messages when that is fair (kack-12.lua): the call, and the list its reply's
         messages are put in once it has run (the caller quarantines the unreadable
@@ -120,9 +137,12 @@ class Keyed(Kind):
             got.extend(self.decoded(reply, 1, shard, made))
             return int(reply[0])
 
-        return Call(_KACK, self.ack_keys[shard], [
-            self.epoch, self.window_ms, self.wake, self.conc, count, vis_ms, made, *ids],
-            parse), got
+        return Call(
+            _KACK,
+            self.ack_keys[shard],
+            [self.epoch, self.window_ms, self.wake, self.conc, count, vis_ms, made, *ids],
+            parse,
+        ), got
 
     def ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
         calls: list[Call] = []
@@ -130,26 +150,63 @@ class Keyed(Kind):
             check = self.opened.parser("ack", shard, int)
             keys = self.ack_keys[shard]
             for i in range(0, len(ids), 2000):
-                calls.append(Call(_KACK, keys, [self.epoch, self.window_ms, self.wake,
-                                                self.conc, 0, 0, "", *ids[i:i + 2000]],
-                                  check))
+                calls.append(
+                    Call(
+                        _KACK,
+                        keys,
+                        [
+                            self.epoch,
+                            self.window_ms,
+                            self.wake,
+                            self.conc,
+                            0,
+                            0,
+                            "",
+                            *ids[i : i + 2000],
+                        ],
+                        check,
+                    )
+                )
         return calls
 
-    def nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
-                  mode: str, why: bytes = b"") -> Call:
-        return Call(_KNACK, _KNACK.key_list(self.shard_keys[shard]), [
-            self.epoch, validate.to_ms(delay), self.settings.max_retries, mode, self.wake,
-            why, self.conc, msg_id, token], self.opened.parser("nack", shard, int_pair))
+    def nack_call(
+        self,
+        shard: int,
+        msg_id: str,
+        token: str,
+        lease: str,
+        delay: float,
+        mode: str,
+        why: bytes = b"",
+    ) -> Call:
+        return Call(
+            _KNACK,
+            _KNACK.key_list(self.shard_keys[shard]),
+            [
+                self.epoch,
+                validate.to_ms(delay),
+                self.settings.max_retries,
+                mode,
+                self.wake,
+                why,
+                self.conc,
+                msg_id,
+                token,
+            ],
+            self.opened.parser("nack", shard, int_pair),
+        )
 
-    def requeue(self, shard: int, *, force: bool = False,
-                lease: str = "") -> Flow[tuple[int, int]]:
+    def requeue(self, shard: int, *, force: bool = False, lease: str = "") -> Flow[tuple[int, int]]:
         """Expired deliveries and due retries go back to the head of their key
         (krequeue-13.lua, which promotes too); a keyed shard has no lease to force."""
         back = buried = 0
         keys = _KREQUEUE.key_list(self.shard_keys[shard])
         while True:
-            reply = yield Call(_KREQUEUE, keys, [self.epoch, self.settings.max_retries,
-                                                 EXPIRE_LIMIT, self.wake, self.conc])
+            reply = yield Call(
+                _KREQUEUE,
+                keys,
+                [self.epoch, self.settings.max_retries, EXPIRE_LIMIT, self.wake, self.conc],
+            )
             self.opened.refused(reply, f"requeue on shard {shard} of {self.name!r}")
             back += int(reply[0])
             buried += int(reply[1])
@@ -159,14 +216,20 @@ class Keyed(Kind):
     # -- by id and whole queue ----------------------------------------------------------
 
     def remove_call(self, shard: int, msg_id: str) -> Call:
-        return Call(_KREMOVE, _KREMOVE.key_list(self.shard_keys[shard]),
-                    [self.epoch, msg_id, self.wake, self.conc],
-                    self.opened.checked(f"remove from {self.name!r}", bool))
+        return Call(
+            _KREMOVE,
+            _KREMOVE.key_list(self.shard_keys[shard]),
+            [self.epoch, msg_id, self.wake, self.conc],
+            self.opened.checked(f"remove from {self.name!r}", bool),
+        )
 
-    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]
-                    ) -> Call:
-        return Call(_KREPLAY, _KREPLAY.key_list(self.shard_keys[shard]),
-                    [self.epoch, SWEEP_LIMIT, self.wake, self.conc, *ids], parse)
+    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:
+        return Call(
+            _KREPLAY,
+            _KREPLAY.key_list(self.shard_keys[shard]),
+            [self.epoch, SWEEP_LIMIT, self.wake, self.conc, *ids],
+            parse,
+        )
 
     def heads(self, count: int) -> Flow[list[Message]]:
         """The heads of the next keys to be served, in turn order (not claimed)."""
@@ -186,18 +249,30 @@ class Keyed(Kind):
 
     def stats_call(self, keys: ShardKeys) -> Call:
         # the waiting messages are in kwait (a hash), in place of ready
-        return Call(_STATS, [keys.kwait if f == "ready" else getattr(keys, f)
-                             for f in _STATS.keys], [self.epoch, "hash"])
+        return Call(
+            _STATS,
+            [keys.kwait if f == "ready" else getattr(keys, f) for f in _STATS.keys],
+            [self.epoch, "hash"],
+        )
 
     def stats_extra(self) -> list[Call | Cmd]:
         """Per shard, the keys with messages waiting or in flight (one HLEN), then the
         oldest head of its next keys to serve (koldest-3.lua)."""
-        return [*(Cmd(("HLEN", k.kstate)) for k in self.shard_keys),
-                *(_KOLDEST.call(k, []) for k in self.shard_keys)]
+        return [
+            *(Cmd(("HLEN", k.kstate)) for k in self.shard_keys),
+            *(_KOLDEST.call(k, []) for k in self.shard_keys),
+        ]
 
     def clear_calls(self) -> list[Call]:
-        return [Call(_KCLEAR, _KCLEAR.key_list(k), [self.epoch], self.opened.checked(
-            f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)]
+        return [
+            Call(
+                _KCLEAR,
+                _KCLEAR.key_list(k),
+                [self.epoch],
+                self.opened.checked(f"clear of shard {i} of {self.name!r}"),
+            )
+            for i, k in enumerate(self.shard_keys)
+        ]
 
     def key_state(self, key: object) -> Flow[KeyState]:
         """The state of one key (all 0 for a key the queue does not hold)."""
@@ -208,8 +283,9 @@ class Keyed(Kind):
         keys = self.shard_keys[shard]
         # a vanished queue raises QueueGone here, not "no such key"
         checks = self.opened.epoch_checks([shard], f"key_state() of {self.name!r}")
-        *_, raw, fence = yield Batch([*checks, Cmd(("HGET", keys.kstate, name)),
-                                      Cmd(("HGET", keys.kfence, name))])
+        *_, raw, fence = yield Batch(
+            [*checks, Cmd(("HGET", keys.kstate, name)), Cmd(("HGET", keys.kfence, name))]
+        )
         in_flight, waiting, last, first = parse_state(raw)
         if not (in_flight or waiting):
             return KeyState()
@@ -231,15 +307,15 @@ class Keyed(Kind):
         busiest.sort(key=lambda d: (-(d["waiting"] + d["in_flight"]), str(d["key"])))
         return {"busiest": busiest[:limit], "blocked": blocked[:limit]}
 
-    def _busiest(self, shard: int, keys: ShardKeys, limit: int
-                 ) -> Flow[list[dict[str, Any]]]:
+    def _busiest(self, shard: int, keys: ShardKeys, limit: int) -> Flow[list[dict[str, Any]]]:
         out: list[dict[str, Any]] = []
         cursor, seen = b"0", 0
         # a vanished queue raises QueueGone (with the first page), not "no keys"
         checks = self.opened.epoch_checks([shard], f"keys() of {self.name!r}")
         while seen < 10 * limit:
             *_, (cursor, page) = yield Batch(
-                [*checks, Cmd(("HSCAN", keys.kstate, cursor, "COUNT", 100))])
+                [*checks, Cmd(("HSCAN", keys.kstate, cursor, "COUNT", 100))]
+            )
             checks = []
             items = page.items() if isinstance(page, dict) else pairs(page)
             for k, v in items:
@@ -254,15 +330,21 @@ class Keyed(Kind):
         out: list[dict[str, Any]] = []
         ids = yield Cmd(("ZRANGE", keys.delayed, 0, limit - 1))
         if ids:
-            raw = yield Batch([Cmd(("HGET", getattr(keys, f), i))
-                               for i in ids for f in ("msgs", "dlv", "why")])
+            raw = yield Batch(
+                [Cmd(("HGET", getattr(keys, f), i)) for i in ids for f in ("msgs", "dlv", "why")]
+            )
             for j, msg_id in enumerate(ids):
-                rec, state, why = raw[3 * j:3 * j + 3]
+                rec, state, why = raw[3 * j : 3 * j + 3]
                 if rec is None:
                     continue
                 m = codec.readable(text(msg_id), rec, limit=self.limit)
                 fail = codec.failure(why)
-                out.append({"key": m.key, "id": m.id, "attempts": codec.attempts_of(state),
-                            "reason": None if fail is None else
-                            f"{fail.error_type}: {fail.error}"})
+                out.append(
+                    {
+                        "key": m.key,
+                        "id": m.id,
+                        "attempts": codec.attempts_of(state),
+                        "reason": None if fail is None else f"{fail.error_type}: {fail.error}",
+                    }
+                )
         return out

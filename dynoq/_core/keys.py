@@ -40,7 +40,7 @@ class ShardKeys:
     counts: str  # cumulative counts: pushed, acked, retried, expired, dead
     sched: str  # recurring messages whose occurrences land here: id -> definition
     marks: str  # recurring message id -> its latest tick pushed (ms)
-    # Transactions (lua/tx-*.lua): a prepared message's record is in `msgs` and in no
+    # Transactions (lua/transaction-*.lua): a prepared message's record is in `msgs` and in no
     # state set but `half`, so nothing delivers, peeks or counts it as waiting.
     half: str  # zset prepared id -> when it is next checked, or its check claim ends (ms)
     txs: str  # hash prepared id -> "<checks so far>|<claim token>"
@@ -69,9 +69,23 @@ class ShardKeys:
         """Every key holding messages or their state (``clear`` deletes them). The lease,
         the fencing number (which must never go back), the counts and the recurring
         messages' definitions stay."""
-        return [self.delayed, self.ready, self.unack, self.msgs, self.dlv, self.dead,
-                self.seq, self.done, self.why, self.half, self.txs, self.decided,
-                self.kwait, self.kturn, self.kstate]
+        return [
+            self.delayed,
+            self.ready,
+            self.unack,
+            self.msgs,
+            self.dlv,
+            self.dead,
+            self.seq,
+            self.done,
+            self.why,
+            self.half,
+            self.txs,
+            self.decided,
+            self.kwait,
+            self.kturn,
+            self.kstate,
+        ]
 
 
 @dataclass(frozen=True)
@@ -110,12 +124,16 @@ class QueueKeys:
 
     def group(self, group: str) -> GroupKeys:
         base = f"{self.prefix}:group:{{{self.queue}}}:{group}"
-        return GroupKeys(members=base, ttls=base + ":ttl", registry=self.groups,
-                         claim=f"{self.prefix}:claim:{{{self.queue}}}",
-                         rate=f"{self.prefix}:rate:{{{self.queue}}}:{group}",
-                         rate_state=f"{self.prefix}:rate:{{{self.queue}}}:{group}:state",
-                         channel=f"{self.prefix}:groupwake:{{{self.queue}}}:{group}",
-                         history=base + ":history")
+        return GroupKeys(
+            members=base,
+            ttls=base + ":ttl",
+            registry=self.groups,
+            claim=f"{self.prefix}:claim:{{{self.queue}}}",
+            rate=f"{self.prefix}:rate:{{{self.queue}}}:{group}",
+            rate_state=f"{self.prefix}:rate:{{{self.queue}}}:{group}:state",
+            channel=f"{self.prefix}:groupwake:{{{self.queue}}}:{group}",
+            history=base + ":history",
+        )
 
 
 @dataclass(frozen=True)

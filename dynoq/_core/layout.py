@@ -40,10 +40,16 @@ def refusal(what: str, name: str, found: int) -> LayoutError:
     if found > newest:
         todo = "it was written by a later dynoq: upgrade dynoq to open it"
     else:
-        todo = ("run `dynoq migrate` (with this version, as an admin: "
-                "dynoq --url URL --prefix PREFIX migrate) to upgrade it in place")
-    return LayoutError(f"{what} {name!r} is stored in layout {found}; this version of "
-                       f"dynoq reads layouts {oldest} to {newest}: {todo}", found, READS)
+        todo = (
+            "run `dynoq migrate` (with this version, as an admin: "
+            "dynoq --url URL --prefix PREFIX migrate) to upgrade it in place"
+        )
+    return LayoutError(
+        f"{what} {name!r} is stored in layout {found}; this version of "
+        f"dynoq reads layouts {oldest} to {newest}: {todo}",
+        found,
+        READS,
+    )
 
 
 def check(fields: Mapping[str, str], what: str, name: str) -> None:

@@ -17,11 +17,15 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def error(log: logging.Logger, level: int, what: str, *args: object,
-          exc: BaseException) -> None:
+def error(log: logging.Logger, level: int, what: str, *args: object, exc: BaseException) -> None:
     """Log ``what % args`` and ``: <describe(exc)>`` at ``level``, on one line; with the
     traceback attached only when ``log`` is enabled for DEBUG."""
     if not log.isEnabledFor(level):
         return
-    log.log(level, what + ": %s", *args, describe(exc),
-            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+    log.log(
+        level,
+        what + ": %s",
+        *args,
+        describe(exc),
+        exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+    )

@@ -85,8 +85,10 @@ def local_functions(code: str) -> dict[str, str]:
         name, body = m.group(1), m.group(0)
         # a line at the start of a line inside it: its "end" is not where it ends
         if name in functions or re.search(r"\n[^\s]", body.rsplit("\n", 1)[0]):
-            raise ValueError(f"local function {name}: defined twice, or a line of its "
-                             "body is not indented (dynoq cannot tell where it ends)")
+            raise ValueError(
+                f"local function {name}: defined twice, or a line of its "
+                "body is not indented (dynoq cannot tell where it ends)"
+            )
         functions[name] = body
     return functions
 
@@ -110,11 +112,14 @@ def _reached(pieces: list[str], text: str) -> list[str]:
     code = [COMMENT_RE.sub("", piece) for piece in pieces]
     functions = local_functions("\n".join(code))
     if list(functions) != [m.group(1) for p in pieces for m in FUNC_RE.finditer(p)]:
-        raise ValueError("a shared piece's comment holds a line that starts with 'local "
-                         "function' or 'end': indent it")
+        raise ValueError(
+            "a shared piece's comment holds a line that starts with 'local "
+            "function' or 'end': indent it"
+        )
     keep = called([COMMENT_RE.sub("", text), *(FUNC_RE.sub("", c) for c in code)], functions)
-    return [FUNC_RE.sub(lambda m: m.group(0) if m.group(1) in keep else "", piece)
-            for piece in pieces]
+    return [
+        FUNC_RE.sub(lambda m: m.group(0) if m.group(1) in keep else "", piece) for piece in pieces
+    ]
 
 
 def _fields(named: list[tuple[str, str]]) -> str:
@@ -122,23 +127,31 @@ def _fields(named: list[tuple[str, str]]) -> str:
     return ", ".join(f"{n} = KEYS[{at}]" for names, at in named for n in names.split("|"))
 
 
-def _group(filename: str, header: str, found: list[tuple[int, str]],
-           numkeys: int) -> tuple[int, list[str]]:
+def _group(
+    filename: str, header: str, found: list[tuple[int, str]], numkeys: int
+) -> tuple[int, list[str]]:
     """Where a header's repeated keys begin (numkeys + 1 when none repeat) and their
     names; ValueError when it says them otherwise than on one line of either form."""
     groups = _GROUP_RE.findall(header)
-    if len(groups) > 1 or len(re.findall(r"KEYS\[\d+\.\.\]", header)) != len(groups) \
-            or "(repeated" in header:
-        raise ValueError(f"{filename}: repeated keys are said on one line, 'KEYS[a..] "
-                         "repeated:' or 'KEYS[n+1..] repeated <names>:'")
+    if (
+        len(groups) > 1
+        or len(re.findall(r"KEYS\[\d+\.\.\]", header)) != len(groups)
+        or "(repeated" in header
+    ):
+        raise ValueError(
+            f"{filename}: repeated keys are said on one line, 'KEYS[a..] "
+            "repeated:' or 'KEYS[n+1..] repeated <names>:'"
+        )
     if not groups:
         return numkeys + 1, []
     first, names = int(groups[0][0]), groups[0][1].split()
     if not (1 <= first <= numkeys + 1) or bool(names) != (first == numkeys + 1):
-        raise ValueError(f"{filename}: 'KEYS[a..] repeated' repeats KEYS[a] to the last "
-                         "named key, or names its group after the last one "
-                         "('KEYS[n+1..] repeated a b:')")
-    return first, [k for _, k in found[first - 1:]] or names
+        raise ValueError(
+            f"{filename}: 'KEYS[a..] repeated' repeats KEYS[a] to the last "
+            "named key, or names its group after the last one "
+            "('KEYS[n+1..] repeated a b:')"
+        )
+    return first, [k for _, k in found[first - 1 :]] or names
 
 
 def _named(filename: str, header: str, body: str, numkeys: int) -> tuple[str, str]:
@@ -149,13 +162,15 @@ def _named(filename: str, header: str, body: str, numkeys: int) -> tuple[str, st
     a body naming a key its header does not."""
     found = [(int(i), k) for i, k in _KEY_RE.findall(header)]
     if [i for i, _ in found] != list(range(1, numkeys + 1)):
-        raise ValueError(f"{filename}: the header must name KEYS[1]..KEYS[{numkeys}] once "
-                         f"each, in order (found {[i for i, _ in found]})")
+        raise ValueError(
+            f"{filename}: the header must name KEYS[1]..KEYS[{numkeys}] once "
+            f"each, in order (found {[i for i, _ in found]})"
+        )
     first, group = _group(filename, header, found, numkeys)
     last = _LAST_RE.findall(header)
     if len(last) > 1:
         raise ValueError(f"{filename}: at most one optional last key (KEYS[#KEYS])")
-    fixed = [(k, str(i)) for i, k in found[:first - 1]] + [(k, "#KEYS") for k in last]
+    fixed = [(k, str(i)) for i, k in found[: first - 1]] + [(k, "#KEYS") for k in last]
     in_group = [(k, f"at + {j}") for j, k in enumerate(group, 1)]
     for table in (fixed, in_group):
         names = [n for k, _ in table for n in k.split("|")]
@@ -168,8 +183,9 @@ def _named(filename: str, header: str, body: str, numkeys: int) -> tuple[str, st
     if re.search(r"(?<![\w.])K\s*=[^=]|local\s+K\b", code):
         raise ValueError(f"{filename}: K is the header's keys: name the variable otherwise")
     sole = dict(fixed)
-    body = _K_RE.sub(lambda m: f"KEYS[{sole[m.group(1)]}]" if m.group(1) in sole
-                     else m.group(0), body)
+    body = _K_RE.sub(
+        lambda m: f"KEYS[{sole[m.group(1)]}]" if m.group(1) in sole else m.group(0), body
+    )
     lines = []
     if re.search(r"(?<![\w.])K\b", COMMENT_RE.sub("", body)):
         lines.append(f"local K = {{{_fields(fixed)}}}")
@@ -177,12 +193,13 @@ def _named(filename: str, header: str, body: str, numkeys: int) -> tuple[str, st
         skip, size = first - 1, len(group)
         rest = f"(#KEYS - {skip})" if skip else "#KEYS"
         step = f"{size} * (g - 1)" if size > 1 else "g - 1"
-        lines += [f"local GROUPS = math.floor({rest} / {size})" if size > 1 else
-                  f"local GROUPS = {rest}",
-                  "local function group_keys(g)",
-                  f"  local at = {f'{skip} + {step}' if skip else step}",
-                  f"  return {{{_fields(in_group)}}}",
-                  "end"]
+        lines += [
+            f"local GROUPS = math.floor({rest} / {size})" if size > 1 else f"local GROUPS = {rest}",
+            "local function group_keys(g)",
+            f"  local at = {f'{skip} + {step}' if skip else step}",
+            f"  return {{{_fields(in_group)}}}",
+            "end",
+        ]
     if lines:
         lines.insert(0, "-- the header's KEYS by name (dynoq/_core/lua.py)")
     return "\n".join(lines), body
@@ -197,12 +214,14 @@ def parse(filename: str, text: str) -> Script:
     if not text.startswith("--[["):
         raise ValueError(f"{filename}: a script opens with its --[[ header ]]")
     header = text.split("]]", 1)[0]
-    named, body = _named(filename, header, text[len(header) + 2:], numkeys)
+    named, body = _named(filename, header, text[len(header) + 2 :], numkeys)
     flags = _FLAGS_RE.findall(header)
     words = flags[0].split() if len(flags) == 1 else []
     if len(flags) != 1 or not words or not (words == ["none"] or set(words) <= FLAGS):
-        raise ValueError(f"{filename}: the header must say 'flags: none' or name flags of "
-                         f"{sorted(FLAGS)} on one 'flags:' line")
+        raise ValueError(
+            f"{filename}: the header must say 'flags: none' or name flags of "
+            f"{sorted(FLAGS)} on one 'flags:' line"
+        )
     shebang = "#!lua" if words == ["none"] else "#!lua flags=" + ",".join(words)
     # the keys by name right after the header, before the body's first line
     text = header + "]]" + ("\n" + named if named else "") + body
@@ -210,8 +229,15 @@ def parse(filename: str, text: str) -> Script:
     source = shebang + "\n" + plain
     keys = tuple(k.split("|", 1)[0] for _, k in _KEY_RE.findall(header))
     group = _GROUP_RE.search(header)
-    return Script(name, keys, source, _sha(source),
-                  group is not None and int(group.group(1)) <= numkeys, plain, _sha(plain))
+    return Script(
+        name,
+        keys,
+        source,
+        _sha(source),
+        group is not None and int(group.group(1)) <= numkeys,
+        plain,
+        _sha(plain),
+    )
 
 
 def _sha(text: str) -> str:
@@ -219,8 +245,9 @@ def _sha(text: str) -> str:
 
 
 def load() -> dict[str, Script]:
-    files = sorted(p.name for p in (resources.files("dynoq") / "lua").iterdir()
-                   if p.name.endswith(".lua"))
+    files = sorted(
+        p.name for p in (resources.files("dynoq") / "lua").iterdir() if p.name.endswith(".lua")
+    )
     scripts = [parse(f, _read(f)) for f in files]
     return {s.name: s for s in scripts}
 

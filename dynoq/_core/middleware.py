@@ -16,6 +16,7 @@ from .callables import refuse_coroutine_function
 
 log = logging.getLogger("dynoq.consumer")
 
+
 class Middleware:
     """Hooks around each handler call. Override what you need.
 
@@ -32,8 +33,11 @@ class Middleware:
 class CallableHooks(Middleware):
     """Plain ``before(msg)`` / ``after(msg, error)`` callables as a middleware."""
 
-    def __init__(self, before: Callable[[Message], Any] | None,
-                 after: Callable[[Message, BaseException | None], Any] | None) -> None:
+    def __init__(
+        self,
+        before: Callable[[Message], Any] | None,
+        after: Callable[[Message, BaseException | None], Any] | None,
+    ) -> None:
         self._before = before
         self._after = after
 
@@ -46,14 +50,16 @@ class CallableHooks(Middleware):
         return None if self._after is None else self._after(msg, error)
 
 
-def chain(middleware: Sequence[Any], before: Callable[..., Any] | None,
-          after: Callable[..., Any] | None) -> list[Middleware]:
+def chain(
+    middleware: Sequence[Any], before: Callable[..., Any] | None, after: Callable[..., Any] | None
+) -> list[Middleware]:
     """The middleware a consumer runs: the before/after callables first, then the rest."""
     hooks = list(middleware)
     for m in hooks:
         if not isinstance(m, Middleware):
-            raise InvalidType(f"middleware must be dynoq.Middleware objects, got "
-                              f"{type(m).__name__}")
+            raise InvalidType(
+                f"middleware must be dynoq.Middleware objects, got {type(m).__name__}"
+            )
     if before is not None or after is not None:
         hooks.insert(0, CallableHooks(before, after))
     return hooks
@@ -70,6 +76,7 @@ def refuse_async_hooks(hooks: Sequence[Middleware]) -> None:
 
 # -- one handler call inside the middleware, as a flow of calls --------------------------
 
+
 class Step:
     """A call the driver makes: ``fn(*args)``; ``handler`` marks the user's handler (the
     asyncio consumer may run a sync one in a thread). The driver sends back nothing, or
@@ -77,15 +84,17 @@ class Step:
 
     __slots__ = ("args", "fn", "handler")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                 handler: bool = False) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], handler: bool = False
+    ) -> None:
         self.fn = fn
         self.args = args
         self.handler = handler
 
 
-def invocation(handler: Callable[..., Any], middleware: Sequence[Middleware], arg: Any,
-               msgs: Sequence[Message]) -> Generator[Step, None, tuple[Exception | None, float]]:
+def invocation(
+    handler: Callable[..., Any], middleware: Sequence[Middleware], arg: Any, msgs: Sequence[Message]
+) -> Generator[Step, None, tuple[Exception | None, float]]:
     """Every ``before`` hook (in order, for each message), the handler, then every
     ``after`` hook (in reverse order); returns the error the hooks or the handler raised
     (None on success) and the seconds it took. Errors in ``after`` hooks are logged and
@@ -105,6 +114,5 @@ def invocation(handler: Callable[..., Any], middleware: Sequence[Middleware], ar
             try:
                 yield Step(m.after, (msg, error, seconds))
             except Exception as exc:  # noqa: BLE001 - a hook's failure is logged, not raised
-                logs.error(log, logging.ERROR, "dynoq: an after-hook raised (ignored)",
-                           exc=exc)
+                logs.error(log, logging.ERROR, "dynoq: an after-hook raised (ignored)", exc=exc)
     return error, seconds

@@ -37,8 +37,14 @@ class Opened:
     QueueGone, after calling ``on_gone`` so that whoever opened it opens it afresh next
     time. Thread-safe (its reply parsers are made once each, and never change)."""
 
-    def __init__(self, name: str, what: str, epoch: str, epoch_key: Callable[[int], str],
-                 on_gone: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        epoch: str,
+        epoch_key: Callable[[int], str],
+        on_gone: Callable[[], None] | None,
+    ) -> None:
         self.name = name
         self.what = what  # what a refusal names: "queue 'q'", or "topic 't'"
         self.epoch = epoch
@@ -61,16 +67,18 @@ class Opened:
             self.on_gone()
         return gone_error(self.what, context)
 
-    def checked(self, context: str, parse: Callable[[Any], Any] | None = None
-                ) -> Callable[[Any], Any]:
+    def checked(
+        self, context: str, parse: Callable[[Any], Any] | None = None
+    ) -> Callable[[Any], Any]:
         """A reply parser that raises a script's refusal first, then applies ``parse``."""
+
         def check(reply: Any) -> Any:
             self.refused(reply, context)
             return reply if parse is None else parse(reply)
+
         return check
 
-    def parser(self, what: str, shard: int, parse: Callable[[Any], Any]
-               ) -> Callable[[Any], Any]:
+    def parser(self, what: str, shard: int, parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """:meth:`checked` for the hot paths: made once per operation and shard (a push
         or an ack builds no closure nor message text)."""
         key = (what, shard, parse)
@@ -97,6 +105,7 @@ class Opened:
 
 # -- queues under a prefix -----------------------------------------------------------------
 
+
 def epoch_token(epoch: str, shards: int) -> str:
     """What a queue's shards hold and its scripts check: "<epoch>|<shards>"."""
     return f"{epoch}|{shards}"
@@ -108,15 +117,20 @@ def shard_epoch(prefix: str, name: str) -> Callable[[int], str]:
     return lambda shard: keys.shard(shard).epoch
 
 
-def open_queue(prefix: str, name: str,
-               asked: dict[str, Any]) -> Flow[tuple[QueueSettings, str]]:
+def open_queue(prefix: str, name: str, asked: dict[str, Any]) -> Flow[tuple[QueueSettings, str]]:
     """Store a new queue's settings (or read the stored ones), register it, and return
     the settings to use and the queue's epoch token; QueueConfigError when ``asked``
     conflicts with what is stored."""
     validate.check_name(name, "queue name")
     opened: tuple[QueueSettings, str] = yield from open_stored(
-        QueueKeys(prefix, name).meta, registry_key(prefix), name, asked, QueueSettings,
-        "queue", shard_epoch(prefix, name))
+        QueueKeys(prefix, name).meta,
+        registry_key(prefix),
+        name,
+        asked,
+        QueueSettings,
+        "queue",
+        shard_epoch(prefix, name),
+    )
     return opened
 
 
@@ -125,7 +139,8 @@ def read_queue(prefix: str, name: str) -> Flow[tuple[QueueSettings, str] | None]
     (nor writes anything: a queue stored before epochs gets the token "", unchecked)."""
     validate.check_name(name, "queue name")
     found: tuple[QueueSettings, str] | None = yield from read_stored(
-        QueueKeys(prefix, name).meta, registry_key(prefix), name, QueueSettings, "queue")
+        QueueKeys(prefix, name).meta, registry_key(prefix), name, QueueSettings, "queue"
+    )
     return found
 
 
@@ -136,8 +151,16 @@ def queue_names(prefix: str) -> Cmd:
 
 # -- queues and topics ---------------------------------------------------------------------
 
-def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind: Any,
-                what: str, epoch_key: Callable[[int], str]) -> Flow[tuple[Any, str]]:
+
+def open_stored(
+    meta: str,
+    registry: str,
+    name: str,
+    asked: dict[str, Any],
+    kind: Any,
+    what: str,
+    epoch_key: Callable[[int], str],
+) -> Flow[tuple[Any, str]]:
     """A queue's or topic's settings and epoch token: stored on first open (``kind``
     validates what was asked before anything is written), checked against ``asked``
     after; its epoch written into every shard (``epoch_key(shard)``); registered."""
@@ -166,17 +189,17 @@ def open_stored(meta: str, registry: str, name: str, asked: dict[str, Any], kind
             yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "force"]) for s in later])
         yield Cmd(("SADD", registry, name))
         return settings, token
-    raise QueueGone(f"{what} {name!r} was created anew {OPEN_TRIES} times while it was "
-                    "being opened; open it again")
+    raise QueueGone(
+        f"{what} {name!r} was created anew {OPEN_TRIES} times while it was "
+        "being opened; open it again"
+    )
 
 
-def _stamp(epoch_key: Callable[[int], str], token: str, shards: int,
-           what: str) -> Flow[list[int]]:
+def _stamp(epoch_key: Callable[[int], str], token: str, shards: int, what: str) -> Flow[list[int]]:
     """Write ``token`` into the epoch key of every shard, taking over the shards of an
     earlier creation of the queue (and those it had beyond ``shards``, so that its Queue
     objects are refused there too); returns the shards that hold a later epoch."""
-    replies = yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "newer"])
-                           for s in range(shards)])
+    replies = yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "newer"]) for s in range(shards)])
     later, earlier = [], 0
     for shard, (written, held) in enumerate(replies):
         held = text(held)
@@ -186,15 +209,19 @@ def _stamp(epoch_key: Callable[[int], str], token: str, shards: int,
             earlier = max(earlier, _shards_of(held), 1)
     if earlier:
         if earlier > shards:
-            yield Batch([Call(_EPOCH, [epoch_key(s)], [token, "newer"])
-                         for s in range(shards, earlier)])
+            yield Batch(
+                [Call(_EPOCH, [epoch_key(s)], [token, "newer"]) for s in range(shards, earlier)]
+            )
         log.warning(
             "dynoq: %s was created anew where an earlier %s's shards remain (its settings "
             "had vanished: a server that evicts keys or lost part of its data; `dynoq "
             "check` says what puts messages at risk). Objects that had the earlier one "
             "open get QueueGone; messages left in its shards %s are not delivered by this "
-            "one.", what, what.split()[0], f"{shards}-{earlier - 1}" if earlier > shards
-            else "(none beyond this one's)")
+            "one.",
+            what,
+            what.split()[0],
+            f"{shards}-{earlier - 1}" if earlier > shards else "(none beyond this one's)",
+        )
     return later
 
 
@@ -206,8 +233,9 @@ def _shards_of(token: str) -> int:
         return 0
 
 
-def read_stored(meta: str, registry: str, name: str, kind: Any,
-                what: str) -> Flow[tuple[Any, str] | None]:
+def read_stored(
+    meta: str, registry: str, name: str, kind: Any, what: str
+) -> Flow[tuple[Any, str] | None]:
     """The settings and epoch token of a registered queue or topic, or None; never creates
     one."""
     member, raw = yield Batch([Cmd(("SISMEMBER", registry, name)), Cmd(("HGETALL", meta))])

@@ -53,8 +53,14 @@ class Kind(ABC):
     POP: Script
     ACK: Script
 
-    def __init__(self, opened: Opened, shard_keys: tuple[ShardKeys, ...],
-                 settings: QueueSettings, limit: int, wake: str) -> None:
+    def __init__(
+        self,
+        opened: Opened,
+        shard_keys: tuple[ShardKeys, ...],
+        settings: QueueSettings,
+        limit: int,
+        wake: str,
+    ) -> None:
         self.opened = opened
         self.name = opened.name
         self.epoch = opened.epoch
@@ -78,13 +84,23 @@ class Kind(ABC):
         result a message (1 pushed, 0 skipped), or a refusal."""
 
     @abstractmethod
-    def pop_call(self, shard: int, count: int, ceiling: int, vis_ms: int, nonce: str,
-                 lease: str, margin_ms: int, others: Sequence[int]) -> Call:
+    def pop_call(
+        self,
+        shard: int,
+        count: int,
+        ceiling: int,
+        vis_ms: int,
+        nonce: str,
+        lease: str,
+        margin_ms: int,
+        others: Sequence[int],
+    ) -> Call:
         """One pop of ``shard``, its reply unparsed (read it with :meth:`popped`)."""
 
     @abstractmethod
-    def popped(self, reply: Any, shard: int, nonce: str, lease: str,
-               others: Sequence[int]) -> Popped:
+    def popped(
+        self, reply: Any, shard: int, nonce: str, lease: str, others: Sequence[int]
+    ) -> Popped:
         """A pop's reply (its refusal raised)."""
 
     @abstractmethod
@@ -92,20 +108,28 @@ class Kind(ABC):
         """Ack calls of (shard, lease) -> [id, token, id, token, ...]; each reply is how
         many were acked."""
 
-    def ack_and_take(self, msgs: Sequence[Message], count: int, vis_ms: int
-                     ) -> tuple[Call, list[Message]] | None:
+    def ack_and_take(
+        self, msgs: Sequence[Message], count: int, vis_ms: int
+    ) -> tuple[Call, list[Message]] | None:
         """An ack that also delivers (a keyed queue's hot key: see keyed.py); None."""
         return None
 
     @abstractmethod
-    def nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
-                  mode: str, why: bytes = b"") -> Call:
+    def nack_call(
+        self,
+        shard: int,
+        msg_id: str,
+        token: str,
+        lease: str,
+        delay: float,
+        mode: str,
+        why: bytes = b"",
+    ) -> Call:
         """A nack (mode "retry", "dead" or "back") with the reason it failed
         (``codec.why``); reply: (given back, dead-lettered)."""
 
     @abstractmethod
-    def requeue(self, shard: int, *, force: bool = False,
-                lease: str = "") -> Flow[tuple[int, int]]:
+    def requeue(self, shard: int, *, force: bool = False, lease: str = "") -> Flow[tuple[int, int]]:
         """Give back the expired (with ``force``: all) deliveries of one shard; returns
         (given back, dead-lettered)."""
 
@@ -116,8 +140,7 @@ class Kind(ABC):
         """Delete a message wherever it is; reply: true when it was there."""
 
     @abstractmethod
-    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]
-                    ) -> Call:
+    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:
         """Put dead letters of one shard back (these ids, or at most SWEEP_LIMIT of the
         oldest); reply: how many."""
 
@@ -153,8 +176,9 @@ class Kind(ABC):
         raise self.not_keyed("keys()")
 
     def not_keyed(self, what: str) -> InvalidArgument:
-        return InvalidArgument(f"{what} is for queues with ordered=\"key\"; queue "
-                               f"{self.name!r} is not one")
+        return InvalidArgument(
+            f'{what} is for queues with ordered="key"; queue {self.name!r} is not one'
+        )
 
 
 class Plain(Kind):
@@ -164,8 +188,14 @@ class Plain(Kind):
     recurring = True
     PUSH, POP, ACK = _PUSH, _POP, _ACK
 
-    def __init__(self, opened: Opened, shard_keys: tuple[ShardKeys, ...],
-                 settings: QueueSettings, limit: int, wake: str) -> None:
+    def __init__(
+        self,
+        opened: Opened,
+        shard_keys: tuple[ShardKeys, ...],
+        settings: QueueSettings,
+        limit: int,
+        wake: str,
+    ) -> None:
         super().__init__(opened, shard_keys, settings, limit, wake)
         self.ordered = "1" if settings.by_shard else "0"
 
@@ -175,46 +205,80 @@ class Plain(Kind):
             args += (o.id, o.delay_ms, o.priority, o.body)
         return Call(_PUSH, self.push_keys[shard], args)
 
-    def pop_call(self, shard: int, count: int, ceiling: int, vis_ms: int, nonce: str,
-                 lease: str, margin_ms: int, others: Sequence[int]) -> Call:
+    def pop_call(
+        self,
+        shard: int,
+        count: int,
+        ceiling: int,
+        vis_ms: int,
+        nonce: str,
+        lease: str,
+        margin_ms: int,
+        others: Sequence[int],
+    ) -> Call:
         """Up to ``count`` messages of priority ``ceiling`` or a lower value (any on an
         ordered queue: it delivers in push order) and, naming ``others`` (one server
         only), no higher than what they may deliver (pop-11.lua)."""
         keys = self.pop_keys[shard]
         if others:  # ready, delayed, unack: read, their epochs not checked (pop-11.lua)
             keys = keys + [k for s in others for k in self.probe_keys[s][:3]]
-        return Call(_POP, keys, [
-            self.epoch, count, vis_ms, nonce, self.ordered, lease,
-            self.settings.max_retries, self.wake, margin_ms,
-            ANY if self.settings.ordered else ceiling])
+        return Call(
+            _POP,
+            keys,
+            [
+                self.epoch,
+                count,
+                vis_ms,
+                nonce,
+                self.ordered,
+                lease,
+                self.settings.max_retries,
+                self.wake,
+                margin_ms,
+                ANY if self.settings.ordered else ceiling,
+            ],
+        )
 
-    def popped(self, reply: Any, shard: int, nonce: str, lease: str,
-               others: Sequence[int]) -> Popped:
+    def popped(
+        self, reply: Any, shard: int, nonce: str, lease: str, others: Sequence[int]
+    ) -> Popped:
         if type(reply) is int:
             if reply == LEASED and not lease:
                 return [], 0, -1.0, {}, False  # another consumer leases this ordered shard
             self.opened.refused(reply, f"pop from shard {shard} of {self.name!r}")
         seen: dict[int, int] = {}
         if others:  # their ranks end the reply
-            seen = dict(zip(others, (int(r) for r in reply[-len(others):]), strict=True))
-            reply = reply[:-len(others)]
+            seen = dict(zip(others, (int(r) for r in reply[-len(others) :]), strict=True))
+            reply = reply[: -len(others)]
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), seen, False
         try:
             return self.decoded(reply, shard, nonce, lease), int(reply[1]), -1.0, seen, False
         except RecordError:  # one or more unreadable: quarantined, the rest delivered
-            return (self.decoded(reply, shard, nonce, lease, codec.readable), int(reply[1]),
-                    -1.0, seen, True)
+            return (
+                self.decoded(reply, shard, nonce, lease, codec.readable),
+                int(reply[1]),
+                -1.0,
+                seen,
+                True,
+            )
 
-    def decoded(self, reply: list[Any], shard: int, nonce: str, lease: str,
-                decode: Callable[..., Message] = codec.decode) -> list[Message]:
+    def decoded(
+        self,
+        reply: list[Any],
+        shard: int,
+        nonce: str,
+        lease: str,
+        decode: Callable[..., Message] = codec.decode,
+    ) -> list[Message]:
         """The messages of a pop reply (1, rest, the first deliveries' token, then id,
         record, attempts per message); ``decode``: codec.decode (RecordError for an
         unreadable record) or codec.readable (a message saying why)."""
         limit, held = self.limit, lease or None
-        return [decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
-                for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce),
-                                    strict=True)]
+        return [
+            decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
+            for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce), strict=True)
+        ]
 
     def ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
         wake = self.wake if self.settings.ordered else ""
@@ -222,26 +286,60 @@ class Plain(Kind):
         for (shard, lease), ids in groups.items():
             check = self.opened.parser("ack", shard, int)
             for i in range(0, len(ids), 2 * IDS_CHUNK):
-                calls.append(Call(_ACK, self.ack_keys[shard],
-                                  [self.epoch, lease, self.window_ms, wake,
-                                   *ids[i:i + 2 * IDS_CHUNK]], check))
+                calls.append(
+                    Call(
+                        _ACK,
+                        self.ack_keys[shard],
+                        [self.epoch, lease, self.window_ms, wake, *ids[i : i + 2 * IDS_CHUNK]],
+                        check,
+                    )
+                )
         return calls
 
-    def nack_call(self, shard: int, msg_id: str, token: str, lease: str, delay: float,
-                  mode: str, why: bytes = b"") -> Call:
-        return Call(_NACK, _NACK.key_list(self.shard_keys[shard]), [
-            self.epoch, lease, validate.to_ms(delay), self.settings.max_retries, mode,
-            self.ordered, self.wake, why, msg_id, token],
-            self.opened.parser("nack", shard, int_pair))
+    def nack_call(
+        self,
+        shard: int,
+        msg_id: str,
+        token: str,
+        lease: str,
+        delay: float,
+        mode: str,
+        why: bytes = b"",
+    ) -> Call:
+        return Call(
+            _NACK,
+            _NACK.key_list(self.shard_keys[shard]),
+            [
+                self.epoch,
+                lease,
+                validate.to_ms(delay),
+                self.settings.max_retries,
+                mode,
+                self.ordered,
+                self.wake,
+                why,
+                msg_id,
+                token,
+            ],
+            self.opened.parser("nack", shard, int_pair),
+        )
 
-    def requeue(self, shard: int, *, force: bool = False,
-                lease: str = "") -> Flow[tuple[int, int]]:
+    def requeue(self, shard: int, *, force: bool = False, lease: str = "") -> Flow[tuple[int, int]]:
         back = buried = 0
         keys = _REQUEUE.key_list(self.shard_keys[shard])
         while True:
-            reply = yield Call(_REQUEUE, keys, [self.epoch, lease, "1" if force else "0",
-                                                self.settings.max_retries, SWEEP_LIMIT,
-                                                self.wake])
+            reply = yield Call(
+                _REQUEUE,
+                keys,
+                [
+                    self.epoch,
+                    lease,
+                    "1" if force else "0",
+                    self.settings.max_retries,
+                    SWEEP_LIMIT,
+                    self.wake,
+                ],
+            )
             self.opened.refused(reply, f"requeue on shard {shard} of {self.name!r}")
             back += int(reply[0])
             buried += int(reply[1])
@@ -249,13 +347,16 @@ class Plain(Kind):
                 return back, buried
 
     def remove_call(self, shard: int, msg_id: str) -> Call:
-        return _REMOVE.call(self.shard_keys[shard], [self.epoch, msg_id, self.wake],
-                            self.opened.checked(f"remove from {self.name!r}"))
+        return _REMOVE.call(
+            self.shard_keys[shard],
+            [self.epoch, msg_id, self.wake],
+            self.opened.checked(f"remove from {self.name!r}"),
+        )
 
-    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]
-                    ) -> Call:
-        return _REPLAY.call(self.shard_keys[shard], [self.epoch, SWEEP_LIMIT, self.wake,
-                                                     *ids], parse)
+    def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:
+        return _REPLAY.call(
+            self.shard_keys[shard], [self.epoch, SWEEP_LIMIT, self.wake, *ids], parse
+        )
 
     def heads(self, count: int) -> Flow[list[Message]]:
         got: list[Message] = yield self._peek(count)
@@ -268,8 +369,9 @@ class Plain(Kind):
                 self.opened.refused(reply, f"peek at shard {shard} of {self.name!r}")
                 rank = (0, 0.0)
                 for pos, i in enumerate(range(1, len(reply), 3)):
-                    m = codec.readable(reply[i].decode(), reply[i + 1], shard,
-                                       int(reply[i + 2]), limit=self.limit)
+                    m = codec.readable(
+                        reply[i].decode(), reply[i + 1], shard, int(reply[i + 2]), limit=self.limit
+                    )
                     if m.unreadable is None:
                         rank = (m.priority, m.deliver_at or 0.0)
                     # an unreadable one (the pop that meets it dead-letters it) shows
@@ -278,8 +380,7 @@ class Plain(Kind):
             ranked.sort(key=lambda pair: pair[0])
             return [m for _, m in ranked[:count]]
 
-        return Batch([_PEEK.call(k, [self.epoch, count]) for k in self.shard_keys],
-                     parse=parse)
+        return Batch([_PEEK.call(k, [self.epoch, count]) for k in self.shard_keys], parse=parse)
 
     def stats_call(self, keys: ShardKeys) -> Call:
         return Call(_STATS, [getattr(keys, f) for f in _STATS.keys], [self.epoch, ""])

@@ -35,10 +35,15 @@ class PoolLimits:
 def take_limits(options: dict[str, Any]) -> PoolLimits:
     """The pool limits in ``connect()``'s ``options`` (``max_connections``,
     ``pool_timeout``; defaults 100 and 10 s), checked and taken out of ``options``."""
-    size = check_int(options.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-                     "max_connections", low=1, high=MAX_CONNECTIONS)
-    timeout = check_seconds(options.pop("pool_timeout", DEFAULT_POOL_TIMEOUT),
-                            "pool_timeout", minimum=MIN_POOL_TIMEOUT)
+    size = check_int(
+        options.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
+        "max_connections",
+        low=1,
+        high=MAX_CONNECTIONS,
+    )
+    timeout = check_seconds(
+        options.pop("pool_timeout", DEFAULT_POOL_TIMEOUT), "pool_timeout", minimum=MIN_POOL_TIMEOUT
+    )
     return PoolLimits(size, timeout)
 
 
@@ -46,17 +51,23 @@ def exhausted_message(limits: PoolLimits | None) -> str:
     """What a caller that got no connection is told: the pool and how to raise it (the
     server was not asked, so nothing here blames it)."""
     if limits is None:
-        return ("every connection of the client's pool is in use (the server was not "
-                "asked): raise max_connections or pool_timeout, or make fewer concurrent "
-                "calls on one client")
+        return (
+            "every connection of the client's pool is in use (the server was not "
+            "asked): raise max_connections or pool_timeout, or make fewer concurrent "
+            "calls on one client"
+        )
     where = "one cluster node's pool" if limits.per_node else "the client's pool"
     if not limits.waits:
-        return (f"all {limits.size} connections of {where} are in use and that redis-py "
-                f"ConnectionPool does not wait (the server was not asked): build the "
-                f"client you give dynoq on a redis.BlockingConnectionPool, or raise its "
-                f"max_connections")
-    return (f"all {limits.size} connections of {where} stayed in use for "
-            f"{limits.timeout:g}s (the server was not asked): raise max_connections "
-            f"(now {limits.size}, e.g. dynoq.connect(url, max_connections="
-            f"{limits.size * 2})) or pool_timeout (now {limits.timeout:g}s), or make "
-            f"fewer concurrent calls on one client")
+        return (
+            f"all {limits.size} connections of {where} are in use and that redis-py "
+            f"ConnectionPool does not wait (the server was not asked): build the "
+            f"client you give dynoq on a redis.BlockingConnectionPool, or raise its "
+            f"max_connections"
+        )
+    return (
+        f"all {limits.size} connections of {where} stayed in use for "
+        f"{limits.timeout:g}s (the server was not asked): raise max_connections "
+        f"(now {limits.size}, e.g. dynoq.connect(url, max_connections="
+        f"{limits.size * 2})) or pool_timeout (now {limits.timeout:g}s), or make "
+        f"fewer concurrent calls on one client"
+    )

@@ -21,8 +21,8 @@ from ..message import Message
 from . import codec, validate
 from .bounds import CALL_SHARDS
 from .calls import Batch, Flow, Wake, together
-from .ops import QueueOps
 from .plain import ANY, nonce
+from .queue import QueueOps
 from .schedules import ScheduleOps, occurrence_of
 
 # A pop's lease: the lease's value ("" = none), or each shard's (a consumer holds each
@@ -48,9 +48,18 @@ class Planner:
         self._rotation = itertools.count()
         self._ranked = False
 
-    def pop(self, count: int = 1, *, wait: float = 0.0, visibility: float | None = None,
-            shards: Sequence[int] | None = None, lease: Lease = "", margin: float = 0.0,
-            consumer: str = "", until_woken: bool = False) -> Flow[list[Message]]:
+    def pop(
+        self,
+        count: int = 1,
+        *,
+        wait: float = 0.0,
+        visibility: float | None = None,
+        shards: Sequence[int] | None = None,
+        lease: Lease = "",
+        margin: float = 0.0,
+        consumer: str = "",
+        until_woken: bool = False,
+    ) -> Flow[list[Message]]:
         """Claim up to ``count`` due messages for ``visibility`` seconds; wait up to
         ``wait`` seconds for the first one (woken by pushes, never polling).
         ``until_woken``: return, even with nothing, after the first wake-up (a consumer
@@ -62,21 +71,35 @@ class Planner:
         who saw it) and the rest is delivered."""
         count = validate.check_count(count, high=validate.MAX_BATCH)
         wait = validate.check_seconds(wait, "wait")
-        vis = self.ops.settings.unack_timeout if visibility is None else (
-            validate.check_seconds(visibility, "visibility", minimum=0.001))
+        vis = (
+            self.ops.settings.unack_timeout
+            if visibility is None
+            else (validate.check_seconds(visibility, "visibility", minimum=0.001))
+        )
         order = self.shard_order(shards)
         margin_ms = validate.to_ms(validate.check_seconds(margin, "margin"))
-        return self._pop(count, wait, validate.to_ms(vis), order, lease, margin_ms, consumer,
-                         until_woken)
+        return self._pop(
+            count, wait, validate.to_ms(vis), order, lease, margin_ms, consumer, until_woken
+        )
 
-    def _pop(self, count: int, wait: float, vis_ms: int, order: list[int], lease: Lease,
-             margin_ms: int, consumer: str, until_woken: bool) -> Flow[list[Message]]:
+    def _pop(
+        self,
+        count: int,
+        wait: float,
+        vis_ms: int,
+        order: list[int],
+        lease: Lease,
+        margin_ms: int,
+        consumer: str,
+        until_woken: bool,
+    ) -> Flow[list[Message]]:
         """:meth:`pop`, its arguments checked (before anything is asked)."""
         deadline = time.monotonic() + wait
         woken = False
         while True:
-            got, hint = yield from self.look(count, order, vis_ms, Mode.WALK, lease,
-                                             margin_ms, consumer)
+            got, hint = yield from self.look(
+                count, order, vis_ms, Mode.WALK, lease, margin_ms, consumer
+            )
             left = deadline - time.monotonic()
             if got or left <= 0 or (woken and until_woken):
                 return got
@@ -88,8 +111,15 @@ class Planner:
                 return got
             woken = quiet is not True
 
-    def fetch(self, count: int, shards: Sequence[int], *, visibility: float, consumer: str,
-              backlog: bool = False) -> Flow[tuple[list[Message], float | None]]:
+    def fetch(
+        self,
+        count: int,
+        shards: Sequence[int],
+        *,
+        visibility: float,
+        consumer: str,
+        backlog: bool = False,
+    ) -> Flow[tuple[list[Message], float | None]]:
         """A concurrent consumer's look at ``shards`` for up to ``count`` due messages, in
         two round trips however many shards (:attr:`Mode.SPREAD`): one read-only probe says
         what each shard has deliverable (and in how many ms something may be, when none
@@ -111,12 +141,14 @@ class Planner:
         (40-75 ms for 16 shards under load). On Redis Cluster (no probe across slots) and
         for one shard, this is :meth:`pop`."""
         if not self.ops.cross_slot or len(shards) < 2:
-            msgs = yield from self.pop(count, visibility=visibility, shards=shards,
-                                       consumer=consumer)
+            msgs = yield from self.pop(
+                count, visibility=visibility, shards=shards, consumer=consumer
+            )
             return msgs, None
         mode = Mode.BACKLOG if backlog else Mode.SPREAD
-        got, hint = yield from self.look(count, shards, validate.to_ms(visibility), mode,
-                                         consumer=consumer)
+        got, hint = yield from self.look(
+            count, shards, validate.to_ms(visibility), mode, consumer=consumer
+        )
         return got, None if got else hint
 
     def shard_order(self, shards: Sequence[int] | None) -> list[int]:
@@ -132,9 +164,16 @@ class Planner:
             validate.check_int(s, "shard", low=0, high=n - 1)
         return list(shards)
 
-    def look(self, count: int, order: Sequence[int], vis_ms: int, mode: Mode,
-             lease: Lease = "", margin_ms: int = 0, consumer: str = ""
-             ) -> Flow[tuple[list[Message], float]]:
+    def look(
+        self,
+        count: int,
+        order: Sequence[int],
+        vis_ms: int,
+        mode: Mode,
+        lease: Lease = "",
+        margin_ms: int = 0,
+        consumer: str = "",
+    ) -> Flow[tuple[list[Message], float]]:
         """One look at ``order``'s shards for up to ``count`` messages, the lowest
         priority values first across shards (ties: in ``order``). Returns them and the ms
         until something may be deliverable (-1: unknown; 0 when a fetch's pops found
@@ -162,8 +201,15 @@ class Planner:
         unseen: Sequence[int] = order
         if opening:
             got, ranks[first], hint, seen = yield from self.take(
-                first, count, ANY if ahead or not others else 0, vis_ms,
-                _lease_of(lease, first), margin_ms, consumer, others=ahead)
+                first,
+                count,
+                ANY if ahead or not others else 0,
+                vis_ms,
+                _lease_of(lease, first),
+                margin_ms,
+                consumer,
+                others=ahead,
+            )
             if len(got) >= count and mode is Mode.BACKLOG:
                 self.note(seen, got)
                 return got, hint
@@ -178,13 +224,25 @@ class Planner:
             ranks.update(found)
             hint = h if mode is Mode.BACKLOG else _sooner(hint, h)
         if mode is Mode.WALK:
-            return (yield from self._walk(got, count, order, ranks, hint, vis_ms, lease,
-                                          margin_ms, consumer))
+            return (
+                yield from self._walk(
+                    got, count, order, ranks, hint, vis_ms, lease, margin_ms, consumer
+                )
+            )
         return (yield from self._spread(got, count, order, ranks, hint, vis_ms, consumer))
 
-    def _walk(self, got: list[Message], count: int, order: Sequence[int],
-              ranks: dict[int, int], hint: float, vis_ms: int, lease: Lease, margin_ms: int,
-              consumer: str) -> Flow[tuple[list[Message], float]]:
+    def _walk(
+        self,
+        got: list[Message],
+        count: int,
+        order: Sequence[int],
+        ranks: dict[int, int],
+        hint: float,
+        vis_ms: int,
+        lease: Lease,
+        margin_ms: int,
+        consumer: str,
+    ) -> Flow[tuple[list[Message], float]]:
         """Pop the best shard, then the next best, one round trip each, until the batch
         is full or no shard has anything."""
         while len(got) < count:
@@ -193,9 +251,15 @@ class Planner:
                 break
             best = min(live.values())
             shard = next(s for s in order if live.get(s) == best)
-            msgs, rest, h, _ = yield from self.take(shard, count - len(got), best - 1, vis_ms,
-                                                    _lease_of(lease, shard), margin_ms,
-                                                    consumer)
+            msgs, rest, h, _ = yield from self.take(
+                shard,
+                count - len(got),
+                best - 1,
+                vis_ms,
+                _lease_of(lease, shard),
+                margin_ms,
+                consumer,
+            )
             got += msgs
             hint = _sooner(hint, h)
             # rest > best, or 0: each shard is asked at most once per priority it holds
@@ -203,9 +267,16 @@ class Planner:
         self.note(ranks, got)
         return got, hint
 
-    def _spread(self, got: list[Message], count: int, order: Sequence[int],
-                ranks: dict[int, int], hint: float, vis_ms: int,
-                consumer: str) -> Flow[tuple[list[Message], float]]:
+    def _spread(
+        self,
+        got: list[Message],
+        count: int,
+        order: Sequence[int],
+        ranks: dict[int, int],
+        hint: float,
+        vis_ms: int,
+        consumer: str,
+    ) -> Flow[tuple[list[Message], float]]:
         """Pop every shard holding the best priority at once, what is left of ``count``
         shared between them (the first of ``order`` first): one round trip."""
         live = {s: r for s, r in ranks.items() if r > 0}
@@ -217,9 +288,12 @@ class Planner:
         left = count - len(got)
         k = min(len(ready), left)
         share, extra = divmod(left, k)
-        parts = yield from together([
-            self.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
-            for i, s in enumerate(ready[:k])])
+        parts = yield from together(
+            [
+                self.take(s, share + (i < extra), best - 1, vis_ms, consumer=consumer)
+                for i, s in enumerate(ready[:k])
+            ]
+        )
         msgs = got + [m for part, *_ in parts for m in part]
         self.note(ranks, msgs)
         # Others may have taken them meanwhile: look again at once rather than wait.
@@ -233,12 +307,22 @@ class Planner:
 
     def note(self, ranks: dict[int, int], got: Sequence[Message]) -> None:
         """Remember whether a look saw priorities above 0 (shard ranks, messages)."""
-        self._ranked = (not self.ops.settings.ordered
-                        and (any(r > 1 for r in ranks.values()) or any(m.priority for m in got)))
+        self._ranked = not self.ops.settings.ordered and (
+            any(r > 1 for r in ranks.values()) or any(m.priority for m in got)
+        )
 
-    def take(self, shard: int, count: int, ceiling: int, vis_ms: int, lease: str = "",
-             margin_ms: int = 0, consumer: str = "", *, others: Sequence[int] = (),
-             ) -> Flow[tuple[list[Message], int, float, dict[int, int]]]:
+    def take(
+        self,
+        shard: int,
+        count: int,
+        ceiling: int,
+        vis_ms: int,
+        lease: str = "",
+        margin_ms: int = 0,
+        consumer: str = "",
+        *,
+        others: Sequence[int] = (),
+    ) -> Flow[tuple[list[Message], int, float, dict[int, int]]]:
         """One pop of ``shard``: up to ``count`` messages of priority ``ceiling`` or a lower
         value, and (one server only) no higher than what the shards ``others`` may
         deliver. Returns them, the shard's rank after (-1: not looked at, the batch was
@@ -265,7 +349,7 @@ class Planner:
             *ranks, hint = yield ops.probe(shards)
             return dict(zip(shards, (int(r) for r in ranks), strict=True)), float(hint)
         step = CALL_SHARDS if ops.cross_slot else 1
-        groups = [shards[i:i + step] for i in range(0, len(shards), step)]
+        groups = [shards[i : i + step] for i in range(0, len(shards), step)]
         replies = yield Batch([ops.probe(g) for g in groups])
         found: dict[int, int] = {}
         hint = -1.0
@@ -284,9 +368,20 @@ def quarantine(ops: QueueOps, msgs: list[Message], consumer: str) -> Flow[list[M
     give back the token it made."""
     bad = [m for m in msgs if m.unreadable is not None]
     if bad:
-        yield Batch([ops.kind.nack_call(ops.shard_of(m), m.id or "", "", m.lease or "", 0.0,
-                                        "dead", codec.why(RecordError(m.unreadable), consumer))
-                     for m in bad])
+        yield Batch(
+            [
+                ops.kind.nack_call(
+                    ops.shard_of(m),
+                    m.id or "",
+                    "",
+                    m.lease or "",
+                    0.0,
+                    "dead",
+                    codec.why(RecordError(m.unreadable), consumer),
+                )
+                for m in bad
+            ]
+        )
     return [m for m in msgs if m.unreadable is None]
 
 

@@ -16,7 +16,25 @@ from . import validate
 
 # RocketMQ's delay levels: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
 ROCKETMQ_DELAY_LEVELS: tuple[float, ...] = (
-    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
 # RocketMQ's first retry uses level 3 (10 s); each further retry the next level.
 CONCURRENT_RETRY_DELAYS: tuple[float, ...] = ROCKETMQ_DELAY_LEVELS[2:]
 # RocketMQ's ordered consumers suspend the queue for 1 s and retry in place.
@@ -73,15 +91,19 @@ class RetryPolicy:
     max_retries: int | None = None
 
     @classmethod
-    def make(cls, delays: Sequence[float] | RetryPolicy | None, *, ordered: bool,
-             max_retries: int | None = None) -> RetryPolicy:
+    def make(
+        cls,
+        delays: Sequence[float] | RetryPolicy | None,
+        *,
+        ordered: bool,
+        max_retries: int | None = None,
+    ) -> RetryPolicy:
         """The policy of ``retry_delays`` (a sequence of seconds, None for the queue kind's
         defaults, or a RetryPolicy, taken as it is)."""
         if isinstance(delays, RetryPolicy):
             return delays
         if delays is None:
-            return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS,
-                       max_retries)
+            return cls(ORDERED_RETRY_DELAYS if ordered else CONCURRENT_RETRY_DELAYS, max_retries)
         return cls(check_delays(delays), max_retries)
 
     def of(self, msg: Message) -> RetryPolicy:

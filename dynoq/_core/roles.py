@@ -25,48 +25,111 @@ _OPEN = frozenset({"open", "epoch-set", "peek", "stats", "koldest"})
 _REGISTER = {"SADD": frozenset({"registries"})}  # a first open registers the name
 
 ROLES: dict[str, Role] = {
-    "producer": Role("open queues and topics, push, ensure, publish, peek, stats; send "
-                     "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
-                     "its message: the consumer's); transactional messages: prepare, "
-                     "commit, roll back, and run their checker (RocketMQ's check-back "
-                     "asks the producer group)",
-                     _OPEN | {"push", "kpush", "publish", "task-push", "task-state", "reschedule",
-                              "tx-prepare", "tx-settle", "tx-publish", "tx-claim"},
-                     _REGISTER),
-    "spark": Role("the producer's, and the Spark sinks' micro-batch bookkeeping",
-                  _OPEN | {"push", "kpush", "publish", "push-batch", "batch-commit",
-                           "tried-clear"},
-                  _REGISTER),
+    "producer": Role(
+        "open queues and topics, push, ensure, publish, peek, stats; send "
+        "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
+        "its message: the consumer's); transactional messages: prepare, "
+        "commit, roll back, and run their checker (RocketMQ's check-back "
+        "asks the producer group)",
+        _OPEN
+        | {
+            "push",
+            "kpush",
+            "publish",
+            "task-push",
+            "task-state",
+            "reschedule",
+            "transaction-prepare",
+            "transaction-settle",
+            "transaction-publish",
+            "transaction-claim",
+        },
+        _REGISTER,
+    ),
+    "spark": Role(
+        "the producer's, and the Spark sinks' micro-batch bookkeeping",
+        _OPEN | {"push", "kpush", "publish", "push-batch", "batch-commit", "tried-clear"},
+        _REGISTER,
+    ),
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
         "purge dead letters, schedules; run task workers, with kept results; prepare, "
         "commit and roll back transactional messages from a handler",
-        _OPEN | {"push", "publish", "pop", "probe", "ack", "nack", "extend", "requeue",
-                 "tx-prepare", "tx-settle", "tx-publish",
-                 "task-push", "task-state", "task-cancel", "task-keep",
-                 "remove", "reschedule", "replay", "purge-dead", "lease-acquire",
-                 "lease-renew", "lease-release", "group-heartbeat", "group-leave",
-                 "group-history", "subscription", "rate-take", "schedule-fire",
-                 # message groups (ordered="key"): lua/lib/keyed.lua
-                 "kpush", "kpop", "kack", "knack", "krequeue", "kremove", "kreplay"},
-        {**_REGISTER, "HSET": frozenset({"sched"}), "HDEL": frozenset({"sched"}),
-         "ZREM": frozenset({"marks"})},
-        frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"})),
+        _OPEN
+        | {
+            "push",
+            "publish",
+            "pop",
+            "probe",
+            "ack",
+            "nack",
+            "extend",
+            "requeue",
+            "transaction-prepare",
+            "transaction-settle",
+            "transaction-publish",
+            "task-push",
+            "task-state",
+            "task-cancel",
+            "task-keep",
+            "remove",
+            "reschedule",
+            "replay",
+            "purge-dead",
+            "lease-acquire",
+            "lease-renew",
+            "lease-release",
+            "group-heartbeat",
+            "group-leave",
+            "group-history",
+            "subscription",
+            "rate-take",
+            "schedule-fire",
+            # message groups (ordered="key"): lua/lib/keyed.lua
+            "kpush",
+            "kpop",
+            "kack",
+            "knack",
+            "krequeue",
+            "kremove",
+            "kreplay",
+        },
+        {
+            **_REGISTER,
+            "HSET": frozenset({"sched"}),
+            "HDEL": frozenset({"sched"}),
+            "ZREM": frozenset({"marks"}),
+        },
+        frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"}),
+    ),
     # No UNLINK of a queue's keys: a gone broadcasting member's queue is deleted by a
     # sweeper whose user may delete keys (an admin), docs/security.md.
     "sweeper": Role(
         "requeue expired deliveries, promote due messages, trim acked ids, fire schedules, "
         "reap consumer-group members (a gone broadcasting member's queue: an admin's "
         "sweeper)",
-        frozenset({"due", "requeue", "promote", "trim", "group-reap", "subscription",
-                   "schedule-fire", "krequeue"})),
-    "dashboard": Role("read what the web dashboard shows (docs/dashboard.md)",
-                      frozenset({"stats", "koldest", "peek"})),
-    "dashboard-actions": Role("the dashboard's, and replay or purge dead letters "
-                              "(--allow-actions)",
-                              frozenset({"stats", "koldest", "peek", "replay", "purge-dead",
-                                         "kreplay"})),
+        frozenset(
+            {
+                "due",
+                "requeue",
+                "promote",
+                "trim",
+                "group-reap",
+                "subscription",
+                "schedule-fire",
+                "krequeue",
+            }
+        ),
+    ),
+    "dashboard": Role(
+        "read what the web dashboard shows (docs/dashboard.md)",
+        frozenset({"stats", "koldest", "peek"}),
+    ),
+    "dashboard-actions": Role(
+        "the dashboard's, and replay or purge dead letters (--allow-actions)",
+        frozenset({"stats", "koldest", "peek", "replay", "purge-dead", "kreplay"}),
+    ),
 }
 
 
@@ -81,10 +144,14 @@ def refused_script(script: str) -> str:
     are of another dynoq version (each version's scripts have their own SHA-1s)."""
     roles = may_run(script)
     if not roles:
-        return (f"this user may not run dynoq's {script!r} script: only an admin may (a "
-                "user allowed every command on the prefix's keys, docs/security.md)")
+        return (
+            f"this user may not run dynoq's {script!r} script: only an admin may (a "
+            "user allowed every command on the prefix's keys, docs/security.md)"
+        )
     who = roles[0] if len(roles) == 1 else f"{', '.join(roles[:-1])} or {roles[-1]}"
-    return (f"this user may not run dynoq's {script!r} script: only a {who} user may "
-            f"(docs/security.md, least-privilege ACL users); connect as one. If this user "
-            f"has that role, its rules are another dynoq version's: apply this version's "
-            f"`dynoq acl ROLE` rules (docs/security.md, upgrading)")
+    return (
+        f"this user may not run dynoq's {script!r} script: only a {who} user may "
+        f"(docs/security.md, least-privilege ACL users); connect as one. If this user "
+        f"has that role, its rules are another dynoq version's: apply this version's "
+        f"`dynoq acl ROLE` rules (docs/security.md, upgrading)"
+    )

@@ -24,7 +24,7 @@ from ..errors import InvalidArgument
 from ..message import Message
 from . import codec
 from .calls import Batch, Cmd, Flow, pairs, server_time
-from .ops import QueueOps
+from .queue import QueueOps
 
 STATES = ("ready", "delayed", "unacked", "dead")
 DEFAULT_STATES = ("ready", "delayed", "dead")  # waiting + dead: what an audit wants
@@ -61,9 +61,9 @@ def walk_sets(states: Iterable[str] = DEFAULT_STATES) -> list[str]:
     return [s for s in STATES if s in chosen or (s == "delayed" and "ready" in chosen)]
 
 
-def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
-              states: Iterable[str] = DEFAULT_STATES
-              ) -> Flow[tuple[list[Found], Anchor | None]]:
+def walk_page(
+    q: QueueOps, shard: int, zset: str, after: Anchor | None, states: Iterable[str] = DEFAULT_STATES
+) -> Flow[tuple[list[Found], Anchor | None]]:
     """One page of sorted set ``zset`` ("ready", "delayed", "unacked" or "dead") of a
     shard, after ``after`` (None: from the start); returns (the messages of the page in
     ``states``, the anchor of the next page, None at the end)."""
@@ -72,8 +72,7 @@ def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
     start = 0 if after is None else (yield from _rank_after(key, after))
     # A walk of a set starts by checking the shard is still the queue's (QueueGone).
     checks = q.epoch_checks([shard], f"a walk of {q.name!r}") if after is None else []
-    *_, page = yield Batch([*checks, Cmd(("ZRANGE", key, start, start + PAGE - 1,
-                                          "WITHSCORES"))])
+    *_, page = yield Batch([*checks, Cmd(("ZRANGE", key, start, start + PAGE - 1, "WITHSCORES"))])
     got = pairs(page)
     entries = [(float(score), _bytes(member)) for member, score in got]
     if after is not None:
@@ -86,12 +85,15 @@ def walk_page(q: QueueOps, shard: int, zset: str, after: Anchor | None,
     now = (yield server_time()) if zset == "delayed" else 0.0
     ids = [m.decode() for _, m in live]
     keys = q.shard_keys[shard]
-    records, dlvs, whys = yield Batch([Cmd(("HMGET", keys.msgs, *ids)),
-                                       Cmd(("HMGET", keys.dlv, *ids)),
-                                       Cmd(("HMGET", keys.why, *ids))])
+    records, dlvs, whys = yield Batch(
+        [
+            Cmd(("HMGET", keys.msgs, *ids)),
+            Cmd(("HMGET", keys.dlv, *ids)),
+            Cmd(("HMGET", keys.why, *ids)),
+        ]
+    )
     found = []
-    for (score, _), msg_id, record, dlv, why in zip(live, ids, records, dlvs, whys,
-                                                    strict=True):
+    for (score, _), msg_id, record, dlv, why in zip(live, ids, records, dlvs, whys, strict=True):
         state, at = _state(zset, score, now)
         if record is None or state not in wanted:
             continue

@@ -30,7 +30,7 @@ from ..message import Message
 from . import validate
 from .calls import Batch, Cmd, Flow, pairs, server_time, text
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 
 SCHEDULE, TICK = "dynoq.schedule", "dynoq.tick"  # headers of an occurrence
 MAX_SCHEDULES = 10_000  # per shard
@@ -102,23 +102,35 @@ class ScheduleOps:
             n += 1
         return f"{base}.{n}"
 
-    def schedule(self, sched_id: str, payload: Any, *, every: float | None = None,
-                 cron: str | None = None, priority: int = 0, key: str | None = None,
-                 headers: dict[str, Any] | None = None) -> Flow[float]:
+    def schedule(
+        self,
+        sched_id: str,
+        payload: Any,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> Flow[float]:
         """Store (or replace) a schedule and push its first occurrence; returns its first
         tick (seconds)."""
         sched_id = validate.check_id(sched_id, "schedule id")
         if "@" in sched_id:
-            raise InvalidArgument("a schedule id may not contain '@' (its occurrences' ids "
-                                  "are <schedule id>@<tick>)")
+            raise InvalidArgument(
+                "a schedule id may not contain '@' (its occurrences' ids are <schedule id>@<tick>)"
+            )
         every, cron = check_when(every, cron)
         if self.q.settings.keyed:
-            raise OrderedQueueError("recurring messages are not supported on a queue with "
-                                    "ordered=\"key\" yet: push each occurrence from a "
-                                    "schedule on another queue")
+            raise OrderedQueueError(
+                "recurring messages are not supported on a queue with "
+                'ordered="key" yet: push each occurrence from a '
+                "schedule on another queue"
+            )
         # What each occurrence will be, checked now (delay and priority rules included).
-        self.q.prepare(Message(payload, id=f"{sched_id}@0", priority=priority, key=key,
-                               headers=headers))
+        self.q.prepare(
+            Message(payload, id=f"{sched_id}@0", priority=priority, key=key, headers=headers)
+        )
         shard = self.home(sched_id, validate.check_key(key))
         keys = self.q.shard_keys[shard]
         checks = self.q.epoch_checks([shard], f"schedule on {self.q.name!r}")
@@ -128,29 +140,43 @@ class ScheduleOps:
         yield from self._forget(sched_id)  # a replaced schedule starts afresh
         now = yield server_time()
         spec = [every, cron, now, priority, key, headers, payload]
-        yield Batch([Cmd(("HSET", keys.sched, sched_id,
-                          msgpack.packb(spec, use_bin_type=True)))])
+        yield Batch([Cmd(("HSET", keys.sched, sched_id, msgpack.packb(spec, use_bin_type=True)))])
         s = _decode(sched_id, spec, None)
         tick = s.next_tick(round(now * 1000), round(now * 1000))
         yield self._fire(s, shard, tick)
         return tick / 1000
 
     def _fire(self, s: Schedule, shard: int, tick_ms: int) -> Any:
-        msg = Message(s.payload, id=self.occurrence_id(s.id, tick_ms, shard),
-                      priority=s.priority, key=s.key,
-                      headers={**(s.headers or {}), SCHEDULE: s.id, TICK: tick_ms})
+        msg = Message(
+            s.payload,
+            id=self.occurrence_id(s.id, tick_ms, shard),
+            priority=s.priority,
+            key=s.key,
+            headers={**(s.headers or {}), SCHEDULE: s.id, TICK: tick_ms},
+        )
         out = self.q.prepare(msg)
-        return _FIRE.call(self.q.shard_keys[shard], [
-            self.q.epoch, s.id, tick_ms, out.id, out.priority, out.body, self.q.wake,
-            validate.to_ms(self.q.settings.dedupe_window)],
-            self.q.checked(f"schedule {s.id!r} on {self.q.name!r}", int))
+        return _FIRE.call(
+            self.q.shard_keys[shard],
+            [
+                self.q.epoch,
+                s.id,
+                tick_ms,
+                out.id,
+                out.priority,
+                out.body,
+                self.q.wake,
+                validate.to_ms(self.q.settings.dedupe_window),
+            ],
+            self.q.checked(f"schedule {s.id!r} on {self.q.name!r}", int),
+        )
 
     def fire_next(self, sched_id: str, shard: int) -> Flow[int]:
         """Push the next occurrence once the latest one pushed has come due (never further
         ahead); returns 1 when this call pushed it."""
         keys = self.q.shard_keys[shard]
-        raw, mark = yield Batch([Cmd(("HGET", keys.sched, sched_id)),
-                                 Cmd(("ZSCORE", keys.marks, sched_id))])
+        raw, mark = yield Batch(
+            [Cmd(("HGET", keys.sched, sched_id)), Cmd(("ZSCORE", keys.marks, sched_id))]
+        )
         if raw is None:
             return 0
         s = _decode(sched_id, msgpack.unpackb(raw, raw=False), mark)
@@ -164,8 +190,9 @@ class ScheduleOps:
         """The sweeper's step: fire the next tick of every schedule of ``shard`` whose
         latest tick has come."""
         now_ms = round((yield server_time()) * 1000)
-        due = yield Cmd(("ZRANGEBYSCORE", self.q.shard_keys[shard].marks, "-inf", now_ms,
-                         "LIMIT", 0, 1000))
+        due = yield Cmd(
+            ("ZRANGEBYSCORE", self.q.shard_keys[shard].marks, "-inf", now_ms, "LIMIT", 0, 1000)
+        )
         fired = 0
         for raw in due:
             fired += yield from self.fire_next(text(raw), shard)
@@ -180,28 +207,43 @@ class ScheduleOps:
         found = False
         for shard, keys in enumerate(self.q.shard_keys):
             checks = self.q.epoch_checks([shard], f"unschedule on {self.q.name!r}")
-            *_, raw, mark = yield Batch([*checks, Cmd(("HGET", keys.sched, sched_id)),
-                                         Cmd(("ZSCORE", keys.marks, sched_id))])
+            *_, raw, mark = yield Batch(
+                [
+                    *checks,
+                    Cmd(("HGET", keys.sched, sched_id)),
+                    Cmd(("ZSCORE", keys.marks, sched_id)),
+                ]
+            )
             if raw is None:
                 continue
             found = True
-            yield Batch([Cmd(("HDEL", keys.sched, sched_id)),
-                         Cmd(("ZREM", keys.marks, sched_id))])
+            yield Batch([Cmd(("HDEL", keys.sched, sched_id)), Cmd(("ZREM", keys.marks, sched_id))])
             if mark is not None:  # the pending occurrence, if it is still waiting
                 occurrence = self.occurrence_id(sched_id, round(float(mark)), shard)
-                yield script("remove").call(keys, [self.q.epoch, occurrence, self.q.wake],
-                                            self.q.checked(f"unschedule on {self.q.name!r}"))
+                yield script("remove").call(
+                    keys,
+                    [self.q.epoch, occurrence, self.q.wake],
+                    self.q.checked(f"unschedule on {self.q.name!r}"),
+                )
         return found
 
     def schedules(self) -> Flow[list[Schedule]]:
         """Every schedule of the queue, sorted by id."""
-        checks = self.q.epoch_checks(range(len(self.q.shard_keys)),
-                                     f"schedules of {self.q.name!r}")
-        replies = yield Batch([*checks, *(c for k in self.q.shard_keys
-                                          for c in (Cmd(("HGETALL", k.sched)),
-                                                    Cmd(("ZRANGE", k.marks, 0, -1,
-                                                         "WITHSCORES"))))])
-        replies = replies[len(checks):]
+        checks = self.q.epoch_checks(range(len(self.q.shard_keys)), f"schedules of {self.q.name!r}")
+        replies = yield Batch(
+            [
+                *checks,
+                *(
+                    c
+                    for k in self.q.shard_keys
+                    for c in (
+                        Cmd(("HGETALL", k.sched)),
+                        Cmd(("ZRANGE", k.marks, 0, -1, "WITHSCORES")),
+                    )
+                ),
+            ]
+        )
+        replies = replies[len(checks) :]
         out = []
         for defs, marks in zip(replies[::2], replies[1::2], strict=True):
             ticks = {text(m): s for m, s in pairs(marks)}
@@ -213,8 +255,17 @@ class ScheduleOps:
 
 def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
     every, cron, anchor, priority, key, headers, payload = spec
-    return Schedule(sched_id, every, cron, payload, priority, key, headers,
-                    None if mark is None else float(mark) / 1000, float(anchor))
+    return Schedule(
+        sched_id,
+        every,
+        cron,
+        payload,
+        priority,
+        key,
+        headers,
+        None if mark is None else float(mark) / 1000,
+        float(anchor),
+    )
 
 
 def occurrence_of(msg: Message) -> str | None:

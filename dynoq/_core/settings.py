@@ -39,17 +39,18 @@ def check_ordered(ordered: object, key_concurrency: object) -> tuple[bool | str,
     if ordered == "shard" and type(ordered) is str:
         ordered = True
     if not (type(ordered) is bool or ordered == "key"):
-        raise InvalidType(f"ordered must be False, True (or \"shard\") or \"key\", got "
-                          f"{ordered!r}")
+        raise InvalidType(f'ordered must be False, True (or "shard") or "key", got {ordered!r}')
     if ordered != "key":
         if key_concurrency is not None:
-            raise QueueConfigError("key_concurrency is for message groups: open the queue "
-                                   "with ordered=\"key\"")
+            raise QueueConfigError(
+                'key_concurrency is for message groups: open the queue with ordered="key"'
+            )
         return ordered, None
     if key_concurrency is None:
         return ordered, 1
-    return ordered, validate.check_int(key_concurrency, "key_concurrency", low=1,
-                                       high=MAX_KEY_CONCURRENCY)
+    return ordered, validate.check_int(
+        key_concurrency, "key_concurrency", low=1, high=MAX_KEY_CONCURRENCY
+    )
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,11 @@ class QueueSettings:
                 # Absent from queues stored before replica durability existed.
                 min_replicas=int(raw.get("min_replicas", 0)),
                 replica_timeout=float(raw.get("replica_timeout", 1.0)),
-                key_concurrency=(int(raw["key_concurrency"]) if raw.get("key_concurrency",
-                                                                        "None") != "None"
-                                 else None),
+                key_concurrency=(
+                    int(raw["key_concurrency"])
+                    if raw.get("key_concurrency", "None") != "None"
+                    else None
+                ),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None
@@ -155,10 +158,14 @@ class TopicSettings:
 
     def queue_settings(self) -> QueueSettings:
         """The settings of each group's queue."""
-        return QueueSettings(shards=self.shards, ordered=self.ordered,
-                             unack_timeout=self.unack_timeout, max_retries=self.max_retries,
-                             dedupe_window=self.dedupe_window,
-                             key_concurrency=self.key_concurrency)
+        return QueueSettings(
+            shards=self.shards,
+            ordered=self.ordered,
+            unack_timeout=self.unack_timeout,
+            max_retries=self.max_retries,
+            dedupe_window=self.dedupe_window,
+            key_concurrency=self.key_concurrency,
+        )
 
     def to_hash(self) -> dict[str, str]:
         return _stored(self)
@@ -167,16 +174,26 @@ class TopicSettings:
     def from_hash(cls, raw: Mapping[str, str]) -> TopicSettings:
         try:
             q = QueueSettings.from_hash(raw)
-            return cls(shards=q.shards, ordered=q.ordered, unack_timeout=q.unack_timeout,
-                       max_retries=q.max_retries, dedupe_window=q.dedupe_window,
-                       key_concurrency=q.key_concurrency,
-                       member_grace=float(raw.get("member_grace", 30.0)))
+            return cls(
+                shards=q.shards,
+                ordered=q.ordered,
+                unack_timeout=q.unack_timeout,
+                max_retries=q.max_retries,
+                dedupe_window=q.dedupe_window,
+                key_concurrency=q.key_concurrency,
+                member_grace=float(raw.get("member_grace", 30.0)),
+            )
         except (ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored topic settings are unreadable: {exc!r}") from None
 
 
-def merge(stored: Any, asked: Mapping[str, Any], queue: str, kind: type[Any] | None = None,
-          what: str = "queue") -> Any:
+def merge(
+    stored: Any,
+    asked: Mapping[str, Any],
+    queue: str,
+    kind: type[Any] | None = None,
+    what: str = "queue",
+) -> Any:
     """The settings to use (a QueueSettings, or ``kind``): the stored ones, checked against
     what the caller asked for.
 
@@ -190,8 +207,11 @@ def merge(stored: Any, asked: Mapping[str, Any], queue: str, kind: type[Any] | N
     if stored is None:
         return wanted
     # Compared as normalised (ordered="shard" is True): what was asked, validated.
-    conflicts = [f"{k}={v!r} (stored: {getattr(stored, k)!r})"
-                 for k, v in given.items() if getattr(stored, k) != getattr(wanted, k)]
+    conflicts = [
+        f"{k}={v!r} (stored: {getattr(stored, k)!r})"
+        for k, v in given.items()
+        if getattr(stored, k) != getattr(wanted, k)
+    ]
     if conflicts:
         raise QueueConfigError(
             f"{what} {queue!r} already exists with other settings: {', '.join(conflicts)}; "
@@ -262,15 +282,16 @@ class ConsumerSettings:
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
-            raise InvalidArgument(f"mode {self.mode!r} is not supported: use one of {MODES} "
-                                  "(or None: as the group is subscribed)")
+            raise InvalidArgument(
+                f"mode {self.mode!r} is not supported: use one of {MODES} "
+                "(or None: as the group is subscribed)"
+            )
         validate.check_name(self.group, "group")
         validate.check_count(self.concurrency, "concurrency", high=1024)
         self._check_batches()
         if not (isinstance(self.strategy, str) or callable(self.strategy)):
             raise InvalidType("strategy must be a strategy name or a function")
-        if self.strategy_options is not None and not isinstance(self.strategy_options,
-                                                                Mapping):
+        if self.strategy_options is not None and not isinstance(self.strategy_options, Mapping):
             raise InvalidType("strategy_options must be a mapping of option names")
         if self.max_retries is not None:
             validate.check_int(self.max_retries, "max_retries", low=0, high=MAX_RETRIES)
@@ -291,16 +312,19 @@ class ConsumerSettings:
     def _check_batches(self) -> None:
         """batch_size, batch_handler and max_in_flight, which holds at least one batch."""
         if isinstance(self.batch_size, str) and self.batch_size != AUTO:
-            raise InvalidArgument(f"batch_size must be a count of messages or {AUTO!r}, "
-                                  f"got {self.batch_size!r}")
+            raise InvalidArgument(
+                f"batch_size must be a count of messages or {AUTO!r}, got {self.batch_size!r}"
+            )
         if self.batch_size != AUTO:
             validate.check_count(self.batch_size, "batch_size", high=validate.MAX_BATCH)
         validate.check_bool(self.batch_handler, "batch_handler")
         if self.max_in_flight is not None:
             validate.check_count(self.max_in_flight, "max_in_flight", high=1_000_000)
             if isinstance(self.batch_size, int) and self.max_in_flight < self.batch_size:
-                raise InvalidArgument(f"max_in_flight ({self.max_in_flight}) must be >= "
-                                      f"batch_size ({self.batch_size})")
+                raise InvalidArgument(
+                    f"max_in_flight ({self.max_in_flight}) must be >= "
+                    f"batch_size ({self.batch_size})"
+                )
 
     def _check_hooks(self) -> None:
         """before, after and middleware: what runs around each handler call."""
@@ -308,8 +332,7 @@ class ConsumerSettings:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise InvalidType(f"{name} must be callable, got {type(value).__name__}")
-        if isinstance(self.middleware, (str, bytes)) or not isinstance(self.middleware,
-                                                                       Sequence):
+        if isinstance(self.middleware, (str, bytes)) or not isinstance(self.middleware, Sequence):
             raise InvalidType("middleware must be a sequence of middleware objects")
 
     @property

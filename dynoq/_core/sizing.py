@@ -35,8 +35,15 @@ class BatchSizer:
 
     __slots__ = ("_cap", "_per_message")
 
-    def __init__(self, batch_size: int | str, *, keyed: bool, in_flight: int,
-                 rate_limit: tuple[int, float] | None = None, concurrency: int = 1) -> None:
+    def __init__(
+        self,
+        batch_size: int | str,
+        *,
+        keyed: bool,
+        in_flight: int,
+        rate_limit: tuple[int, float] | None = None,
+        concurrency: int = 1,
+    ) -> None:
         if batch_size != AUTO:
             self._cap, self._per_message = int(batch_size), 0.0
             if rate_limit is not None:

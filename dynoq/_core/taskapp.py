@@ -62,18 +62,20 @@ class TaskOptions:
             validate.check_seconds(self.timeout, "timeout", minimum=0.001)
         if self.rate_limit is not None:
             ConsumerSettings(rate_limit=self.rate_limit)  # one check of a rate limit
-            object.__setattr__(self, "rate_limit", (self.rate_limit[0],
-                                                    float(self.rate_limit[1])))
+            object.__setattr__(self, "rate_limit", (self.rate_limit[0], float(self.rate_limit[1])))
         if self.key is not None and not callable(self.key):
-            raise InvalidType(f"key must be a function of the task's arguments giving its "
-                              f"ordering key, got {type(self.key).__name__}")
+            raise InvalidType(
+                f"key must be a function of the task's arguments giving its "
+                f"ordering key, got {type(self.key).__name__}"
+            )
         keep = validate.check_seconds(self.keep_result, "keep_result")
         if 0 < keep < 0.001:
             raise InvalidArgument("keep_result must be 0 (keep nothing) or at least 0.001 s")
         object.__setattr__(self, "keep_result", keep)
         if self.ordered is not None and not isinstance(self.ordered, (bool, str)):
-            raise InvalidType(f"ordered must be a bool (or a mode name), got "
-                              f"{type(self.ordered).__name__}")
+            raise InvalidType(
+                f"ordered must be a bool (or a mode name), got {type(self.ordered).__name__}"
+            )
         validate.check_bool(self.run_in_thread, "run_in_thread")
 
     @property
@@ -89,18 +91,23 @@ def check_function(fn: Any, *, asyncio: bool, run_in_thread: bool) -> None:
     coroutine = is_coroutine_function(fn)
     if asyncio:
         if coroutine and run_in_thread:
-            raise InvalidArgument(f"{task_name(fn)} is async: run_in_thread is for sync "
-                                  "functions")
+            raise InvalidArgument(f"{task_name(fn)} is async: run_in_thread is for sync functions")
         if not coroutine and not run_in_thread:
-            raise InvalidArgument(f"{task_name(fn)} is a sync function: on an asyncio app it "
-                                  "would block the event loop; make it async def, or give "
-                                  "run_in_thread=True to run it in a thread")
+            raise InvalidArgument(
+                f"{task_name(fn)} is a sync function: on an asyncio app it "
+                "would block the event loop; make it async def, or give "
+                "run_in_thread=True to run it in a thread"
+            )
     elif coroutine:
-        raise InvalidArgument(f"{task_name(fn)} is async def: use dynoq.asyncio.Tasks for "
-                              "async tasks (dynoq.Tasks runs sync functions in threads)")
+        raise InvalidArgument(
+            f"{task_name(fn)} is async def: use dynoq.asyncio.Tasks for "
+            "async tasks (dynoq.Tasks runs sync functions in threads)"
+        )
     elif run_in_thread:
-        raise InvalidArgument("run_in_thread is for dynoq.asyncio.Tasks: a dynoq.Tasks "
-                              "worker runs every task in its threads")
+        raise InvalidArgument(
+            "run_in_thread is for dynoq.asyncio.Tasks: a dynoq.Tasks "
+            "worker runs every task in its threads"
+        )
 
 
 class Arguments:
@@ -117,21 +124,22 @@ class Arguments:
             self.signature = None
             return
         params = list(self.signature.parameters.values())
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
-                                                      p.POSITIONAL_OR_KEYWORD)]
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self.positional = [p.name for p in positional]
         self.least = sum(p.default is p.empty for p in positional)
-        self.most = (None if any(p.kind is p.VAR_POSITIONAL for p in params)
-                     else len(positional))
+        self.most = None if any(p.kind is p.VAR_POSITIONAL for p in params) else len(positional)
         # a keyword-only parameter without a default must be given by name: bind checks
-        self.counted = not any(p.kind is p.KEYWORD_ONLY and p.default is p.empty
-                               for p in params)
+        self.counted = not any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params)
 
     def check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         if self.signature is None:
             return
-        if (not kwargs and self.counted and len(args) >= self.least
-                and (self.most is None or len(args) <= self.most)):
+        if (
+            not kwargs
+            and self.counted
+            and len(args) >= self.least
+            and (self.most is None or len(args) <= self.most)
+        ):
             return
         try:
             self.signature.bind(*args, **kwargs)
@@ -170,13 +178,18 @@ class Registry(Generic[T]):
         """Register a task; refuses a name taken by another task and queue options that
         contradict an earlier task of the same queue (nothing is changed then)."""
         if options.name in self._tasks:
-            raise InvalidArgument(f"a task named {options.name!r} is already declared; give "
-                                  "this one another name (@tasks.task(name=...))")
+            raise InvalidArgument(
+                f"a task named {options.name!r} is already declared; give "
+                "this one another name (@tasks.task(name=...))"
+            )
         if len(self._tasks) >= MAX_TASKS:
             raise InvalidArgument(f"an app holds at most {MAX_TASKS} tasks")
         spec = self._queues.get(options.queue) or QueueSpec(options.queue)
-        wanted = {"ordered": options.ordered, "timeout": options.timeout,
-                  "rate_limit": options.rate_limit}
+        wanted = {
+            "ordered": options.ordered,
+            "timeout": options.timeout,
+            "rate_limit": options.rate_limit,
+        }
         for what, value in wanted.items():
             have = getattr(spec, what)
             if value is not None and have is not None and value != have:
@@ -184,7 +197,8 @@ class Registry(Generic[T]):
                     f"task {options.name!r} asks for {what}={value!r} on queue "
                     f"{options.queue!r}, where task {spec.decided_by[what]!r} asked for "
                     f"{have!r}: one consumer runs a queue's tasks, with one {what}; put "
-                    "this task on a queue of its own (@tasks.task(queue=...))")
+                    "this task on a queue of its own (@tasks.task(queue=...))"
+                )
         for what, value in wanted.items():
             if value is not None and getattr(spec, what) is None:
                 setattr(spec, what, value)
@@ -203,9 +217,11 @@ class Registry(Generic[T]):
         an unknown name is dead-lettered, with the reason, at once."""
         found = self._tasks.get(name)
         if found is None:
-            raise DeadLetter(f"unknown task {name!r}: no task of that name is declared in "
-                             f"this worker's app (a newer version's task? deploy the "
-                             f"workers, then replay the dead letters)")
+            raise DeadLetter(
+                f"unknown task {name!r}: no task of that name is declared in "
+                f"this worker's app (a newer version's task? deploy the "
+                f"workers, then replay the dead letters)"
+            )
         return found[1]
 
     def options(self) -> list[TaskOptions]:
@@ -229,44 +245,59 @@ class Registry(Generic[T]):
         picked = list(dict.fromkeys(queues))
         unknown = [q for q in picked if q not in self._queues]
         if unknown or not picked:
-            raise InvalidArgument(f"no task of this app is on queue(s) {unknown or picked}; "
-                                  f"its task queues: {', '.join(self.queues())}")
+            raise InvalidArgument(
+                f"no task of this app is on queue(s) {unknown or picked}; "
+                f"its task queues: {', '.join(self.queues())}"
+            )
         return picked
 
-    def consumer_settings(self, queue: str, base: ConsumerSettings,
-                          ordered: bool) -> ConsumerSettings:
+    def consumer_settings(
+        self, queue: str, base: ConsumerSettings, ordered: bool
+    ) -> ConsumerSettings:
         """The settings of ``queue``'s consumer: ``base`` (the worker's options), with its
         tasks' timeout and rate limit, and a retry policy that picks each task's own
         (retry_delays and max_retries; a task that sets neither takes the worker's)."""
-        default = RetryPolicy.make(base.retry_delays, ordered=ordered,
-                                   max_retries=base.max_retries)
-        own = {o.name: RetryPolicy(o.retry_delays or default.delays,
-                                   default.max_retries if o.max_retries is None
-                                   else o.max_retries)
-               for o in self.options() if o.retry_delays is not None or o.max_retries is not None}
+        default = RetryPolicy.make(base.retry_delays, ordered=ordered, max_retries=base.max_retries)
+        own = {
+            o.name: RetryPolicy(
+                o.retry_delays or default.delays,
+                default.max_retries if o.max_retries is None else o.max_retries,
+            )
+            for o in self.options()
+            if o.retry_delays is not None or o.max_retries is not None
+        }
         spec = self.spec(queue)
         return dataclasses.replace(
-            base, retry_delays=TaskRetries(default.delays, default.max_retries, own),
-            max_retries=None, consume_timeout=spec.timeout or base.consume_timeout,
-            rate_limit=spec.rate_limit or base.rate_limit)
+            base,
+            retry_delays=TaskRetries(default.delays, default.max_retries, own),
+            max_retries=None,
+            consume_timeout=spec.timeout or base.consume_timeout,
+            rate_limit=spec.rate_limit or base.rate_limit,
+        )
 
 
-def worker_settings(settings: ConsumerSettings | None,
-                    options: Mapping[str, Any]) -> ConsumerSettings:
+def worker_settings(
+    settings: ConsumerSettings | None, options: Mapping[str, Any]
+) -> ConsumerSettings:
     """A task worker's consumer options: ``settings``, or options by name (not both)."""
     if settings is not None:
         if options:
-            raise InvalidArgument("give the worker's options either as settings= or by name, "
-                                  f"not both (also given by name: {', '.join(sorted(options))})")
+            raise InvalidArgument(
+                "give the worker's options either as settings= or by name, "
+                f"not both (also given by name: {', '.join(sorted(options))})"
+            )
         if not isinstance(settings, ConsumerSettings):
-            raise InvalidType(f"settings must be a dynoq.ConsumerSettings, got "
-                              f"{type(settings).__name__}")
+            raise InvalidType(
+                f"settings must be a dynoq.ConsumerSettings, got {type(settings).__name__}"
+            )
         return settings
     names = {f.name for f in dataclasses.fields(ConsumerSettings)}
     unknown = sorted(set(options) - names)
     if unknown:
-        raise InvalidType(f"unknown worker option(s) {', '.join(unknown)}; the options are "
-                          "dynoq.ConsumerSettings' fields")
+        raise InvalidType(
+            f"unknown worker option(s) {', '.join(unknown)}; the options are "
+            "dynoq.ConsumerSettings' fields"
+        )
     return ConsumerSettings(**options)
 
 

@@ -34,7 +34,7 @@ from .calls import Batch, Call, text
 from .codec import Outgoing
 from .keys import result_key
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 from .retry import DeadLetter
 from .taskapp import Arguments
 
@@ -87,6 +87,7 @@ class TaskInfo:
 
 # -- a call as a message -------------------------------------------------------------------
 
+
 def call_payload(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
     """The payload of a call (the hot path of ``delay``: no copy of the arguments)."""
     if type(args) is not tuple and type(args) is not list:
@@ -98,13 +99,21 @@ def call_payload(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
     return {"task": name, "args": args, "kwargs": kwargs}
 
 
-def refusal(name: str, arguments: Arguments, args: Sequence[Any], kwargs: Mapping[str, Any],
-            limit: int, error: PayloadTypeError) -> PayloadTypeError:
+def refusal(
+    name: str,
+    arguments: Arguments,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    limit: int,
+    error: PayloadTypeError,
+) -> PayloadTypeError:
     """The error for a call msgpack cannot carry: it names the first argument that is the
     reason (by parameter name when the signature says it)."""
     positional = arguments.positional if arguments.signature is not None else []
-    labelled = [*((positional[i] if i < len(positional) else f"#{i + 1}", v)
-                  for i, v in enumerate(args)), *kwargs.items()]
+    labelled = [
+        *((positional[i] if i < len(positional) else f"#{i + 1}", v) for i, v in enumerate(args)),
+        *kwargs.items(),
+    ]
     for label, value in labelled:
         try:
             codec.encode_body(value, None, None, limit)
@@ -112,7 +121,8 @@ def refusal(name: str, arguments: Arguments, args: Sequence[Any], kwargs: Mappin
             return TaskArgumentError(
                 f"{name}(): argument {label!r} ({type(value).__name__}) cannot be sent: "
                 f"{exc}; never a pickle: send what rebuilds it (an id, a string, a number)",
-                label)
+                label,
+            )
     return error
 
 
@@ -126,12 +136,13 @@ def call_of(msg: Message) -> tuple[str, Sequence[Any], dict[str, Any]]:
     dead-lettered, with the reason, at once."""
     payload = msg.payload
     if type(payload) is dict:
-        name, args, kwargs = payload.get("task"), payload.get("args", ()), payload.get(
-            "kwargs", {})
+        name, args, kwargs = payload.get("task"), payload.get("args", ()), payload.get("kwargs", {})
         if type(name) is str and type(args) is list and type(kwargs) is dict:
             return name, args, kwargs
-    raise DeadLetter(f"message {msg.id!r} is not a task: a task's payload is a dict of "
-                     "'task' (its name), 'args' (a list) and 'kwargs' (a dict)")
+    raise DeadLetter(
+        f"message {msg.id!r} is not a task: a task's payload is a dict of "
+        "'task' (its name), 'args' (a list) and 'kwargs' (a dict)"
+    )
 
 
 # -- what is kept of an ended task ----------------------------------------------------------
@@ -152,21 +163,28 @@ def kept_record(state: str, task: str, value: Any, limit: int, attempts: int = 0
             codec.unpack(record, limit)  # what cannot be read back is not kept
             return record
     except (TypeError, ValueError, OverflowError, RecordError) as exc:
-        why = (f"the return value ({type(value).__name__}) cannot be kept: msgpack carries "
-               f"bytes, str, numbers, bools, None, lists and dicts ({exc})")
+        why = (
+            f"the return value ({type(value).__name__}) cannot be kept: msgpack carries "
+            f"bytes, str, numbers, bools, None, lists and dicts ({exc})"
+        )
     packed: bytes = msgpack.packb([state, task, None, why, attempts], use_bin_type=True)
     return packed
 
 
-def keep_success(ops: QueueOps, msg: Message, task: str, value: Any,
-                 keep_ms: int) -> tuple[str, bytes, int]:
+def keep_success(
+    ops: QueueOps, msg: Message, task: str, value: Any, keep_ms: int
+) -> tuple[str, bytes, int]:
     """What a worker writes with the ack of a task that returned (``Message.keep``)."""
     assert msg.shard is not None and msg.id is not None
-    return (result_key(ops.keys.prefix, ops.keys.tag or ops.name, msg.shard, msg.id),
-            kept_record(_SUCCEEDED, task, value, ops.limit, msg.attempts), keep_ms)
+    return (
+        result_key(ops.keys.prefix, ops.keys.tag or ops.name, msg.shard, msg.id),
+        kept_record(_SUCCEEDED, task, value, ops.limit, msg.attempts),
+        keep_ms,
+    )
 
 
 # -- requests ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TaskKeys:
@@ -188,9 +206,20 @@ class TaskKeys:
     @classmethod
     def of(cls, ops: QueueOps, shard: int, task_id: str) -> TaskKeys:
         k = ops.shard_keys[shard]
-        return cls(k.delayed, k.ready, k.unack, k.msgs, k.dlv, k.dead, k.seq, k.done,
-                   k.counts, k.why, result_key(ops.keys.prefix, ops.keys.tag or ops.name,
-                                               shard, task_id), k.epoch)
+        return cls(
+            k.delayed,
+            k.ready,
+            k.unack,
+            k.msgs,
+            k.dlv,
+            k.dead,
+            k.seq,
+            k.done,
+            k.counts,
+            k.why,
+            result_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, task_id),
+            k.epoch,
+        )
 
 
 def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
@@ -198,13 +227,25 @@ def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
     (task-push-11.lua); the reply is True when it was pushed (QueueGone when the queue
     is gone)."""
     if ops.keyed:  # task-push places as a plain push does, where keyed pops never look
-        raise OrderedQueueError(f"a task with an id cannot go to {ops.name!r}, a "
-                                "message-group queue (ordered='key'), yet: leave the id "
-                                "out, or use ordered=True")
+        raise OrderedQueueError(
+            f"a task with an id cannot go to {ops.name!r}, a "
+            "message-group queue (ordered='key'), yet: leave the id "
+            "out, or use ordered=True"
+        )
     check = ops.checked(f"a task's push to {ops.name!r}")
-    call = _PUSH.call(TaskKeys.of(ops, ops.shard_for(out.routing), out.id),
-                      [ops.epoch, validate.to_ms(ops.settings.dedupe_window), ops.wake,
-                       out.id, out.delay_ms, out.priority, out.body], check)
+    call = _PUSH.call(
+        TaskKeys.of(ops, ops.shard_for(out.routing), out.id),
+        [
+            ops.epoch,
+            validate.to_ms(ops.settings.dedupe_window),
+            ops.wake,
+            out.id,
+            out.delay_ms,
+            out.priority,
+            out.body,
+        ],
+        check,
+    )
     if ops.settings.min_replicas:
         return ops.replicated([call], lambda replies: int(replies[0]) == 1)
     call.parse = ops.checked(f"a task's push to {ops.name!r}", lambda r: int(r) == 1)
@@ -216,30 +257,39 @@ def load_keep(ops: QueueOps) -> Batch:
     node of a cluster) has the script before a worker's first ack needs it: a batch whose
     script is not loaded sends it again once loaded, after the rest of the batch, and the
     first records would be written after their acks, not before."""
-    return Batch([Call(_KEEP, [result_key(ops.keys.prefix, ops.keys.tag or ops.name, shard,
-                                          "-")], [0, b""])
-                  for shard in range(ops.settings.shards)])
+    return Batch(
+        [
+            Call(
+                _KEEP, [result_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, "-")], [0, b""]
+            )
+            for shard in range(ops.settings.shards)
+        ]
+    )
 
 
 def cancel(ops: QueueOps, shard: int, task_id: str, task: str | None, keep_ms: int) -> Call:
     """Take a waiting task off its queue (task-cancel-7.lua); the reply is True when it
     was waiting, and is now cancelled (QueueGone when the queue is gone)."""
     record = kept_record(_CANCELLED, task or "", None, ops.limit) if keep_ms else b""
-    return _CANCEL.call(TaskKeys.of(ops, shard, task_id),
-                        [ops.epoch, task_id, keep_ms, record, ops.wake],
-                        ops.checked(f"a task's cancel on {ops.name!r}", lambda r: int(r) == 1))
+    return _CANCEL.call(
+        TaskKeys.of(ops, shard, task_id),
+        [ops.epoch, task_id, keep_ms, record, ops.wake],
+        ops.checked(f"a task's cancel on {ops.name!r}", lambda r: int(r) == 1),
+    )
 
 
 def state(ops: QueueOps, shard: int, task_id: str) -> Call:
     """A task's state, read in one script (task-state-8.lua); the reply is a TaskInfo."""
-    return _STATE.call(TaskKeys.of(ops, shard, task_id), [task_id],
-                       lambda reply: derive(task_id, reply, ops.limit))
+    return _STATE.call(
+        TaskKeys.of(ops, shard, task_id), [task_id], lambda reply: derive(task_id, reply, ops.limit)
+    )
 
 
 def locate(candidates: Sequence[tuple[QueueOps, int]], task_id: str) -> Batch:
     """The state of a task that may be in any of these (queue, shard) places, in one round
     trip; the reply is (the index of the place that knows it, its TaskInfo), or (-1, an
     unknown TaskInfo)."""
+
     def parse(infos: list[TaskInfo]) -> tuple[int, TaskInfo]:
         for i, info in enumerate(infos):
             if info.state is not TaskState.UNKNOWN:
@@ -264,8 +314,9 @@ def derive(task_id: str, reply: Sequence[Any], limit: int) -> TaskInfo:
         if attempts > 0:
             return TaskInfo(task_id, TaskState.RETRYING, attempts, failure, due)
         later = due is not None and float(score) > int(now)
-        return TaskInfo(task_id, TaskState.DELAYED if later else TaskState.WAITING,
-                        attempts, failure, due)
+        return TaskInfo(
+            task_id, TaskState.DELAYED if later else TaskState.WAITING, attempts, failure, due
+        )
     if kept:
         try:
             fields = codec.unpack(kept, limit)
@@ -277,8 +328,9 @@ def derive(task_id: str, reply: Sequence[Any], limit: int) -> TaskInfo:
         value = fields[2] if len(fields) > 2 else None
         note = fields[3] if len(fields) > 3 else None
         runs = fields[4] if len(fields) > 4 and type(fields[4]) is int else 0
-        return TaskInfo(task_id, TaskState.SUCCEEDED, max(runs, 0), result=value, note=note,
-                        task=task or None)
+        return TaskInfo(
+            task_id, TaskState.SUCCEEDED, max(runs, 0), result=value, note=note, task=task or None
+        )
     return TaskInfo(task_id, TaskState.UNKNOWN)
 
 
@@ -293,10 +345,13 @@ def outcome(info: TaskInfo, label: str) -> Any:
         f = info.failure
         if f is None:
             raise TaskFailed(f"{label} failed (its retries are spent: it is a dead letter)")
-        raise TaskFailed(f"{label} failed: {f.error_type}: {f.error}", f.error_type, f.error,
-                         f.traceback)
+        raise TaskFailed(
+            f"{label} failed: {f.error_type}: {f.error}", f.error_type, f.error, f.traceback
+        )
     if info.state is TaskState.CANCELLED:
         raise TaskCancelled(f"{label} was cancelled before it ran", "TaskCancelled")
-    raise ResultNotKept(f"nothing is known of {label}: it ended and its task keeps no "
-                        "result (keep_result=0), or its kept result expired, or no task "
-                        "of that id was pushed")
+    raise ResultNotKept(
+        f"nothing is known of {label}: it ended and its task keeps no "
+        "result (keep_result=0), or its kept result expired, or no task "
+        "of that id was pushed"
+    )

@@ -70,19 +70,20 @@ def take(options: dict[str, Any], *, cluster: bool = False) -> Timeouts:
     old = options.pop("cluster_retry_window", None)
     if window is not None and old is not None:
         raise InvalidArgument("give retry_window or cluster_retry_window, not both")
-    window = check_window(window if window is not None else
-                          old if old is not None else window_default)
+    window = check_window(
+        window if window is not None else old if old is not None else window_default
+    )
     options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
     options.setdefault("socket_timeout", COMMAND_TIMEOUT)
-    return Timeouts(_seconds(options, "socket_connect_timeout"),
-                    _seconds(options, "socket_timeout"), window)
+    return Timeouts(
+        _seconds(options, "socket_connect_timeout"), _seconds(options, "socket_timeout"), window
+    )
 
 
 def of(kwargs: Mapping[str, Any], window: float) -> Timeouts:
     """The bounds a redis-py client made by the caller has (its connection kwargs); such
     a client keeps its own retries, so dynoq's window is usually 0 there."""
-    return Timeouts(kwargs.get("socket_connect_timeout"), kwargs.get("socket_timeout"),
-                    window)
+    return Timeouts(kwargs.get("socket_connect_timeout"), kwargs.get("socket_timeout"), window)
 
 
 def _seconds(options: Mapping[str, Any], name: str) -> float | None:
@@ -122,8 +123,9 @@ class Liveness:
 
     def next_check(self, now: float) -> float:
         """Seconds until a PING is due or the answer is overdue (a read waits no longer)."""
-        due = (self.heard_at + self.quiet if self.pinged_at is None
-               else self.pinged_at + self.timeout)
+        due = (
+            self.heard_at + self.quiet if self.pinged_at is None else self.pinged_at + self.timeout
+        )
         return max(due - now, 0.0)
 
 

@@ -28,7 +28,7 @@ from .grants import RESERVED_GROUPS
 from .keys import QueueKeys, ShardKeys, TopicKeys, member_token, topic_registry_key
 from .lua import script
 from .opening import Opened, open_stored, read_stored
-from .ops import QueueOps
+from .queue import QueueOps
 from .settings import TopicSettings
 
 MODES = ("clustering", "broadcasting")
@@ -38,7 +38,7 @@ MAX_TARGETS = 1000  # group and member queues of one topic
 MAX_COPIES = 2000
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
-_TX_PUBLISH = script("tx-publish")
+_TRANSACTION_PUBLISH = script("transaction-publish")
 _QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
 # ... of a keyed topic's (ordered="key"): its waiting keys and states in place of the first three
 _KEYED_KEYS = ("kwait", "kturn", "kstate", *_QUEUE_KEYS[3:])
@@ -98,9 +98,11 @@ def check_group(group: object) -> str:
     name, and fall under the spark role's UNLINK and PEXPIRE of them)."""
     name = validate.check_name(group, "group")
     if name in RESERVED_GROUPS:
-        raise InvalidArgument(f"a topic's group may not be named {name!r}: its queue would "
-                              "share keys with the Spark sinks' bookkeeping (reserved: "
-                              f"{', '.join(RESERVED_GROUPS)})")
+        raise InvalidArgument(
+            f"a topic's group may not be named {name!r}: its queue would "
+            "share keys with the Spark sinks' bookkeeping (reserved: "
+            f"{', '.join(RESERVED_GROUPS)})"
+        )
     return name
 
 
@@ -109,10 +111,17 @@ class TopicOps(Opened):
     replaced whole, never changed in place). ``epoch`` and ``on_gone``: see
     :class:`~.opening.Opened` (the topic's epoch, which its group queues share)."""
 
-    def __init__(self, prefix: str, name: str, settings: TopicSettings,
-                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
-                 cross_slot: bool = False, epoch: str = "",
-                 on_gone: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        name: str,
+        settings: TopicSettings,
+        max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+        *,
+        cross_slot: bool = False,
+        epoch: str = "",
+        on_gone: Callable[[], None] | None = None,
+    ) -> None:
         self.keys = TopicKeys(prefix, name)
         super().__init__(name, f"topic {name!r}", epoch, self.keys.epoch, on_gone)
         self.cross_slot = cross_slot
@@ -135,19 +144,28 @@ class TopicOps(Opened):
 
     def group_queue(self, group: str, member: str | None = None) -> QueueOps:
         """The queue a clustering group (or one broadcasting member) consumes."""
-        return QueueOps.of_keys(self.target(group, member), self._queue_settings, self.limit,
-                                cross_slot=self.cross_slot, epoch=self.epoch,
-                                on_gone=self.on_gone)
+        return QueueOps.of_keys(
+            self.target(group, member),
+            self._queue_settings,
+            self.limit,
+            cross_slot=self.cross_slot,
+            epoch=self.epoch,
+            on_gone=self.on_gone,
+        )
 
     def _subscription(self, shard: int, args: Sequence[Any]) -> Call:
-        return Call(_SUBSCRIPTION, [self.keys.subs(shard), self.keys.epoch(shard)],
-                    [self.epoch, *args],
-                    lambda r: self.refused(r, f"subscription change of {self.name!r}"))
+        return Call(
+            _SUBSCRIPTION,
+            [self.keys.subs(shard), self.keys.epoch(shard)],
+            [self.epoch, *args],
+            lambda r: self.refused(r, f"subscription change of {self.name!r}"),
+        )
 
     # -- subscriptions ---------------------------------------------------------------------
 
-    def subscribe(self, group: str, *, mode: str = "clustering", tags: str = "*",
-                  member: str | None = None) -> Flow[None]:
+    def subscribe(
+        self, group: str, *, mode: str = "clustering", tags: str = "*", member: str | None = None
+    ) -> Flow[None]:
         """Subscribe ``group`` (a broadcasting group: also its ``member``'s queue). A
         group keeps its mode; its tags may change."""
         if mode not in MODES:
@@ -165,23 +183,22 @@ class TopicOps(Opened):
         if mode == "clustering" or member is not None:
             target = self.target(group, member if mode == "broadcasting" else None).queue
             pairs += [target, f"{group}|{spec}"]
-        yield Batch([self._subscription(s, ["add", *pairs])
-                     for s in range(self.settings.shards)])
+        yield Batch([self._subscription(s, ["add", *pairs]) for s in range(self.settings.shards)])
         self._cache.clear()
 
     def _conflict(self, group: str, stored: str, asked: str) -> GroupConflict:
         return GroupConflict(
             f"group {group!r} is subscribed to topic {self.name!r} in {stored} mode, not "
             f"{asked}: consume it without mode= (the subscription decides) or with "
-            f"mode={stored!r}, or unsubscribe the group first")
+            f"mode={stored!r}, or unsubscribe the group first"
+        )
 
     def consumer_queue(self, group: str, mode: str | None, member: str) -> Flow[QueueOps]:
         """The queue a consumer of ``group`` consumes (see :meth:`join`)."""
         _, ops = yield from self.join(group, mode, member)
         return ops
 
-    def join(self, group: str, mode: str | None,
-             member: str) -> Flow[tuple[str, QueueOps]]:
+    def join(self, group: str, mode: str | None, member: str) -> Flow[tuple[str, QueueOps]]:
         """The mode and queue of a consumer of ``group``. A subscribed group's stored mode
         decides (``mode`` None), and an explicit ``mode`` that differs raises
         GroupConflict; a group not subscribed yet is subscribed (tags "*") in ``mode``,
@@ -206,8 +223,9 @@ class TopicOps(Opened):
         entries = yield from self._entries(0)
         prefix = f"{self.name}:{group}"
         if member is None:
-            fields = [t for t in entries if t in (f"~g:{group}", prefix)
-                      or t.startswith(prefix + ":")]
+            fields = [
+                t for t in entries if t in (f"~g:{group}", prefix) or t.startswith(prefix + ":")
+            ]
         else:
             fields = [t for t in entries if t == f"{prefix}:{member_token(member)}"]
         if not fields:
@@ -218,9 +236,13 @@ class TopicOps(Opened):
     def drop(self, fields: Sequence[str]) -> Flow[None]:
         """Drop subscription entries (and delete the queues of the targets among them)."""
         step = 2 * MAX_TARGETS  # entries one subscription call drops (subscription-2.lua)
-        yield Batch([self._subscription(s, ["drop", *fields[i:i + step]])
-                     for s in range(self.settings.shards)
-                     for i in range(0, len(fields), step)])
+        yield Batch(
+            [
+                self._subscription(s, ["drop", *fields[i : i + step]])
+                for s in range(self.settings.shards)
+                for i in range(0, len(fields), step)
+            ]
+        )
         self._cache.clear()
         yield self.delete_queues([f for f in fields if not f.startswith("~")])
 
@@ -237,14 +259,19 @@ class TopicOps(Opened):
 
     def target_queue(self, target: str) -> QueueOps:
         """The operations of a target queue, by its name (from :meth:`targets`)."""
-        return QueueOps.of_keys(self._target_keys(target), self._queue_settings, self.limit,
-                                cross_slot=self.cross_slot, epoch=self.epoch,
-                                on_gone=self.on_gone)
+        return QueueOps.of_keys(
+            self._target_keys(target),
+            self._queue_settings,
+            self.limit,
+            cross_slot=self.cross_slot,
+            epoch=self.epoch,
+            on_gone=self.on_gone,
+        )
 
     def _target_keys(self, target: str) -> QueueKeys:
         if not target.startswith(self.name + ":"):
             raise InvalidArgument(f"{target!r} is not a queue of topic {self.name!r}")
-        return QueueKeys(self.prefix, target, tag=self.name, sub=target[len(self.name) + 1:])
+        return QueueKeys(self.prefix, target, tag=self.name, sub=target[len(self.name) + 1 :])
 
     def _entries(self, shard: int) -> Flow[dict[str, str]]:
         """A topic shard's subscription entries (QueueGone when the topic is gone)."""
@@ -280,8 +307,7 @@ class TopicOps(Opened):
     def backlog(self) -> Flow[list[GroupBacklog]]:
         """Every group queue of the topic with its counts, sorted by queue."""
         entries = yield from self._entries(0)
-        targets = sorted((f, _target_spec(v)) for f, v in entries.items()
-                         if not f.startswith("~"))
+        targets = sorted((f, _target_spec(v)) for f, v in entries.items() if not f.startswith("~"))
         out = []
         for target, (group, mode, tags, _) in targets:
             stats = yield self.target_queue(target).stats()
@@ -319,12 +345,17 @@ class TopicOps(Opened):
             args += (filter_, f"{self.prefix}:wake:{target}")
         return keys, args
 
-    def _publish_call(self, shard: int, subs: _Shard,
-                      outs: Sequence[codec.Outgoing]) -> Call:
+    def _publish_call(self, shard: int, subs: _Shard, outs: Sequence[codec.Outgoing]) -> Call:
         targets, routes = self._targets(shard, subs)
         keys: list[str] = [self.keys.subs(shard), self.keys.epoch(shard), *targets]
-        args: list[Any] = [self.epoch, subs.version, self._window_ms, len(subs.targets),
-                           self.conc, *routes]
+        args: list[Any] = [
+            self.epoch,
+            subs.version,
+            self._window_ms,
+            len(subs.targets),
+            self.conc,
+            *routes,
+        ]
         for o in outs:  # a keyed message's routing is its key, its delay and priority 0
             args += (o.id, o.routing if self.conc else o.delay_ms, o.priority, o.tag, o.body)
         return Call(_PUBLISH, keys, args)
@@ -342,12 +373,17 @@ class TopicOps(Opened):
             for shard in by_shard:
                 if shard not in self._cache:
                     self._cache[shard] = yield from self._shard_subs(shard)
-            jobs = [(shard, part) for shard, group in by_shard.items()
-                    for targets in [len(self._cache[shard].targets)]
-                    for part in chunks(group, body_size, publish_chunk(targets),
-                                       PUSH_BYTES // max(targets, 1))]
-            replies = yield Batch([self._publish_call(s, self._cache[s], chunk)
-                                   for s, chunk in jobs])
+            jobs = [
+                (shard, part)
+                for shard, group in by_shard.items()
+                for targets in [len(self._cache[shard].targets)]
+                for part in chunks(
+                    group, body_size, publish_chunk(targets), PUSH_BYTES // max(targets, 1)
+                )
+            ]
+            replies = yield Batch(
+                [self._publish_call(s, self._cache[s], chunk) for s, chunk in jobs]
+            )
             stale: dict[int, list[codec.Outgoing]] = defaultdict(list)
             for (shard, chunk), reply in zip(jobs, replies, strict=True):
                 if reply == STALE:
@@ -362,22 +398,40 @@ class TopicOps(Opened):
         raise_for(STALE, f"publish to {self.name!r}: subscriptions kept changing")
         return added
 
-    def commit(self, shard: int, staged: ShardKeys, msg_id: str, token: str,
-               tag: str) -> Flow[int]:
+    def commit(self, shard: int, staged: ShardKeys, msg_id: str, token: str, tag: str) -> Flow[int]:
         """Publish a prepared message of the topic's staging queue (``staged``: its keys
         on ``shard``) to every group queue whose tags match ``tag``, and mark it decided,
-        in one script (lua/tx-publish-16.lua); the reply is tx-settle's code."""
+        in one script (lua/transaction-publish-16.lua); the reply is transaction-settle's code."""
         context = f"commit of {msg_id!r} to {self.name!r}"
         for _ in range(STALE_RETRIES):
             subs = self._cache.get(shard)
             if subs is None:
                 subs = self._cache[shard] = yield from self._shard_subs(shard)
             targets, routes = self._targets(shard, subs)
-            reply = yield Call(_TX_PUBLISH, [
-                self.keys.subs(shard), self.keys.epoch(shard), staged.msgs, staged.half,
-                staged.txs, staged.decided, staged.counts, *targets], [
-                self.epoch, subs.version, msg_id, token, tag, self._window_ms,
-                len(subs.targets), self.conc, *routes])
+            reply = yield Call(
+                _TRANSACTION_PUBLISH,
+                [
+                    self.keys.subs(shard),
+                    self.keys.epoch(shard),
+                    staged.msgs,
+                    staged.half,
+                    staged.txs,
+                    staged.decided,
+                    staged.counts,
+                    *targets,
+                ],
+                [
+                    self.epoch,
+                    subs.version,
+                    msg_id,
+                    token,
+                    tag,
+                    self._window_ms,
+                    len(subs.targets),
+                    self.conc,
+                    *routes,
+                ],
+            )
             if reply == STALE:
                 self._cache.pop(shard, None)
                 continue
@@ -389,15 +443,15 @@ class TopicOps(Opened):
 
 # -- topics under a prefix ------------------------------------------------------------------
 
-def open_topic(prefix: str, name: str,
-               asked: dict[str, Any]) -> Flow[tuple[TopicSettings, str]]:
+
+def open_topic(prefix: str, name: str, asked: dict[str, Any]) -> Flow[tuple[TopicSettings, str]]:
     """Store a new topic's settings (or read the stored ones) and register it; the
     settings and the topic's epoch token (see :func:`~.opening.open_stored`)."""
     validate.check_name(name, "topic name")
     keys = TopicKeys(prefix, name)
     opened: tuple[TopicSettings, str] = yield from open_stored(
-        keys.meta, topic_registry_key(prefix), name, asked, TopicSettings, "topic",
-        keys.epoch)
+        keys.meta, topic_registry_key(prefix), name, asked, TopicSettings, "topic", keys.epoch
+    )
     return opened
 
 
@@ -405,11 +459,10 @@ def read_topic(prefix: str, name: str) -> Flow[tuple[TopicSettings, str] | None]
     """The settings and epoch token of a registered topic, or None; never creates one."""
     validate.check_name(name, "topic name")
     found: tuple[TopicSettings, str] | None = yield from read_stored(
-        TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, TopicSettings,
-        "topic")
+        TopicKeys(prefix, name).meta, topic_registry_key(prefix), name, TopicSettings, "topic"
+    )
     return found
 
 
 def topic_names(prefix: str) -> Cmd:
-    return Cmd(("SMEMBERS", topic_registry_key(prefix)),
-               lambda raw: sorted(text(n) for n in raw))
+    return Cmd(("SMEMBERS", topic_registry_key(prefix)), lambda raw: sorted(text(n) for n in raw))

@@ -37,9 +37,11 @@ def _utf8(text: str, what: str) -> str:
         try:
             text.encode()
         except UnicodeEncodeError as exc:
-            raise InvalidArgument(f"{what} holds a lone surrogate ({text[exc.start]!r} at "
-                                  f"position {exc.start}), which UTF-8 cannot encode: "
-                                  "pass valid Unicode text") from None
+            raise InvalidArgument(
+                f"{what} holds a lone surrogate ({text[exc.start]!r} at "
+                f"position {exc.start}), which UTF-8 cannot encode: "
+                "pass valid Unicode text"
+            ) from None
     return text
 
 
@@ -53,7 +55,8 @@ def check_name(value: object, what: str) -> str:
         raise InvalidArgument(
             f"{what} {value!r} is invalid: use 1-{MAX_NAME_LENGTH} characters without "
             "whitespace, ':', '{' or '}' (':' separates the parts of a key: a name holding "
-            "one could share keys with another queue or tenant)")
+            "one could share keys with another queue or tenant)"
+        )
     return _utf8(value, what)
 
 
@@ -76,14 +79,18 @@ def check_key(value: object) -> str | None:
     return _utf8(str(value), "key")
 
 
-def check_int(value: object, what: str, *, low: int | None = None,
-              high: int | None = None) -> int:
+def check_int(value: object, what: str, *, low: int | None = None, high: int | None = None) -> int:
     """An int (never a bool) within ``low``..``high`` (either bound may be open)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidType(f"{what} must be an int, got {type(value).__name__}")
     if (low is not None and value < low) or (high is not None and value > high):
-        span = (f"in {low}..{high}" if low is not None and high is not None
-                else f">= {low}" if low is not None else f"<= {high}")
+        span = (
+            f"in {low}..{high}"
+            if low is not None and high is not None
+            else f">= {low}"
+            if low is not None
+            else f"<= {high}"
+        )
         raise InvalidArgument(f"{what} must be {span}, got {value}")
     return value
 
@@ -99,7 +106,8 @@ def check_priority(value: object) -> int:
         raise InvalidType(f"priority must be an int, got {type(value).__name__}")
     if not 0 <= value <= MAX_PRIORITY:
         raise InvalidArgument(
-            f"priority must be in 0..{MAX_PRIORITY} (lower goes first), got {value}")
+            f"priority must be in 0..{MAX_PRIORITY} (lower goes first), got {value}"
+        )
     return value
 
 
@@ -108,8 +116,10 @@ def check_seconds(value: object, what: str, *, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidType(f"{what} must be a number of seconds, got {type(value).__name__}")
     if not (math.isfinite(value) and minimum <= value <= MAX_SECONDS):
-        raise InvalidArgument(f"{what} must be a finite number of seconds from {minimum:g} "
-                              f"to {MAX_SECONDS:g}, got {value!r}")
+        raise InvalidArgument(
+            f"{what} must be a finite number of seconds from {minimum:g} "
+            f"to {MAX_SECONDS:g}, got {value!r}"
+        )
     return float(value)
 
 
@@ -119,8 +129,7 @@ def check_text(value: object, what: str, *, max_length: int = MAX_NAME_LENGTH) -
     if not isinstance(value, str):
         raise InvalidType(f"{what} must be a str, got {type(value).__name__}")
     if not 1 <= len(value) <= max_length or not value.isprintable():
-        raise InvalidArgument(f"{what} must be 1-{max_length} printable characters, "
-                              f"got {value!r}")
+        raise InvalidArgument(f"{what} must be 1-{max_length} printable characters, got {value!r}")
     return _utf8(value, what)
 
 
@@ -135,8 +144,9 @@ def check_tag(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidType(f"tag must be a str, got {type(value).__name__}")
     if not _TAG_RE.fullmatch(value):
-        raise InvalidArgument(f"tag {value!r} is invalid: use 1-{MAX_TAG_LENGTH} characters "
-                              "without whitespace or '|'")
+        raise InvalidArgument(
+            f"tag {value!r} is invalid: use 1-{MAX_TAG_LENGTH} characters without whitespace or '|'"
+        )
     return _utf8(value, "tag")
 
 
@@ -161,12 +171,14 @@ def check_items(value: object, what: str) -> list[Any]:
     """The items of a list argument (any iterable but a str, bytes or dict), at most
     MAX_ITEMS: an iterator is read no further than one item past that."""
     if isinstance(value, (str, bytes, bytearray, dict)) or not isinstance(value, Iterable):
-        raise InvalidType(f"{what} takes a list (or another iterable) of items, got "
-                          f"{type(value).__name__}")
+        raise InvalidType(
+            f"{what} takes a list (or another iterable) of items, got {type(value).__name__}"
+        )
     items = list(itertools.islice(value, MAX_ITEMS + 1))
     if len(items) > MAX_ITEMS:
-        raise InvalidArgument(f"{what} takes at most {MAX_ITEMS} items per call: split "
-                              "them into several calls")
+        raise InvalidArgument(
+            f"{what} takes at most {MAX_ITEMS} items per call: split them into several calls"
+        )
     return items
 
 

@@ -25,11 +25,25 @@ from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer
 from .consumer.many import Consumers
-from .halves import Half, Transaction
 from .queue import Queue
 from .sweeper import Sweeper
 from .tasks import Task, TaskHandle, Tasks
 from .topic import Topic
+from .transactions import Half, Transaction
 
-__all__ = ["Checker", "Client", "Consumer", "Consumers", "Half", "Middleware", "Queue", "Sweeper",
-           "Task", "TaskHandle", "Tasks", "Topic", "Transaction", "connect"]
+__all__ = [
+    "Checker",
+    "Client",
+    "Consumer",
+    "Consumers",
+    "Half",
+    "Middleware",
+    "Queue",
+    "Sweeper",
+    "Task",
+    "TaskHandle",
+    "Tasks",
+    "Topic",
+    "Transaction",
+    "connect",
+]

@@ -3,8 +3,8 @@ messages their producer left undecided past their ``check_after`` and settles ea
 answered (DESIGN.md §3.6).
 
 Each prepared message due for a check is claimed by one checker of the group for
-``claim_timeout`` seconds (lua/tx-claim-13.lua); the answer is settled with the claim's
-token (lua/tx-settle-16.lua), so a checker paused past its claim decides nothing: another
+``claim_timeout`` seconds (lua/transaction-claim-13.lua); the answer is settled with the claim's
+token (lua/transaction-settle-16.lua), so a checker paused past its claim decides nothing: another
 has claimed it, or will. "unknown", a raising ``check`` or any other answer asks again
 ``check_interval`` seconds later; after ``max_checks`` checks the message is rolled back
 into the dead letters (reason: transaction unresolved).
@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .._core import halves, validate
+from .._core import transactions, validate
 from .._core.callables import refuse_coroutine_function
 from ..errors import DynoqError, InvalidType
 from ..message import Message
@@ -59,28 +59,38 @@ class Checker:
     group, outcome)`` is told each outcome of :data:`OUTCOMES` (e.g.
     ``dynoq.metrics.default_metrics().observe_check``)."""
 
-    def __init__(self, queue: Queue | Topic, check: Check, *, group: str = "producers",
-                 check_interval: float = 60.0, max_checks: int = 15,
-                 claim_timeout: float = 30.0, poll_interval: float = 1.0,
-                 concurrency: int = 1, batch_size: int = 10,
-                 instance_id: str | None = None,
-                 observer: Callable[[str, str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue | Topic,
+        check: Check,
+        *,
+        group: str = "producers",
+        check_interval: float = 60.0,
+        max_checks: int = 15,
+        claim_timeout: float = 30.0,
+        poll_interval: float = 1.0,
+        concurrency: int = 1,
+        batch_size: int = 10,
+        instance_id: str | None = None,
+        observer: Callable[[str, str, str], None] | None = None,
+    ) -> None:
         if not isinstance(queue, (Queue, Topic)):
             raise InvalidType(f"a checker checks a Queue or a Topic, got {type(queue).__name__}")
         if not callable(check):
             raise InvalidType(f"check must be callable, got {type(check).__name__}")
         if not AWAITS:
-            refuse_coroutine_function(check, "the check", halves.ASYNC_CHECKER)
+            refuse_coroutine_function(check, "the check", transactions.ASYNC_CHECKER)
         self.queue = queue
         self.check = check
         self.group = validate.check_name(group, "group")
-        self.check_interval = halves.check_interval(check_interval)
-        self.max_checks = halves.check_max_checks(max_checks)
-        self.claim_timeout = halves.check_interval(claim_timeout, "claim_timeout")
-        self.poll_interval = halves.check_interval(poll_interval, "poll_interval")
+        self.check_interval = transactions.check_interval(check_interval)
+        self.max_checks = transactions.check_max_checks(max_checks)
+        self.claim_timeout = transactions.check_interval(claim_timeout, "claim_timeout")
+        self.poll_interval = transactions.check_interval(poll_interval, "poll_interval")
         self.concurrency = validate.check_count(concurrency, "concurrency", high=1000)
-        self.batch_size = validate.check_count(batch_size, "batch_size",
-                                               high=halves.MAX_CLAIM)
+        self.batch_size = validate.check_count(
+            batch_size, "batch_size", high=transactions.MAX_CLAIM
+        )
         self.instance_id = instance_id or secrets.token_hex(6)
         self.counts: Counter[str] = Counter()  # outcomes so far (OUTCOMES)
         # told (queue, group, outcome) at each: dynoq.metrics.Metrics.observe_check
@@ -90,8 +100,7 @@ class Checker:
         self._turn = 0
 
     def __repr__(self) -> str:
-        return (f"<dynoq.asyncio.Checker {self.group!r} of {self.queue.name!r} "
-                f"{self.instance_id}>")
+        return f"<dynoq.asyncio.Checker {self.group!r} of {self.queue.name!r} {self.instance_id}>"
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -146,7 +155,7 @@ class Checker:
     async def check_once(self) -> int:
         """One pass over every shard: claim what is due for a check, ask, settle; returns
         how many prepared messages were asked about (or buried)."""
-        tx, backend = self.queue.tx, self.queue.backend
+        transactions, backend = self.queue.transactions, self.queue.backend
         shards = self.queue.settings.shards
         self._turn += 1
         total = 0
@@ -155,31 +164,53 @@ class Checker:
                 break
             shard = (self._turn + i) % shards
             token = f"{self.instance_id}.{secrets.token_hex(4)}"
-            claimed = await backend.run(tx.claim(
-                shard, count=self.batch_size, claim_s=self.claim_timeout,
-                max_checks=self.max_checks, token=token))
+            claimed = await backend.run(
+                transactions.claim(
+                    shard,
+                    count=self.batch_size,
+                    claim_s=self.claim_timeout,
+                    max_checks=self.max_checks,
+                    token=token,
+                )
+            )
             for c in claimed:
                 total += 1
                 what = await self._ask(c)
-                reply = await backend.drive(tx.settle_flow(
-                    shard, c.msg.id or "", what, token=c.token,
-                    interval_s=self.check_interval, max_checks=self.max_checks))
+                reply = await backend.drive(
+                    transactions.settle_flow(
+                        shard,
+                        c.msg.id or "",
+                        what,
+                        token=c.token,
+                        interval_s=self.check_interval,
+                        max_checks=self.max_checks,
+                    )
+                )
                 self._count(self._outcome(what, reply))
         return total
 
-    async def _ask(self, c: halves.Claimed) -> str:
+    async def _ask(self, c: transactions.Claimed) -> str:
         try:
             value = await _answer(self.check, c.msg)
         except Exception:
-            log.exception("checker %s: check(%r) raised; asking again in %ss",
-                          self.group, c.msg.id, self.check_interval)
+            log.exception(
+                "checker %s: check(%r) raised; asking again in %ss",
+                self.group,
+                c.msg.id,
+                self.check_interval,
+            )
             self._count("error")
             return "unknown"
-        answer = halves.answer(value)
+        answer = transactions.answer(value)
         if answer is None:
-            log.warning("checker %s: check(%r) answered %r, not 'commit', 'rollback' or "
-                        "'unknown'; asking again in %ss", self.group, c.msg.id,
-                        value, self.check_interval)
+            log.warning(
+                "checker %s: check(%r) answered %r, not 'commit', 'rollback' or "
+                "'unknown'; asking again in %ss",
+                self.group,
+                c.msg.id,
+                value,
+                self.check_interval,
+            )
             self._count("invalid")
             return "unknown"
         return answer
@@ -193,11 +224,16 @@ class Checker:
                 log.exception("checker %s: the observer raised", self.group)
 
     def _outcome(self, what: str, reply: int) -> str:
-        if reply == halves.BURIED:
-            log.warning("checker %s: a prepared message of %r is still unresolved after "
-                        "%d checks: rolled back into the dead letters (%s)", self.group,
-                        self.queue.name, self.max_checks, halves.UNRESOLVED)
+        if reply == transactions.BURIED:
+            log.warning(
+                "checker %s: a prepared message of %r is still unresolved after "
+                "%d checks: rolled back into the dead letters (%s)",
+                self.group,
+                self.queue.name,
+                self.max_checks,
+                transactions.UNRESOLVED,
+            )
             return "buried"
-        if reply in (halves.DONE, halves.PUT_OFF):
+        if reply in (transactions.DONE, transactions.PUT_OFF):
             return what
         return "stale"  # its producer decided first, or this claim ran out

@@ -14,7 +14,7 @@ from typing import Any
 from .._core import codec, opening, topics, validate
 from .._core.calls import Cmd, server_time
 from .._core.catalog import Catalog
-from .._core.sweep import DEFAULT_INTERVAL, REFRESH_INTERVAL, SweepObserver
+from .._core.sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL, SweepObserver
 from ..retry import RetryPolicy
 from ..settings import ConsumerSettings
 from .backend import AsyncBackend, open_backend, wrap
@@ -35,16 +35,25 @@ class Client:
     ``RedisCluster`` you made (and leaves it open on close); :func:`connect` makes one from
     a URL."""
 
-    def __init__(self, redis: Any, *, prefix: str = "dq",
-                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        prefix: str = "dq",
+        max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.prefix = validate.check_name(prefix, "prefix")
-        self.max_payload_bytes = validate.check_int(max_payload_bytes, "max_payload_bytes",
-                                                    low=64, high=512 * 1024 * 1024)
+        self.max_payload_bytes = validate.check_int(
+            max_payload_bytes, "max_payload_bytes", low=64, high=512 * 1024 * 1024
+        )
         self.backend: AsyncBackend = redis if isinstance(redis, AsyncBackend) else wrap(redis)
-        self._catalog = Catalog(self.prefix, self.max_payload_bytes,
-                                cross_slot=self.backend.cross_slot,
-                                replicas=self.backend.replicas,
-                                where=self.backend.display_url)
+        self._catalog = Catalog(
+            self.prefix,
+            self.max_payload_bytes,
+            cross_slot=self.backend.cross_slot,
+            replicas=self.backend.replicas,
+            where=self.backend.display_url,
+        )
 
     async def redis(self) -> Any:
         """The underlying redis.asyncio client, for your own commands."""
@@ -77,17 +86,30 @@ class Client:
 
     # -- queues ----------------------------------------------------------------------------
 
-    async def queue(self, name: str, *, shards: int | None = None,
-                    ordered: bool | str | None = None, unack_timeout: float | None = None,
-                    max_retries: int | None = None, dedupe_window: float | None = None,
-                    min_replicas: int | None = None,
-                    replica_timeout: float | None = None,
-                    key_concurrency: int | None = None) -> Queue:
+    async def queue(
+        self,
+        name: str,
+        *,
+        shards: int | None = None,
+        ordered: bool | str | None = None,
+        unack_timeout: float | None = None,
+        max_retries: int | None = None,
+        dedupe_window: float | None = None,
+        min_replicas: int | None = None,
+        replica_timeout: float | None = None,
+        key_concurrency: int | None = None,
+    ) -> Queue:
         """Open a queue, creating it on first use (see :meth:`dynoq.Client.queue`)."""
-        asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
-                 "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "min_replicas": min_replicas, "replica_timeout": replica_timeout,
-                 "key_concurrency": key_concurrency}
+        asked = {
+            "shards": shards,
+            "ordered": ordered,
+            "unack_timeout": unack_timeout,
+            "max_retries": max_retries,
+            "dedupe_window": dedupe_window,
+            "min_replicas": min_replicas,
+            "replica_timeout": replica_timeout,
+            "key_concurrency": key_concurrency,
+        }
         return Queue(self.backend, await self.backend.drive(self._catalog.queue(name, asked)))
 
     async def open_existing(self, name: str) -> Queue | None:
@@ -99,24 +121,46 @@ class Client:
         """Every registered queue under this prefix, sorted."""
         return list(await self.backend.run(opening.queue_names(self.prefix)))
 
-    def sweeper(self, *, interval: float = DEFAULT_INTERVAL,
-                refresh_interval: float = REFRESH_INTERVAL,
-                observer: SweepObserver | None = None) -> Sweeper:
+    def sweeper(
+        self,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        refresh_interval: float = REFRESH_INTERVAL,
+        observer: SweepObserver | None = None,
+    ) -> Sweeper:
         """A :class:`dynoq.asyncio.Sweeper` of every queue under this client's prefix."""
-        return Sweeper(self.backend, prefix=self.prefix, interval=interval,
-                       refresh_interval=refresh_interval, observer=observer)
+        return Sweeper(
+            self.backend,
+            prefix=self.prefix,
+            interval=interval,
+            refresh_interval=refresh_interval,
+            observer=observer,
+        )
 
     # -- topics ----------------------------------------------------------------------------
 
-    async def topic(self, name: str, *, shards: int | None = None,
-                    ordered: bool | str | None = None, unack_timeout: float | None = None,
-                    max_retries: int | None = None, dedupe_window: float | None = None,
-                    member_grace: float | None = None,
-                    key_concurrency: int | None = None) -> Topic:
+    async def topic(
+        self,
+        name: str,
+        *,
+        shards: int | None = None,
+        ordered: bool | str | None = None,
+        unack_timeout: float | None = None,
+        max_retries: int | None = None,
+        dedupe_window: float | None = None,
+        member_grace: float | None = None,
+        key_concurrency: int | None = None,
+    ) -> Topic:
         """Open a topic, creating it on first use (see :meth:`dynoq.Client.topic`)."""
-        asked = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
-                 "max_retries": max_retries, "dedupe_window": dedupe_window,
-                 "member_grace": member_grace, "key_concurrency": key_concurrency}
+        asked = {
+            "shards": shards,
+            "ordered": ordered,
+            "unack_timeout": unack_timeout,
+            "max_retries": max_retries,
+            "dedupe_window": dedupe_window,
+            "member_grace": member_grace,
+            "key_concurrency": key_concurrency,
+        }
         return Topic(self.backend, await self.backend.drive(self._catalog.topic(name, asked)))
 
     async def open_existing_topic(self, name: str) -> Topic | None:
@@ -130,66 +174,109 @@ class Client:
 
     # -- transaction checkers ----------------------------------------------------------------
 
-    def checker(self, queue: Queue | Topic, check: Check, *, group: str = "producers",
-                check_interval: float = 60.0, max_checks: int = 15,
-                claim_timeout: float = 30.0, poll_interval: float = 1.0,
-                concurrency: int = 1, batch_size: int = 10,
-                instance_id: str | None = None,
-                observer: Callable[[str, str, str], None] | None = None) -> Checker:
+    def checker(
+        self,
+        queue: Queue | Topic,
+        check: Check,
+        *,
+        group: str = "producers",
+        check_interval: float = 60.0,
+        max_checks: int = 15,
+        claim_timeout: float = 30.0,
+        poll_interval: float = 1.0,
+        concurrency: int = 1,
+        batch_size: int = 10,
+        instance_id: str | None = None,
+        observer: Callable[[str, str, str], None] | None = None,
+    ) -> Checker:
         """A checker of ``queue``'s (or a topic's) prepared messages left undecided past their
         ``check_after``: ``check(msg)`` answers "commit", "rollback" or "unknown" (see
         :class:`dynoq.Checker`; DESIGN.md §3.6). Checker groups are their own namespace,
         apart from consumer groups."""
-        return Checker(queue, check, group=group, check_interval=check_interval,
-                       max_checks=max_checks, claim_timeout=claim_timeout,
-                       poll_interval=poll_interval, concurrency=concurrency,
-                       batch_size=batch_size, instance_id=instance_id, observer=observer)
+        return Checker(
+            queue,
+            check,
+            group=group,
+            check_interval=check_interval,
+            max_checks=max_checks,
+            claim_timeout=claim_timeout,
+            poll_interval=poll_interval,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            instance_id=instance_id,
+            observer=observer,
+        )
 
     # -- consumers -------------------------------------------------------------------------
 
-    def consumer(self, queue: Queue | Topic, handler: Callable[..., Any], *,
-                 settings: ConsumerSettings | None = None,
-                 run_in_thread: bool = False,
-                 group: str = _D.group,
-                 concurrency: int = _D.concurrency,
-                 batch_size: int | str = _D.batch_size,
-                 batch_handler: bool = _D.batch_handler,
-                 max_in_flight: int | None = _D.max_in_flight,
-                 strategy: str | Callable[..., list[int]] = _D.strategy,
-                 strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
-                 max_retries: int | None = _D.max_retries,
-                 lease_ttl: float = _D.lease_ttl,
-                 rebalance_interval: float = _D.rebalance_interval,
-                 instance_id: str | None = _D.instance_id,
-                 mode: str | None = _D.mode,
-                 max_continuous_time: float = _D.max_continuous_time,
-                 idle_wait: float = _D.idle_wait,
-                 visibility: float | None = _D.visibility,
-                 consume_timeout: float = _D.consume_timeout,
-                 rate_limit: tuple[int, float] | None = _D.rate_limit,
-                 before: Callable[..., Any] | None = _D.before,
-                 after: Callable[..., Any] | None = _D.after,
-                 middleware: Sequence[Any] = _D.middleware) -> Consumer:
+    def consumer(
+        self,
+        queue: Queue | Topic,
+        handler: Callable[..., Any],
+        *,
+        settings: ConsumerSettings | None = None,
+        run_in_thread: bool = False,
+        group: str = _D.group,
+        concurrency: int = _D.concurrency,
+        batch_size: int | str = _D.batch_size,
+        batch_handler: bool = _D.batch_handler,
+        max_in_flight: int | None = _D.max_in_flight,
+        strategy: str | Callable[..., list[int]] = _D.strategy,
+        strategy_options: Mapping[str, Any] | None = _D.strategy_options,
+        retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
+        max_retries: int | None = _D.max_retries,
+        lease_ttl: float = _D.lease_ttl,
+        rebalance_interval: float = _D.rebalance_interval,
+        instance_id: str | None = _D.instance_id,
+        mode: str | None = _D.mode,
+        max_continuous_time: float = _D.max_continuous_time,
+        idle_wait: float = _D.idle_wait,
+        visibility: float | None = _D.visibility,
+        consume_timeout: float = _D.consume_timeout,
+        rate_limit: tuple[int, float] | None = _D.rate_limit,
+        before: Callable[..., Any] | None = _D.before,
+        after: Callable[..., Any] | None = _D.after,
+        middleware: Sequence[Any] = _D.middleware,
+    ) -> Consumer:
         """A consumer of ``queue`` (a Queue or a Topic) with ``async def handler(msg)``;
         every option of :class:`dynoq.ConsumerSettings` by name, or ``settings=`` (see
         :class:`dynoq.asyncio.Consumer`, also for ``run_in_thread``)."""
-        return Consumer(queue, handler, settings=settings, run_in_thread=run_in_thread,
-                        group=group, concurrency=concurrency, batch_size=batch_size,
-                        batch_handler=batch_handler, max_in_flight=max_in_flight,
-                        strategy=strategy, strategy_options=strategy_options,
-                        retry_delays=retry_delays, max_retries=max_retries,
-                        lease_ttl=lease_ttl,
-                        rebalance_interval=rebalance_interval, instance_id=instance_id,
-                        mode=mode, max_continuous_time=max_continuous_time,
-                        idle_wait=idle_wait, visibility=visibility,
-                        consume_timeout=consume_timeout, rate_limit=rate_limit,
-                        before=before, after=after, middleware=middleware)
+        return Consumer(
+            queue,
+            handler,
+            settings=settings,
+            run_in_thread=run_in_thread,
+            group=group,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            batch_handler=batch_handler,
+            max_in_flight=max_in_flight,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            retry_delays=retry_delays,
+            max_retries=max_retries,
+            lease_ttl=lease_ttl,
+            rebalance_interval=rebalance_interval,
+            instance_id=instance_id,
+            mode=mode,
+            max_continuous_time=max_continuous_time,
+            idle_wait=idle_wait,
+            visibility=visibility,
+            consume_timeout=consume_timeout,
+            rate_limit=rate_limit,
+            before=before,
+            after=after,
+            middleware=middleware,
+        )
 
 
-def connect(url: str | None = None, *, prefix: str = "dq",
-            max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
-            **redis_options: Any) -> Client:
+def connect(
+    url: str | None = None,
+    *,
+    prefix: str = "dq",
+    max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+    **redis_options: Any,
+) -> Client:
     """A client for ``url`` (every scheme of :func:`dynoq.connect`); ``redis_options`` go
     to the redis.asyncio client, with the same bounds and retry window as
     :func:`dynoq.connect`'s. No I/O: an unreachable server raises ConnectionFailed at

@@ -117,8 +117,9 @@ class Watch:
             self._timer = None
 
 
-async def until_stopped(event: asyncio.Event,
-                        first: Callable[[], Awaitable[Any]] | None = None) -> None:
+async def until_stopped(
+    event: asyncio.Event, first: Callable[[], Awaitable[Any]] | None = None
+) -> None:
     """Wait until ``event`` is set, SIGINT and SIGTERM setting it meanwhile (where the
     loop can take signal handlers: its main thread, not every platform). ``first`` runs
     once the handlers are in place (a start: a signal during it stops, never kills)."""

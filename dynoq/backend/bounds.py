@@ -31,8 +31,7 @@ from .errors import pool_exhausted
 _GIVEN = object()
 
 
-def bounded(options: dict[str, Any], *, cluster: bool = False,
-            aio: bool = False) -> Timeouts:
+def bounded(options: dict[str, Any], *, cluster: bool = False, aio: bool = False) -> Timeouts:
     """Put dynoq's bounds into ``options`` (a client's keyword arguments, for redis-py's
     asyncio client when ``aio``; changed in place) and return them."""
     bounds = timeouts.take(options, cluster=cluster)
@@ -54,8 +53,13 @@ def unlabelled(options: dict[str, Any], *, cluster: bool = False, aio: bool = Fa
     if options.keys() & {"driver_info", "lib_name", "lib_version"}:
         return
     # The class whose keywords reach the connections (a sync cluster's nodes are Redis).
-    cls = (redis.asyncio.RedisCluster if aio and cluster else
-           redis.asyncio.Redis if aio else redis.Redis)
+    cls = (
+        redis.asyncio.RedisCluster
+        if aio and cluster
+        else redis.asyncio.Redis
+        if aio
+        else redis.Redis
+    )
     takes = inspect.signature(cls.__init__).parameters
     if "driver_info" in takes:
         if redis.VERSION >= (7, 2, 2):
@@ -80,8 +84,9 @@ def once(aio: bool = False) -> Any:
     return redis.asyncio.retry.Retry(NoBackoff(), 0) if aio else Retry(NoBackoff(), 0)
 
 
-def sentinel_options(options: dict[str, Any], given: dict[str, Any] | None,
-                     aio: bool = False) -> dict[str, Any]:
+def sentinel_options(
+    options: dict[str, Any], given: dict[str, Any] | None, aio: bool = False
+) -> dict[str, Any]:
     """The sentinels' own client options: what the caller gave as ``sentinel_kwargs``,
     plus the master's timeouts and no retry of redis-py's unless given there (finding the
     master asks each sentinel once per attempt; each answer is bounded)."""
@@ -98,7 +103,6 @@ def dropped(exc: BaseException, also: tuple[type[BaseException], ...] = ()) -> b
     did not go through and may be sent again: a dropped connection, a timeout, or what
     the backend adds (``also``: READONLY from a demoted master behind Sentinel). A pool
     that ran dry is not one: its caller already waited ``pool_timeout``."""
-    kinds: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError,
-                                              *also)
+    kinds: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, *also)
     raw = exc if isinstance(exc, kinds) else exc.__cause__
     return isinstance(raw, kinds) and not pool_exhausted(raw)

@@ -65,8 +65,17 @@ POOL_PAUSE = 0.005  # seconds between looks at a node's full pool (jittered)
 MAX_PARALLEL = 16  # threads sending node batches at once
 
 # Transient while a slot migrates or a master fails over: retry after a pause.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, TryAgainError, ClusterDownError,
-             SlotNotCoveredError, ClusterError, MovedError, AskError, ReadOnlyError)
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    TryAgainError,
+    ClusterDownError,
+    SlotNotCoveredError,
+    ClusterError,
+    MovedError,
+    AskError,
+    ReadOnlyError,
+)
 
 
 class ClusterUnavailable(redis.ConnectionError):
@@ -76,8 +85,9 @@ class ClusterUnavailable(redis.ConnectionError):
 def is_transient(exc: BaseException) -> bool:
     # redis-py raises a bare RedisClusterException when no startup node answers (it is
     # also used for mistakes such as cross-slot keys, which are not retried).
-    return isinstance(exc, TRANSIENT) or (isinstance(exc, RedisClusterException)
-                                          and "cannot be connected" in str(exc))
+    return isinstance(exc, TRANSIENT) or (
+        isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc)
+    )
 
 
 def parse_nodes(url: str) -> list[ClusterNode]:
@@ -90,8 +100,7 @@ def open_cluster(url: str, options: dict[str, Any], limits: PoolLimits) -> Dynoq
     long a command waits for a connection."""
     bounds = cluster_bounded(options)
     credentials(url, options)
-    client = DynoqCluster(startup_nodes=parse_nodes(url), max_connections=limits.size,
-                          **options)
+    client = DynoqCluster(startup_nodes=parse_nodes(url), max_connections=limits.size, **options)
     client.timeouts = bounds
     client.pool_timeout = limits.timeout
     return client
@@ -147,8 +156,9 @@ class Backoff:
             return Pause(min(POOL_PAUSE * random.uniform(0.5, 1.5), left), False)
         seconds = self._retry.pause(now)
         if seconds is None:
-            raise ClusterUnavailable(f"Redis Cluster did not recover within "
-                                     f"{self.window:g}s: {exc}") from exc
+            raise ClusterUnavailable(
+                f"Redis Cluster did not recover within {self.window:g}s: {exc}"
+            ) from exc
         return Pause(seconds, not isinstance(exc, TryAgainError))
 
 
@@ -194,8 +204,9 @@ class DynoqCluster(RedisCluster):
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterBatch:
         if transaction:
-            raise RedisClusterException("dynoq sends no MULTI across a cluster: every "
-                                        "atomic step is one script on one slot")
+            raise RedisClusterException(
+                "dynoq sends no MULTI across a cluster: every atomic step is one script on one slot"
+            )
         return ClusterBatch(self)
 
     def submit(self, fn: Any, *args: Any) -> Future[Any]:
@@ -213,6 +224,7 @@ class DynoqCluster(RedisCluster):
 
 
 # -- batches: the rounds are pure decisions, shared with dynoq.asyncio ---------------------
+
 
 @dataclass
 class _Call:
@@ -246,9 +258,14 @@ class Load:
 Step = list[_Sent] | Pause | Load
 
 
-def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, ask: Any,
-                 window: float, pool_timeout: float = DEFAULT_POOL_TIMEOUT,
-                 ) -> Generator[Step, None, list[int]]:
+def batch_rounds(
+    calls: list[_Call],
+    wait: tuple[Any, ...] | None,
+    route: Any,
+    ask: Any,
+    window: float,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+) -> Generator[Step, None, list[int]]:
     """Send ``calls`` until each has a final reply (set on the call): yields the node
     batches to send (the driver fills in their replies or error), scripts to load and
     pauses; returns the WAIT replies. ``route(args)`` is the node of a command's slot,
@@ -292,8 +309,9 @@ def batch_rounds(calls: list[_Call], wait: tuple[Any, ...] | None, route: Any, a
     return acked
 
 
-def _take_reply(c: _Call, r: Any, node: Any, ask: Any,
-                loaded: dict[tuple[str, str], Exception | None]) -> Generator[Load, None, bool]:
+def _take_reply(
+    c: _Call, r: Any, node: Any, ask: Any, loaded: dict[tuple[str, str], Exception | None]
+) -> Generator[Load, None, bool]:
     """True when ``r`` is ``c``'s final reply (set on it); False when ``c`` is sent again:
     to the node an ASK names, after loading a script ``node`` lacks (once a round per node
     and script: ``loaded``), or after a transient error."""
@@ -301,8 +319,11 @@ def _take_reply(c: _Call, r: Any, node: Any, ask: Any,
     if isinstance(r, AskError):
         c.ask = ask(r.host, r.port)
         return False
-    if isinstance(r, NoScriptError) and str(c.args[0]).upper() == "EVALSHA" \
-            and str(c.args[1]) in SOURCES:
+    if (
+        isinstance(r, NoScriptError)
+        and str(c.args[0]).upper() == "EVALSHA"
+        and str(c.args[1]) in SOURCES
+    ):
         # A promoted replica or a restarted node has an empty script cache.
         where = (node.name, str(c.args[1]))
         if where not in loaded:
@@ -310,8 +331,7 @@ def _take_reply(c: _Call, r: Any, node: Any, ask: Any,
             yield load
             loaded[where] = load.error
         error = loaded[where]
-        if error is not None and isinstance(
-                refused := refused_load(error), ScriptsNotInstalled):
+        if error is not None and isinstance(refused := refused_load(error), ScriptsNotInstalled):
             c.result, c.done = refused, True  # a role: an admin loads them
             return True
         return False
@@ -329,8 +349,9 @@ def _group(calls: Sequence[_Call], route: Any) -> list[_Sent]:
     return list(by_node.values())
 
 
-def batch_results(calls: list[_Call], wait: tuple[Any, ...] | None, wait_at: int | None,
-                  acked: list[int]) -> list[Any]:
+def batch_results(
+    calls: list[_Call], wait: tuple[Any, ...] | None, wait_at: int | None, acked: list[int]
+) -> list[Any]:
     """The replies in order, with the WAIT reply (the fewest replicas any node confirmed)
     where it was queued."""
     out = [c.result for c in calls]
@@ -402,8 +423,14 @@ class ClusterBatch(DataAccessCommands, ScriptCommands):
 
     def _run(self, calls: list[_Call], waits: list[tuple[Any, ...]]) -> list[int]:
         cluster = self.cluster
-        rounds = batch_rounds(calls, waits[0] if waits else None, self._route, self._ask,
-                              cluster.retry_window, cluster.pool_timeout)
+        rounds = batch_rounds(
+            calls,
+            waits[0] if waits else None,
+            self._route,
+            self._ask,
+            cluster.retry_window,
+            cluster.pool_timeout,
+        )
         try:
             step = next(rounds)
             while True:
@@ -444,7 +471,8 @@ def take_replies(batch: _Sent, replies: list[Any], waits: list[tuple[Any, ...]])
     WAIT steps' replies the last is the count)."""
     if waits:
         batch.acked = replies[-1]
-        del replies[-len(waits):]
+        del replies[-len(waits) :]
     it = iter(replies)
-    batch.replies = [(next(it), next(it))[1] if c.ask is not None else next(it)
-                     for c in batch.calls]
+    batch.replies = [
+        (next(it), next(it))[1] if c.ask is not None else next(it) for c in batch.calls
+    ]

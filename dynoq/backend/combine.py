@@ -21,7 +21,7 @@ from ..errors import DynoqError
 
 if TYPE_CHECKING:
     from .._core.codec import Outgoing
-    from .._core.ops import QueueOps
+    from .._core.queue import QueueOps
 
 
 class Combining:
@@ -86,8 +86,9 @@ class Combining:
             if self._state.leave(p) or p.batch is None:
                 return
             batch = p.batch
-        threading.Thread(target=self._send, args=(batch,), daemon=True,
-                         name="dynoq-group-commit").start()
+        threading.Thread(
+            target=self._send, args=(batch,), daemon=True, name="dynoq-group-commit"
+        ).start()
 
     def _send(self, batch: list[Pending]) -> None:
         """Send ``batch``, hand what waits meanwhile to the next sender, and answer the

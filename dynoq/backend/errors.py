@@ -35,11 +35,13 @@ def pool_exhausted(exc: BaseException) -> bool:
     """True when ``exc`` says a connection pool ran dry: load on this client, not a fault
     of the server (no connection was made, nothing was sent)."""
     return isinstance(exc, MaxConnectionsError) or (
-        isinstance(exc, redis.ConnectionError) and str(exc).startswith(POOL_EMPTY))
+        isinstance(exc, redis.ConnectionError) and str(exc).startswith(POOL_EMPTY)
+    )
 
 
-def translate(exc: BaseException, pool: PoolLimits | None = None,
-              request: object = None) -> DynoqError:
+def translate(
+    exc: BaseException, pool: PoolLimits | None = None, request: object = None
+) -> DynoqError:
     """The DynoqError for ``exc``, with a one-line message that holds no secret; ``pool``
     (the client's pool limits) for the message of a pool that ran dry; ``request`` (what
     was sent) to name the script a refusal was of."""
@@ -49,40 +51,57 @@ def translate(exc: BaseException, pool: PoolLimits | None = None,
         return PoolExhausted(exhausted_message(pool))
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)) or (
-            isinstance(exc, redis.ResponseError)
-            and (text.startswith(("NOPERM", "WRONGPASS", "NOAUTH"))
-                 or "ACL failure" in text or "no permissions" in text)):
+        isinstance(exc, redis.ResponseError)
+        and (
+            text.startswith(("NOPERM", "WRONGPASS", "NOAUTH"))
+            or "ACL failure" in text
+            or "no permissions" in text
+        )
+    ):
         if "'evalsha'" in text:  # the server does not say which script: the request does
             if isinstance(request, Call):
                 return PermissionDenied(f"{refused_script(request.script.name)} ({text})")
-            return PermissionDenied(f"the server refused this user: {text} (its ACL does "
-                                    "not allow this script: see the roles' scripts in "
-                                    "docs/security.md; rules of another dynoq version "
-                                    "allow other scripts: see upgrading there)")
-        return PermissionDenied(f"the server refused this user: {text} (check the "
-                                "password and the user's ACL: see docs/security.md)")
+            return PermissionDenied(
+                f"the server refused this user: {text} (its ACL does "
+                "not allow this script: see the roles' scripts in "
+                "docs/security.md; rules of another dynoq version "
+                "allow other scripts: see upgrading there)"
+            )
+        return PermissionDenied(
+            f"the server refused this user: {text} (check the "
+            "password and the user's ACL: see docs/security.md)"
+        )
     if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in text.lower():
-        return ConnectionFailed("this server is not a Redis Cluster (cluster mode is not "
-                                "enabled): connect to a single server with redis://, to a "
-                                "cluster with redis+cluster://")
-    if isinstance(exc, DROPPED) or (isinstance(exc, RedisClusterException)
-                                    and "cannot be connected" in text):
+        return ConnectionFailed(
+            "this server is not a Redis Cluster (cluster mode is not "
+            "enabled): connect to a single server with redis://, to a "
+            "cluster with redis+cluster://"
+        )
+    if isinstance(exc, DROPPED) or (
+        isinstance(exc, RedisClusterException) and "cannot be connected" in text
+    ):
         return ConnectionFailed(f"Redis is unreachable or timed out: {text}")
     if isinstance(exc, redis.exceptions.OutOfMemoryError):  # redis-py's for every OOM reply
-        return ServerFull(f"Redis is at its memory limit (maxmemory) and takes no new "
-                          f"messages until consumers drain it or the limit is raised: {text}")
+        return ServerFull(
+            f"Redis is at its memory limit (maxmemory) and takes no new "
+            f"messages until consumers drain it or the limit is raised: {text}"
+        )
     if isinstance(exc, redis.ResponseError) and "unexpected symbol near '#'" in text:
-        return ServerError(f"dynoq needs Redis 7 or later (or Valkey 8): this server cannot "
-                           f"read a script's '#!lua' line: {text}")
+        return ServerError(
+            f"dynoq needs Redis 7 or later (or Valkey 8): this server cannot "
+            f"read a script's '#!lua' line: {text}"
+        )
     if isinstance(exc, redis.ResponseError):
         return ServerError(f"the server answered with an error: {text}")
     return ServerError(f"Redis client error: {text}")
 
 
-NOT_INSTALLED = ("dynoq's scripts are not installed on this server (it restarted, failed "
-                 "over, or is new) and this user may not load them: run `dynoq acl "
-                 "install` as an admin, or keep `dynoq acl install --keep` running "
-                 "(docs/security.md)")
+NOT_INSTALLED = (
+    "dynoq's scripts are not installed on this server (it restarted, failed "
+    "over, or is new) and this user may not load them: run `dynoq acl "
+    "install` as an admin, or keep `dynoq acl install --keep` running "
+    "(docs/security.md)"
+)
 
 
 def refused_load(exc: BaseException) -> DynoqError:

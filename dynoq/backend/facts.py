@@ -19,8 +19,7 @@ log = logging.getLogger("dynoq")
 def _masters(client: Any, where: str) -> list[tuple[str, Any]]:
     """(name, a client of that server alone) of every master."""
     if isinstance(client, RedisCluster):
-        return [(n.name, client.get_redis_connection(n))
-                for n in client.get_primaries()]  # type: ignore[no-untyped-call]
+        return [(n.name, client.get_redis_connection(n)) for n in client.get_primaries()]  # type: ignore[no-untyped-call]
     return [(where, client)]
 
 
@@ -35,8 +34,7 @@ def _answer(ask: Any) -> Any:
         return None
 
 
-def gather(backend: Backend, *, config: bool = True,
-           section: str | None = None) -> list[NodeFacts]:
+def gather(backend: Backend, *, config: bool = True, section: str | None = None) -> list[NodeFacts]:
     """INFO (one ``section``, or the default ones) and, with ``config``, the ``save``
     setting of every master of ``backend``."""
     out = []
@@ -52,8 +50,11 @@ def gather(backend: Backend, *, config: bool = True,
 
 def acl_user(client: Any) -> str | None:
     """The ACL user a redis-py client (sync or asyncio, plain or cluster) connects as."""
-    for owner in (getattr(client, "connection_pool", None),
-                  getattr(client, "nodes_manager", None), client):
+    for owner in (
+        getattr(client, "connection_pool", None),
+        getattr(client, "nodes_manager", None),
+        client,
+    ):
         kw = getattr(owner, "connection_kwargs", None)
         if isinstance(kw, dict) and kw.get("username"):
             return str(kw["username"])

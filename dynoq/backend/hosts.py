@@ -41,8 +41,10 @@ def sentinel_service(url: str) -> tuple[str, int]:
     """The service name and db of ``redis+sentinel://host:port[,host:port]/service[/db]``."""
     path = [p for p in urlsplit(url).path.split("/") if p]
     if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-        raise InvalidArgument(f"{redact(url)!r}: name the service, as "
-                              "redis+sentinel://host:port[,host:port]/service[/db]")
+        raise InvalidArgument(
+            f"{redact(url)!r}: name the service, as "
+            "redis+sentinel://host:port[,host:port]/service[/db]"
+        )
     return path[0], int(path[1]) if len(path) == 2 else 0
 
 

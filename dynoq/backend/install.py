@@ -57,8 +57,7 @@ def install(admin: Any, **redis_options: Any) -> Installed:
 
 def install_on(backend: Backend) -> Installed:
     plain = backend.plain
-    sources = {(s.plain_sha if plain else s.sha): load_source(s, plain)
-               for s in SCRIPTS.values()}
+    sources = {(s.plain_sha if plain else s.sha): load_source(s, plain) for s in SCRIPTS.values()}
     shas = sorted(sources)
     done: list[str] = []
     failed: dict[str, str] = {}
@@ -76,19 +75,27 @@ def install_on(backend: Backend) -> Installed:
                 if isinstance(error, PermissionDenied):
                     raise PermissionDenied(
                         f"installing dynoq's scripts needs a user allowed SCRIPT LOAD and "
-                        f"SCRIPT EXISTS (an admin, not a dynoq role): {error}") from exc
+                        f"SCRIPT EXISTS (an admin, not a dynoq role): {error}"
+                    ) from exc
                 failed[name] = str(error)
                 continue
             done.append(name)
     if not done:
-        raise ConnectionFailed("could not install dynoq's scripts on any node: "
-                               + "; ".join(f"{n}: {why}" for n, why in failed.items()))
+        raise ConnectionFailed(
+            "could not install dynoq's scripts on any node: "
+            + "; ".join(f"{n}: {why}" for n, why in failed.items())
+        )
     return Installed(len(shas), tuple(done), loaded, failed)
 
 
-def keep(admin: Any, stop: threading.Event, *, interval: float = DEFAULT_KEEP_INTERVAL,
-         report: Callable[[Installed | DynoqError], None] = lambda _: None,
-         **redis_options: Any) -> None:
+def keep(
+    admin: Any,
+    stop: threading.Event,
+    *,
+    interval: float = DEFAULT_KEEP_INTERVAL,
+    report: Callable[[Installed | DynoqError], None] = lambda _: None,
+    **redis_options: Any,
+) -> None:
     """Install, then check every ``interval`` seconds and load again what went missing
     (a restart, a failover, a new node), until ``stop`` is set. Each round's outcome goes
     to ``report``; a round that fails (the server away) is reported and retried, on a
@@ -113,15 +120,20 @@ def _backend(admin: Any, options: dict[str, Any]) -> Iterator[Backend]:
     own = True
     if admin is None or isinstance(admin, str):
         backend = open_backend(admin, dict(options))
-    elif isinstance(getattr(getattr(admin, "backend", None), "url", None), str) \
-            and not isinstance(admin.backend, Backend):
+    elif isinstance(getattr(getattr(admin, "backend", None), "url", None), str) and not isinstance(
+        admin.backend, Backend
+    ):
         # a dynoq.asyncio.Client: the same server, through a sync connection
         backend = open_backend(admin.backend.url, dict(admin.backend.connect_options))
     else:
         own = False
-        backend = (admin if isinstance(admin, Backend)
-                   else admin.backend if isinstance(getattr(admin, "backend", None), Backend)
-                   else wrap(admin))  # a redis-py client; InvalidType for anything else
+        backend = (
+            admin
+            if isinstance(admin, Backend)
+            else admin.backend
+            if isinstance(getattr(admin, "backend", None), Backend)
+            else wrap(admin)
+        )  # a redis-py client; InvalidType for anything else
     try:
         yield backend
     finally:
@@ -195,8 +207,10 @@ def _sentinel_nodes(backend: Backend, failed: dict[str, str]) -> Iterator[list[t
     hosts, service, _db, sentinel_kwargs = sentinel_target(backend.url, options)
     take_limits(options)  # the replicas' clients below are one-off: no pool limits
     bounded(options)  # but bounded, as every connection dynoq makes, the sentinels' too
-    sentinel = Sentinel(hosts,  # type: ignore[no-untyped-call]
-                        sentinel_kwargs=sentinel_options(options, sentinel_kwargs))
+    sentinel = Sentinel(
+        hosts,  # type: ignore[no-untyped-call]
+        sentinel_kwargs=sentinel_options(options, sentinel_kwargs),
+    )
     replicas: list[tuple[str, Any]] = []
     try:
         try:

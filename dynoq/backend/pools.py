@@ -60,11 +60,11 @@ def plain_client(url: str, options: dict[str, Any], limits: PoolLimits) -> redis
     return redis.Redis(connection_pool=pool)
 
 
-def host_client(host: str, port: int, options: dict[str, Any],
-                limits: PoolLimits) -> redis.Redis:
+def host_client(host: str, port: int, options: dict[str, Any], limits: PoolLimits) -> redis.Redis:
     """A client of ``host:port`` on a blocking pool (the embedded server)."""
     pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
-        host=host, port=port, **options, **blocking_options(limits))
+        host=host, port=port, **options, **blocking_options(limits)
+    )
     return redis.Redis(connection_pool=pool)
 
 

@@ -31,7 +31,7 @@ from .wakeup import Subscription, Waiter
 
 if TYPE_CHECKING:
     from .._core.codec import Outgoing
-    from .._core.ops import QueueOps
+    from .._core.queue import QueueOps
 
 T = TypeVar("T")
 # What a request may end in: redis-py's errors, and DynoqErrors translated from them.
@@ -55,13 +55,22 @@ class Backend:
     it is (its limits are read for error messages only).
     """
 
-    def __init__(self, client: Any, *, url: str, display_url: str,
-                 closer: Callable[[], None] | None = None, cross_slot: bool = True,
-                 replicas: bool = True, plain: bool = False,
-                 connect_options: dict[str, Any] | None = None,
-                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
-                 retry_on: tuple[type[BaseException], ...] = (),
-                 client_resends: bool = False) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        url: str,
+        display_url: str,
+        closer: Callable[[], None] | None = None,
+        cross_slot: bool = True,
+        replicas: bool = True,
+        plain: bool = False,
+        connect_options: dict[str, Any] | None = None,
+        pool: PoolLimits | None = None,
+        timeouts: Timeouts | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+        client_resends: bool = False,
+    ) -> None:
         self.redis = client  # the redis-py client: for the user's own commands
         self.url = url
         self.display_url = display_url
@@ -141,8 +150,7 @@ class Backend:
                 break
             for s in scripts:  # those calls did not run: load their scripts, send again
                 self._load(s)
-            resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait),
-                   batch.wait)
+            resent(replies, redo, self._pipeline([calls[i] for i in redo], batch.wait), batch.wait)
         return finish(batch, replies, self.pool)
 
     def _pipeline(self, calls: Any, wait: tuple[int, int] | None) -> list[Any]:
@@ -200,8 +208,7 @@ class Backend:
 
     def subscribe(self, channel: str) -> Subscription:
         """A subscription to ``channel`` that survives dropped connections."""
-        return Subscription(self.redis, channel, self._hold, self._subscriptions,
-                            self.timeouts)
+        return Subscription(self.redis, channel, self._hold, self._subscriptions, self.timeouts)
 
     def _hold(self) -> None:
         """A wake-up subscription is about to take a connection for its lifetime: grow
@@ -232,8 +239,7 @@ def eval_args(call: Call, plain: bool = False) -> tuple[Any, ...]:
     """The EVALSHA command of a script call (``plain``: of its source without the
     ``#!lua`` line)."""
     s = call.script
-    return ("EVALSHA", s.plain_sha if plain else s.sha, len(call.keys), *call.keys,
-            *call.args)
+    return ("EVALSHA", s.plain_sha if plain else s.sha, len(call.keys), *call.keys, *call.args)
 
 
 def load_source(script: Script, plain: bool = False) -> str:
@@ -243,13 +249,14 @@ def load_source(script: Script, plain: bool = False) -> str:
 
 def noscript(calls: Sequence[Call | Cmd], replies: list[Any]) -> tuple[list[int], list[Script]]:
     """The calls of a batch refused with NOSCRIPT (they did not run), and their scripts."""
-    redo = [i for i, r in enumerate(replies[:len(calls)]) if isinstance(r, NoScriptError)]
+    redo = [i for i, r in enumerate(replies[: len(calls)]) if isinstance(r, NoScriptError)]
     scripts = {calls[i].script.sha: calls[i].script for i in redo}  # type: ignore[union-attr]
     return redo, list(scripts.values())
 
 
-def resent(replies: list[Any], redo: list[int], again: list[Any],
-           wait: tuple[int, int] | None) -> None:
+def resent(
+    replies: list[Any], redo: list[int], again: list[Any], wait: tuple[int, int] | None
+) -> None:
     """Put the replies of the calls sent again in their places."""
     for i, r in zip(redo, again, strict=False):
         replies[i] = r

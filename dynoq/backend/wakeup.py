@@ -60,8 +60,9 @@ class Waiter:
     ``hold`` is called before a subscription takes a connection for good (the backend
     makes room for it in the pool); ``timeouts`` bound its liveness check."""
 
-    def __init__(self, redis: Any, hold: Callable[[], None] | None = None,
-                 timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self, redis: Any, hold: Callable[[], None] | None = None, timeouts: Timeouts | None = None
+    ) -> None:
         self._redis = redis
         self._hold = hold
         self._quiet = (timeouts or Timeouts()).subscription
@@ -141,9 +142,14 @@ class Subscription:
     """A subscription to one channel that survives dropped connections; ``hold``,
     ``registry`` (which counts the open ones) and ``timeouts`` as for :class:`Waiter`."""
 
-    def __init__(self, redis: Any, channel: str, hold: Callable[[], None] | None = None,
-                 registry: MutableSet[Subscription] | None = None,
-                 timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        channel: str,
+        hold: Callable[[], None] | None = None,
+        registry: MutableSet[Subscription] | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
         self._redis = redis
         self._channel = channel
         self._hold = hold
@@ -169,8 +175,9 @@ class Subscription:
             # and this attempt a dropped connection.
             msg = pubsub.get_message(timeout=self._quiet)
             if msg is None or msg.get("type") != "subscribe":
-                raise redis.TimeoutError(f"no confirmation of the subscription within "
-                                         f"{self._quiet:g}s")
+                raise redis.TimeoutError(
+                    f"no confirmation of the subscription within {self._quiet:g}s"
+                )
         except BaseException:
             with contextlib.suppress(Exception):
                 pubsub.close()

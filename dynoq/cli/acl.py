@@ -28,20 +28,25 @@ def acl() -> None:
 
 
 def _role_command(role: str) -> click.Command:
-    @click.option("--cluster", is_flag=True,
-                  help="For a Redis Cluster's user (set it on every node): adds the "
-                       "topology commands a cluster client needs.")
-    @click.option("--upgrade", is_flag=True,
-                  help="Keep the user's selectors: the scripts of the version it was set up "
-                       "for stay callable during a rolling upgrade.")
+    @click.option(
+        "--cluster",
+        is_flag=True,
+        help="For a Redis Cluster's user (set it on every node): adds the "
+        "topology commands a cluster client needs.",
+    )
+    @click.option(
+        "--upgrade",
+        is_flag=True,
+        help="Keep the user's selectors: the scripts of the version it was set up "
+        "for stay callable during a rolling upgrade.",
+    )
     @JSON_OPTION
     @pass_env
     def show(env: Env, cluster: bool, upgrade: bool, as_json: bool) -> None:
         found = rules(env.prefix, role, cluster=cluster, upgrade=upgrade)
         emit(as_json, {"prefix": env.prefix, "role": role, "rules": found}, as_text(found))
 
-    return click.command(role, help=f"Print the rules of a {role} user: "
-                                    f"{ROLES[role].does}.")(show)
+    return click.command(role, help=f"Print the rules of a {role} user: {ROLES[role].does}.")(show)
 
 
 for _role in sorted(ROLES):
@@ -49,12 +54,20 @@ for _role in sorted(ROLES):
 
 
 @acl.command("install")
-@click.option("--keep", "keep_running", is_flag=True,
-              help="Keep running until SIGTERM or SIGINT, checking every --interval seconds "
-                   "and loading again what a restart or a failover lost.")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True),
-              default=DEFAULT_KEEP_INTERVAL, show_default=True,
-              help="Seconds between checks with --keep.")
+@click.option(
+    "--keep",
+    "keep_running",
+    is_flag=True,
+    help="Keep running until SIGTERM or SIGINT, checking every --interval seconds "
+    "and loading again what a restart or a failover lost.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_KEEP_INTERVAL,
+    show_default=True,
+    help="Seconds between checks with --keep.",
+)
 @JSON_OPTION
 @pass_env
 def install_command(env: Env, keep_running: bool, interval: float, as_json: bool) -> None:
@@ -78,9 +91,15 @@ def install_command(env: Env, keep_running: bool, interval: float, as_json: bool
 
 
 def _show(done: Installed, as_json: bool) -> None:
-    data: dict[str, Any] = {"scripts": done.scripts, "nodes": list(done.nodes),
-                            "loaded": done.loaded, "failed": done.failed}
-    text = (f"{done.scripts} scripts on {len(done.nodes)} node(s) "
-            f"({', '.join(done.nodes)}); loaded now: {done.loaded}")
+    data: dict[str, Any] = {
+        "scripts": done.scripts,
+        "nodes": list(done.nodes),
+        "loaded": done.loaded,
+        "failed": done.failed,
+    }
+    text = (
+        f"{done.scripts} scripts on {len(done.nodes)} node(s) "
+        f"({', '.join(done.nodes)}); loaded now: {done.loaded}"
+    )
     text += "".join(f"\nnot reached: {node}: {why}" for node, why in done.failed.items())
     emit(as_json, data, text)

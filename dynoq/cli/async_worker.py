@@ -14,13 +14,23 @@ from ..errors import QueueGone
 from ..message import ConsumerStats
 
 
-async def consume(url: str, prefix: str, handler: Callable[..., Any], *, queue: str | None,
-                  topic: str | None, stop_timeout: float, **options: Any) -> ConsumerStats:
+async def consume(
+    url: str,
+    prefix: str,
+    handler: Callable[..., Any],
+    *,
+    queue: str | None,
+    topic: str | None,
+    stop_timeout: float,
+    **options: Any,
+) -> ConsumerStats:
     """Consume ``queue`` (or ``topic``) with ``handler`` until SIGTERM/SIGINT; the counts."""
     async with aio.connect(url, prefix=prefix) as client:
         source: aio.Queue | aio.Topic | None = (
-            await client.open_existing_topic(topic) if topic is not None
-            else await client.open_existing(queue or ""))
+            await client.open_existing_topic(topic)
+            if topic is not None
+            else await client.open_existing(queue or "")
+        )
         if source is None:  # it was there a moment ago (the sync probe opened it)
             raise QueueGone(f"{'topic' if topic else 'queue'} {topic or queue!r} is gone")
         consumer = client.consumer(source, handler, **options)
@@ -28,8 +38,9 @@ async def consume(url: str, prefix: str, handler: Callable[..., Any], *, queue: 
         return consumer.stats()
 
 
-async def check(url: str, prefix: str, fn: Callable[..., Any], *, queue: str,
-                **options: Any) -> Counter[str]:
+async def check(
+    url: str, prefix: str, fn: Callable[..., Any], *, queue: str, **options: Any
+) -> Counter[str]:
     """Run a transaction checker of ``queue`` until SIGTERM/SIGINT; its outcomes."""
     async with aio.connect(url, prefix=prefix) as client:
         q = await client.open_existing(queue)

@@ -22,8 +22,13 @@ from ..queue import Queue
 from ..retry import backoff
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 1, 2, 3, 4
-EXIT_CODES = {0: "ok", EXIT_FAILURE: "failure", EXIT_USAGE: "bad arguments",
-              EXIT_UNREACHABLE: "Redis unreachable", EXIT_IMPORT: "handler not importable"}
+EXIT_CODES = {
+    0: "ok",
+    EXIT_FAILURE: "failure",
+    EXIT_USAGE: "bad arguments",
+    EXIT_UNREACHABLE: "Redis unreachable",
+    EXIT_IMPORT: "handler not importable",
+}
 
 log = logging.getLogger("dynoq.cli")
 
@@ -73,8 +78,9 @@ class Env:
             click.get_current_context().call_on_close(self._client.close)
         return self._client
 
-    def client_when_reachable(self, stop: threading.Event,
-                              give_up_after: float | None) -> Client | None:
+    def client_when_reachable(
+        self, stop: threading.Event, give_up_after: float | None
+    ) -> Client | None:
         """Connect, retrying with backoff while the server is unreachable (a service may
         start before Redis does), one warning per failed attempt. None once ``stop`` is
         set; raises Unreachable after ``give_up_after`` seconds (None: never)."""
@@ -87,13 +93,20 @@ class Env:
                 waited = time.monotonic() - started
                 where = redact(self.url) if self.url else "the default server"
                 if give_up_after is not None and waited >= give_up_after:
-                    raise Unreachable(f"cannot reach Redis at {where} after {failures} "
-                                      f"attempt(s) in {waited:.1f}s: {exc}") from None
+                    raise Unreachable(
+                        f"cannot reach Redis at {where} after {failures} "
+                        f"attempt(s) in {waited:.1f}s: {exc}"
+                    ) from None
                 delay = backoff(failures)
                 if give_up_after is not None:
                     delay = min(delay, max(give_up_after - waited, 0.0))
-                log.warning("cannot reach Redis at %s (attempt %d, retrying in %.1fs): %s",
-                            where, failures, delay, exc)
+                log.warning(
+                    "cannot reach Redis at %s (attempt %d, retrying in %.1fs): %s",
+                    where,
+                    failures,
+                    delay,
+                    exc,
+                )
                 stop.wait(delay)
                 continue
             if failures:
@@ -109,9 +122,11 @@ class Env:
         queue = client.open_existing(name)
         if queue is None:
             known = ", ".join(client.queue_names()) or "none"
-            raise CliError(f"no queue {name!r} under prefix {client.prefix!r} (known: {known}); "
-                           f"create it with: dynoq --prefix {client.prefix} queue create {name} "
-                           f"[--shards N] [--ordered] ...")
+            raise CliError(
+                f"no queue {name!r} under prefix {client.prefix!r} (known: {known}); "
+                f"create it with: dynoq --prefix {client.prefix} queue create {name} "
+                f"[--shards N] [--ordered] ..."
+            )
         return queue
 
 
@@ -119,10 +134,20 @@ pass_env = click.make_pass_decorator(Env)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="DYNOQ_URL", default=None, metavar="URL",
-              help="Redis URL [env DYNOQ_URL; default redis://localhost:6379/0].")
-@click.option("--prefix", envvar="DYNOQ_PREFIX", default="dq", show_default=True,
-              help="Key prefix of the queues [env DYNOQ_PREFIX].")
+@click.option(
+    "--url",
+    envvar="DYNOQ_URL",
+    default=None,
+    metavar="URL",
+    help="Redis URL [env DYNOQ_URL; default redis://localhost:6379/0].",
+)
+@click.option(
+    "--prefix",
+    envvar="DYNOQ_PREFIX",
+    default="dq",
+    show_default=True,
+    help="Key prefix of the queues [env DYNOQ_PREFIX].",
+)
 @click.version_option(package_name="dynoq")
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
@@ -131,7 +156,6 @@ def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
     Every command takes --json. Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 Redis
     unreachable, 4 handler not importable (worker)."""
     ctx.obj = Env(url, prefix)
-
 
 
 # -- shared by the commands --------------------------------------------------------------
@@ -158,8 +182,9 @@ def per_shard(q: Queue, label: str, step: Callable[[int], int], as_json: bool) -
         from rich.progress import Progress
     except ImportError:  # the optional `cli` extra
         return sum(step(s) for s in shards)
-    with Progress(transient=True, disable=as_json or not sys.stderr.isatty(),
-                  console=None) as progress:
+    with Progress(
+        transient=True, disable=as_json or not sys.stderr.isatty(), console=None
+    ) as progress:
         task = progress.add_task(label, total=len(shards))
         total = 0
         for s in shards:

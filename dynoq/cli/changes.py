@@ -24,8 +24,13 @@ from .base import (
 
 @cli.command()
 @click.argument("queue")
-@click.option("--id", "ids", multiple=True, metavar="ID",
-              help="Replay only this id (repeatable) [default: every dead letter].")
+@click.option(
+    "--id",
+    "ids",
+    multiple=True,
+    metavar="ID",
+    help="Replay only this id (repeatable) [default: every dead letter].",
+)
 @JSON_OPTION
 @pass_env
 def replay(env: Env, queue: str, ids: tuple[str, ...], as_json: bool) -> None:
@@ -34,9 +39,12 @@ def replay(env: Env, queue: str, ids: tuple[str, ...], as_json: bool) -> None:
     if ids:
         n = q.replay_dead(list(ids))
     else:
-        n = per_shard(q, f"replaying {queue}",
-                      lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=True)),
-                      as_json)
+        n = per_shard(
+            q,
+            f"replaying {queue}",
+            lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=True)),
+            as_json,
+        )
     emit(as_json, {"queue": queue, "replayed": n}, f"replayed {n} message(s)")
     if ids and n < len(ids):
         raise CliError(f"{len(ids) - n} of the given ids were not dead letters of {queue!r}")
@@ -52,13 +60,19 @@ def purge_dead(env: Env, queue: str, yes: bool, as_json: bool) -> None:
     q = env.queue(queue)
     dead = q.stats().dead
     if not dead:  # nothing to confirm: a script (or cron) without --yes must not block
-        emit(as_json, {"queue": queue, "purged": 0},
-             f"no dead letters in {queue!r}: nothing to purge")
+        emit(
+            as_json,
+            {"queue": queue, "purged": 0},
+            f"no dead letters in {queue!r}: nothing to purge",
+        )
         return
     confirm(yes, f"delete the {dead} dead letter(s) of {queue!r} for good?")
-    n = per_shard(q, f"purging {queue}",
-                  lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=False)),
-                  as_json)
+    n = per_shard(
+        q,
+        f"purging {queue}",
+        lambda s: q.backend.drive(deadletters.drain_dead(q.ops, s, replay=False)),
+        as_json,
+    )
     emit(as_json, {"queue": queue, "purged": n}, f"purged {n} message(s)")
 
 
@@ -71,8 +85,11 @@ def clear(env: Env, queue: str, yes: bool, as_json: bool) -> None:
     """Delete every message of QUEUE (waiting, in flight, dead); its settings stay."""
     q = env.queue(queue)
     stats = q.stats()
-    confirm(yes, f"delete every message of {queue!r} ({stats.size} waiting, "
-                 f"{stats.unacked} in flight, {stats.dead} dead)?")
+    confirm(
+        yes,
+        f"delete every message of {queue!r} ({stats.size} waiting, "
+        f"{stats.unacked} in flight, {stats.dead} dead)?",
+    )
     q.clear()
     emit(as_json, {"queue": queue, "cleared": True}, f"cleared {queue!r}")
 
@@ -86,8 +103,16 @@ def clear(env: Env, queue: str, yes: bool, as_json: bool) -> None:
 @click.option("--id", "msg_id", default=None, help="Message id [default: random].")
 @JSON_OPTION
 @pass_env
-def push(env: Env, queue: str, payload: str, delay: float, priority: int, key: str | None,
-         msg_id: str | None, as_json: bool) -> None:
+def push(
+    env: Env,
+    queue: str,
+    payload: str,
+    delay: float,
+    priority: int,
+    key: str | None,
+    msg_id: str | None,
+    as_json: bool,
+) -> None:
     """Push PAYLOAD (JSON if it parses as JSON, else the string); prints the id."""
     try:
         value: Any = json.loads(payload)
@@ -95,7 +120,6 @@ def push(env: Env, queue: str, payload: str, delay: float, priority: int, key: s
         value = payload
     pushed = env.queue(queue).push(value, id=msg_id, delay=delay, priority=priority, key=key)
     emit(as_json, {"queue": queue, "id": pushed}, pushed)
-
 
 
 @cli.group("queue")
@@ -113,23 +137,43 @@ def queue_group() -> None:
 @click.option("--topic", "is_topic", is_flag=True, help="Create a topic instead.")
 @JSON_OPTION
 @pass_env
-def queue_create(env: Env, name: str, shards: int | None, ordered: bool | None,
-                 unack_timeout: float | None, max_retries: int | None,
-                 dedupe_window: float | None, is_topic: bool, as_json: bool) -> None:
+def queue_create(
+    env: Env,
+    name: str,
+    shards: int | None,
+    ordered: bool | None,
+    unack_timeout: float | None,
+    max_retries: int | None,
+    dedupe_window: float | None,
+    is_topic: bool,
+    as_json: bool,
+) -> None:
     """Create queue NAME (or check an existing one has these settings)."""
     client = env.client()
-    options: dict[str, Any] = {"shards": shards, "ordered": ordered, "unack_timeout": unack_timeout,
-               "max_retries": max_retries, "dedupe_window": dedupe_window}
+    options: dict[str, Any] = {
+        "shards": shards,
+        "ordered": ordered,
+        "unack_timeout": unack_timeout,
+        "max_retries": max_retries,
+        "dedupe_window": dedupe_window,
+    }
     made = client.topic(name, **options) if is_topic else client.queue(name, **options)
     kind = "topic" if is_topic else "queue"
-    emit(as_json, {"name": name, "kind": kind, **vars(made.settings)},
-         f"{kind} {name!r}: {made.settings}")
+    emit(
+        as_json,
+        {"name": name, "kind": kind, **vars(made.settings)},
+        f"{kind} {name!r}: {made.settings}",
+    )
 
 
 @cli.command()
 @click.argument("names", nargs=-1, metavar="[NAME]...")
-@click.option("--check", "only_check", is_flag=True,
-              help="Change nothing: say which need it, and exit 1 if any does.")
+@click.option(
+    "--check",
+    "only_check",
+    is_flag=True,
+    help="Change nothing: say which need it, and exit 1 if any does.",
+)
 @JSON_OPTION
 @pass_env
 def migrate(env: Env, names: tuple[str, ...], only_check: bool, as_json: bool) -> None:
@@ -141,8 +185,10 @@ def migrate(env: Env, names: tuple[str, ...], only_check: bool, as_json: bool) -
     found += [("topic", n, TopicKeys(client.prefix, n).meta) for n in client.topic_names()]
     unknown = set(names) - {name for _, name, _ in found}
     if unknown:
-        raise CliError(f"no queue or topic {', '.join(map(repr, sorted(unknown)))} under "
-                       f"prefix {client.prefix!r}")
+        raise CliError(
+            f"no queue or topic {', '.join(map(repr, sorted(unknown)))} under "
+            f"prefix {client.prefix!r}"
+        )
     rows, newer, needed = [], 0, 0
     for kind, name, meta in found:
         if names and name not in names:
@@ -157,19 +203,27 @@ def migrate(env: Env, names: tuple[str, ...], only_check: bool, as_json: bool) -
         needed += after < layout.LAYOUT
         rows.append({"kind": kind, "name": name, "before": before, "after": after})
     if as_json:
-        click.echo(json.dumps({"layout": layout.LAYOUT, "checked": only_check,
-                               "items": rows}))
+        click.echo(json.dumps({"layout": layout.LAYOUT, "checked": only_check, "items": rows}))
     else:
         for r in rows:
-            now = ("a later dynoq's: upgrade dynoq" if r["after"] > layout.LAYOUT
-                   else f"needs {layout.LAYOUT}" if r["after"] < layout.LAYOUT
-                   else "upgraded" if r["before"] != r["after"] else "up to date")
-            click.echo(f"{r['kind']} {r['name']}: layout {r['before']}"
-                       f"{'' if r['before'] == r['after'] else ' -> ' + str(r['after'])}"
-                       f" ({now})")
-        click.echo(f"{len(rows)} queue(s) and topic(s); this version's layout is "
-                   f"{layout.LAYOUT}")
+            now = (
+                "a later dynoq's: upgrade dynoq"
+                if r["after"] > layout.LAYOUT
+                else f"needs {layout.LAYOUT}"
+                if r["after"] < layout.LAYOUT
+                else "upgraded"
+                if r["before"] != r["after"]
+                else "up to date"
+            )
+            click.echo(
+                f"{r['kind']} {r['name']}: layout {r['before']}"
+                f"{'' if r['before'] == r['after'] else ' -> ' + str(r['after'])}"
+                f" ({now})"
+            )
+        click.echo(f"{len(rows)} queue(s) and topic(s); this version's layout is {layout.LAYOUT}")
     if newer or needed:
-        raise CliError(f"{newer} of a later dynoq's layout (upgrade dynoq), {needed} "
-                       f"to migrate" if only_check else
-                       f"{newer} of a later dynoq's layout: upgrade dynoq to read them")
+        raise CliError(
+            f"{newer} of a later dynoq's layout (upgrade dynoq), {needed} to migrate"
+            if only_check
+            else f"{newer} of a later dynoq's layout: upgrade dynoq to read them"
+        )

@@ -21,17 +21,29 @@ def check(env: Env, as_json: bool) -> None:
     cluster master without replicas. Exit code 1 when anything is a risk, else 0."""
     client = env.client()
     backend = client.backend
-    findings: list[Finding] = (in_memory(backend.display_url)
-                               if backend.url.startswith("memory://")
-                               else assess(gather(backend)))
+    findings: list[Finding] = (
+        in_memory(backend.display_url)
+        if backend.url.startswith("memory://")
+        else assess(gather(backend))
+    )
     risks = sum(f.level == RISK for f in findings)
     if as_json:
-        click.echo(json.dumps({"server": backend.display_url, "risks": risks,
-                               "findings": [f.as_json() for f in findings]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "server": backend.display_url,
+                    "risks": risks,
+                    "findings": [f.as_json() for f in findings],
+                },
+                indent=2,
+            )
+        )
     else:
-        print_table(f"dynoq check of {backend.display_url}", ["check", "level", "server",
-                                                              "detail"],
-                    [[f.check, f.level, f.node, f.detail] for f in findings])
+        print_table(
+            f"dynoq check of {backend.display_url}",
+            ["check", "level", "server", "detail"],
+            [[f.check, f.level, f.node, f.detail] for f in findings],
+        )
         click.echo(f"{risks} risk(s)" if risks else "no risk found")
     if risks:
         click.get_current_context().exit(EXIT_FAILURE)

@@ -33,8 +33,9 @@ from ..retry import Retry
 
 EVENTS_QUEUE, CANCEL_QUEUE = "demo.order-events", "demo.order-cancel"
 EVENT_TYPES = ("created", "paid", "shipped", "completed")
-EVENT_SCHEMA = ("event_id string, order_id string, seq int, type string, "
-                "amount decimal(10,2), at timestamp")
+EVENT_SCHEMA = (
+    "event_id string, order_id string, seq int, type string, amount decimal(10,2), at timestamp"
+)
 CANCEL_SCHEMA = "cancel_id string, order_id string, kind string, cancel_after double"
 INSTALL_HINT = "pip install 'dynoq[spark]'"
 PREFIX = "dynoq-demo"  # its own prefix: the demo clears its two queues, nothing else
@@ -62,8 +63,10 @@ def order_events(order: int, unpaid_every: int, base: dt.datetime) -> list[tuple
     types = EVENT_TYPES if is_paid(order, unpaid_every) else EVENT_TYPES[:1]
     oid = f"order-{order}"
     amount = Decimal(order % 500) + Decimal("0.99")
-    return [(f"{oid}/{seq}", oid, seq, kind, amount, base + dt.timedelta(minutes=seq))
-            for seq, kind in enumerate(types)]
+    return [
+        (f"{oid}/{seq}", oid, seq, kind, amount, base + dt.timedelta(minutes=seq))
+        for seq, kind in enumerate(types)
+    ]
 
 
 def cancel_row(order: int, cancel_after: float) -> tuple[Any, ...]:
@@ -71,6 +74,7 @@ def cancel_row(order: int, cancel_after: float) -> tuple[Any, ...]:
 
 
 # -- producing --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Produced:
@@ -85,8 +89,10 @@ class Produced:
 
     def line(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
-        return (f"{self.rows:,} {self.what} in {self.seconds:.2f} s ({rate:,.0f} rows/s): "
-                f"pushed {self.pushed}, skipped {self.skipped}, refused {self.refused}")
+        return (
+            f"{self.rows:,} {self.what} in {self.seconds:.2f} s ({rate:,.0f} rows/s): "
+            f"pushed {self.pushed}, skipped {self.skipped}, refused {self.refused}"
+        )
 
 
 def produce_with_spark(spark: Any, client: Client, cfg: DemoConfig) -> list[Produced]:
@@ -98,22 +104,37 @@ def produce_with_spark(spark: Any, client: Client, cfg: DemoConfig) -> list[Prod
     unpaid, after = cfg.unpaid_every, cfg.cancel_after
     orders = spark.sparkContext.parallelize(range(cfg.orders), 4)
     events = spark.createDataFrame(
-        orders.flatMap(lambda o: order_events(o, unpaid, base)), EVENT_SCHEMA).cache()
-    timers = spark.createDataFrame(orders.map(lambda o: cancel_row(o, after)),
-                                   CANCEL_SCHEMA).cache()
+        orders.flatMap(lambda o: order_events(o, unpaid, base)), EVENT_SCHEMA
+    ).cache()
+    timers = spark.createDataFrame(
+        orders.map(lambda o: cancel_row(o, after)), CANCEL_SCHEMA
+    ).cache()
     rows = events.count(), timers.count()  # built before the clock starts
     steps: list[tuple[Any, str, str, dict[str, Any]]] = [
-        (events, EVENTS_QUEUE, "events (ordered queue, key = order id)",
-         {"id_col": "event_id", "key_col": "order_id"}),
-        (timers, CANCEL_QUEUE, f"cancel timers (delay queue, due in {after:g} s)",
-         {"id_col": "cancel_id", "delay_col": "cancel_after",
-          "payload_cols": ["order_id", "kind"]})]
+        (
+            events,
+            EVENTS_QUEUE,
+            "events (ordered queue, key = order id)",
+            {"id_col": "event_id", "key_col": "order_id"},
+        ),
+        (
+            timers,
+            CANCEL_QUEUE,
+            f"cancel timers (delay queue, due in {after:g} s)",
+            {
+                "id_col": "cancel_id",
+                "delay_col": "cancel_after",
+                "payload_cols": ["order_id", "kind"],
+            },
+        ),
+    ]
     out = []
     for (df, queue, what, options), n in zip(steps, rows, strict=True):
         start = time.monotonic()
         done = write(df, client, queue, **options)
-        out.append(Produced(what, n, time.monotonic() - start, done.pushed, done.skipped,
-                            done.refused))
+        out.append(
+            Produced(what, n, time.monotonic() - start, done.pushed, done.skipped, done.refused)
+        )
     return out
 
 
@@ -127,20 +148,29 @@ def produce_plain(client: Client, cfg: DemoConfig) -> list[Produced]:
             p = dict(zip(names, row, strict=True))
             p["amount"], p["at"] = str(p["amount"]), p["at"].isoformat()
             events.append(Message(p, id=p["event_id"], key=p["order_id"]))
-    timers = [Message({"order_id": f"order-{o}", "kind": "cancel-if-unpaid"},
-                      id=f"cancel/order-{o}", delay=cfg.cancel_after)
-              for o in range(cfg.orders)]
+    timers = [
+        Message(
+            {"order_id": f"order-{o}", "kind": "cancel-if-unpaid"},
+            id=f"cancel/order-{o}",
+            delay=cfg.cancel_after,
+        )
+        for o in range(cfg.orders)
+    ]
     out = []
-    for queue, msgs, what in ((EVENTS_QUEUE, events, "events (ordered queue)"),
-                              (CANCEL_QUEUE, timers, "cancel timers (delay queue)")):
+    for queue, msgs, what in (
+        (EVENTS_QUEUE, events, "events (ordered queue)"),
+        (CANCEL_QUEUE, timers, "cancel timers (delay queue)"),
+    ):
         start = time.monotonic()
         pushed = client.queue(queue).ensure_many(msgs)
-        out.append(Produced(what, len(msgs), time.monotonic() - start, pushed,
-                            len(msgs) - pushed, 0))
+        out.append(
+            Produced(what, len(msgs), time.monotonic() - start, pushed, len(msgs) - pushed, 0)
+        )
     return out
 
 
 # -- consuming --------------------------------------------------------------------------
+
 
 @dataclass
 class OrderBook:
@@ -195,6 +225,7 @@ class OrderBook:
 
 # -- the run and its report -------------------------------------------------------------
 
+
 @dataclass
 class Report:
     cfg: DemoConfig
@@ -208,59 +239,92 @@ class Report:
     with_spark: bool = False
 
     def _checks(self) -> dict[str, int]:
-        paid = {f"order-{o}" for o in range(self.cfg.orders)
-                if is_paid(o, self.cfg.unpaid_every)}
+        paid = {f"order-{o}" for o in range(self.cfg.orders) if is_paid(o, self.cfg.unpaid_every)}
         b = self.book
-        return {"paid": len(paid), "completed": len(b.completed & paid),
-                "wrong": len(b.cancelled.keys() & paid),
-                "missing": self.cfg.orders - len(paid) - len(b.cancelled.keys() - paid),
-                "early": sum(1 for ms in b.cancelled.values() if ms < 0)}
+        return {
+            "paid": len(paid),
+            "completed": len(b.completed & paid),
+            "wrong": len(b.cancelled.keys() & paid),
+            "missing": self.cfg.orders - len(paid) - len(b.cancelled.keys() - paid),
+            "early": sum(1 for ms in b.cancelled.values() if ms < 0),
+        }
 
     @property
     def ok(self) -> bool:
         c, b = self._checks(), self.book
-        return (self.finished and not self.errors and b.events == self.events
-                and b.out_of_order == b.twice == 0 and c["completed"] == c["paid"]
-                and c["wrong"] == c["missing"] == c["early"] == 0
-                and len(b.cancelled) + b.noop == self.cfg.orders)
+        return (
+            self.finished
+            and not self.errors
+            and b.events == self.events
+            and b.out_of_order == b.twice == 0
+            and c["completed"] == c["paid"]
+            and c["wrong"] == c["missing"] == c["early"] == 0
+            and len(b.cancelled) + b.noop == self.cfg.orders
+        )
 
     def summary(self) -> dict[str, Any]:
         """The report as JSON-ready data (``dynoq demo --json``)."""
         c, b, cfg = self._checks(), self.book, self.cfg
         late = sorted(b.cancelled.values()) or [0]
-        return {"ok": self.ok, "finished": self.finished, "spark": self.with_spark,
-                "orders": cfg.orders, "events": self.events,
-                "unpaid": cfg.orders - c["paid"],
-                "produced": [{"what": p.what, "rows": p.rows, "seconds": round(p.seconds, 3),
-                              "pushed": p.pushed, "skipped": p.skipped, "refused": p.refused}
-                             for p in self.produced],
-                "handled": b.events, "drain_seconds": round(self.drain_seconds, 3),
-                "out_of_order": b.out_of_order, "handled_twice": b.twice,
-                "completed": c["completed"], "paid": c["paid"],
-                "cancelled": len(b.cancelled), "cancelled_by_mistake": c["wrong"],
-                "timers_noop": b.noop, "fired_early": c["early"],
-                "lateness_ms": {"median": statistics.median(late), "max": max(late)},
-                "errors": self.errors}
+        return {
+            "ok": self.ok,
+            "finished": self.finished,
+            "spark": self.with_spark,
+            "orders": cfg.orders,
+            "events": self.events,
+            "unpaid": cfg.orders - c["paid"],
+            "produced": [
+                {
+                    "what": p.what,
+                    "rows": p.rows,
+                    "seconds": round(p.seconds, 3),
+                    "pushed": p.pushed,
+                    "skipped": p.skipped,
+                    "refused": p.refused,
+                }
+                for p in self.produced
+            ],
+            "handled": b.events,
+            "drain_seconds": round(self.drain_seconds, 3),
+            "out_of_order": b.out_of_order,
+            "handled_twice": b.twice,
+            "completed": c["completed"],
+            "paid": c["paid"],
+            "cancelled": len(b.cancelled),
+            "cancelled_by_mistake": c["wrong"],
+            "timers_noop": b.noop,
+            "fired_early": c["early"],
+            "lateness_ms": {"median": statistics.median(late), "max": max(late)},
+            "errors": self.errors,
+        }
 
     def lines(self) -> list[str]:
         c, b, cfg = self._checks(), self.book, self.cfg
         unpaid = cfg.orders - c["paid"]
         late = sorted(b.cancelled.values()) or [0]
-        out = [f"dynoq demo: {cfg.orders} orders, {self.events} events, {unpaid} never paid",
-               *(f"  {line}" for line in self.startup),
-               *(f"  produce   {p.line()}" for p in self.produced),
-               *(["            (jobs this small measure Spark's per-job overhead, not its "
-                  "throughput: see benchmarks/bench_spark.py)"] if self.with_spark else []),
-               f"  consume   {b.events:,} events handled while producing ran, the last "
-               f"{self.drain_seconds:.2f} s after it ended; {len(b.cancelled) + b.noop:,} "
-               f"timers handled as they fell due",
-               f"  in order  {c['completed']}/{c['paid']} paid orders completed, "
-               f"{b.out_of_order} events out of order, {b.twice} handled twice",
-               f"  cancels   {len(b.cancelled)}/{unpaid} unpaid orders cancelled "
-               f"({c['wrong']} paid orders cancelled by mistake), {b.noop} paid orders' "
-               "timers acked as no-ops",
-               f"  on time   {c['early']} fired early; lateness after due time: median "
-               f"{statistics.median(late):.0f} ms, max {max(late):.0f} ms (Redis clock)"]
+        out = [
+            f"dynoq demo: {cfg.orders} orders, {self.events} events, {unpaid} never paid",
+            *(f"  {line}" for line in self.startup),
+            *(f"  produce   {p.line()}" for p in self.produced),
+            *(
+                [
+                    "            (jobs this small measure Spark's per-job overhead, not its "
+                    "throughput: see benchmarks/bench_spark.py)"
+                ]
+                if self.with_spark
+                else []
+            ),
+            f"  consume   {b.events:,} events handled while producing ran, the last "
+            f"{self.drain_seconds:.2f} s after it ended; {len(b.cancelled) + b.noop:,} "
+            f"timers handled as they fell due",
+            f"  in order  {c['completed']}/{c['paid']} paid orders completed, "
+            f"{b.out_of_order} events out of order, {b.twice} handled twice",
+            f"  cancels   {len(b.cancelled)}/{unpaid} unpaid orders cancelled "
+            f"({c['wrong']} paid orders cancelled by mistake), {b.noop} paid orders' "
+            "timers acked as no-ops",
+            f"  on time   {c['early']} fired early; lateness after due time: median "
+            f"{statistics.median(late):.0f} ms, max {max(late):.0f} ms (Redis clock)",
+        ]
         out += [f"  error     {e}" for e in self.errors]
         if not self.finished:
             out.append("  TIMED OUT waiting for the consumers")
@@ -272,27 +336,34 @@ def spark_available() -> bool:
     return importlib.util.find_spec("pyspark") is not None
 
 
-def run(client: Client, cfg: DemoConfig = DemoConfig(), spark: Any = None,
-        startup: list[str] | None = None) -> Report:
+def run(
+    client: Client,
+    cfg: DemoConfig = DemoConfig(),
+    spark: Any = None,
+    startup: list[str] | None = None,
+) -> Report:
     """Run the pipeline on ``client`` (its two queues are cleared first) and report."""
     # A dedupe window: ids acked in the last minute are refused if written again.
-    events_q = client.queue(EVENTS_QUEUE, shards=cfg.event_shards, ordered=True,
-                            dedupe_window=60)
+    events_q = client.queue(EVENTS_QUEUE, shards=cfg.event_shards, ordered=True, dedupe_window=60)
     cancel_q = client.queue(CANCEL_QUEUE, shards=cfg.cancel_shards, dedupe_window=60)
     events_q.clear()
     cancel_q.clear()
     book = OrderBook(lambda: round(client.server_time() * 1000))
-    n_events = sum(len(order_events(o, cfg.unpaid_every, dt.datetime.now()))
-                   for o in range(cfg.orders))
+    n_events = sum(
+        len(order_events(o, cfg.unpaid_every, dt.datetime.now())) for o in range(cfg.orders)
+    )
     # RocketMQ-style consumers: the ordered one leases every shard of the events queue
     # (one group member), the other takes cancel timers as they fall due.
-    consumers = [client.consumer(q, handler, group="demo", concurrency=cfg.consumers,
-                                 batch_size=50).start()
-                 for q, handler in ((events_q, book.handle_event),
-                                    (cancel_q, book.handle_cancel))]
+    consumers = [
+        client.consumer(q, handler, group="demo", concurrency=cfg.consumers, batch_size=50).start()
+        for q, handler in ((events_q, book.handle_event), (cancel_q, book.handle_cancel))
+    ]
     try:
-        produced = (produce_with_spark(spark, client, cfg) if spark is not None
-                    else produce_plain(client, cfg))
+        produced = (
+            produce_with_spark(spark, client, cfg)
+            if spark is not None
+            else produce_plain(client, cfg)
+        )
         ended = time.monotonic()
         deadline = ended + cfg.timeout
         while not book.done(n_events, cfg.orders) and time.monotonic() < deadline:
@@ -303,9 +374,17 @@ def run(client: Client, cfg: DemoConfig = DemoConfig(), spark: Any = None,
     dead = sum(c.stats().dead_lettered for c in consumers)
     events_q.clear()
     cancel_q.clear()
-    return Report(cfg, startup or [], produced, book, n_events,
-                  max(0.0, book.last_event - ended), book.done(n_events, cfg.orders),
-                  [f"{dead} message(s) dead-lettered"] if dead else [], spark is not None)
+    return Report(
+        cfg,
+        startup or [],
+        produced,
+        book,
+        n_events,
+        max(0.0, book.last_event - ended),
+        book.done(n_events, cfg.orders),
+        [f"{dead} message(s) dead-lettered"] if dead else [],
+        spark is not None,
+    )
 
 
 def _start_spark(cfg: DemoConfig, say: Callable[[str], None]) -> tuple[Any, bool, str]:
@@ -313,8 +392,10 @@ def _start_spark(cfg: DemoConfig, say: Callable[[str], None]) -> tuple[Any, bool
     if not cfg.use_spark:
         return None, False, "spark     not used: push_many instead"
     if not spark_available():
-        say(f"pyspark is not installed ({INSTALL_HINT} to run the Spark part); "
-            "pushing the same events with push_many instead.")
+        say(
+            f"pyspark is not installed ({INSTALL_HINT} to run the Spark part); "
+            "pushing the same events with push_many instead."
+        )
         return None, False, "spark     not installed: push_many instead"
     from ..spark import spark_session
 
@@ -325,16 +406,25 @@ def _start_spark(cfg: DemoConfig, say: Callable[[str], None]) -> tuple[Any, bool
         # the jobs' own.
         spark.range(1).mapInArrow(lambda batches: batches, "id long").count()
     except Exception as exc:  # noqa: BLE001 - no Java, etc.: the demo still runs
-        say(f"Spark could not start ({exc.__class__.__name__}: {str(exc)[:200]}); "
-            "pushing the same events with push_many instead.")
+        say(
+            f"Spark could not start ({exc.__class__.__name__}: {str(exc)[:200]}); "
+            "pushing the same events with push_many instead."
+        )
         return None, False, "spark     failed to start: push_many instead"
-    line = (f"spark     {spark.sparkContext.master} ready in "
-            f"{time.monotonic() - start:.1f} s (JVM, Python workers; not in the rates below)")
+    line = (
+        f"spark     {spark.sparkContext.master} ready in "
+        f"{time.monotonic() - start:.1f} s (JVM, Python workers; not in the rates below)"
+    )
     return spark, started, line
 
 
-def main(url: str | None = None, cfg: DemoConfig | None = None, *,
-         prefix: str = PREFIX, as_json: bool = False) -> int:
+def main(
+    url: str | None = None,
+    cfg: DemoConfig | None = None,
+    *,
+    prefix: str = PREFIX,
+    as_json: bool = False,
+) -> int:
     """Run the demo end to end (embedded server unless ``url`` or $DYNOQ_URL is set);
     print the report (``as_json``: as one JSON object on stdout, progress on stderr);
     return 0 if every check passed, else 1."""
@@ -345,6 +435,7 @@ def main(url: str | None = None, cfg: DemoConfig | None = None, *,
 
     def say(text: str) -> None:
         print(text, file=sys.stderr if as_json else sys.stdout)
+
     say(f"dynoq demo on {client!r}: starting ...")
     startup = [f"server    {url.split('://')[0]}:// ready in {time.monotonic() - start:.1f} s"]
     spark, started, line = _start_spark(cfg, say)

@@ -21,54 +21,119 @@ from .output import print_table, show_messages, stats_json
 @cli.command()
 @click.argument("queue", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--per-shard/--totals", default=None,
-              help="One row per shard [default: per shard when QUEUE is given].")
+@click.option(
+    "--per-shard/--totals",
+    default=None,
+    help="One row per shard [default: per shard when QUEUE is given].",
+)
 @pass_env
 def stats(env: Env, queue: str | None, as_json: bool, per_shard: bool | None) -> None:
     """Ready, delayed, in-flight and dead messages, and the oldest waiting age."""
     client = env.client()
-    queues = [env.queue(queue)] if queue else [
-        q for q in (client.open_existing(n) for n in client.queue_names()) if q is not None]
+    queues = (
+        [env.queue(queue)]
+        if queue
+        else [q for q in (client.open_existing(n) for n in client.queue_names()) if q is not None]
+    )
     now = client.server_time()  # ages on the server clock, as the records are
     rows = [stats_json(q, q.stats(), now) for q in queues]
-    topics = [] if queue else [t for t in map(client.open_existing_topic, client.topic_names())
-                               if t is not None]
+    topics = (
+        []
+        if queue
+        else [t for t in map(client.open_existing_topic, client.topic_names()) if t is not None]
+    )
     groups = [(t, b) for t in topics for b in t.backlog()]
     if as_json:
-        click.echo(json.dumps({"prefix": client.prefix, "queues": rows, "topics": [
-            {"topic": t.name, "ordered": t.settings.ordered,
-             "subscriptions": [vars(s) for s in t.subscriptions()],
-             "groups": [{"group": b.group, "mode": b.mode, "tags": b.tags,
-                         **stats_json(t.group_queue(b.group), b.stats, now),
-                         "queue": b.queue} for tt, b in groups if tt is t]}
-            for t in topics]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "prefix": client.prefix,
+                    "queues": rows,
+                    "topics": [
+                        {
+                            "topic": t.name,
+                            "ordered": t.settings.ordered,
+                            "subscriptions": [vars(s) for s in t.subscriptions()],
+                            "groups": [
+                                {
+                                    "group": b.group,
+                                    "mode": b.mode,
+                                    "tags": b.tags,
+                                    **stats_json(t.group_queue(b.group), b.stats, now),
+                                    "queue": b.queue,
+                                }
+                                for tt, b in groups
+                                if tt is t
+                            ],
+                        }
+                        for t in topics
+                    ],
+                },
+                indent=2,
+            )
+        )
         return
     per_shard = bool(queue) if per_shard is None else per_shard
     header = ["queue", "shard", "ready", "delayed", "in flight", "dead", "oldest waiting"]
     table: list[list[str]] = []
     for r in rows:
         for s in r["shards"] if per_shard else []:
-            table.append([r["queue"], str(s["shard"]), str(s["ready"]), str(s["delayed"]),
-                          str(s["in_flight"]), str(s["dead"]), _age(s["oldest_waiting_age"])])
-        table.append([r["queue"], "all" if per_shard else str(len(r["shards"])),
-                      str(r["ready"]), str(r["delayed"]), str(r["in_flight"]), str(r["dead"]),
-                      _age(r["oldest_waiting_age"])])
+            table.append(
+                [
+                    r["queue"],
+                    str(s["shard"]),
+                    str(s["ready"]),
+                    str(s["delayed"]),
+                    str(s["in_flight"]),
+                    str(s["dead"]),
+                    _age(s["oldest_waiting_age"]),
+                ]
+            )
+        table.append(
+            [
+                r["queue"],
+                "all" if per_shard else str(len(r["shards"])),
+                str(r["ready"]),
+                str(r["delayed"]),
+                str(r["in_flight"]),
+                str(r["dead"]),
+                _age(r["oldest_waiting_age"]),
+            ]
+        )
     if not per_shard:
         header[1] = "shards"
     print_table(f"dynoq queues (prefix {client.prefix!r})", header, table)
     if groups:
-        print_table(f"dynoq topics (prefix {client.prefix!r})",
-                    ["topic", "group", "mode", "tags", "queue", "ready", "delayed",
-                     "in flight", "dead"],
-                    [[t.name, b.group, b.mode, b.tags, b.queue, str(b.stats.ready),
-                      str(b.stats.delayed), str(b.stats.unacked), str(b.stats.dead)]
-                     for t, b in groups])
+        print_table(
+            f"dynoq topics (prefix {client.prefix!r})",
+            ["topic", "group", "mode", "tags", "queue", "ready", "delayed", "in flight", "dead"],
+            [
+                [
+                    t.name,
+                    b.group,
+                    b.mode,
+                    b.tags,
+                    b.queue,
+                    str(b.stats.ready),
+                    str(b.stats.delayed),
+                    str(b.stats.unacked),
+                    str(b.stats.dead),
+                ]
+                for t, b in groups
+            ],
+        )
 
 
 @cli.command()
 @click.argument("queue")
-@click.option("-n", "count", type=click.IntRange(min=1), default=10, show_default=True,
-              help="How many messages.")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many messages.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_env
 def peek(env: Env, queue: str, count: int, as_json: bool) -> None:
@@ -79,8 +144,13 @@ def peek(env: Env, queue: str, count: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("queue")
-@click.option("--limit", type=click.IntRange(min=1, max=1000), default=20, show_default=True,
-              help="How many keys of each list.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=1000),
+    default=20,
+    show_default=True,
+    help="How many keys of each list.",
+)
 @JSON_OPTION
 @pass_env
 def keys(env: Env, queue: str, limit: int, as_json: bool) -> None:
@@ -90,19 +160,31 @@ def keys(env: Env, queue: str, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(to_json(report, indent=2))
         return
-    print_table(f"busiest keys of {queue!r}", ["key", "waiting", "in flight"],
-                [[str(k["key"]), str(k["waiting"]), str(k["in_flight"])]
-                 for k in report["busiest"]])
-    print_table(f"keys of {queue!r} blocked by a failing message",
-                ["key", "message", "attempts", "reason"],
-                [[str(k["key"]), str(k["id"]), str(k["attempts"]), str(k["reason"] or "-")]
-                 for k in report["blocked"]])
+    print_table(
+        f"busiest keys of {queue!r}",
+        ["key", "waiting", "in flight"],
+        [[str(k["key"]), str(k["waiting"]), str(k["in_flight"])] for k in report["busiest"]],
+    )
+    print_table(
+        f"keys of {queue!r} blocked by a failing message",
+        ["key", "message", "attempts", "reason"],
+        [
+            [str(k["key"]), str(k["id"]), str(k["attempts"]), str(k["reason"] or "-")]
+            for k in report["blocked"]
+        ],
+    )
 
 
 @cli.command()
 @click.argument("queue")
-@click.option("-n", "count", type=click.IntRange(min=1), default=100, show_default=True,
-              help="How many messages.")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="How many messages.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_env
 def dead(env: Env, queue: str, count: int, as_json: bool) -> None:
@@ -114,8 +196,14 @@ def dead(env: Env, queue: str, count: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("queue")
-@click.option("-n", "count", type=click.IntRange(min=1, max=1000), default=100,
-              show_default=True, help="How many prepared messages.")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1, max=1000),
+    default=100,
+    show_default=True,
+    help="How many prepared messages.",
+)
 @JSON_OPTION
 @pass_env
 def prepared(env: Env, queue: str, count: int, as_json: bool) -> None:
@@ -124,17 +212,28 @@ def prepared(env: Env, queue: str, count: int, as_json: bool) -> None:
     q = env.queue(queue)
     now = env.client().server_time()
     rows: list[dict[str, Any]] = [
-        {"id": p.id, "shard": p.shard, "age": round(p.age(now), 3),
-         "checks": p.checks, "next_check_in": round(max(0.0, p.next_check_at - now), 3)}
-        for p in q.prepared(count)]
+        {
+            "id": p.id,
+            "shard": p.shard,
+            "age": round(p.age(now), 3),
+            "checks": p.checks,
+            "next_check_in": round(max(0.0, p.next_check_at - now), 3),
+        }
+        for p in q.prepared(count)
+    ]
     if as_json:
-        click.echo(json.dumps({"queue": queue, "prepared": q.stats().prepared,
-                               "messages": rows}, indent=2))
+        click.echo(
+            json.dumps({"queue": queue, "prepared": q.stats().prepared, "messages": rows}, indent=2)
+        )
         return
-    print_table(f"prepared messages of {queue!r}", ["id", "shard", "age", "checks",
-                                                    "next check in"],
-                [[r["id"], str(r["shard"]), _age(r["age"]), str(r["checks"]),
-                  _age(r["next_check_in"])] for r in rows])
+    print_table(
+        f"prepared messages of {queue!r}",
+        ["id", "shard", "age", "checks", "next check in"],
+        [
+            [r["id"], str(r["shard"]), _age(r["age"]), str(r["checks"]), _age(r["next_check_in"])]
+            for r in rows
+        ],
+    )
 
 
 @cli.command()
@@ -143,20 +242,35 @@ def prepared(env: Env, queue: str, count: int, as_json: bool) -> None:
 def queues(env: Env, as_json: bool) -> None:
     """Every queue and topic under the prefix, with its settings."""
     client = env.client()
-    rows = [{"name": q.name, "kind": "queue", **vars(q.settings)}
-            for q in map(client.open_existing, client.queue_names()) if q is not None]
-    rows += [{"name": t.name, "kind": "topic", **vars(t.settings)}
-             for t in map(client.open_existing_topic, client.topic_names()) if t is not None]
+    rows = [
+        {"name": q.name, "kind": "queue", **vars(q.settings)}
+        for q in map(client.open_existing, client.queue_names())
+        if q is not None
+    ]
+    rows += [
+        {"name": t.name, "kind": "topic", **vars(t.settings)}
+        for t in map(client.open_existing_topic, client.topic_names())
+        if t is not None
+    ]
     if as_json:
         click.echo(json.dumps({"prefix": client.prefix, "queues": rows}, indent=2))
         return
-    print_table(f"dynoq queues and topics (prefix {client.prefix!r})",
-                ["name", "kind", "shards", "ordered", "unack timeout", "max retries",
-                 "dedupe window"],
-                [[r["name"], r["kind"], str(r["shards"]), str(r["ordered"]),
-                  f"{r['unack_timeout']:g}s", str(r["max_retries"]),
-                  f"{r['dedupe_window']:g}s"] for r in rows])
-
+    print_table(
+        f"dynoq queues and topics (prefix {client.prefix!r})",
+        ["name", "kind", "shards", "ordered", "unack timeout", "max retries", "dedupe window"],
+        [
+            [
+                r["name"],
+                r["kind"],
+                str(r["shards"]),
+                str(r["ordered"]),
+                f"{r['unack_timeout']:g}s",
+                str(r["max_retries"]),
+                f"{r['dedupe_window']:g}s",
+            ]
+            for r in rows
+        ],
+    )
 
 
 @cli.command()
@@ -166,15 +280,31 @@ def queues(env: Env, as_json: bool) -> None:
 def schedules(env: Env, queue: str, as_json: bool) -> None:
     """The recurring messages of QUEUE."""
     found = env.queue(queue).schedules()
-    rows = [{"id": s.id, "every": s.every, "cron": s.cron, "payload": s.payload,
-             "priority": s.priority, "key": s.key, "last_tick": s.last_tick} for s in found]
+    rows = [
+        {
+            "id": s.id,
+            "every": s.every,
+            "cron": s.cron,
+            "payload": s.payload,
+            "priority": s.priority,
+            "key": s.key,
+            "last_tick": s.last_tick,
+        }
+        for s in found
+    ]
     if as_json:
         click.echo(to_json(rows, indent=2))
         return
-    print_table(f"recurring messages of {queue!r}", ["id", "every / cron", "last tick",
-                                                     "payload"],
-                [[r["id"], f"{r['every']:g}s" if r["every"] else r["cron"],
-                  "-" if r["last_tick"] is None else f"{r['last_tick']:.3f}",
-                  to_json(r["payload"])] for r in rows])
-
-
+    print_table(
+        f"recurring messages of {queue!r}",
+        ["id", "every / cron", "last tick", "payload"],
+        [
+            [
+                r["id"],
+                f"{r['every']:g}s" if r["every"] else r["cron"],
+                "-" if r["last_tick"] is None else f"{r['last_tick']:.3f}",
+                to_json(r["payload"]),
+            ]
+            for r in rows
+        ],
+    )

@@ -29,18 +29,33 @@ def age(seconds: float | None) -> str:
 
 def stats_json(queue: Queue, stats: QueueStats, now: float) -> dict[str, Any]:
     """A queue's counts as a JSON-ready dict (ages against ``now``, the server clock)."""
+
     def age_of(at: float | None) -> float | None:
         return None if at is None else round(max(0.0, now - at), 3)
 
-    shards = [{"shard": s.shard, "ready": s.ready, "delayed": s.delayed,
-               "in_flight": s.unacked, "dead": s.dead,
-               "oldest_waiting_age": age_of(s.oldest_ready_at)} for s in stats.shards]
+    shards = [
+        {
+            "shard": s.shard,
+            "ready": s.ready,
+            "delayed": s.delayed,
+            "in_flight": s.unacked,
+            "dead": s.dead,
+            "oldest_waiting_age": age_of(s.oldest_ready_at),
+        }
+        for s in stats.shards
+    ]
     ages = [a for a in (r["oldest_waiting_age"] for r in shards) if a is not None]
-    return {"queue": queue.name, "ordered": queue.settings.ordered,
-            "ready": stats.ready, "delayed": stats.delayed, "in_flight": stats.unacked,
-            "dead": stats.dead, "prepared": stats.prepared,
-            "oldest_waiting_age": max(ages) if ages else None,
-            "shards": shards}
+    return {
+        "queue": queue.name,
+        "ordered": queue.settings.ordered,
+        "ready": stats.ready,
+        "delayed": stats.delayed,
+        "in_flight": stats.unacked,
+        "dead": stats.dead,
+        "prepared": stats.prepared,
+        "oldest_waiting_age": max(ages) if ages else None,
+        "shards": shards,
+    }
 
 
 def show_messages(title: str, msgs: list[Message], as_json: bool) -> None:
@@ -48,14 +63,22 @@ def show_messages(title: str, msgs: list[Message], as_json: bool) -> None:
         click.echo(to_json([message_json(m) for m in msgs], indent=2))
         return
     header = ["id", "shard", "priority", "key", "attempts", "payload"]
-    rows = [[m.id or "", str(m.shard), str(m.priority), m.key or "", str(m.attempts),
-             to_json(m.payload) if m.unreadable is None else f"(unreadable: {m.unreadable})"]
-            for m in msgs]
+    rows = [
+        [
+            m.id or "",
+            str(m.shard),
+            str(m.priority),
+            m.key or "",
+            str(m.attempts),
+            to_json(m.payload) if m.unreadable is None else f"(unreadable: {m.unreadable})",
+        ]
+        for m in msgs
+    ]
     if any(m.failure for m in msgs):  # dead letters: why each one failed
         header += ["failed with", "by"]
         for row, m in zip(rows, msgs, strict=True):
             f = m.failure
-            row += ([f"{f.error_type}: {f.error}"[:200], f.consumer or "-"] if f else ["-", "-"])
+            row += [f"{f.error_type}: {f.error}"[:200], f.consumer or "-"] if f else ["-", "-"]
     print_table(title, header, rows)
 
 
@@ -71,8 +94,9 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     # shown here (payloads, ids, names, errors) is anybody's text
     table = Table(title=Text(title))
     for i, name in enumerate(header):
-        table.add_column(name, justify="right" if name in NUMERIC else "left",
-                         overflow="fold", no_wrap=i == 0)
+        table.add_column(
+            name, justify="right" if name in NUMERIC else "left", overflow="fold", no_wrap=i == 0
+        )
     for row in rows:
         table.add_row(*map(Text, row))
     Console(file=sys.stdout).print(table)

@@ -28,8 +28,9 @@ def import_app(spec: str) -> Any:
     app = import_target(spec, "tasks app", "module:app")
     kind = type(app)
     if not isinstance(app, Tasks) and (kind.__module__, kind.__name__) != ASYNC_TASKS:
-        raise HandlerImportError(f"tasks app {spec!r} is a {kind.__name__}, not a "
-                                 "dynoq.Tasks or dynoq.asyncio.Tasks")
+        raise HandlerImportError(
+            f"tasks app {spec!r} is a {kind.__name__}, not a dynoq.Tasks or dynoq.asyncio.Tasks"
+        )
     return app
 
 
@@ -39,8 +40,16 @@ def queue_list(text: str | None) -> list[str] | None:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def run(env: Env, spec: str, queues: str | None, options: dict[str, Any], *,
-        stop_timeout: float, connect_timeout: float | None, ordered_only: bool) -> None:
+def run(
+    env: Env,
+    spec: str,
+    queues: str | None,
+    options: dict[str, Any],
+    *,
+    stop_timeout: float,
+    connect_timeout: float | None,
+    ordered_only: bool,
+) -> None:
     if env.url:  # the app's own dynoq.connect() at import goes where the worker goes
         os.environ["DYNOQ_URL"] = env.url
     app = import_app(spec)
@@ -56,16 +65,30 @@ def run(env: Env, spec: str, queues: str | None, options: dict[str, Any], *,
         consumers = worker.consumers
         loose = [c.queue.name for c in consumers if not c.ordered]
         if ordered_only and loose:
-            raise CliError(f"task queue(s) {', '.join(loose)} not ordered, and "
-                           "--ordered-only was given")
-        log.info("worker started: tasks %s on queue(s) %s, group %r, concurrency %d per "
-                 "queue", spec, ", ".join(c.queue.name for c in consumers),
-                 options["group"], options["concurrency"])
+            raise CliError(
+                f"task queue(s) {', '.join(loose)} not ordered, and --ordered-only was given"
+            )
+        log.info(
+            "worker started: tasks %s on queue(s) %s, group %r, concurrency %d per queue",
+            spec,
+            ", ".join(c.queue.name for c in consumers),
+            options["group"],
+            options["concurrency"],
+        )
 
-    served = app.serve(probe.url, prefix=probe.prefix, queues=queue_list(queues),
-                       stop_timeout=stop_timeout, ready=ready,
-                       **options)  # the library's bounds, as every command's
+    served = app.serve(
+        probe.url,
+        prefix=probe.prefix,
+        queues=queue_list(queues),
+        stop_timeout=stop_timeout,
+        ready=ready,
+        **options,
+    )  # the library's bounds, as every command's
     stats = asyncio.run(served) if inspect.iscoroutine(served) else served
-    log.info("worker stopped: handled %d, failed %d, retried %d, dead-lettered %d",
-             stats.handled, stats.failed, stats.retried, stats.dead_lettered)
-
+    log.info(
+        "worker stopped: handled %d, failed %d, retried %d, dead-lettered %d",
+        stats.handled,
+        stats.failed,
+        stats.retried,
+        stats.dead_lettered,
+    )

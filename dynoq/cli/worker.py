@@ -35,9 +35,13 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and the traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname,
-                               "logger": record.name, "message": record.getMessage(),
-                               "pid": record.process}
+        out: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pid": record.process,
+        }
         if record.exc_info:
             out["exc"] = "".join(traceback.format_exception(*record.exc_info))
         return json.dumps(out, ensure_ascii=False)
@@ -45,8 +49,11 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -90,8 +97,9 @@ def supervise(argv: Sequence[str], processes: int, stop_timeout: float) -> int:
         return _supervise(stop, argv, processes, stop_timeout)
 
 
-def _supervise(stop: threading.Event, argv: Sequence[str], processes: int,
-               stop_timeout: float) -> int:
+def _supervise(
+    stop: threading.Event, argv: Sequence[str], processes: int, stop_timeout: float
+) -> int:
     children: list[subprocess.Popen[bytes] | None] = [None] * processes
     failures = [0] * processes
     next_start = [0.0] * processes
@@ -104,8 +112,13 @@ def _supervise(stop: threading.Event, argv: Sequence[str], processes: int,
                 code = child.returncode
                 failures[i] = failures[i] + 1 if code != 0 else 0
                 delay = backoff(failures[i]) if code != 0 else 0.0
-                log.warning("worker %d (pid %d) exited with %d; starting it again in %.1fs",
-                            i, child.pid, code, delay)
+                log.warning(
+                    "worker %d (pid %d) exited with %d; starting it again in %.1fs",
+                    i,
+                    child.pid,
+                    code,
+                    delay,
+                )
                 if code in (2, EXIT_IMPORT):  # bad arguments or handler: restarting is futile
                     stop.set()
                     codes.append(code)

@@ -1,4 +1,4 @@
-"""Thread coordination of one consumer: the ordered-shard board and flow control."""
+"""Thread coordination of one consumer: the ordered-shard board and the in-flight permits."""
 
 from __future__ import annotations
 
@@ -148,8 +148,9 @@ class Deliveries:
         self._lock = threading.Lock()
         self._state = DeliveryState()
 
-    def start(self, worker: int, msgs: list[Message], shard: int | None = None,
-              permits: int = 0) -> InFlightBatch:
+    def start(
+        self, worker: int, msgs: list[Message], shard: int | None = None, permits: int = 0
+    ) -> InFlightBatch:
         batch = InFlightBatch(msgs, shard, time.monotonic(), permits)
         with self._lock:
             self._state.start(worker, batch)
@@ -175,8 +176,9 @@ class Deliveries:
         with self._lock:
             return self._state.stalled(now, after)
 
-    def overdue(self, now: float, timeout: float, *,
-                ordered: bool) -> list[tuple[int, InFlightBatch]]:
+    def overdue(
+        self, now: float, timeout: float, *, ordered: bool
+    ) -> list[tuple[int, InFlightBatch]]:
         with self._lock:
             return self._state.overdue(now, timeout, ordered=ordered)
 

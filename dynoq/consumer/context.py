@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 09424108ad905e99: of the text below, an edit by hand does not match).
+# is stale; digest 5cfaefe6b3060256: of the text below, an edit by hand does not match).
 """What a consumer's workers and upkeep share (threads in the sync twin: there each piece
 is thread-safe on its own; tasks of one event loop need no lock)."""
 
@@ -31,7 +31,7 @@ class Shared:
     leases: Leases
     membership: Membership
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
-    flow: InFlight = field(init=False)
+    in_flight: InFlight = field(init=False)
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
@@ -48,37 +48,55 @@ class Shared:
     _gone_guard: Guard = field(default_factory=new_guard)
 
     def __post_init__(self) -> None:
-        self.flow = InFlight(self.plan.in_flight)
+        self.in_flight = InFlight(self.plan.in_flight)
         limit = self.plan.settings.rate_limit
-        self.gate = (None if limit is None else RateGate(self.membership, limit, self.stopping,
-                                                         self.plan.settings.idle_wait))
+        self.gate = (
+            None
+            if limit is None
+            else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
+        )
 
-    def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
-            until_woken: bool = False) -> list[Message]:
+    def pop(
+        self, count: int, *, shards: list[int], wait: float = 0.0, until_woken: bool = False
+    ) -> list[Message]:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
-        msgs: list[Message] = self.queue.backend.drive(self.queue.planner.pop(
-            count, wait=wait, visibility=plan.visibility, shards=shards,
-            lease="" if tenures is None else self.leases.values(tenures),
-            margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
-            until_woken=until_woken))
+        msgs: list[Message] = self.queue.backend.drive(
+            self.queue.planner.pop(
+                count,
+                wait=wait,
+                visibility=plan.visibility,
+                shards=shards,
+                lease="" if tenures is None else self.leases.values(tenures),
+                margin=plan.lease_margin if plan.ordered else 0.0,
+                consumer=plan.instance_id,
+                until_woken=until_woken,
+            )
+        )
         if tenures is not None:  # the server checked each shard's tenure: exact
             for m in msgs:
                 m.fence = tenures[m.shard] if m.shard is not None else None
         return msgs
 
-    def fetch(self, count: int, *, shards: list[int],
-              backlog: bool = False) -> tuple[list[Message], float | None]:
+    def fetch(
+        self, count: int, *, shards: list[int], backlog: bool = False
+    ) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         Planner.fetch)."""
         got: tuple[list[Message], float | None] = self.queue.backend.drive(
-            self.queue.planner.fetch(count, shards, visibility=self.plan.visibility,
-                                     consumer=self.plan.instance_id, backlog=backlog))
+            self.queue.planner.fetch(
+                count,
+                shards,
+                visibility=self.plan.visibility,
+                consumer=self.plan.instance_id,
+                backlog=backlog,
+            )
+        )
         return got
 
     def wait(self, timeout: float) -> bool:
@@ -91,8 +109,7 @@ class Shared:
         for s in self.leases.renew(shards):
             self.stats.add(lease_lost=1)
             self.board.drop(s)
-            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
-                        self.queue.name)
+            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s, self.queue.name)
 
     def gone(self, exc: QueueGone) -> None:
         """The queue is gone: retrying cannot help (its keys vanished, or it is another

@@ -16,7 +16,7 @@ from .._core.callables import refuse_coroutine_function
 from .._core.calls import Cmd, Flow
 from .._core.consuming import check_mode, for_topic, resolve, settings_of
 from .._core.middleware import refuse_async_hooks
-from .._core.ops import QueueOps
+from .._core.queue import QueueOps
 from ..errors import DynoqError, InvalidType, QueueGone
 from ..message import ConsumerStats
 from ..queue import Queue
@@ -50,48 +50,66 @@ class Consumer:
     share its messages (default: as the group is subscribed, else clustering).
     """
 
-    def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
-                 settings: ConsumerSettings | None = None,
-                 group: str = _D.group,
-                 concurrency: int = _D.concurrency,
-                 batch_size: int | str = _D.batch_size,
-                 batch_handler: bool = _D.batch_handler,
-                 max_in_flight: int | None = _D.max_in_flight,
-                 strategy: str | Callable[..., list[int]] = _D.strategy,
-                 strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
-                 max_retries: int | None = _D.max_retries,
-                 lease_ttl: float = _D.lease_ttl,
-                 rebalance_interval: float = _D.rebalance_interval,
-                 instance_id: str | None = _D.instance_id,
-                 mode: str | None = _D.mode,
-                 max_continuous_time: float = _D.max_continuous_time,
-                 idle_wait: float = _D.idle_wait,
-                 visibility: float | None = _D.visibility,
-                 consume_timeout: float = _D.consume_timeout,
-                 rate_limit: tuple[int, float] | None = _D.rate_limit,
-                 before: Callable[..., Any] | None = _D.before,
-                 after: Callable[..., Any] | None = _D.after,
-                 middleware: Sequence[Any] = _D.middleware) -> None:
+    def __init__(
+        self,
+        queue: Queue | Topic,
+        handler: Callable[..., Any],
+        *,
+        settings: ConsumerSettings | None = None,
+        group: str = _D.group,
+        concurrency: int = _D.concurrency,
+        batch_size: int | str = _D.batch_size,
+        batch_handler: bool = _D.batch_handler,
+        max_in_flight: int | None = _D.max_in_flight,
+        strategy: str | Callable[..., list[int]] = _D.strategy,
+        strategy_options: Mapping[str, Any] | None = _D.strategy_options,
+        retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
+        max_retries: int | None = _D.max_retries,
+        lease_ttl: float = _D.lease_ttl,
+        rebalance_interval: float = _D.rebalance_interval,
+        instance_id: str | None = _D.instance_id,
+        mode: str | None = _D.mode,
+        max_continuous_time: float = _D.max_continuous_time,
+        idle_wait: float = _D.idle_wait,
+        visibility: float | None = _D.visibility,
+        consume_timeout: float = _D.consume_timeout,
+        rate_limit: tuple[int, float] | None = _D.rate_limit,
+        before: Callable[..., Any] | None = _D.before,
+        after: Callable[..., Any] | None = _D.after,
+        middleware: Sequence[Any] = _D.middleware,
+    ) -> None:
         if not isinstance(queue, (Queue, Topic)):
-            raise InvalidType(f"queue must be a dynoq Queue or Topic, got "
-                              f"{type(queue).__name__}")
+            raise InvalidType(f"queue must be a dynoq Queue or Topic, got {type(queue).__name__}")
         if not callable(handler):
             raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
-        refuse_coroutine_function(handler, "the handler",
-                                  "dynoq.asyncio (await client.queue(...), then "
-                                  "client.consumer(q, handler))")
-        named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
-                     batch_handler=batch_handler, max_in_flight=max_in_flight,
-                     strategy=strategy, strategy_options=strategy_options,
-                     retry_delays=retry_delays, max_retries=max_retries,
-                     lease_ttl=lease_ttl,
-                     rebalance_interval=rebalance_interval, instance_id=instance_id,
-                     mode=mode, max_continuous_time=max_continuous_time,
-                     idle_wait=idle_wait, visibility=visibility,
-                     consume_timeout=consume_timeout, rate_limit=rate_limit,
-                     before=before, after=after,
-                     middleware=middleware)
+        refuse_coroutine_function(
+            handler,
+            "the handler",
+            "dynoq.asyncio (await client.queue(...), then client.consumer(q, handler))",
+        )
+        named = dict(
+            group=group,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            batch_handler=batch_handler,
+            max_in_flight=max_in_flight,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            retry_delays=retry_delays,
+            max_retries=max_retries,
+            lease_ttl=lease_ttl,
+            rebalance_interval=rebalance_interval,
+            instance_id=instance_id,
+            mode=mode,
+            max_continuous_time=max_continuous_time,
+            idle_wait=idle_wait,
+            visibility=visibility,
+            consume_timeout=consume_timeout,
+            rate_limit=rate_limit,
+            before=before,
+            after=after,
+            middleware=middleware,
+        )
         self.settings = settings_of(settings, named)
         # a topic's subscription, read (and made if needed) at start
         self._joining: Flow[tuple[str, QueueOps]] | None = None
@@ -120,21 +138,27 @@ class Consumer:
         self.instance_id = plan.instance_id
         self.ordered = plan.ordered
         token = f"{plan.instance_id}:{secrets.token_hex(6)}"
-        self._shared = Shared(queue, plan, self._stats,
-                              Leases(queue, token, self.settings.lease_ttl),
-                              Membership(queue, self.settings.group, plan.instance_id,
-                                         self.settings.lease_ttl))
+        self._shared = Shared(
+            queue,
+            plan,
+            self._stats,
+            Leases(queue, token, self.settings.lease_ttl),
+            Membership(queue, self.settings.group, plan.instance_id, self.settings.lease_ttl),
+        )
         hooks = chain(self.settings.middleware, self.settings.before, self.settings.after)
         refuse_async_hooks(hooks)
         invoker = Invoker(self.handler, hooks)
-        self._processor = Processor(queue, self.handler, invoker, plan, self._stats,
-                                    self._shared.leases, self._shared.gate)
+        self._processor = Processor(
+            queue, self.handler, invoker, plan, self._stats, self._shared.leases, self._shared.gate
+        )
         self._workers = Workers(self._shared, self._processor)
         self._shared.on_gone = self._stop_soon
 
     def __repr__(self) -> str:
-        return (f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
-                f"id={self.instance_id!r}>")
+        return (
+            f"<dynoq.Consumer {self.queue.name!r} group={self.settings.group!r} "
+            f"id={self.instance_id!r}>"
+        )
 
     @property
     def assignment(self) -> set[int]:
@@ -155,8 +179,9 @@ class Consumer:
     def _stop_soon(self) -> None:
         # Called by the worker or upkeep thread that met QueueGone: stop() joins those
         # threads, so it runs in one of its own (run() and stop() wait for it).
-        threading.Thread(target=self.stop, daemon=True,
-                         name=f"dynoq-{self.queue.name}-gone").start()
+        threading.Thread(
+            target=self.stop, daemon=True, name=f"dynoq-{self.queue.name}-gone"
+        ).start()
 
     def start(self) -> Consumer:
         """Join the group, take the first assignment, start the workers. Returns self.
@@ -202,8 +227,12 @@ class Consumer:
             return True
         own = self._workers.runs_in(me)
         if first and own:  # it cannot wait for itself: the stop goes on in its own thread
-            threading.Thread(target=self._stop, args=(timeout, me), daemon=True,
-                             name=f"dynoq-{self.queue.name}-stop").start()
+            threading.Thread(
+                target=self._stop,
+                args=(timeout, me),
+                daemon=True,
+                name=f"dynoq-{self.queue.name}-stop",
+            ).start()
         elif first:
             self._stop(timeout, None)
         elif own:
@@ -224,8 +253,13 @@ class Consumer:
                 try:
                     self._release_free()
                 except DynoqError as exc:
-                    logs.error(log, logging.WARNING, "dynoq: could not release the leases "
-                               "of %r; they expire on their own", self.queue.name, exc=exc)
+                    logs.error(
+                        log,
+                        logging.WARNING,
+                        "dynoq: could not release the leases of %r; they expire on their own",
+                        self.queue.name,
+                        exc=exc,
+                    )
         finally:
             self._stopped.set()
 
@@ -241,22 +275,32 @@ class Consumer:
         if self._upkeep is not None:
             self._upkeep.stop(deadline - time.monotonic())
         keep = None if caller is None else caller.ident
-        for _, batch in ([] if clean else s.deliveries.abandon_all(keep)):
+        for _, batch in [] if clean else s.deliveries.abandon_all(keep):
             try:  # finish or give back: nothing stays in flight until its timeout
                 self._processor.stopped(batch)
                 if batch.shard is not None and s.board.done(batch.shard, found=True):
                     s.leases.release(batch.shard)
             except DynoqError as exc:
-                logs.error(log, logging.WARNING, "dynoq: could not give back a batch of %r "
-                           "on stop; it returns when its visibility times out",
-                           self.queue.name, exc=exc)
+                logs.error(
+                    log,
+                    logging.WARNING,
+                    "dynoq: could not give back a batch of %r "
+                    "on stop; it returns when its visibility times out",
+                    self.queue.name,
+                    exc=exc,
+                )
         try:
             self._release_free()
             s.membership.leave()  # tells the others to rebalance now
         except DynoqError as exc:
-            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
-                       "cleanly; leases and membership expire on their own",
-                       self.queue.name, exc=exc)
+            logs.error(
+                log,
+                logging.WARNING,
+                "dynoq: could not leave the group of %r "
+                "cleanly; leases and membership expire on their own",
+                self.queue.name,
+                exc=exc,
+            )
         return clean
 
     def _release_free(self) -> None:
@@ -290,4 +334,3 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

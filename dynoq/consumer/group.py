@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/group.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest dcea238341af100d: of the text below, an edit by hand does not match).
+# is stale; digest aa5aeb7c5c6dbfbb: of the text below, an edit by hand does not match).
 """Consumer-group membership (see _core.group for how a group lives in Redis)."""
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Membership:
         """Up to ``want`` permits of the group's rate limit: (granted, seconds until more
         may be free)."""
         return self.queue.backend.run(  # type: ignore[no-any-return]
-            self._ops.take(count, period, want))
+            self._ops.take(count, period, want)
+        )
 
     def notify(self) -> None:
         """Ask every member to rebalance now (e.g. a shard's lease was released)."""

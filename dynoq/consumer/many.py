@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/many.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest bc8a0f992b152acb: of the text below, an edit by hand does not match).
+# is stale; digest cb90edb5fbe0a3a4: of the text below, an edit by hand does not match).
 """Several consumers run as one service (a task worker runs one consumer per queue):
 started together, stopped together (side by side, events.gather: one stopping must not
 keep the others popping), and run until SIGTERM or SIGINT."""
@@ -69,5 +69,4 @@ class Consumers:
 
 def _stop_all(consumers: Sequence[Consumer], timeout: float) -> bool:
     """Stop consumers side by side (one stopping must not keep the others popping)."""
-    return all(gather([functools.partial(c.stop, timeout) for c in consumers],
-                      "dynoq-stop"))
+    return all(gather([functools.partial(c.stop, timeout) for c in consumers], "dynoq-stop"))

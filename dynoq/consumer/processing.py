@@ -31,9 +31,16 @@ DONE, BLOCKED, ABANDONED = "done", "blocked", "abandoned"
 
 
 class Processor:
-    def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
-                 plan: consuming.Plan, stats: StatsCounter, leases: Leases,
-                 gate: RateGate | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Callable[..., Any],
+        invoker: Invoker,
+        plan: consuming.Plan,
+        stats: StatsCounter,
+        leases: Leases,
+        gate: RateGate | None = None,
+    ) -> None:
         self.queue = queue
         self.gate = gate  # the group's rate limit, taken for each call (None: no limit)
         self.handler = handler
@@ -43,12 +50,20 @@ class Processor:
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
         # How many messages the workers pop (batch_size "auto": adapted to the handler)
-        self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
-                                in_flight=plan.in_flight, rate_limit=plan.settings.rate_limit,
-                                concurrency=plan.settings.concurrency)
+        self.sizer = BatchSizer(
+            plan.settings.batch_size,
+            keyed=queue.ops.keyed,
+            in_flight=plan.in_flight,
+            rate_limit=plan.settings.rate_limit,
+            concurrency=plan.settings.concurrency,
+        )
         # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
-        self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
-                           and not self.batch_handler)
+        self.hands_back = (
+            self.sizer.adapts
+            and not plan.ordered
+            and not queue.ops.keyed
+            and not self.batch_handler
+        )
         self.me = plan.instance_id
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
@@ -56,9 +71,13 @@ class Processor:
         batch.call_started = started = time.monotonic()
         try:
             if tracing.active():
-                with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
-                                  parent=msgs[0].headers if len(msgs) == 1 else None,
-                                  consumer=True):
+                with tracing.span(
+                    "process",
+                    self.queue.name,
+                    ids=[m.id for m in msgs],
+                    parent=msgs[0].headers if len(msgs) == 1 else None,
+                    consumer=True,
+                ):
                     return self._invoke(arg, msgs)
             return self._invoke(arg, msgs)
         finally:
@@ -76,8 +95,13 @@ class Processor:
             return None, time.perf_counter() - t0
         return self.invoker.call(arg, msgs)
 
-    def concurrently(self, batch: InFlightBatch, settle: Callable[[], bool],
-                     begin: Callable[[InFlightBatch], bool], refill: bool = False) -> str:
+    def concurrently(
+        self,
+        batch: InFlightBatch,
+        settle: Callable[[], bool],
+        begin: Callable[[InFlightBatch], bool],
+        refill: bool = False,
+    ) -> str:
         """Each message on its own: a failure retries only that message, later.
         ``settle()`` says whether this worker may settle the batch (not abandoned);
         ``begin(batch)`` whether it may call the handler on the next message (not when
@@ -87,7 +111,7 @@ class Processor:
         msgs, seconds, held, refused = batch.msgs, 0.0, Permits(), False
         if self.batch_handler:
             while len(batch.results) < len(msgs):  # in parts the rate limit lets through
-                part = msgs[len(batch.results):]
+                part = msgs[len(batch.results) :]
                 k = self._permits(held, len(part), whole=True)
                 if not k:
                     refused = True
@@ -98,8 +122,9 @@ class Processor:
         else:
             keyed = self.queue.ops.keyed
             for i, msg in enumerate(msgs):
-                if batch.abandoned or (keyed and ran_out(batch, time.monotonic(),
-                                                         self.plan.visibility)):
+                if batch.abandoned or (
+                    keyed and ran_out(batch, time.monotonic(), self.plan.visibility)
+                ):
                     break
                 if not self._permits(held, len(msgs) - i):
                     refused = True
@@ -112,12 +137,14 @@ class Processor:
         if not settle():
             return ABANDONED
         ok, failed = outcomes(batch.unsettled)
-        back = batch.mine[len(batch.results):] if refused else []  # stopping: back at once
+        back = batch.mine[len(batch.results) :] if refused else []  # stopping: back at once
         more = (max(batch.permits, 1), self.plan.visibility) if refill and not back else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = self.queue.backend.drive(
-                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                 back=back, refill=more))
+                consuming.settle(
+                    self.queue.ops, ok, failed, self.plan.retry, self.me, back=back, refill=more
+                )
+            )
         self.stats.add_tally(tally, seconds)
         self.handled(len(batch.results), seconds)
         batch.refilled = tally.refilled
@@ -145,8 +172,11 @@ class Processor:
         handle, a batch still running when the consumer stops (:meth:`stopped`). Raises
         DynoqError when the server cannot be reached (they expire and come again)."""
         ok, failed = outcomes(handled)
-        self.stats.add_tally(self.queue.backend.drive(consuming.settle(
-            self.queue.ops, ok, failed, self.plan.retry, self.me, back=rest)))
+        self.stats.add_tally(
+            self.queue.backend.drive(
+                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me, back=rest)
+            )
+        )
 
     def orderly(self, batch: InFlightBatch, settle: Callable[[], bool]) -> str:
         """In order; a failing message blocks the shard and is retried in place (the
@@ -171,7 +201,7 @@ class Processor:
             if not k:
                 refused = True
                 break
-            part = msgs[done:done + k]
+            part = msgs[done : done + k]
             error, s = self._call(batch, part if self.batch_handler else part[0], part)
             seconds, called, last = seconds + s, called + k, done
             if not self.batch_handler:
@@ -184,18 +214,27 @@ class Processor:
             done, short = last, False
             error = consuming.timed_out(self.plan.settings.consume_timeout)
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
-            tally, blocked = self.queue.backend.drive(consuming.settle_in_order(
-                self.queue.ops, msgs[:done] if short else msgs, done,
-                None if short else error, self.plan.retry, self.me))
+            tally, blocked = self.queue.backend.drive(
+                consuming.settle_in_order(
+                    self.queue.ops,
+                    msgs[:done] if short else msgs,
+                    done,
+                    None if short else error,
+                    self.plan.retry,
+                    self.me,
+                )
+            )
         self.stats.add_tally(tally, seconds)
         self.handled(called, seconds)
         if refused:  # stopping: what was not called goes back to its place at once
             with contextlib.suppress(DynoqError):  # else it comes back with the lease
                 self.give_back(msgs[done:])
         if short:
-            raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
-                            f"{self.plan.lease_margin:g}s left, or was lost and taken again "
-                            "since its batch was popped: not starting another handler")
+            raise LeaseLost(
+                f"lease on shard {shard} of {self.queue.name!r} has less than "
+                f"{self.plan.lease_margin:g}s left, or was lost and taken again "
+                "since its batch was popped: not starting another handler"
+            )
         return BLOCKED if blocked else DONE
 
     def give_up(self, batch: InFlightBatch) -> None:
@@ -203,14 +242,16 @@ class Processor:
         (the watchdog's part): what succeeded is acked, the running message failed
         (retried or dead-lettered, with why), the rest go back unhandled. (An ordered
         batch is settled by its worker when the call returns: see ``orderly``.)"""
-        rest = batch.mine[len(batch.results):]
+        rest = batch.mine[len(batch.results) :]
         running = rest if self.batch_handler else rest[:1]
         error = consuming.timed_out(self.plan.settings.consume_timeout)
-        self.give_back([] if self.batch_handler else rest[1:],
-                       [*batch.unsettled, *((m, error) for m in running)])
+        self.give_back(
+            [] if self.batch_handler else rest[1:],
+            [*batch.unsettled, *((m, error) for m in running)],
+        )
 
     def stopped(self, batch: InFlightBatch) -> None:
         """Settle a batch still running when the consumer stops (its worker overran the
         stop timeout): what succeeded is acked and the rest goes back unhandled, without
         an attempt counted, so another consumer takes it at once."""
-        self.give_back(batch.mine[len(batch.results):], batch.unsettled)
+        self.give_back(batch.mine[len(batch.results) :], batch.unsettled)

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/rates.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest b18b0041221b343b: of the text below, an edit by hand does not match).
+# is stale; digest fbc0c0c38f283379: of the text below, an edit by hand does not match).
 """The group's rate limit at the handler calls (see _core.rates for why there): a worker
 takes permits for the calls it is about to make, and waits for them while none is free."""
 
@@ -19,8 +19,9 @@ class RateGate:
     and lasts at most ``idle_wait`` at a time (the upkeep keeps the batch's deliveries
     extended meanwhile)."""
 
-    def __init__(self, membership: Membership, limit: tuple[int, float],
-                 stopping: Event, idle_wait: float) -> None:
+    def __init__(
+        self, membership: Membership, limit: tuple[int, float], stopping: Event, idle_wait: float
+    ) -> None:
         self.membership = membership
         self.limit = RateLimit(limit)
         self.stopping = stopping
@@ -35,8 +36,9 @@ class RateGate:
             if used:
                 return used
             asked = time.monotonic()
-            granted, wait = self.membership.take(limit.count, limit.window,
-                                                 limit.ask(left, together))
+            granted, wait = self.membership.take(
+                limit.count, limit.window, limit.ask(left, together)
+            )
             held.got(granted, asked)
             if not granted and wait_event(self.stopping, min(wait, self.idle_wait)):
                 return 0

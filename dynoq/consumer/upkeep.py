@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 80dcbe620f9fecaa: of the text below, an edit by hand does not match).
+# is stale; digest 35999858d60e9ee7: of the text below, an edit by hand does not match).
 """The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
 rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
 calls past consume_timeout (Workers.enforce_timeouts).
@@ -29,7 +29,6 @@ from .workers import Workers
 log = logging.getLogger("dynoq.consumer")
 
 
-
 class Upkeep:
     def __init__(self, shared: Shared, subscription: Subscription, workers: Workers) -> None:
         self.shared = shared
@@ -55,8 +54,9 @@ class Upkeep:
 
     def _loop(self) -> None:
         settings = self.shared.plan.settings
-        clock = UpkeepClock(settings.heartbeat_interval, settings.rebalance_interval,
-                            time.monotonic())
+        clock = UpkeepClock(
+            settings.heartbeat_interval, settings.rebalance_interval, time.monotonic()
+        )
         failures = 0
         try:
             notified = False
@@ -80,8 +80,7 @@ class Upkeep:
                 except DynoqError as exc:  # the server is away: try again, backing off
                     failures += 1
                     pause = backoff(failures)
-                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
-                                pause, exc)
+                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s", pause, exc)
                     wait_event(self._stop, pause)
                     clock.failed(time.monotonic())
                     continue
@@ -123,8 +122,11 @@ class Upkeep:
     def _dropped(self) -> bool:
         """Whether a worker dropped a shard this member should hold (its lease was lost,
         or taken again since a batch was popped) while no acquisition is due."""
-        return (self.shared.plan.ordered and self._next_acquire == math.inf
-                and bool(self._wanted - self.shared.board.leased()))
+        return (
+            self.shared.plan.ordered
+            and self._next_acquire == math.inf
+            and bool(self._wanted - self.shared.board.leased())
+        )
 
     def _acquire(self) -> None:
         """Try to lease wanted shards; retry when the other holder's lease may end."""
@@ -139,8 +141,11 @@ class Upkeep:
                 s.board.add(shard)
             else:
                 retry_in = min(retry_in, wait + 0.005)
-        self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
-                              if retry_in < math.inf else math.inf)
+        self._next_acquire = (
+            time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
+            if retry_in < math.inf
+            else math.inf
+        )
 
     def _hand_back_stalled(self) -> None:
         """The messages waiting behind a stalled handler call go back to the queue, for

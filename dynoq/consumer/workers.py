@@ -60,10 +60,14 @@ class Workers:
         with self._lock:
             k = self._count
             self._count += 1
-            loop = (self._ordered_loop if s.plan.ordered
-                    else functools.partial(self._concurrent_loop, k))
-            t = threading.Thread(target=self._guard, args=(loop,), daemon=True,
-                                 name=f"dynoq-{s.queue.name}-w{k + 1}")
+            loop = (
+                self._ordered_loop
+                if s.plan.ordered
+                else functools.partial(self._concurrent_loop, k)
+            )
+            t = threading.Thread(
+                target=self._guard, args=(loop,), daemon=True, name=f"dynoq-{s.queue.name}-w{k + 1}"
+            )
             t.start()
             assert t.ident is not None
             self._threads[t.ident] = t
@@ -89,8 +93,7 @@ class Workers:
             return thread.ident in self._threads or thread.ident in self._retired
 
     def _active(self) -> bool:
-        return (not self.shared.stopping.is_set()
-                and threading.get_ident() not in self._retired)
+        return not self.shared.stopping.is_set() and threading.get_ident() not in self._retired
 
     def join(self, timeout: float, caller: threading.Thread | None = None) -> bool:
         """Wait up to ``timeout`` seconds for the workers, and for the calls left running
@@ -98,8 +101,9 @@ class Workers:
         for the stop, which cannot wait for itself (it ends when its handler returns)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            threads = [t for t in [*self._threads.values(), *self._retired.values()]
-                       if t is not caller]
+            threads = [
+                t for t in [*self._threads.values(), *self._retired.values()] if t is not caller
+            ]
         for t in threads:
             t.join(max(deadline - time.monotonic(), 0.0))
         return not any(t.is_alive() for t in threads)
@@ -120,13 +124,19 @@ class Workers:
         for worker, batch in overdue:
             s.stats.add(timed_out=1)
             left = self.retire(worker)
-            consuming.overran(log, s.queue.name, batch.calling, timeout, left=left,
-                              cap=settings.concurrency,
-                              shard=batch.shard if s.plan.ordered else None,
-                              keyed=s.queue.ops.keyed)
+            consuming.overran(
+                log,
+                s.queue.name,
+                batch.calling,
+                timeout,
+                left=left,
+                cap=settings.concurrency,
+                shard=batch.shard if s.plan.ordered else None,
+                keyed=s.queue.ops.keyed,
+            )
             if held:
                 continue
-            s.flow.give(batch.permits)  # the stuck worker no longer counts against the limit
+            s.in_flight.give(batch.permits)  # the stuck worker no longer counts against the limit
             self.processor.give_up(batch)
 
     def _guard(self, loop: Callable[[], None]) -> None:
@@ -147,9 +157,13 @@ class Workers:
                     # Expected (the server away, scripts not installed): one line; the
                     # traceback only at debug level. Anything else is a bug: in full.
                     expected = isinstance(exc, DynoqError)
-                    log.log(logging.WARNING if expected else logging.ERROR,
-                            "dynoq: consumer worker error; retrying in %.1fs: %s", pause, exc,
-                            exc_info=not expected or log.isEnabledFor(logging.DEBUG))
+                    log.log(
+                        logging.WARNING if expected else logging.ERROR,
+                        "dynoq: consumer worker error; retrying in %.1fs: %s",
+                        pause,
+                        exc,
+                        exc_info=not expected or log.isEnabledFor(logging.DEBUG),
+                    )
                     self.shared.stopping.wait(pause)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
@@ -181,7 +195,7 @@ class Workers:
             if carried:
                 n, msgs, carried = held, carried, []
             else:
-                n, msgs = s.flow.take(sizer.size(), idle), []
+                n, msgs = s.in_flight.take(sizer.size(), idle), []
             if n == 0:
                 continue
             batch = None
@@ -208,20 +222,23 @@ class Workers:
                     finally:
                         s.idle.done_watching(found=bool(msgs))
                     if not msgs:
-                        s.flow.give(n)
+                        s.in_flight.give(n)
                         n = 0
                         continue
                 else:  # the watcher's finding wakes us; the bound is a safety
                     quiet = False
-                    s.flow.give(n)
+                    s.in_flight.give(n)
                     n = 0
                     s.idle.sleep(idle * 12)
                     continue
                 quiet = False
                 batch = s.deliveries.start(me, msgs, permits=n)
-                self.processor.concurrently(batch, lambda: s.deliveries.settle(me),
-                                            s.deliveries.begin,
-                                            refill=keyed and streak < MAX_CARRIED)
+                self.processor.concurrently(
+                    batch,
+                    lambda: s.deliveries.settle(me),
+                    s.deliveries.begin,
+                    refill=keyed and streak < MAX_CARRIED,
+                )
             finally:
                 s.deliveries.finish(me)
                 if batch is not None and batch.refilled and not batch.abandoned:
@@ -229,11 +246,11 @@ class Workers:
                 else:
                     streak = 0
                     if n and (batch is None or not batch.abandoned):  # else the watchdog did
-                        s.flow.give(n)
+                        s.in_flight.give(n)
         if carried:  # stopping: what the last acks brought goes back at once
             with contextlib.suppress(DynoqError):  # they expire and come again
                 self.processor.give_back(carried)
-            s.flow.give(held)
+            s.in_flight.give(held)
 
     def _ordered_loop(self) -> None:
         s = self.shared

@@ -29,8 +29,9 @@ async def _checked_form(request: Request) -> FormData:
     form = await request.form(max_files=0, max_fields=MAX_FORM_IDS + 8)
     field = form.get(CSRF_FIELD)
     if not d.csrf.matches(request.state.csrf_cookie, field if isinstance(field, str) else None):
-        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page "
-                                 "and try again")
+        raise HTTPException(
+            403, "the form's CSRF token is missing or stale: reload the page and try again"
+        )
     return form
 
 
@@ -53,8 +54,11 @@ async def replay(request: Request) -> Response:
     if not ids:
         raise InvalidArgument("name the dead letters to replay (id), or replay all")
     n = await run_in_threadpool(reader.replay, q, ids)
-    done = f"replayed {n} of {len(ids)} (the others were not dead letters)" if n < len(
-        ids) else f"replayed {n} dead letter(s)"
+    done = (
+        f"replayed {n} of {len(ids)} (the others were not dead letters)"
+        if n < len(ids)
+        else f"replayed {n} dead letter(s)"
+    )
     return _back(link("/queue/dead", q=name, done=done))
 
 

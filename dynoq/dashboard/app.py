@@ -41,8 +41,9 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
     loopback without a token."""
     config = config or DashboardConfig()
     reader = Reader(client)
-    sampler = Sampler(reader, interval=config.interval, window=config.window,
-                      limit=config.max_sampled)
+    sampler = Sampler(
+        reader, interval=config.interval, window=config.window, limit=config.max_sampled
+    )
     dash = views.Dash(config, reader, sampler, _templates(), Csrf())
 
     @contextlib.asynccontextmanager
@@ -53,16 +54,20 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
         finally:
             sampler.stop()
 
-    app = Starlette(routes=_routes(), lifespan=lifespan,
-                    exception_handlers=_exception_handlers(client))
+    app = Starlette(
+        routes=_routes(), lifespan=lifespan, exception_handlers=_exception_handlers(client)
+    )
     app.state.dash = dash
     app.add_middleware(Guard, config=config, csrf=dash.csrf)
     return app
 
 
 def _templates() -> Jinja2Templates:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("dynoq.dashboard", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dynoq.dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters.update(FILTERS)
     env.globals["link"] = link
     return Jinja2Templates(env=env)
@@ -82,8 +87,7 @@ def _routes() -> list[BaseRoute]:
         Route("/queue/dead/replay", actions.replay, methods=["POST"]),
         Route("/queue/dead/purge", actions.purge, methods=["POST"]),
         Route("/topic", views.topic_page),
-        Mount("/static", StaticFiles(packages=[("dynoq.dashboard", "static")]),
-              name="static"),
+        Mount("/static", StaticFiles(packages=[("dynoq.dashboard", "static")]), name="static"),
     ]
 
 
@@ -93,8 +97,9 @@ def _failed(request: Request, status: int, text: str) -> Response:
     if request.url.path.startswith(("/api/", "/static/")):
         return PlainTextResponse(text, status_code=status)
     try:
-        return views.render(request, "error.html", status=status, status_code=status,
-                            message=text, now=0.0)
+        return views.render(
+            request, "error.html", status=status, status_code=status, message=text, now=0.0
+        )
     except DynoqError:  # the server is away: the page frame needs it too
         return PlainTextResponse(text, status_code=status)
 
@@ -128,9 +133,16 @@ def _exception_handlers(client: Client) -> dict[Any, ExceptionHandler]:
     """Each error as the status it means; Redis unreachable names the (redacted) URL."""
 
     async def unreachable(request: Request, exc: Exception) -> Response:
-        return PlainTextResponse(f"cannot reach Redis at {redact(client.url)}: {exc}",
-                                 status_code=503)
+        return PlainTextResponse(
+            f"cannot reach Redis at {redact(client.url)}: {exc}", status_code=503
+        )
 
-    return {HTTPException: _http_error, InvalidArgument: _bad_input, InvalidType: _bad_input,
-            ConnectionFailed: unreachable, LayoutError: _unreadable, PoolExhausted: _busy,
-            DynoqError: _dynoq_error}
+    return {
+        HTTPException: _http_error,
+        InvalidArgument: _bad_input,
+        InvalidType: _bad_input,
+        ConnectionFailed: unreachable,
+        LayoutError: _unreadable,
+        PoolExhausted: _busy,
+        DynoqError: _dynoq_error,
+    }

@@ -38,9 +38,11 @@ CSRF_FIELD = "csrf"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 REALM = "dynoq dashboard"
 SECURITY_HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-     b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),  # no-referrer would make Origin "null"
@@ -68,8 +70,11 @@ class Csrf:
     def matches(self, cookie: str | None, field: str | None) -> bool:
         """A form's token is good when it is signed by this process and equals the
         cookie the browser sent with it."""
-        return (self.valid(cookie) and field is not None
-                and hmac.compare_digest(str(cookie), str(field)))
+        return (
+            self.valid(cookie)
+            and field is not None
+            and hmac.compare_digest(str(cookie), str(field))
+        )
 
     def _sign(self, nonce: str) -> str:
         return hmac.new(self._secret, nonce.encode(), hashlib.sha256).hexdigest()
@@ -127,17 +132,23 @@ class Guard:
             return
         headers = _headers(scope)
         if self.loopback and not is_loopback(_host_name(headers.get("host", ""))):
-            await _plain(send, 421, "This dashboard answers only on a loopback address "
-                                    "(localhost, 127.0.0.1, [::1]).")
+            await _plain(
+                send,
+                421,
+                "This dashboard answers only on a loopback address (localhost, 127.0.0.1, [::1]).",
+            )
             return
         if not self.authorized(headers.get("authorization")):
-            await _plain(send, 401, "This dashboard needs its token (basic auth: any user "
-                                    "name, the token as password; or Authorization: Bearer).",
-                         [(b"www-authenticate", f'Basic realm="{REALM}"'.encode())])
+            await _plain(
+                send,
+                401,
+                "This dashboard needs its token (basic auth: any user "
+                "name, the token as password; or Authorization: Bearer).",
+                [(b"www-authenticate", f'Basic realm="{REALM}"'.encode())],
+            )
             return
         if scope["method"] not in SAFE_METHODS and not _same_origin(scope, headers):
-            await _plain(send, 403, "Refused: a change must come from the dashboard's own "
-                                    "pages.")
+            await _plain(send, 403, "Refused: a change must come from the dashboard's own pages.")
             return
         cookie = _cookie(headers.get("cookie", ""), CSRF_COOKIE)
         fresh = None if self.csrf.valid(cookie) else self.csrf.new()
@@ -149,8 +160,13 @@ class Guard:
             if message["type"] == "http.response.start":
                 extra = list(SECURITY_HEADERS)
                 if fresh:
-                    extra.append((b"set-cookie", f"{CSRF_COOKIE}={fresh}; Path=/; HttpOnly; "
-                                                 f"SameSite=Strict{secure}".encode()))
+                    extra.append(
+                        (
+                            b"set-cookie",
+                            f"{CSRF_COOKIE}={fresh}; Path=/; HttpOnly; "
+                            f"SameSite=Strict{secure}".encode(),
+                        )
+                    )
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
@@ -168,10 +184,20 @@ def _same_origin(scope: Scope, headers: dict[str, str]) -> bool:
     return origin == f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
 
 
-async def _plain(send: Send, status: int, text: str,
-                 extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _plain(
+    send: Send, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     body = text.encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()), *SECURITY_HEADERS, *(extra or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *SECURITY_HEADERS,
+                *(extra or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

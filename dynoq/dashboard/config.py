@@ -56,8 +56,10 @@ class DashboardConfig:
         return is_loopback(self.host)
 
     def __repr__(self) -> str:  # never the token
-        return (f"DashboardConfig(host={self.host!r}, port={self.port}, "
-                f"token={'set' if self.token else None}, allow_actions={self.allow_actions})")
+        return (
+            f"DashboardConfig(host={self.host!r}, port={self.port}, "
+            f"token={'set' if self.token else None}, allow_actions={self.allow_actions})"
+        )
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -66,8 +68,10 @@ def check_bind(host: str, token: str | None) -> None:
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
         raise InvalidArgument(
             f"the dashboard token must have at least {MIN_TOKEN_LENGTH} characters; make one "
-            "with: python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+            "with: python -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
     if not token and not is_loopback(host):
         raise InvalidArgument(
             f"the dashboard would listen on {host}, beyond this machine, without a token: "
-            "give --token (better: set DYNOQ_DASHBOARD_TOKEN) or listen on 127.0.0.1")
+            "give --token (better: set DYNOQ_DASHBOARD_TOKEN) or listen on 127.0.0.1"
+        )

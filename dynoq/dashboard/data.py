@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core import inspect
-from .._core.halves import Prepared
 from .._core.keys import registry_key, topic_registry_key
-from .._core.ops import QueueOps
+from .._core.queue import QueueOps
 from .._core.topics import TopicOps
+from .._core.transactions import Prepared
 from ..client import Client
 from ..errors import LayoutError
 from ..message import Message
@@ -91,10 +91,10 @@ class Reader:
     def sources(self, limit: int) -> Sources:
         """Up to ``limit`` queues and topic group queues (and at most MAX_SAMPLED_SHARDS
         shards in all) for the overview and the charts."""
-        names, queue_count = self.backend.drive(inspect.names(registry_key(self.prefix),
-                                                              limit))
+        names, queue_count = self.backend.drive(inspect.names(registry_key(self.prefix), limit))
         topics, topic_count = self.backend.drive(
-            inspect.names(topic_registry_key(self.prefix), limit))
+            inspect.names(topic_registry_key(self.prefix), limit)
+        )
         found: list[Source] = []
         unreadable: list[tuple[str, str]] = []
         for name in names:
@@ -160,14 +160,19 @@ class Reader:
     def leases(self, q: Queue, shards: list[int]) -> list[inspect.ShardLease]:
         return self.backend.run(inspect.leases(q.ops, shards))  # type: ignore[no-any-return]
 
-    def page(self, q: Queue, kind: str, *, shard: int | None, offset: int = 0,
-             count: int = LIST) -> tuple[list[inspect.Entry], bool]:
+    def page(
+        self, q: Queue, kind: str, *, shard: int | None, offset: int = 0, count: int = LIST
+    ) -> tuple[list[inspect.Entry], bool]:
         """A page of in-flight, delayed or dead messages: of one shard from ``offset``,
         or (``shard`` None) the earliest ``count`` of the first MAX_MERGED_SHARDS shards."""
-        shards = ([shard] if shard is not None
-                  else list(range(min(q.settings.shards, inspect.MAX_MERGED_SHARDS))))
-        return self.backend.drive(inspect.page(q.ops, kind, shards=shards, offset=offset,
-                                               count=count))
+        shards = (
+            [shard]
+            if shard is not None
+            else list(range(min(q.settings.shards, inspect.MAX_MERGED_SHARDS)))
+        )
+        return self.backend.drive(
+            inspect.page(q.ops, kind, shards=shards, offset=offset, count=count)
+        )
 
     def find(self, q: Queue, msg_id: str) -> inspect.Located | None:
         return self.backend.drive(inspect.find(q.ops, msg_id))
@@ -184,12 +189,15 @@ class Reader:
         message, at most ``limit`` of each (``q.keys``: a bounded read a shard)."""
         return q.keys(limit)
 
-    def groups(self, q: Queue, *, members: int = 100,
-               history: int = 20) -> tuple[list[inspect.GroupView], int]:
+    def groups(
+        self, q: Queue, *, members: int = 100, history: int = 20
+    ) -> tuple[list[inspect.GroupView], int]:
         """The queue's consumer groups (the first 50 of its registry) and how many."""
         names, total = self.backend.drive(inspect.names(q.ops.keys.groups, 50))
-        views = [self.backend.drive(inspect.group(q.ops.keys, g, members=members,
-                                                  history=history)) for g in names]
+        views = [
+            self.backend.drive(inspect.group(q.ops.keys, g, members=members, history=history))
+            for g in names
+        ]
         return views, total
 
     # -- actions -------------------------------------------------------------------------
@@ -204,5 +212,9 @@ class Reader:
 
 def stats_row(stats: Any) -> dict[str, int]:
     """The four counts of a QueueStats or ShardStats as the pages show them."""
-    return {"ready": stats.ready, "delayed": stats.delayed, "in_flight": stats.unacked,
-            "dead": stats.dead}
+    return {
+        "ready": stats.ready,
+        "delayed": stats.delayed,
+        "in_flight": stats.unacked,
+        "dead": stats.dead,
+    }

@@ -72,5 +72,11 @@ def link(path: str, **params: Any) -> str:
     return f"{path}?{query}" if query else path
 
 
-FILTERS = {"span": span, "clock": clock, "preview": preview, "pretty": pretty, "clip": clip,
-           "payload": payload}
+FILTERS = {
+    "span": span,
+    "clock": clock,
+    "preview": preview,
+    "pretty": pretty,
+    "clip": clip,
+    "payload": payload,
+}

@@ -28,10 +28,16 @@ GAUGES = ("ready", "delayed", "in_flight", "dead")
 
 
 def _counts(stats: QueueStats) -> tuple[int, ...]:
-    failed = (stats.total("retried") + stats.total("expired")
-              + stats.total("dead_lettered"))
-    return (stats.total("pushed"), stats.total("acked"), failed, stats.ready,
-            stats.delayed, stats.unacked, stats.dead)
+    failed = stats.total("retried") + stats.total("expired") + stats.total("dead_lettered")
+    return (
+        stats.total("pushed"),
+        stats.total("acked"),
+        failed,
+        stats.ready,
+        stats.delayed,
+        stats.unacked,
+        stats.dead,
+    )
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,8 @@ class Sampler:
         self.interval = interval
         self.limit = limit
         self._points: collections.deque[_Point] = collections.deque(
-            maxlen=max(int(window / interval), 2) + 1)
+            maxlen=max(int(window / interval), 2) + 1
+        )
         self._latest: Snapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -67,8 +74,9 @@ class Sampler:
     # -- running -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="dynoq-dashboard-sampler")
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name="dynoq-dashboard-sampler"
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -89,8 +97,9 @@ class Sampler:
         the last numbers and say why."""
         try:
             sources = self.reader.sources(self.limit)
-            stats = self.reader.backend.run(inspect.together(
-                [s.ops.stats() for s in sources.queues]))
+            stats = self.reader.backend.run(
+                inspect.together([s.ops.stats() for s in sources.queues])
+            )
             now = self.reader.server_time()  # alone: on a cluster TIME goes to any node
         except DynoqError as exc:
             if isinstance(exc, QueueGone):  # deleted or created anew: read them again
@@ -98,9 +107,12 @@ class Sampler:
             log.warning("dynoq dashboard: sample failed: %s", exc)
             with self._lock:
                 last = self._latest
-                snap = Snapshot(last.at if last else 0.0,
-                                last.sources if last else Sources([], 0, 0, 0),
-                                last.stats if last else {}, str(exc))
+                snap = Snapshot(
+                    last.at if last else 0.0,
+                    last.sources if last else Sources([], 0, 0, 0),
+                    last.stats if last else {},
+                    str(exc),
+                )
                 self._latest = snap
             return snap
         by_name = {s.name: st for s, st in zip(sources.queues, stats, strict=True)}

@@ -27,9 +27,16 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _server(client: Client, config: DashboardConfig) -> uvicorn.Server:
     app = create_app(client, config)
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
-                                         server_header=False, proxy_headers=False,
-                                         lifespan="on"))
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+            lifespan="on",
+        )
+    )
 
 
 def url_of(sock: socket.socket) -> str:
@@ -37,8 +44,9 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def serve(client: Client, config: DashboardConfig,
-          ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    client: Client, config: DashboardConfig, ready: Callable[[str], None] | None = None
+) -> None:
     """Serve the dashboard until SIGINT or SIGTERM. ``ready(url)`` is called once it
     listens (``config.port`` 0 takes a free port). Raises DynoqError when the address
     cannot be had, InvalidArgument for a host beyond loopback without a token."""
@@ -64,8 +72,8 @@ def serve(client: Client, config: DashboardConfig,
 class Running:
     """A dashboard served on a background thread while the ``with`` block runs::
 
-        with Running(client, DashboardConfig(port=0)) as dash:
-            print(dash.url)
+    with Running(client, DashboardConfig(port=0)) as dash:
+        print(dash.url)
     """
 
     def __init__(self, client: Client, config: DashboardConfig) -> None:
@@ -73,9 +81,12 @@ class Running:
         self._sock = _bind(config.host, config.port)
         self.url = url_of(self._sock)
         self._server = _server(client, config)
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self._sock]}, daemon=True,
-                                        name="dynoq-dashboard")
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._sock]},
+            daemon=True,
+            name="dynoq-dashboard",
+        )
 
     def __enter__(self) -> Running:
         self._thread.start()

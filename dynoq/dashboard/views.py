@@ -51,9 +51,14 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     if now is None:
         now = d.reader.server_time()
     context.update(
-        prefix=client.prefix, server=redact(client.url), actions=d.config.allow_actions,
-        csrf=request.state.csrf, now=now, rel=lambda at: relative(at, now),
-        interval=d.config.interval)
+        prefix=client.prefix,
+        server=redact(client.url),
+        actions=d.config.allow_actions,
+        csrf=request.state.csrf,
+        now=now,
+        rel=lambda at: relative(at, now),
+        interval=d.config.interval,
+    )
     return d.templates.TemplateResponse(request, template, context, status_code=status)
 
 
@@ -65,8 +70,9 @@ def _queue(request: Request) -> tuple[str, Queue]:
     return name, q
 
 
-def _int(request: Request, key: str, default: int | None, low: int = 0,
-         high: int = 2**53) -> int | None:
+def _int(
+    request: Request, key: str, default: int | None, low: int = 0, high: int = 2**53
+) -> int | None:
     raw = request.query_params.get(key)
     if raw in (None, ""):
         return default
@@ -81,6 +87,7 @@ def _int(request: Request, key: str, default: int | None, low: int = 0,
 
 # -- overview ------------------------------------------------------------------------------
 
+
 def overview_data(d: Dash) -> dict[str, Any]:
     """The overview's numbers, from the last sample."""
     snap = d.sampler.latest()
@@ -89,19 +96,32 @@ def overview_data(d: Dash) -> dict[str, Any]:
         st = snap.stats.get(s.name)
         if st is None:
             continue
-        shards = [{"shard": sh.shard, **stats_row(sh)}
-                  for sh in st.shards[:MAX_SHARDS_IN_OVERVIEW]]
+        shards = [{"shard": sh.shard, **stats_row(sh)} for sh in st.shards[:MAX_SHARDS_IN_OVERVIEW]]
         oldest = [sh.oldest_ready_at for sh in st.shards if sh.oldest_ready_at is not None]
-        queues.append({"name": s.name, "topic": s.topic, "group": s.group, "mode": s.mode,
-                       "shards": s.shards, "ordered": s.ops.settings.ordered,
-                       "oldest": None if not oldest else round(snap.at - min(oldest), 3),
-                       "per_shard": shards, **stats_row(st)})
-    totals = {k: sum(int(q[k]) for q in queues)
-              for k in ("ready", "delayed", "in_flight", "dead")}
-    return {"at": snap.at, "error": snap.error, "queues": queues, "totals": totals,
-            "queue_count": snap.sources.queue_count, "topic_count": snap.sources.topic_count,
-            "left_out": snap.sources.left_out,
-            "unreadable": [{"name": n, "why": why} for n, why in snap.sources.unreadable]}
+        queues.append(
+            {
+                "name": s.name,
+                "topic": s.topic,
+                "group": s.group,
+                "mode": s.mode,
+                "shards": s.shards,
+                "ordered": s.ops.settings.ordered,
+                "oldest": None if not oldest else round(snap.at - min(oldest), 3),
+                "per_shard": shards,
+                **stats_row(st),
+            }
+        )
+    totals = {k: sum(int(q[k]) for q in queues) for k in ("ready", "delayed", "in_flight", "dead")}
+    return {
+        "at": snap.at,
+        "error": snap.error,
+        "queues": queues,
+        "totals": totals,
+        "queue_count": snap.sources.queue_count,
+        "topic_count": snap.sources.topic_count,
+        "left_out": snap.sources.left_out,
+        "unreadable": [{"name": n, "why": why} for n, why in snap.sources.unreadable],
+    }
 
 
 def overview(request: Request) -> Response:
@@ -112,8 +132,9 @@ def overview(request: Request) -> Response:
     for q in data["queues"]:
         if q["topic"] is not None:
             topics.setdefault(q["topic"], []).append(q)
-    return render(request, "overview.html", data=data, plain=plain, topics=topics,
-                  now=data["at"] or None)
+    return render(
+        request, "overview.html", data=data, plain=plain, topics=topics, now=data["at"] or None
+    )
 
 
 def api_overview(request: Request) -> Response:
@@ -122,6 +143,7 @@ def api_overview(request: Request) -> Response:
 
 
 # -- one queue -----------------------------------------------------------------------------
+
 
 def queue_page(request: Request) -> Response:
     d = dash_of(request)
@@ -134,14 +156,29 @@ def queue_page(request: Request) -> Response:
     in_flight, more_in_flight = d.reader.page(q, "in_flight", shard=None)
     delayed, more_delayed = d.reader.page(q, "delayed", shard=None)
     groups, group_count = d.reader.groups(q, members=1, history=1)
-    return render(request, "queue.html", name=name, q=q, stats=stats,
-                  shards=[stats.shards[i] for i in shown], leases=leases, first=first,
-                  shard_page=SHARD_PAGE, peek=d.reader.peek(q, LIST), in_flight=in_flight,
-                  more_in_flight=more_in_flight, delayed=delayed, more_delayed=more_delayed,
-                  groups=groups, group_count=group_count, leased=_leased(q),
-                  keys=d.reader.keys(q) if q.ops.keyed else None, key_list=LIST,
-                  prepared=d.reader.prepared(q) if stats.prepared else [],
-                  merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS))
+    return render(
+        request,
+        "queue.html",
+        name=name,
+        q=q,
+        stats=stats,
+        shards=[stats.shards[i] for i in shown],
+        leases=leases,
+        first=first,
+        shard_page=SHARD_PAGE,
+        peek=d.reader.peek(q, LIST),
+        in_flight=in_flight,
+        more_in_flight=more_in_flight,
+        delayed=delayed,
+        more_delayed=more_delayed,
+        groups=groups,
+        group_count=group_count,
+        leased=_leased(q),
+        keys=d.reader.keys(q) if q.ops.keyed else None,
+        key_list=LIST,
+        prepared=d.reader.prepared(q) if stats.prepared else [],
+        merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS),
+    )
 
 
 def api_queue(request: Request) -> Response:
@@ -149,10 +186,16 @@ def api_queue(request: Request) -> Response:
     name, q = _queue(request)
     first = _int(request, "shards_from", 0, high=q.settings.shards - 1) or 0
     stats = q.stats()
-    return JSONResponse({"queue": name, **stats_row(stats),
-                         "per_shard": [{"shard": s.shard, **stats_row(s)}
-                                       for s in stats.shards[first:first + SHARD_PAGE]],
-                         "series": d.sampler.series(name)})
+    return JSONResponse(
+        {
+            "queue": name,
+            **stats_row(stats),
+            "per_shard": [
+                {"shard": s.shard, **stats_row(s)} for s in stats.shards[first : first + SHARD_PAGE]
+            ],
+            "series": d.sampler.series(name),
+        }
+    )
 
 
 def list_page(request: Request) -> Response:
@@ -165,9 +208,20 @@ def list_page(request: Request) -> Response:
         raise InvalidArgument(f"kind must be in_flight or delayed, got {kind!r}")
     shard, offset, count = _paging(request, q)
     entries, more = d.reader.page(q, kind, shard=shard, offset=offset, count=count)
-    return render(request, "list.html", name=name, q=q, kind=kind, title=KINDS[kind],
-                  entries=entries, more=more, shard=shard, offset=offset, count=count,
-                  merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS))
+    return render(
+        request,
+        "list.html",
+        name=name,
+        q=q,
+        kind=kind,
+        title=KINDS[kind],
+        entries=entries,
+        more=more,
+        shard=shard,
+        offset=offset,
+        count=count,
+        merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS),
+    )
 
 
 def _paging(request: Request, q: Queue) -> tuple[int | None, int, int]:
@@ -186,10 +240,22 @@ def dead_page(request: Request) -> Response:
     wanted = request.query_params.get("id", "")
     found = d.reader.find(q, wanted) if wanted else None
     entries, more = d.reader.page(q, "dead", shard=shard, offset=offset, count=count)
-    return render(request, "dead.html", name=name, q=q, entries=entries, more=more,
-                  shard=shard, offset=offset, count=count, wanted=wanted, found=found,
-                  dead_count=q.stats().dead, done=request.query_params.get("done"),
-                  merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS))
+    return render(
+        request,
+        "dead.html",
+        name=name,
+        q=q,
+        entries=entries,
+        more=more,
+        shard=shard,
+        offset=offset,
+        count=count,
+        wanted=wanted,
+        found=found,
+        dead_count=q.stats().dead,
+        done=request.query_params.get("done"),
+        merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS),
+    )
 
 
 def message_page(request: Request) -> Response:
@@ -199,22 +265,40 @@ def message_page(request: Request) -> Response:
     found = d.reader.find(q, msg_id) if msg_id else None
     if found is None:
         raise HTTPException(404, f"no message {msg_id!r} in {name!r}")
-    return render(request, "message.html", name=name, q=q, found=found,
-                  m=found.message, done=request.query_params.get("done"))
+    return render(
+        request,
+        "message.html",
+        name=name,
+        q=q,
+        found=found,
+        m=found.message,
+        done=request.query_params.get("done"),
+    )
 
 
 def groups_page(request: Request) -> Response:
     d = dash_of(request)
     name, q = _queue(request)
     groups, total = d.reader.groups(q, members=200, history=50)
-    leases = (d.reader.leases(q, list(range(min(q.settings.shards, inspect.MAX_PAGE))))
-              if _leased(q) else [])
+    leases = (
+        d.reader.leases(q, list(range(min(q.settings.shards, inspect.MAX_PAGE))))
+        if _leased(q)
+        else []
+    )
     held: dict[str, list[int]] = {}
     for lease in leases:
         if lease.holder is not None:
             held.setdefault(lease.holder, []).append(lease.shard)
-    return render(request, "groups.html", name=name, q=q, groups=groups, total=total,
-                  held=held, holds=_holds(q, held))
+    return render(
+        request,
+        "groups.html",
+        name=name,
+        q=q,
+        groups=groups,
+        total=total,
+        held=held,
+        holds=_holds(q, held),
+    )
 
 
 def _leased(q: Queue) -> bool:
@@ -226,11 +310,13 @@ def _leased(q: Queue) -> bool:
 def _holds(q: Queue, held: dict[str, list[int]]) -> Any:
     """The shards a member holds: the leases it holds (ordered queues; the lease token
     starts with the member's instance id), else its last recorded assignment."""
+
     def holds(view: inspect.GroupView, member: str) -> list[int] | None:
         if _leased(q):
             return held.get(member, [])
         last = next((r for r in view.history if r.member == member), None)
         return None if last is None else list(last.shards)
+
     return holds
 
 
@@ -242,10 +328,17 @@ def topic_page(request: Request) -> Response:
         raise HTTPException(404, f"no topic {name!r} under this prefix")
     targets = sorted(t.backend.drive(t.ops.targets()).items())
     shown = targets[:100]
-    stats = {target: t.backend.run(t.ops.target_queue(target).stats())
-             for target, _ in shown}
-    return render(request, "topic.html", name=name, t=t, subs=t.subscriptions(),
-                  targets=shown, target_count=len(targets), stats=stats)
+    stats = {target: t.backend.run(t.ops.target_queue(target).stats()) for target, _ in shown}
+    return render(
+        request,
+        "topic.html",
+        name=name,
+        t=t,
+        subs=t.subscriptions(),
+        targets=shown,
+        target_count=len(targets),
+        stats=stats,
+    )
 
 
 def confirm_page(request: Request) -> Response:
@@ -257,5 +350,4 @@ def confirm_page(request: Request) -> Response:
         raise InvalidArgument(f"action must be replay or purge, got {action!r}")
     if not d.config.allow_actions:
         raise HTTPException(403, "actions are off: start the dashboard with --allow-actions")
-    return render(request, "confirm.html", name=name, q=q, action=action,
-                  dead_count=q.stats().dead)
+    return render(request, "confirm.html", name=name, q=q, action=action, dead_count=q.stats().dead)

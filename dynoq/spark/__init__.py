@@ -25,8 +25,12 @@ from .rows import Rejection
 from .sink import BatchSink, QueueSink, batch_sink, partition_sink, write
 from .target import Target, source_options
 
-_NEED_PYSPARK = {"DynoqDataSource": "datasource", "queue_dataframe": "datasource",
-                 "register": "datasource", "spark_session": "session"}
+_NEED_PYSPARK = {
+    "DynoqDataSource": "datasource",
+    "queue_dataframe": "datasource",
+    "register": "datasource",
+    "spark_session": "session",
+}
 
 
 def __getattr__(name: str) -> _Any:
@@ -44,6 +48,20 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_NEED_PYSPARK})
 
 
-__all__ = ["BatchSink", "Counts", "DynoqDataSource", "Progress", "QueueSink", "Rejection",
-           "Target", "WriteResult", "batch_sink", "partition_sink", "queue_dataframe",
-           "register", "source_options", "spark_session", "write"]
+__all__ = [
+    "BatchSink",
+    "Counts",
+    "DynoqDataSource",
+    "Progress",
+    "QueueSink",
+    "Rejection",
+    "Target",
+    "WriteResult",
+    "batch_sink",
+    "partition_sink",
+    "queue_dataframe",
+    "register",
+    "source_options",
+    "spark_session",
+    "write",
+]

@@ -70,8 +70,17 @@ from .writer import Recorded, RowWriter, Tally, settle
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
 _TARGET = {"url", "prefix", "queue", "connectoptions", "maxpayloadbytes"}
-_WRITE = {"idcol", "keycol", "delaycol", "prioritycol", "payloadcols", "batchsize", "arrow",
-          "queryname", "retention"}
+_WRITE = {
+    "idcol",
+    "keycol",
+    "delaycol",
+    "prioritycol",
+    "payloadcols",
+    "batchsize",
+    "arrow",
+    "queryname",
+    "retention",
+}
 _READ = {"states"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
@@ -95,19 +104,28 @@ class Written(WriterCommitMessage):
         return Counts(self.pushed, self.skipped, self.refused, self.invalid)
 
     @classmethod
-    def of(cls, tally: Tally, query: str = "",
-           recorded: Recorded | None = None) -> Written:
+    def of(cls, tally: Tally, query: str = "", recorded: Recorded | None = None) -> Written:
         c = tally.counts
-        return cls(_partition(), c.pushed, c.skipped, c.refused, query, c.invalid,
-                   tuple(tally.rejected), recorded)
+        return cls(
+            _partition(),
+            c.pushed,
+            c.skipped,
+            c.refused,
+            query,
+            c.invalid,
+            tuple(tally.rejected),
+            recorded,
+        )
 
 
 def _options(options: Mapping[str, str], allowed: set[str]) -> dict[str, str]:
     opts = {k.lower(): str(v) for k, v in options.items()}
     unknown = sorted(k for k in opts if k not in allowed | _SPARK)
     if unknown:
-        raise InvalidArgument(f'format("dynoq") does not know the option(s) {unknown}; '
-                              "see help(dynoq.spark.datasource) for the options")
+        raise InvalidArgument(
+            f'format("dynoq") does not know the option(s) {unknown}; '
+            "see help(dynoq.spark.datasource) for the options"
+        )
     return opts
 
 
@@ -120,25 +138,34 @@ def _flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
-def write_settings(options: Mapping[str, str], schema: Mapping[str, Any], *,
-                   streaming: bool = False) -> tuple[RowWriter, bool]:
+def write_settings(
+    options: Mapping[str, str], schema: Mapping[str, Any], *, streaming: bool = False
+) -> tuple[RowWriter, bool]:
     """(the RowWriter, whether to use Arrow) from write options, checked on the driver
     against the data's schema (``StructType.jsonValue()``: its columns and their types)
     and the queue."""
     opts = _options(options, _TARGET | _WRITE)
     if "idcol" not in opts:
-        raise InvalidArgument('format("dynoq") writes need the option "idCol" (the column '
-                              "of message ids)")
+        raise InvalidArgument(
+            'format("dynoq") writes need the option "idCol" (the column of message ids)'
+        )
     cols = opts.get("payloadcols")
-    spec = RowSpec.of(opts["idcol"], opts.get("keycol"), opts.get("delaycol"),
-                      opts.get("prioritycol"),
-                      None if cols is None else [c.strip() for c in cols.split(",")
-                                                 if c.strip()])
+    spec = RowSpec.of(
+        opts["idcol"],
+        opts.get("keycol"),
+        opts.get("delaycol"),
+        opts.get("prioritycol"),
+        None if cols is None else [c.strip() for c in cols.split(",") if c.strip()],
+    )
     retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
     query = opts.get("queryname", "")
-    writer = RowWriter(Target.from_spark_options(opts), spec,
-                       int_option("batchSize", opts.get("batchsize", "1000")),
-                       check_query(query) if query else "", retention)
+    writer = RowWriter(
+        Target.from_spark_options(opts),
+        spec,
+        int_option("batchSize", opts.get("batchsize", "1000")),
+        check_query(query) if query else "",
+        retention,
+    )
     writer.check([f["name"] for f in schema.get("fields", ())], streaming=streaming)
     return writer.typed(schema), _flag(opts, "arrow", True)
 
@@ -157,8 +184,10 @@ def _partition() -> int:
 
 def _total(messages: Iterable[WriterCommitMessage | None]) -> WriteResult:
     done = [m for m in messages if isinstance(m, Written)]
-    return WriteResult.of(((m.partition, m.counts) for m in done),
-                          ((m.partition, r) for m in done for r in m.rejected))
+    return WriteResult.of(
+        ((m.partition, m.counts) for m in done),
+        ((m.partition, r) for m in done for r in m.rejected),
+    )
 
 
 class _Reporting:
@@ -185,6 +214,7 @@ class _Reporting:
 
 # -- batch writes ----------------------------------------------------------------------------
 
+
 class _Commits(_Reporting):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._report(messages, 'format("dynoq") write')
@@ -199,8 +229,7 @@ class RowsWriter(_Commits, DataSourceWriter):
         self.channel = channel
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        return self._written(self.writer, self.writer.push_rows(row.asDict()
-                                                                 for row in iterator))
+        return self._written(self.writer, self.writer.push_rows(row.asDict() for row in iterator))
 
 
 class ArrowWriter(_Commits, DataSourceArrowWriter):
@@ -214,15 +243,16 @@ class ArrowWriter(_Commits, DataSourceArrowWriter):
 
 # -- streaming writes ------------------------------------------------------------------------
 
-class _StreamCommits(_Reporting):
 
+class _StreamCommits(_Reporting):
     def _task_writer(self) -> tuple[RowWriter, int]:
         ctx = TaskContext.get()
         batch = None if ctx is None else ctx.getLocalProperty(BATCH_ID)
         query = self.writer.query or (None if ctx is None else ctx.getLocalProperty(QUERY_ID))
         if batch is None or not query:
-            raise InvalidArgument("a dynoq stream writer task runs without Spark's "
-                                  "streaming query id and batch id")
+            raise InvalidArgument(
+                "a dynoq stream writer task runs without Spark's streaming query id and batch id"
+            )
         return self.writer.for_query(query), int(batch)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -246,8 +276,7 @@ class RowsStreamWriter(_StreamCommits, DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> Written:
         writer, batch = self._task_writer()
-        return self._written(writer, writer.push_rows((row.asDict() for row in iterator),
-                                                      batch))
+        return self._written(writer, writer.push_rows((row.asDict() for row in iterator), batch))
 
 
 class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
@@ -262,12 +291,12 @@ class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
 
 # -- reads -----------------------------------------------------------------------------------
 
+
 class QueueReader(DataSourceReader):
     """One partition per shard; each scans its shard read-only (claims nothing), a page
     at a time, and hands Spark each page as one Arrow record batch."""
 
-    def __init__(self, target: Target, states: tuple[str, ...], shards: int,
-                 schema: Any) -> None:
+    def __init__(self, target: Target, states: tuple[str, ...], shards: int, schema: Any) -> None:
         self.target = target
         self.states = states
         self.shards = shards
@@ -284,7 +313,8 @@ class QueueReader(DataSourceReader):
             for found in pages(q, int(partition.value), self.states):
                 cols = columns(found)
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow)
+                    [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow
+                )
         except QueueGone:
             self.target.forget_queue()  # a retried task reads the queue again
             raise
@@ -303,6 +333,7 @@ def _arrow_schema(schema: Any) -> Any:
 
 # -- the data source -------------------------------------------------------------------------
 
+
 class DynoqDataSource(DataSource):
     """``format("dynoq")``: see the module docstring for its options."""
 
@@ -317,8 +348,9 @@ class DynoqDataSource(DataSource):
 
     def reader(self, schema: Any) -> QueueReader:
         opts = _options(self.options, _TARGET | _READ)
-        states = check_states(s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES))
-                              .split(",") if s.strip())
+        states = check_states(
+            s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES)).split(",") if s.strip()
+        )
         target = Target.from_spark_options(opts)
         return QueueReader(target, states, target.open().settings.shards, schema)
 
@@ -337,9 +369,11 @@ def _no_overwrite(overwrite: bool) -> None:
     # Spark refuses its default mode (errorifexists) and "ignore" itself, before this
     # runs (UNSUPPORTED_DATA_SOURCE_SAVE_MODE): append and overwrite reach a data source.
     if overwrite:
-        raise InvalidArgument('format("dynoq") only appends messages to a queue (a write '
-                              'never deletes any): use mode("append") (outputMode "append" '
-                              "for streams)")
+        raise InvalidArgument(
+            'format("dynoq") only appends messages to a queue (a write '
+            'never deletes any): use mode("append") (outputMode "append" '
+            "for streams)"
+        )
 
 
 _sources: weakref.WeakKeyDictionary[Any, type[DynoqDataSource]] = weakref.WeakKeyDictionary()
@@ -369,9 +403,15 @@ def _source_for(spark: Any) -> type[DynoqDataSource]:
         if found is None:
             # A class made here is pickled by value (with its channel) when registered;
             # DynoqDataSource itself would be pickled by reference, without one.
-            found = type("DynoqDataSource", (DynoqDataSource,),
-                         {"_channel": channel(context), "__module__": __name__,
-                          "__qualname__": "DynoqDataSource.for_session"})
+            found = type(
+                "DynoqDataSource",
+                (DynoqDataSource,),
+                {
+                    "_channel": channel(context),
+                    "__module__": __name__,
+                    "__qualname__": "DynoqDataSource.for_session",
+                },
+            )
             _sources[context] = found
     return found
 
@@ -387,13 +427,23 @@ def _activate(spark: Any) -> None:
     cls.setActiveSession(session)
 
 
-def queue_dataframe(spark: Any, where: str | Client, queue: str, *,
-                    states: Iterable[str] = DEFAULT_STATES, **connect_options: Any) -> Any:
+def queue_dataframe(
+    spark: Any,
+    where: str | Client,
+    queue: str,
+    *,
+    states: Iterable[str] = DEFAULT_STATES,
+    **connect_options: Any,
+) -> Any:
     """A DataFrame of the queue's messages in ``states`` (``spark.read.format("dynoq")``,
     one partition per shard, read-only). ``where``: a connected Client or a URL with
     ``prefix=`` and connection options. Raises InvalidArgument if there is no such
     queue."""
     register(spark)
     opts = Target.of(where, queue, connect_options).spark_options()
-    return (spark.read.format("dynoq").options(**opts)
-            .option("states", ",".join(check_states(states))).load())
+    return (
+        spark.read.format("dynoq")
+        .options(**opts)
+        .option("states", ",".join(check_states(states)))
+        .load()
+    )

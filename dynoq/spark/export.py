@@ -26,10 +26,12 @@ from .._core.scan import DEFAULT_STATES, STATES, Found, check_states, walk_page,
 from ..queue import Queue
 
 # Columns of an exported message (Spark DDL): the payload and headers as JSON text.
-SCHEMA = ("id string, state string, shard int, key string, priority int, attempts int, "
-          "enqueued_at timestamp, deliver_at timestamp, dead_at timestamp, "
-          "payload string, headers string, visibility_deadline timestamp, "
-          "error_type string, error string")
+SCHEMA = (
+    "id string, state string, shard int, key string, priority int, attempts int, "
+    "enqueued_at timestamp, deliver_at timestamp, dead_at timestamp, "
+    "payload string, headers string, visibility_deadline timestamp, "
+    "error_type string, error string"
+)
 COLUMNS = tuple(c.split()[0] for c in SCHEMA.split(", "))
 TIMES = ("enqueued_at", "deliver_at", "dead_at", "visibility_deadline")
 _JSON = json.JSONEncoder(default=json_default, ensure_ascii=False, sort_keys=True)
@@ -46,8 +48,7 @@ def to_json(value: Any) -> str | None:
         return _json_text(value, sort_keys=True)
 
 
-def pages(q: Queue, shard: int,
-          states: Iterable[str] = DEFAULT_STATES) -> Iterator[list[Found]]:
+def pages(q: Queue, shard: int, states: Iterable[str] = DEFAULT_STATES) -> Iterator[list[Found]]:
     """The messages of one shard in ``states``, a page at a time (one page in memory)."""
     chosen = check_states(states)
     for zset in walk_sets(chosen):
@@ -73,12 +74,22 @@ def _values(f: Found) -> tuple[Any, ...]:
     m = f.message
     failure = m.failure
     at = None if f.at is None else round(f.at * 1_000_000)
-    return (m.id, f.state, m.shard, m.key, m.priority, m.attempts, _us(m.enqueued_at),
-            _us(m.deliver_at), at if f.state == "dead" else None, to_json(m.payload),
-            None if m.headers is None else to_json(m.headers),
-            at if f.state == "unacked" else None,
-            None if failure is None else failure.error_type,
-            None if failure is None else failure.error)
+    return (
+        m.id,
+        f.state,
+        m.shard,
+        m.key,
+        m.priority,
+        m.attempts,
+        _us(m.enqueued_at),
+        _us(m.deliver_at),
+        at if f.state == "dead" else None,
+        to_json(m.payload),
+        None if m.headers is None else to_json(m.headers),
+        at if f.state == "unacked" else None,
+        None if failure is None else failure.error_type,
+        None if failure is None else failure.error,
+    )
 
 
 def _us(seconds: float | None) -> int | None:
@@ -92,14 +103,17 @@ def _utc(us: int | None) -> dt.datetime | None:
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def scan_shard(q: Queue, shard: int,
-               states: Iterable[str] = DEFAULT_STATES) -> Iterator[dict[str, Any]]:
+def scan_shard(
+    q: Queue, shard: int, states: Iterable[str] = DEFAULT_STATES
+) -> Iterator[dict[str, Any]]:
     """Every message of one shard in ``states``, as a dict with the :data:`SCHEMA`
     columns (times as aware UTC datetimes), a page at a time."""
     for found in pages(q, shard, states):
         for f in found:
-            yield {name: _utc(value) if name in TIMES else value
-                   for name, value in zip(COLUMNS, _values(f), strict=True)}
+            yield {
+                name: _utc(value) if name in TIMES else value
+                for name, value in zip(COLUMNS, _values(f), strict=True)
+            }
 
 
 def scan(q: Queue, states: Iterable[str] = DEFAULT_STATES) -> Iterator[dict[str, Any]]:
@@ -109,5 +123,14 @@ def scan(q: Queue, states: Iterable[str] = DEFAULT_STATES) -> Iterator[dict[str,
         yield from scan_shard(q, shard, chosen)
 
 
-__all__ = ["COLUMNS", "DEFAULT_STATES", "SCHEMA", "STATES", "columns", "pages", "scan",
-           "scan_shard", "to_json"]
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_STATES",
+    "SCHEMA",
+    "STATES",
+    "columns",
+    "pages",
+    "scan",
+    "scan_shard",
+    "to_json",
+]

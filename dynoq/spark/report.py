@@ -64,16 +64,20 @@ class WriteResult:
         return self.total.invalid
 
     @classmethod
-    def of(cls, parts: Iterable[tuple[int, Counts]],
-           rejected: Iterable[tuple[int, Rejection]] = ()) -> WriteResult:
+    def of(
+        cls, parts: Iterable[tuple[int, Counts]], rejected: Iterable[tuple[int, Rejection]] = ()
+    ) -> WriteResult:
         """From (partition, Counts) pairs (a partition may repeat: they add up) and
         (partition, Rejection) pairs."""
         merged: dict[int, Counts] = {}
         for part, counts in parts:
             merged[part] = merged.get(part, Counts()) + counts
         total = sum(merged.values(), Counts())
-        return cls(total, tuple(sorted(merged.items())),
-                   tuple(sorted(rejected, key=lambda pr: (pr[0], pr[1].row)))[:MAX_SHOWN])
+        return cls(
+            total,
+            tuple(sorted(merged.items())),
+            tuple(sorted(rejected, key=lambda pr: (pr[0], pr[1].row)))[:MAX_SHOWN],
+        )
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,19 @@ def emit(report: Report) -> None:
     """Log ``report`` (logger dynoq.spark, INFO) and count it in Prometheus."""
     t = report.result.total
     parts = report.result.partitions
-    log.info("dynoq.spark: %s to %s: pushed %d, skipped %d as duplicates, refused %d%s "
-             "(%d partitions: %s)%s", report.what, report.where, t.pushed, t.skipped,
-             t.refused, f" ({t.invalid} invalid rows)" if t.invalid else "", len(parts),
-             ", ".join(f"{p}={c.pushed}/{c.skipped}/{c.refused}" for p, c in parts[:50]),
-             _rejections(report.result))
+    log.info(
+        "dynoq.spark: %s to %s: pushed %d, skipped %d as duplicates, refused %d%s "
+        "(%d partitions: %s)%s",
+        report.what,
+        report.where,
+        t.pushed,
+        t.skipped,
+        t.refused,
+        f" ({t.invalid} invalid rows)" if t.invalid else "",
+        len(parts),
+        ", ".join(f"{p}={c.pushed}/{c.skipped}/{c.refused}" for p, c in parts[:50]),
+        _rejections(report.result),
+    )
     counter = _prometheus_counter()
     if counter is not None:
         for outcome in ("pushed", "skipped", "refused"):
@@ -119,9 +131,14 @@ def _prometheus_counter() -> Any:
                 _counter.append(None)
             else:
                 prom = importlib.import_module("prometheus_client")
-                _counter.append(prom.Counter(
-                    "dynoq_spark_rows", "Rows written by dynoq's Spark writers, by queue and "
-                    "outcome (pushed, skipped as duplicates, refused)", ["queue", "outcome"]))
+                _counter.append(
+                    prom.Counter(
+                        "dynoq_spark_rows",
+                        "Rows written by dynoq's Spark writers, by queue and "
+                        "outcome (pushed, skipped as duplicates, refused)",
+                        ["queue", "outcome"],
+                    )
+                )
         return _counter[0]
 
 

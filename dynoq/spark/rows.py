@@ -64,7 +64,8 @@ def plain(value: Any) -> Any:
                 raise PayloadTypeError(
                     "a map keyed by structs or arrays has no payload form (a payload's "
                     "dict keys are strings, numbers or bytes): cast its keys to strings, "
-                    "or make it an array of entries (map_entries)")
+                    "or make it an array of entries (map_entries)"
+                )
             out[key] = plain(v)
         return out
     if isinstance(value, (list, tuple)):
@@ -100,9 +101,14 @@ class RowSpec:
                 _name(col, "each of payload_cols")
 
     @classmethod
-    def of(cls, id_col: str, key_col: str | None = None, delay_col: str | None = None,
-           priority_col: str | None = None,
-           payload_cols: Iterable[str] | None = None) -> RowSpec:
+    def of(
+        cls,
+        id_col: str,
+        key_col: str | None = None,
+        delay_col: str | None = None,
+        priority_col: str | None = None,
+        payload_cols: Iterable[str] | None = None,
+    ) -> RowSpec:
         if isinstance(payload_cols, str):
             raise InvalidType("payload_cols must be a list of column names, not one string")
         cols = None if payload_cols is None else tuple(payload_cols)
@@ -110,26 +116,34 @@ class RowSpec:
 
     @property
     def routing_cols(self) -> list[str]:
-        return [c for c in (self.id_col, self.key_col, self.delay_col, self.priority_col)
-                if c is not None]
+        return [
+            c
+            for c in (self.id_col, self.key_col, self.delay_col, self.priority_col)
+            if c is not None
+        ]
 
     def needed(self, columns: Sequence[str]) -> list[str]:
         """The columns of ``columns`` a sink reads, in their order (to prune the rest)."""
-        want = set(self.routing_cols) | set(columns if self.payload_cols is None
-                                            else self.payload_cols)
+        want = set(self.routing_cols) | set(
+            columns if self.payload_cols is None else self.payload_cols
+        )
         return [c for c in columns if c in want]
 
     def check_columns(self, columns: Collection[str]) -> None:
         """Raise a clear error when a column the spec names is not in the data."""
         named = [(c, "id_col") for c in [self.id_col]]
-        named += [(getattr(self, w), w) for w in ("key_col", "delay_col", "priority_col")
-                  if getattr(self, w) is not None]
+        named += [
+            (getattr(self, w), w)
+            for w in ("key_col", "delay_col", "priority_col")
+            if getattr(self, w) is not None
+        ]
         named += [(c, "payload_cols") for c in self.payload_cols or ()]
         for col, what in named:
             if col not in columns:
                 raise InvalidArgument(
                     f"{what} names column {col!r}, which is not in the data (columns: "
-                    f"{', '.join(sorted(columns)) or 'none'}); fix the column mapping")
+                    f"{', '.join(sorted(columns)) or 'none'}); fix the column mapping"
+                )
 
 
 @dataclass(frozen=True)
@@ -142,8 +156,7 @@ class Rejection:
     reason: str
 
     def __str__(self) -> str:
-        where = f"row {self.row}" + ("" if self.column is None else
-                                     f", column {self.column!r}")
+        where = f"row {self.row}" + ("" if self.column is None else f", column {self.column!r}")
         return f"{where}: {self.reason}"
 
 
@@ -167,36 +180,46 @@ class _Refused(Exception):
 
 def _row_id(value: object, col: str) -> str:
     if value is None:
-        raise _Refused(col, "the id is null (every row needs an id: ids make retried "
-                            "Spark tasks push nothing twice)")
+        raise _Refused(
+            col,
+            "the id is null (every row needs an id: ids make retried "
+            "Spark tasks push nothing twice)",
+        )
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise _Refused(col, f"the id is a {type(value).__name__} ({value!r}): ids are "
-                            "strings or integers (cast the column)")
+        raise _Refused(
+            col,
+            f"the id is a {type(value).__name__} ({value!r}): ids are "
+            "strings or integers (cast the column)",
+        )
     text = str(value)
     if not text.strip():
         raise _Refused(col, "the id is empty")
     if len(text) > MAX_ID_LENGTH:
-        raise _Refused(col, f"the id has {len(text)} characters; ids may have at most "
-                            f"{MAX_ID_LENGTH}")
+        raise _Refused(
+            col, f"the id has {len(text)} characters; ids may have at most {MAX_ID_LENGTH}"
+        )
     return text
 
 
 def _key(value: object, col: str, ordered: bool) -> str | None:
     if value is None:
         if ordered:
-            raise _Refused(col, "the key is null: an ordered queue routes and orders every "
-                                "message by its key")
+            raise _Refused(
+                col, "the key is null: an ordered queue routes and orders every message by its key"
+            )
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise _Refused(col, f"the key is a {type(value).__name__} ({value!r}): keys are "
-                            "strings or integers")
+        raise _Refused(
+            col, f"the key is a {type(value).__name__} ({value!r}): keys are strings or integers"
+        )
     return str(value)
 
 
 def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
     if value is None:
-        raise _Refused(col, "the delay is null: give every row a delay (0 for none, "
-                            "e.g. coalesce(col, 0))")
+        raise _Refused(
+            col, "the delay is null: give every row a delay (0 for none, e.g. coalesce(col, 0))"
+        )
     if isinstance(value, dt.datetime):
         when = value if value.tzinfo else value.astimezone()
         return max(0.0, when.timestamp() - server_now())
@@ -207,8 +230,11 @@ def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
             raise _Refused(col, f"the delay is {value}: delays are finite seconds >= 0")
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Refused(col, f"the delay is a {type(value).__name__} ({value!r}): use "
-                            "seconds, a due timestamp or a day-time interval")
+        raise _Refused(
+            col,
+            f"the delay is a {type(value).__name__} ({value!r}): use "
+            "seconds, a due timestamp or a day-time interval",
+        )
     if not math.isfinite(value) or value < 0:
         raise _Refused(col, f"the delay is {value!r}: delays are finite seconds >= 0")
     return float(value)
@@ -229,16 +255,24 @@ def _priority(value: object, col: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Refused(col, f"the priority is a {type(value).__name__} ({value!r}): "
-                            "priorities are integers 0..99")
+        raise _Refused(
+            col,
+            f"the priority is a {type(value).__name__} ({value!r}): priorities are integers 0..99",
+        )
     if not 0 <= value <= MAX_PRIORITY:
         raise _Refused(col, f"the priority is {value}: priorities are 0..99 (lower first)")
     return value
 
 
-def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
-                server_now: Callable[[], float], *, plan: Plan | None = None,
-                ordered: bool = False, start: int = 0) -> Made:
+def to_messages(
+    spec: RowSpec,
+    rows: Iterable[Mapping[str, Any]],
+    server_now: Callable[[], float],
+    *,
+    plan: Plan | None = None,
+    ordered: bool = False,
+    start: int = 0,
+) -> Made:
     """Messages for a chunk of rows (``start``: the position of its first row in the
     partition). A row that makes no valid message is refused with the column and why; a
     row repeating an id of an earlier row of the chunk is counted as repeated (push-if-
@@ -255,8 +289,12 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
 
     made = Made()
     seen: set[str] = set()
-    id_col, key_col, delay_col, prio_col = (spec.id_col, spec.key_col, spec.delay_col,
-                                            spec.priority_col)
+    id_col, key_col, delay_col, prio_col = (
+        spec.id_col,
+        spec.key_col,
+        spec.delay_col,
+        spec.priority_col,
+    )
     convs = None if plan is None else converters(plan)
     payload_cols = spec.payload_cols
     for index, row in enumerate(rows, start):
@@ -270,20 +308,20 @@ def to_messages(spec: RowSpec, rows: Iterable[Mapping[str, Any]],
             if convs is not None:
                 payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
             else:
-                payload = _plain_payload(row, row.keys() if payload_cols is None
-                                         else payload_cols)
+                payload = _plain_payload(row, row.keys() if payload_cols is None else payload_cols)
             key = None if key_col is None else _key(row[key_col], key_col, ordered)
-            delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col,
-                                                         cached_now)
+            delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col, cached_now)
             priority = 0 if prio_col is None else _priority(row[prio_col], prio_col)
         except _Refused as bad:
             made.rejected.append(Rejection(index, bad.column, bad.reason))
             continue
         except (TypeError, ValueError, ArithmeticError) as exc:  # a value no converter takes
-            made.rejected.append(Rejection(index, None, "a value cannot be stored "
-                                                        f"({type(exc).__name__}: {exc})"))
+            made.rejected.append(
+                Rejection(index, None, f"a value cannot be stored ({type(exc).__name__}: {exc})")
+            )
             continue
         seen.add(msg_id)
-        made.messages.append((index, Message(payload, id=msg_id, delay=delay,
-                                             priority=priority, key=key)))
+        made.messages.append(
+            (index, Message(payload, id=msg_id, delay=delay, priority=priority, key=key))
+        )
     return made

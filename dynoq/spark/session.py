@@ -26,8 +26,11 @@ import tempfile
 from typing import Any
 
 DEFAULT_MASTER = "local[2,4]"
-DEFAULTS = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-            "spark.sql.shuffle.partitions": "4"}
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
 SPARK_SUBMITS_MASTER = "local[*]"  # what spark-submit runs on when nobody chose
 
 _QUIET_LOG4J = """rootLogger.level = error
@@ -48,8 +51,13 @@ def _quiet_log4j() -> str:
     return path
 
 
-def spark_session(app: str = "dynoq", master: str | None = None, *, quiet: bool = False,
-                  config: dict[str, str] | None = None) -> tuple[Any, bool]:
+def spark_session(
+    app: str = "dynoq",
+    master: str | None = None,
+    *,
+    quiet: bool = False,
+    config: dict[str, str] | None = None,
+) -> tuple[Any, bool]:
     """(SparkSession, whether this call started it).
 
     ``master``: the Spark master (default: the one spark-submit or your Spark
@@ -72,7 +80,8 @@ def spark_session(app: str = "dynoq", master: str | None = None, *, quiet: bool 
     if quiet and not submitted:
         java = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = (
-            f"{java} -Dlog4j2.configurationFile={_quiet_log4j()}".strip())
+            f"{java} -Dlog4j2.configurationFile={_quiet_log4j()}".strip()
+        )
     launch = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     if master:
         launch.setMaster(master)
@@ -84,15 +93,19 @@ def spark_session(app: str = "dynoq", master: str | None = None, *, quiet: bool 
     if given.get("spark.app.name", "pyspark-shell") == "pyspark-shell":
         builder = builder.appName(app)  # spark-submit's --name (or its file name) stays
     for key, value in DEFAULTS.items():
-        if not given.contains(key) or (key == "spark.ui.showConsoleProgress" and not submitted
-                                       and not _named(key)):
+        if not given.contains(key) or (
+            key == "spark.ui.showConsoleProgress" and not submitted and not _named(key)
+        ):
             # (a JVM started from Python is a "pyspark-shell", which spark-submit gives
             # console progress bars by default: not a choice anyone made)
             builder = builder.config(key, value)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    chosen = master or (None if submitted or _master_chosen(given.get("spark.master"))
-                        else os.environ.get("SPARK_MASTER") or DEFAULT_MASTER)
+    chosen = master or (
+        None
+        if submitted or _master_chosen(given.get("spark.master"))
+        else os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    )
     if chosen:
         builder = builder.master(chosen)
         if chosen.startswith("local"):
@@ -129,7 +142,6 @@ def _named(key: str) -> bool:
         folder = os.path.join(home, "conf")
     try:
         with open(os.path.join(folder, "spark-defaults.conf"), encoding="utf-8") as f:
-            return any(line.strip().replace("=", " ").split(None, 1)[:1] == [key]
-                       for line in f)
+            return any(line.strip().replace("=", " ").split(None, 1)[:1] == [key] for line in f)
     except OSError:
         return False

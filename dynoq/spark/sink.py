@@ -55,8 +55,10 @@ class QueueSink:
     channel: Any = field(default=None, compare=False)
 
     def __call__(self, rows: Iterable[Any]) -> None:
-        self.push_rows(row.asDict() if hasattr(row, "asDict") else row
-                       for row in _decoded(rows, self.writer.plan is not None))
+        self.push_rows(
+            row.asDict() if hasattr(row, "asDict") else row
+            for row in _decoded(rows, self.writer.plan is not None)
+        )
 
     def push_rows(self, rows: Iterable[Mapping[str, Any]]) -> Counts:
         """Push rows (mappings); what happened to them (reported to the driver, which
@@ -64,8 +66,15 @@ class QueueSink:
         tally = self.writer.push_rows(rows)
         part = _partition()
         t = self.writer.target
-        send(self.channel, Report(t.queue, t.where, f"partition {part}", WriteResult.of(
-            [(part, tally.counts)], [(part, r) for r in tally.rejected])))
+        send(
+            self.channel,
+            Report(
+                t.queue,
+                t.where,
+                f"partition {part}",
+                WriteResult.of([(part, tally.counts)], [(part, r) for r in tally.rejected]),
+            ),
+        )
         settle(self.writer, tally, self.channel)
         return tally.counts
 
@@ -84,8 +93,14 @@ class BatchSink:
     batch since this sink was made; ``on_batch(batch_id, result)`` is called after each
     commit. Not thread-safe across queries: give each query its own sink."""
 
-    def __init__(self, writer: RowWriter, *, query: str | None = None, keep: int = 100,
-                 on_batch: Callable[[int, WriteResult], None] | None = None) -> None:
+    def __init__(
+        self,
+        writer: RowWriter,
+        *,
+        query: str | None = None,
+        keep: int = 100,
+        on_batch: Callable[[int, WriteResult], None] | None = None,
+    ) -> None:
         self.writer = writer
         self.query = None if query is None else check_query(query)
         self.history: deque[tuple[int, WriteResult]] = deque(maxlen=max(1, keep))
@@ -121,8 +136,12 @@ def _decoded(rows: Iterable[Any], typed: bool) -> Iterator[Any]:
         except StopIteration:
             return
         except (TypeError, NotImplementedError) as exc:  # what PySpark's Row decoding raises
-            hint = ("" if typed else ": give partition_sink schema=df.schema to have such "
-                    "a column refused on the driver, before any task starts")
+            hint = (
+                ""
+                if typed
+                else ": give partition_sink schema=df.schema to have such "
+                "a column refused on the driver, before any task starts"
+            )
             raise InvalidType(
                 f"PySpark cannot turn a row of this partition into Python "
                 f"({type(exc).__name__}: {exc}); a map keyed by arrays, a year-month or a "
@@ -155,25 +174,44 @@ def _driver_channel() -> Any:
 def _query_id(df: Any) -> str:
     value = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID)
     if not value:
-        raise InvalidArgument("batch_sink runs under a streaming query's foreachBatch; "
-                              "outside one, pass query=<a stable name>")
+        raise InvalidArgument(
+            "batch_sink runs under a streaming query's foreachBatch; "
+            "outside one, pass query=<a stable name>"
+        )
     return str(value)
 
 
-def _writer(where: str | Client, queue: str, id_col: str, key_col: str | None,
-            delay_col: str | None, priority_col: str | None,
-            payload_cols: Iterable[str] | None, batch_size: int,
-            connect_options: Mapping[str, Any], retention: float = RETENTION) -> RowWriter:
+def _writer(
+    where: str | Client,
+    queue: str,
+    id_col: str,
+    key_col: str | None,
+    delay_col: str | None,
+    priority_col: str | None,
+    payload_cols: Iterable[str] | None,
+    batch_size: int,
+    connect_options: Mapping[str, Any],
+    retention: float = RETENTION,
+) -> RowWriter:
     spec = RowSpec.of(id_col, key_col, delay_col, priority_col, payload_cols)
-    return RowWriter(Target.of(where, queue, connect_options), spec, batch_size,
-                     retention=retention)
+    return RowWriter(
+        Target.of(where, queue, connect_options), spec, batch_size, retention=retention
+    )
 
 
-def partition_sink(where: str | Client, queue: str, *, id_col: str,
-                   key_col: str | None = None, delay_col: str | None = None,
-                   priority_col: str | None = None, payload_cols: Iterable[str] | None = None,
-                   batch_size: int = 1000, schema: Any = None,
-                   **connect_options: Any) -> QueueSink:
+def partition_sink(
+    where: str | Client,
+    queue: str,
+    *,
+    id_col: str,
+    key_col: str | None = None,
+    delay_col: str | None = None,
+    priority_col: str | None = None,
+    payload_cols: Iterable[str] | None = None,
+    batch_size: int = 1000,
+    schema: Any = None,
+    **connect_options: Any,
+) -> QueueSink:
     """A function for ``df.foreachPartition``: each row becomes one message.
 
     ``where``: a connected :class:`dynoq.Client` (recommended), or a URL with ``prefix=``
@@ -193,8 +231,17 @@ def partition_sink(where: str | Client, queue: str, *, id_col: str,
     Checks the queue now, on the driver: InvalidArgument if it does not exist or cannot
     take this mapping, InvalidType if a column's type cannot be stored, ConnectionFailed
     if the server is unreachable."""
-    writer = _writer(where, queue, id_col, key_col, delay_col, priority_col, payload_cols,
-                     batch_size, connect_options)
+    writer = _writer(
+        where,
+        queue,
+        id_col,
+        key_col,
+        delay_col,
+        priority_col,
+        payload_cols,
+        batch_size,
+        connect_options,
+    )
     if schema is not None:
         writer.check([f.name for f in schema.fields])
         writer = writer.typed(schema.jsonValue())
@@ -203,12 +250,22 @@ def partition_sink(where: str | Client, queue: str, *, id_col: str,
     return QueueSink(writer, _driver_channel())
 
 
-def batch_sink(where: str | Client, queue: str, *, id_col: str, key_col: str | None = None,
-               delay_col: str | None = None, priority_col: str | None = None,
-               payload_cols: Iterable[str] | None = None, batch_size: int = 1000,
-               query: str | None = None, retention: float = RETENTION, keep: int = 100,
-               on_batch: Callable[[int, WriteResult], None] | None = None,
-               **connect_options: Any) -> BatchSink:
+def batch_sink(
+    where: str | Client,
+    queue: str,
+    *,
+    id_col: str,
+    key_col: str | None = None,
+    delay_col: str | None = None,
+    priority_col: str | None = None,
+    payload_cols: Iterable[str] | None = None,
+    batch_size: int = 1000,
+    query: str | None = None,
+    retention: float = RETENTION,
+    keep: int = 100,
+    on_batch: Callable[[int, WriteResult], None] | None = None,
+    **connect_options: Any,
+) -> BatchSink:
     """A function for Structured Streaming's ``foreachBatch``, exactly-once per
     micro-batch; options as :func:`partition_sink`.
 
@@ -218,18 +275,48 @@ def batch_sink(where: str | Client, queue: str, *, id_col: str, key_col: str | N
     record outlives its last batch (a replay after that pushes what is absent again).
     ``keep``: batches kept in ``history``; ``on_batch(batch_id, result)``: called after
     each batch is committed."""
-    writer = _writer(where, queue, id_col, key_col, delay_col, priority_col, payload_cols,
-                     batch_size, connect_options, retention)
+    writer = _writer(
+        where,
+        queue,
+        id_col,
+        key_col,
+        delay_col,
+        priority_col,
+        payload_cols,
+        batch_size,
+        connect_options,
+        retention,
+    )
     writer.check(streaming=True)
     return BatchSink(writer, query=query, keep=keep, on_batch=on_batch)
 
 
-def write(df: Any, where: str | Client, queue: str, *, id_col: str,
-          key_col: str | None = None, delay_col: str | None = None,
-          priority_col: str | None = None, payload_cols: Iterable[str] | None = None,
-          batch_size: int = 1000, **connect_options: Any) -> WriteResult:
+def write(
+    df: Any,
+    where: str | Client,
+    queue: str,
+    *,
+    id_col: str,
+    key_col: str | None = None,
+    delay_col: str | None = None,
+    priority_col: str | None = None,
+    payload_cols: Iterable[str] | None = None,
+    batch_size: int = 1000,
+    **connect_options: Any,
+) -> WriteResult:
     """Push a DataFrame now, in one Spark job (Arrow when pandas and pyarrow are
     installed); returns what it did, in total and per partition. Options as
     :func:`partition_sink`."""
-    return QueueSink(_writer(where, queue, id_col, key_col, delay_col, priority_col,
-                             payload_cols, batch_size, connect_options)).write(df)
+    return QueueSink(
+        _writer(
+            where,
+            queue,
+            id_col,
+            key_col,
+            delay_col,
+            priority_col,
+            payload_cols,
+            batch_size,
+            connect_options,
+        )
+    ).write(df)

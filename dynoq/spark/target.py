@@ -33,7 +33,8 @@ def check_url(url: object) -> str:
     if url.split("://", 1)[0] in ("memory", "embedded"):
         raise InvalidArgument(
             f"Spark executors need a server they can all reach, not {url.split('://')[0]}://:"
-            " pass a connected dynoq.Client (its url) or a redis:// URL")
+            " pass a connected dynoq.Client (its url) or a redis:// URL"
+        )
     return url
 
 
@@ -58,11 +59,13 @@ class Target:
         except Exception as exc:  # noqa: BLE001 - any pickling failure means the same
             raise InvalidArgument(
                 f"connection options {sorted(self.options)} cannot be sent to Spark "
-                f"executors ({type(exc).__name__}); pass plain values") from None
+                f"executors ({type(exc).__name__}); pass plain values"
+            ) from None
 
     @classmethod
-    def of(cls, where: str | Client, queue: str,
-           options: Mapping[str, Any] | None = None) -> Target:
+    def of(
+        cls, where: str | Client, queue: str, options: Mapping[str, Any] | None = None
+    ) -> Target:
         """The target for ``queue`` on a connected client (its URL, prefix, connection
         options and payload limit), or on a URL with ``options`` (``prefix=``,
         ``max_payload_bytes=`` and redis-py options, as :func:`dynoq.connect` takes)."""
@@ -71,17 +74,25 @@ class Target:
             if extra:
                 raise InvalidArgument(
                     f"a sink given a dynoq.Client takes its connection from it; pass "
-                    f"{sorted(extra)} to dynoq.connect() instead")
-            return cls(check_url(where.url), queue, where.prefix,
-                       dict(where.backend.connect_options), where.max_payload_bytes)
+                    f"{sorted(extra)} to dynoq.connect() instead"
+                )
+            return cls(
+                check_url(where.url),
+                queue,
+                where.prefix,
+                dict(where.backend.connect_options),
+                where.max_payload_bytes,
+            )
         prefix = extra.pop("prefix", "dq")
         limit = extra.pop("max_payload_bytes", codec.DEFAULT_MAX_PAYLOAD_BYTES)
         return cls(check_url(where), queue, prefix, extra, limit)
 
     def __repr__(self) -> str:
         hidden = f", options={sorted(self.options)}" if self.options else ""
-        return (f"Target(queue={self.queue!r}, prefix={self.prefix!r}, "
-                f"url={redact(self.url)!r}{hidden})")
+        return (
+            f"Target(queue={self.queue!r}, prefix={self.prefix!r}, "
+            f"url={redact(self.url)!r}{hidden})"
+        )
 
     @property
     def where(self) -> str:
@@ -91,8 +102,7 @@ class Target:
     # -- connecting (once per process) ----------------------------------------------------
 
     def _key(self) -> str:
-        return repr((self.url, self.prefix, sorted(self.options.items()),
-                     self.max_payload_bytes))
+        return repr((self.url, self.prefix, sorted(self.options.items()), self.max_payload_bytes))
 
     def client(self) -> Client:
         """A client for this target, made on first use and shared by every later task of
@@ -102,8 +112,12 @@ class Target:
             hit = _cache.get(key)
         if hit is not None:
             return hit[0]
-        made = connect(self.url, prefix=self.prefix, max_payload_bytes=self.max_payload_bytes,
-                       **dict(self.options))
+        made = connect(
+            self.url,
+            prefix=self.prefix,
+            max_payload_bytes=self.max_payload_bytes,
+            **dict(self.options),
+        )
         with _cache_lock:
             hit = _cache.setdefault(key, (made, {}))
         if hit[0] is not made:
@@ -122,7 +136,8 @@ class Target:
             if q is None:
                 raise InvalidArgument(
                     f"there is no {self.where}: open it on the driver first, choosing its "
-                    "settings, e.g. client.queue(name, shards=8, ordered=True)")
+                    "settings, e.g. client.queue(name, shards=8, ordered=True)"
+                )
             with _cache_lock:
                 entry = _cache.get(self._key())
                 if entry is not None and entry[0] is client:
@@ -155,7 +170,8 @@ class Target:
             raise InvalidArgument(
                 f"connection options {sorted(self.options)} are not all plain JSON values, "
                 "so the data source cannot carry them: use partition_sink / batch_sink, "
-                "which take any picklable option") from None
+                "which take any picklable option"
+            ) from None
         out = {"url": self.url, "prefix": self.prefix, "queue": self.queue}
         if self.options:
             out["connectOptions"] = text
@@ -168,22 +184,32 @@ class Target:
         """The target named by data source options (keys case-insensitive)."""
         opts = {k.lower(): v for k, v in options.items()}
         if "url" not in opts or "queue" not in opts:
-            raise InvalidArgument('format("dynoq") needs the options "url" and "queue" '
-                                  "(dynoq.spark.source_options(client) gives url, prefix "
-                                  "and connection options)")
+            raise InvalidArgument(
+                'format("dynoq") needs the options "url" and "queue" '
+                "(dynoq.spark.source_options(client) gives url, prefix "
+                "and connection options)"
+            )
         raw = opts.get("connectoptions")
         try:
             extra = {} if raw is None else json.loads(raw)
         except ValueError:
-            raise InvalidArgument('option "connectOptions" must be a JSON object of '
-                                  "redis-py options") from None
+            raise InvalidArgument(
+                'option "connectOptions" must be a JSON object of redis-py options'
+            ) from None
         if not isinstance(extra, dict):
-            raise InvalidArgument('option "connectOptions" must be a JSON object of '
-                                  "redis-py options")
+            raise InvalidArgument(
+                'option "connectOptions" must be a JSON object of redis-py options'
+            )
         limit = opts.get("maxpayloadbytes")
-        return cls(opts["url"], opts["queue"], opts.get("prefix", "dq"), extra,
-                   codec.DEFAULT_MAX_PAYLOAD_BYTES if limit is None
-                   else int_option("maxPayloadBytes", limit))
+        return cls(
+            opts["url"],
+            opts["queue"],
+            opts.get("prefix", "dq"),
+            extra,
+            codec.DEFAULT_MAX_PAYLOAD_BYTES
+            if limit is None
+            else int_option("maxPayloadBytes", limit),
+        )
 
 
 def int_option(name: str, text: str) -> int:

@@ -76,11 +76,13 @@ def _is_string(t: Any) -> bool:
 
 
 def _is_number(t: Any) -> bool:
-    return isinstance(t, str) and (t in _INTEGRAL or t in _FRACTIONAL
-                                   or _DECIMAL.match(t) is not None)
+    return isinstance(t, str) and (
+        t in _INTEGRAL or t in _FRACTIONAL or _DECIMAL.match(t) is not None
+    )
 
 
 # -- the driver's checks ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -90,7 +92,6 @@ class Plan:
     columns: tuple[tuple[str, str], ...]  # (name, Spark JSON type) of the payload columns
 
 
-
 @functools.lru_cache(maxsize=64)
 def converters(plan: Plan) -> dict[str, Convert | None]:
     """Column name -> converter (None: the value is stored as it is), made once per plan
@@ -98,30 +99,44 @@ def converters(plan: Plan) -> dict[str, Convert | None]:
     return {name: converter(json.loads(text)) for name, text in plan.columns}
 
 
-def plan(schema: Mapping[str, Any], payload_cols: Sequence[str], *, id_col: str,
-         key_col: str | None = None, delay_col: str | None = None,
-         priority_col: str | None = None) -> Plan:
+def plan(
+    schema: Mapping[str, Any],
+    payload_cols: Sequence[str],
+    *,
+    id_col: str,
+    key_col: str | None = None,
+    delay_col: str | None = None,
+    priority_col: str | None = None,
+) -> Plan:
     """Check a schema (``StructType.jsonValue()``) for a write, on the driver; the plan
     for the executors. Raises InvalidType naming the column whose type cannot be stored
     or cannot route a message."""
     fields = {f["name"]: f["type"] for f in schema.get("fields", ())}
     for col, what in ((id_col, "id"), (key_col, "key")):
         if col is not None and not (_is_string(fields[col]) or fields[col] in _INTEGRAL):
-            raise InvalidType(f"{what} column {col!r} is {_describe(fields[col])}: {what}s "
-                              "are strings or integers; cast the column (e.g. to string)")
+            raise InvalidType(
+                f"{what} column {col!r} is {_describe(fields[col])}: {what}s "
+                "are strings or integers; cast the column (e.g. to string)"
+            )
     if priority_col is not None and fields[priority_col] not in _INTEGRAL:
-        raise InvalidType(f"priority column {priority_col!r} is "
-                          f"{_describe(fields[priority_col])}: priorities are integers "
-                          "0..99; cast the column to int")
+        raise InvalidType(
+            f"priority column {priority_col!r} is "
+            f"{_describe(fields[priority_col])}: priorities are integers "
+            "0..99; cast the column to int"
+        )
     if delay_col is not None:
         t = fields[delay_col]
-        if not (_is_number(t) or t == "timestamp"
-                or (isinstance(t, str) and _DAY_TIME.match(t))):
-            hint = (" (a timestamp without time zone is no instant: cast it to timestamp)"
-                    if t == "timestamp_ntz" else "")
-            raise InvalidType(f"delay column {delay_col!r} is {_describe(t)}{hint}: a delay "
-                              "is seconds (a number), a due timestamp or a day-time "
-                              "interval; cast the column")
+        if not (_is_number(t) or t == "timestamp" or (isinstance(t, str) and _DAY_TIME.match(t))):
+            hint = (
+                " (a timestamp without time zone is no instant: cast it to timestamp)"
+                if t == "timestamp_ntz"
+                else ""
+            )
+            raise InvalidType(
+                f"delay column {delay_col!r} is {_describe(t)}{hint}: a delay "
+                "is seconds (a number), a due timestamp or a day-time "
+                "interval; cast the column"
+            )
     for col in payload_cols:
         _check_payload(fields[col], col, col)
     return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols))
@@ -133,8 +148,10 @@ def _check_payload(t: Any, col: str, path: str) -> None:
     if isinstance(t, str):
         if _atomic(t)[0]:
             return
-        raise InvalidType(f"column {col!r}{_at(col, path)} is {t}, which has no payload "
-                          f"form: {_CAST} (e.g. to string)")
+        raise InvalidType(
+            f"column {col!r}{_at(col, path)} is {t}, which has no payload "
+            f"form: {_CAST} (e.g. to string)"
+        )
     kind = t.get("type")
     if kind == "array":
         _check_payload(t["elementType"], col, f"{path}[]")
@@ -148,11 +165,13 @@ def _check_payload(t: Any, col: str, path: str) -> None:
                 f"column {col!r}{_at(col, path)} is a map keyed by {_describe(key)}: a "
                 "payload's dict keys are strings, numbers, bytes, or dates and times as "
                 "text, so such a map has no faithful payload form; turn it into an array "
-                "of key/value structs (map_entries) or cast its keys to string")
+                "of key/value structs (map_entries) or cast its keys to string"
+            )
         _check_payload(t["valueType"], col, f"{path}{{}}")
     else:
-        raise InvalidType(f"column {col!r}{_at(col, path)} is {_describe(t)}, which has no "
-                          f"payload form: {_CAST}")
+        raise InvalidType(
+            f"column {col!r}{_at(col, path)} is {_describe(t)}, which has no payload form: {_CAST}"
+        )
 
 
 def _at(col: str, path: str) -> str:
@@ -166,11 +185,20 @@ def _atomic(t: str) -> tuple[bool, Convert | None]:
         return True, None
     scale = _DECIMAL.match(t)
     found: Convert | None = (
-        functools.partial(decimal_text, scale=int(scale.group(1))) if scale
-        else _binary if t == "binary"
-        else _iso if t == "date" or _TIME.match(t) else _instant if t == "timestamp"
-        else _wall_clock if t == "timestamp_ntz" else _seconds if _DAY_TIME.match(t)
-        else None)
+        functools.partial(decimal_text, scale=int(scale.group(1)))
+        if scale
+        else _binary
+        if t == "binary"
+        else _iso
+        if t == "date" or _TIME.match(t)
+        else _instant
+        if t == "timestamp"
+        else _wall_clock
+        if t == "timestamp_ntz"
+        else _seconds
+        if _DAY_TIME.match(t)
+        else None
+    )
     return found is not None, found
 
 
@@ -241,8 +269,9 @@ def converter(t: Any) -> Convert | None:
         key = converter(t["keyType"]) or _same
         val = converter(t["valueType"]) or _same
         # Row gives a dict; Arrow (to_pylist) a list of (key, value) pairs.
-        return _nullable(lambda v: {key(k): val(x) for k, x in
-                                    (v.items() if isinstance(v, Mapping) else v)})
+        return _nullable(
+            lambda v: {key(k): val(x) for k, x in (v.items() if isinstance(v, Mapping) else v)}
+        )
     if kind == "struct":
         names = tuple(f["name"] for f in t["fields"])
         convs = tuple(converter(f["type"]) or _same for f in t["fields"])

@@ -60,8 +60,10 @@ from .target import Target
 
 log = logging.getLogger("dynoq.spark")
 MAX_BATCH_SIZE = 100_000
-COUNTS_SCHEMA = ("partition long, pushed long, skipped long, refused long, invalid long, "
-                 "rejected string, task string, shards string")
+COUNTS_SCHEMA = (
+    "partition long, pushed long, skipped long, refused long, invalid long, "
+    "rejected string, task string, shards string"
+)
 FORGET_CHUNK = 1000  # task records deleted per round trip
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -104,19 +106,22 @@ def check_spec(q: Queue, spec: RowSpec, where: str) -> None:
     """Refuse a column mapping the queue cannot honour (before anything is written)."""
     if q.settings.keyed and spec.key_col is None:
         raise InvalidArgument(
-            f"{where} has ordered=\"key\": every message needs a key, so give key_col "
-            "(keyCol) naming the column that holds it")
+            f'{where} has ordered="key": every message needs a key, so give key_col '
+            "(keyCol) naming the column that holds it"
+        )
     if spec.key_col is not None and not q.settings.ordered:
         raise InvalidArgument(
             f"key_col {spec.key_col!r} given, but {where} is not ordered: keys only route "
             "messages on ordered queues (open it with ordered=True), so drop key_col or "
-            "write to an ordered queue")
+            "write to an ordered queue"
+        )
     if q.settings.ordered:
         for what in ("delay_col", "priority_col"):
             if getattr(spec, what) is not None:
                 raise OrderedQueueError(
                     f"{what} given, but {where} is ordered: ordered queues deliver in push "
-                    "order, without delay or priority")
+                    "order, without delay or priority"
+                )
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,7 @@ class RowWriter:
 
     # -- on the driver ---------------------------------------------------------------------
 
-    def check(self, columns: Collection[str] | None = None, *,
-              streaming: bool = False) -> Queue:
+    def check(self, columns: Collection[str] | None = None, *, streaming: bool = False) -> Queue:
         """Validate the columns (when known) and the queue, on the driver; the queue.
         Warns once when a one-shot write goes to a queue without a dedupe window."""
         if columns is not None:
@@ -162,9 +166,17 @@ class RowWriter:
         self.spec.check_columns(names)
         s = self.spec
         payload = list(s.payload_cols) if s.payload_cols is not None else names
-        return replace(self, plan=types.plan(schema, payload, id_col=s.id_col,
-                                             key_col=s.key_col, delay_col=s.delay_col,
-                                             priority_col=s.priority_col))
+        return replace(
+            self,
+            plan=types.plan(
+                schema,
+                payload,
+                id_col=s.id_col,
+                key_col=s.key_col,
+                delay_col=s.delay_col,
+                priority_col=s.priority_col,
+            ),
+        )
 
     def commit(self, batch: int) -> bool:
         """Record micro-batch ``batch`` of the query as written (True if it was not yet)."""
@@ -185,10 +197,15 @@ class RowWriter:
             q = self.target.open()
             ops = BatchOps(q.ops)
             for i in range(0, len(found), FORGET_CHUNK):
-                q.backend.run(ops.forget(found[i:i + FORGET_CHUNK]))
+                q.backend.run(ops.forget(found[i : i + FORGET_CHUNK]))
         except DynoqError as exc:
-            log.warning("dynoq.spark: could not delete what %d Spark task(s) recorded on "
-                        "%s (%s); it expires by itself", len(found), self.target.where, exc)
+            log.warning(
+                "dynoq.spark: could not delete what %d Spark task(s) recorded on "
+                "%s (%s); it expires by itself",
+                len(found),
+                self.target.where,
+                exc,
+            )
 
     # -- on the executors ------------------------------------------------------------------
 
@@ -215,17 +232,19 @@ class RowWriter:
         for rb in record_batches:
             rows = rb.to_pylist()
             for i in range(0, len(rows), size):
-                self._push(rows[i:i + size], batch, start + i, tally)
+                self._push(rows[i : i + size], batch, start + i, tally)
             start += len(rows)
         return tally
 
     def _ops(self, q: Queue, attempt: Attempt | None = None) -> BatchOps:
         # A one-shot write's task records outlive a failed job by a day, not a week.
-        return BatchOps(q.ops, self.query, self.retention if self.query else TASK_RETENTION,
-                        attempt)
+        return BatchOps(
+            q.ops, self.query, self.retention if self.query else TASK_RETENTION, attempt
+        )
 
-    def _push(self, rows: list[Mapping[str, Any]], batch: int | None, start: int,
-              tally: Tally) -> None:
+    def _push(
+        self, rows: list[Mapping[str, Any]], batch: int | None, start: int, tally: Tally
+    ) -> None:
         if batch is not None:
             check_batch(batch)
         try:
@@ -234,8 +253,14 @@ class RowWriter:
             # the mapping (created anew since): check it against what is written.
             check_spec(q, self.spec, self.target.where)
             client = self.target.client()
-            made = to_messages(self.spec, rows, client.server_time, plan=self.plan,
-                               ordered=bool(q.settings.ordered), start=start)
+            made = to_messages(
+                self.spec,
+                rows,
+                client.server_time,
+                plan=self.plan,
+                ordered=bool(q.settings.ordered),
+                start=start,
+            )
             prepare = q.ops.prepare
             outs = []
             for index, m in made.messages:
@@ -256,8 +281,10 @@ class RowWriter:
             self.target.forget_queue()
             raise
         bad = len(made.rejected)
-        tally.add(counts + Counts(skipped=made.repeated, refused=bad, invalid=bad),
-                  sorted(made.rejected, key=lambda r: r.row))
+        tally.add(
+            counts + Counts(skipped=made.repeated, refused=bad, invalid=bad),
+            sorted(made.rejected, key=lambda r: r.row),
+        )
 
 
 def settle(writer: RowWriter, tally: Tally, channel: Any) -> bool:
@@ -278,10 +305,13 @@ def _warn_once(target: Target) -> None:
         "but an id that consumers already acked is pushed again if it is written again "
         "(a re-run job). Open the queue with "
         "dedupe_window=<seconds> to refuse ids acked within that window; streaming writes "
-        "need no window for their own replays.", target.where)
+        "need no window for their own replays.",
+        target.where,
+    )
 
 
 # -- one Spark job ---------------------------------------------------------------------------
+
 
 def has_arrow() -> bool:
     """mapInArrow needs pyarrow and (for its UDF machinery) pandas on the driver."""
@@ -307,17 +337,25 @@ def _attempt(token: str) -> Attempt | None:
     return Attempt(f"{token}.{ctx.stageId()}.{ctx.partitionId()}", ctx.attemptNumber())
 
 
-def _arrow_task(writer: RowWriter, batch: int | None, acc: Any,
-                record_batches: Iterable[Any]) -> Iterator[Any]:
+def _arrow_task(
+    writer: RowWriter, batch: int | None, acc: Any, record_batches: Iterable[Any]
+) -> Iterator[Any]:
     pa = importlib.import_module("pyarrow")  # untyped; present wherever Arrow runs
     t = writer.push_arrow(record_batches, batch)
     c = t.counts
     done = None if settle(writer, t, acc) else t.recorded
-    yield pa.RecordBatch.from_pydict({
-        "partition": [_partition()], "pushed": [c.pushed], "skipped": [c.skipped],
-        "refused": [c.refused], "invalid": [c.invalid], "rejected": [_json(t.rejected)],
-        "task": [done.task if done else ""],
-        "shards": [",".join(map(str, done.shards)) if done else ""]})
+    yield pa.RecordBatch.from_pydict(
+        {
+            "partition": [_partition()],
+            "pushed": [c.pushed],
+            "skipped": [c.skipped],
+            "refused": [c.refused],
+            "invalid": [c.invalid],
+            "rejected": [_json(t.rejected)],
+            "task": [done.task if done else ""],
+            "shards": [",".join(map(str, done.shards)) if done else ""],
+        }
+    )
 
 
 def _json(rejected: list[Rejection]) -> str:
@@ -334,9 +372,9 @@ def _recorded(task: str | None, shards: str | None) -> Recorded | None:
     return Recorded(task, tuple(int(s) for s in shards.split(",")))
 
 
-def _rows_task(writer: RowWriter, batch: int | None, acc: Any, part: int,
-               rows: Iterable[Any]) -> list[tuple[int, Counts, list[Rejection],
-                                                  Recorded | None]]:
+def _rows_task(
+    writer: RowWriter, batch: int | None, acc: Any, part: int, rows: Iterable[Any]
+) -> list[tuple[int, Counts, list[Rejection], Recorded | None]]:
     t = writer.push_rows((r.asDict() for r in rows), batch)
     return [(part, t.counts, t.rejected, None if settle(writer, t, acc) else t.recorded)]
 
@@ -358,15 +396,22 @@ def write_dataframe(df: Any, writer: RowWriter, batch: int | None = None) -> Wri
     writer = writer.typed(df.schema.jsonValue())
     acc = _channel_of(df)
     if has_arrow():
-        rows = df.mapInArrow(partial(_arrow_task, writer, batch, acc),
-                             COUNTS_SCHEMA).collect()
-        got = [(r.partition, Counts(r.pushed, r.skipped, r.refused, r.invalid),
-                _unjson(r.rejected), _recorded(r.task, r.shards)) for r in rows]
+        rows = df.mapInArrow(partial(_arrow_task, writer, batch, acc), COUNTS_SCHEMA).collect()
+        got = [
+            (
+                r.partition,
+                Counts(r.pushed, r.skipped, r.refused, r.invalid),
+                _unjson(r.rejected),
+                _recorded(r.task, r.shards),
+            )
+            for r in rows
+        ]
     else:
         got = df.rdd.mapPartitionsWithIndex(partial(_rows_task, writer, batch, acc)).collect()
     writer.forget(done for *_, done in got)  # what no channel settled: the write is over
-    return WriteResult.of([(p, c) for p, c, _, _ in got],
-                          [(p, r) for p, _, rs, _ in got for r in rs])
+    return WriteResult.of(
+        [(p, c) for p, c, _, _ in got], [(p, r) for p, _, rs, _ in got for r in rs]
+    )
 
 
 def report(target: Target, result: WriteResult, what: str) -> None:

@@ -82,8 +82,7 @@ def pubsub(client: Any, **options: Any) -> Any:
     if hasattr(client, "pubsub"):
         return client.pubsub(**options)
     node = client.get_default_node() or next(iter(client.nodes_manager.startup_nodes.values()))
-    pool = aredis.ConnectionPool(connection_class=node.connection_class,
-                                 **node.connection_kwargs)
+    pool = aredis.ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
     return aredis.Redis(connection_pool=pool).pubsub(**options)
 
 
@@ -96,8 +95,9 @@ async def pause(cluster: RedisCluster, step: Pause) -> None:
             await cluster.nodes_manager.initialize()
 
 
-async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
-                     waits: list[tuple[int, int]]) -> list[Any]:
+async def send_batch(
+    cluster: RedisCluster, commands: list[tuple[Any, ...]], waits: list[tuple[int, int]]
+) -> list[Any]:
     """Send ``commands`` to the nodes owning their slots, one round trip per node (all
     nodes at once), through resharding and failover; the replies in order (errors as
     replies), then the WAIT reply (the fewest replicas any node confirmed; ``waits`` are
@@ -120,8 +120,9 @@ async def send_batch(cluster: RedisCluster, commands: list[tuple[Any, ...]],
         return cluster.get_node(host=host, port=port)
 
     window = getattr(cluster, "retry_window", DEFAULT_RETRY_WINDOW)  # also a plain client
-    rounds = batch_rounds(calls, wait, route, ask, window,
-                          getattr(cluster, "pool_timeout", DEFAULT_POOL_TIMEOUT))
+    rounds = batch_rounds(
+        calls, wait, route, ask, window, getattr(cluster, "pool_timeout", DEFAULT_POOL_TIMEOUT)
+    )
     try:
         step = next(rounds)
         while True:

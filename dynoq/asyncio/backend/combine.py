@@ -20,7 +20,7 @@ from ...errors import DynoqError
 
 if TYPE_CHECKING:
     from ..._core.codec import Outgoing
-    from ..._core.ops import QueueOps
+    from ..._core.queue import QueueOps
 
 
 class Combining:

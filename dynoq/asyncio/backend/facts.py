@@ -22,8 +22,10 @@ async def warn_if_evicting(client: Any, where: str) -> None:
         return
     try:
         if isinstance(client, RedisCluster):
-            nodes = [NodeFacts(n.name, await client.execute_command(
-                "INFO", "memory", target_nodes=n)) for n in client.get_primaries()]
+            nodes = [
+                NodeFacts(n.name, await client.execute_command("INFO", "memory", target_nodes=n))
+                for n in client.get_primaries()
+            ]
         else:
             nodes = [NodeFacts(where, await client.info("memory"))]
     except (redis.RedisError, OSError):  # refused (ACL), unknown, unreachable: say nothing

@@ -33,20 +33,23 @@ def plain_client(url: str, options: dict[str, Any], limits: PoolLimits) -> aredi
     return aredis.Redis(connection_pool=pool)
 
 
-def host_client(host: str, port: int, options: dict[str, Any],
-                limits: PoolLimits) -> aredis.Redis:
+def host_client(host: str, port: int, options: dict[str, Any], limits: PoolLimits) -> aredis.Redis:
     """A client of ``host:port`` on a blocking pool (the embedded server)."""
-    pool = aredis.BlockingConnectionPool(host=host, port=port, **options,
-                                         **blocking_options(limits))
+    pool = aredis.BlockingConnectionPool(
+        host=host, port=port, **options, **blocking_options(limits)
+    )
     return aredis.Redis(connection_pool=pool)
 
 
 def memory_options(limits: PoolLimits) -> dict[str, Any]:
     """fakeredis' options for a blocking pool (fakeredis >= 2.35 forwards
     ``max_connections`` to ``connection_pool_class`` itself, not the wait)."""
-    return {"max_connections": limits.size + HUB,
-            "connection_pool_class": functools.partial(aredis.BlockingConnectionPool,
-                                                       timeout=limits.timeout)}
+    return {
+        "max_connections": limits.size + HUB,
+        "connection_pool_class": functools.partial(
+            aredis.BlockingConnectionPool, timeout=limits.timeout
+        ),
+    }
 
 
 async def close_client(client: Any) -> None:

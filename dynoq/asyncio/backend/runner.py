@@ -31,7 +31,7 @@ from .wakeup import Hub, Subscription
 
 if TYPE_CHECKING:
     from ..._core.codec import Outgoing
-    from ..._core.ops import QueueOps
+    from ..._core.queue import QueueOps
 
 T = TypeVar("T")
 
@@ -49,11 +49,21 @@ class AsyncBackend:
     is counted in it, see :mod:`.pools`; a cluster client, ``cross_slot=False``, resends
     on its own)."""
 
-    def __init__(self, opener: Opener, *, url: str, display_url: str, send: Sender,
-                 cross_slot: bool = True, replicas: bool = True, plain: bool = False,
-                 connect_options: dict[str, Any] | None = None,
-                 pool: PoolLimits | None = None, timeouts: Timeouts | None = None,
-                 retry_on: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(
+        self,
+        opener: Opener,
+        *,
+        url: str,
+        display_url: str,
+        send: Sender,
+        cross_slot: bool = True,
+        replicas: bool = True,
+        plain: bool = False,
+        connect_options: dict[str, Any] | None = None,
+        pool: PoolLimits | None = None,
+        timeouts: Timeouts | None = None,
+        retry_on: tuple[type[BaseException], ...] = (),
+    ) -> None:
         self._opener = opener
         self._routed = not cross_slot  # a cluster: every command routed by its slot
         self._send = send
@@ -166,9 +176,12 @@ class AsyncBackend:
                 break
             for s in scripts:  # those calls did not run: load their scripts, send again
                 await self._load(r, s)
-            resent(replies, redo,
-                   await self._send(r, self._commands([calls[i] for i in redo]), waits),
-                   batch.wait)
+            resent(
+                replies,
+                redo,
+                await self._send(r, self._commands([calls[i] for i in redo]), waits),
+                batch.wait,
+            )
         return finish(batch, replies, self.pool)
 
     def _commands(self, calls: Any) -> list[tuple[Any, ...]]:
@@ -231,8 +244,9 @@ class AsyncBackend:
             await closer()
 
 
-async def send_pipeline(r: Any, commands: list[tuple[Any, ...]],
-                        waits: list[tuple[int, int]]) -> list[Any]:
+async def send_pipeline(
+    r: Any, commands: list[tuple[Any, ...]], waits: list[tuple[int, int]]
+) -> list[Any]:
     """Send ``commands`` (then the WAIT steps) in one pipeline; errors come back as
     replies."""
     pipe = r.pipeline(transaction=False)

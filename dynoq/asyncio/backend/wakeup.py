@@ -103,8 +103,9 @@ class Hub:
                     await pubsub.ping()
                     live.pinged(now)
                 # Never timeout=None: redis-py versions differ on what bounds that read.
-                msg = await pubsub.get_message(ignore_subscribe_messages=True,
-                                               timeout=live.next_check(now))
+                msg = await pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=live.next_check(now)
+                )
                 now = time.monotonic()
                 if msg is None:
                     if live.dead(now):  # no answer to the PING: a dead path
@@ -168,8 +169,9 @@ class Subscription:
             raise
         if not self._hub.subscribed(self._channel):
             await self.close()
-            raise ConnectionFailed(f"Redis is unreachable: could not subscribe to "
-                                   f"{self._channel!r}")
+            raise ConnectionFailed(
+                f"Redis is unreachable: could not subscribe to {self._channel!r}"
+            )
         self._event.clear()
 
     async def get(self, timeout: float) -> bool:

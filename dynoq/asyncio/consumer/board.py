@@ -1,4 +1,4 @@
-"""Task coordination of one consumer: the ordered-shard board and flow control."""
+"""Task coordination of one consumer: the ordered-shard board and the in-flight permits."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class Shared:
     leases: Leases
     membership: Membership
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
-    flow: InFlight = field(init=False)
+    in_flight: InFlight = field(init=False)
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
@@ -45,37 +45,55 @@ class Shared:
     _gone_guard: Guard = field(default_factory=new_guard)
 
     def __post_init__(self) -> None:
-        self.flow = InFlight(self.plan.in_flight)
+        self.in_flight = InFlight(self.plan.in_flight)
         limit = self.plan.settings.rate_limit
-        self.gate = (None if limit is None else RateGate(self.membership, limit, self.stopping,
-                                                         self.plan.settings.idle_wait))
+        self.gate = (
+            None
+            if limit is None
+            else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
+        )
 
-    async def pop(self, count: int, *, shards: list[int], wait: float = 0.0,
-                  until_woken: bool = False) -> list[Message]:
+    async def pop(
+        self, count: int, *, shards: list[int], wait: float = 0.0, until_woken: bool = False
+    ) -> list[Message]:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
-        msgs: list[Message] = await self.queue.backend.drive(self.queue.planner.pop(
-            count, wait=wait, visibility=plan.visibility, shards=shards,
-            lease="" if tenures is None else self.leases.values(tenures),
-            margin=plan.lease_margin if plan.ordered else 0.0, consumer=plan.instance_id,
-            until_woken=until_woken))
+        msgs: list[Message] = await self.queue.backend.drive(
+            self.queue.planner.pop(
+                count,
+                wait=wait,
+                visibility=plan.visibility,
+                shards=shards,
+                lease="" if tenures is None else self.leases.values(tenures),
+                margin=plan.lease_margin if plan.ordered else 0.0,
+                consumer=plan.instance_id,
+                until_woken=until_woken,
+            )
+        )
         if tenures is not None:  # the server checked each shard's tenure: exact
             for m in msgs:
                 m.fence = tenures[m.shard] if m.shard is not None else None
         return msgs
 
-    async def fetch(self, count: int, *, shards: list[int],
-                    backlog: bool = False) -> tuple[list[Message], float | None]:
+    async def fetch(
+        self, count: int, *, shards: list[int], backlog: bool = False
+    ) -> tuple[list[Message], float | None]:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         Planner.fetch)."""
         got: tuple[list[Message], float | None] = await self.queue.backend.drive(
-            self.queue.planner.fetch(count, shards, visibility=self.plan.visibility,
-                                     consumer=self.plan.instance_id, backlog=backlog))
+            self.queue.planner.fetch(
+                count,
+                shards,
+                visibility=self.plan.visibility,
+                consumer=self.plan.instance_id,
+                backlog=backlog,
+            )
+        )
         return got
 
     async def wait(self, timeout: float) -> bool:
@@ -88,8 +106,7 @@ class Shared:
         for s in await self.leases.renew(shards):
             self.stats.add(lease_lost=1)
             self.board.drop(s)
-            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s,
-                        self.queue.name)
+            log.warning("dynoq: lease on shard %d of %r lost; dropped it", s, self.queue.name)
 
     def gone(self, exc: QueueGone) -> None:
         """The queue is gone: retrying cannot help (its keys vanished, or it is another

@@ -16,7 +16,7 @@ from ..._core.callables import is_coroutine_function
 from ..._core.calls import Cmd, Flow
 from ..._core.consuming import Counts, check_mode, for_topic, resolve, settings_of
 from ..._core.middleware import chain
-from ..._core.ops import QueueOps
+from ..._core.queue import QueueOps
 from ...errors import DynoqError, InvalidType, QueueGone
 from ...message import ConsumerStats
 from ...retry import RetryPolicy
@@ -49,33 +49,39 @@ class Consumer:
     is subscribed, else clustering).
     """
 
-    def __init__(self, queue: Queue | Topic, handler: Callable[..., Any], *,
-                 settings: ConsumerSettings | None = None,
-                 run_in_thread: bool = False,
-                 group: str = _D.group,
-                 concurrency: int = _D.concurrency,
-                 batch_size: int | str = _D.batch_size,
-                 batch_handler: bool = _D.batch_handler,
-                 max_in_flight: int | None = _D.max_in_flight,
-                 strategy: str | Callable[..., list[int]] = _D.strategy,
-                 strategy_options: Mapping[str, Any] | None = _D.strategy_options,
-                 retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
-                 max_retries: int | None = _D.max_retries,
-                 lease_ttl: float = _D.lease_ttl,
-                 rebalance_interval: float = _D.rebalance_interval,
-                 instance_id: str | None = _D.instance_id,
-                 mode: str | None = _D.mode,
-                 max_continuous_time: float = _D.max_continuous_time,
-                 idle_wait: float = _D.idle_wait,
-                 visibility: float | None = _D.visibility,
-                 consume_timeout: float = _D.consume_timeout,
-                 rate_limit: tuple[int, float] | None = _D.rate_limit,
-                 before: Callable[..., Any] | None = _D.before,
-                 after: Callable[..., Any] | None = _D.after,
-                 middleware: Sequence[Any] = _D.middleware) -> None:
+    def __init__(
+        self,
+        queue: Queue | Topic,
+        handler: Callable[..., Any],
+        *,
+        settings: ConsumerSettings | None = None,
+        run_in_thread: bool = False,
+        group: str = _D.group,
+        concurrency: int = _D.concurrency,
+        batch_size: int | str = _D.batch_size,
+        batch_handler: bool = _D.batch_handler,
+        max_in_flight: int | None = _D.max_in_flight,
+        strategy: str | Callable[..., list[int]] = _D.strategy,
+        strategy_options: Mapping[str, Any] | None = _D.strategy_options,
+        retry_delays: Sequence[float] | RetryPolicy | None = _D.retry_delays,
+        max_retries: int | None = _D.max_retries,
+        lease_ttl: float = _D.lease_ttl,
+        rebalance_interval: float = _D.rebalance_interval,
+        instance_id: str | None = _D.instance_id,
+        mode: str | None = _D.mode,
+        max_continuous_time: float = _D.max_continuous_time,
+        idle_wait: float = _D.idle_wait,
+        visibility: float | None = _D.visibility,
+        consume_timeout: float = _D.consume_timeout,
+        rate_limit: tuple[int, float] | None = _D.rate_limit,
+        before: Callable[..., Any] | None = _D.before,
+        after: Callable[..., Any] | None = _D.after,
+        middleware: Sequence[Any] = _D.middleware,
+    ) -> None:
         if not isinstance(queue, (Queue, Topic)):
-            raise InvalidType(f"queue must be a dynoq.asyncio Queue or Topic, got "
-                              f"{type(queue).__name__}")
+            raise InvalidType(
+                f"queue must be a dynoq.asyncio Queue or Topic, got {type(queue).__name__}"
+            )
         if not callable(handler):
             raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
         if not isinstance(run_in_thread, bool):
@@ -83,20 +89,34 @@ class Consumer:
         if run_in_thread == is_coroutine_function(handler):
             raise InvalidType(
                 "run_in_thread=True is for a sync handler; this one is async def"
-                if run_in_thread else
-                f"handler {getattr(handler, '__name__', handler)!r} is not async def: a "
+                if run_in_thread
+                else f"handler {getattr(handler, '__name__', handler)!r} is not async def: a "
                 "sync handler would block the event loop. Make it async def, or pass "
-                "run_in_thread=True to run it in a thread")
-        named = dict(group=group, concurrency=concurrency, batch_size=batch_size,
-                     batch_handler=batch_handler, max_in_flight=max_in_flight,
-                     strategy=strategy, strategy_options=strategy_options,
-                     retry_delays=retry_delays, max_retries=max_retries,
-                     lease_ttl=lease_ttl,
-                     rebalance_interval=rebalance_interval, instance_id=instance_id,
-                     mode=mode, max_continuous_time=max_continuous_time,
-                     idle_wait=idle_wait, visibility=visibility,
-                     consume_timeout=consume_timeout, rate_limit=rate_limit,
-                     before=before, after=after, middleware=middleware)
+                "run_in_thread=True to run it in a thread"
+            )
+        named = dict(
+            group=group,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            batch_handler=batch_handler,
+            max_in_flight=max_in_flight,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            retry_delays=retry_delays,
+            max_retries=max_retries,
+            lease_ttl=lease_ttl,
+            rebalance_interval=rebalance_interval,
+            instance_id=instance_id,
+            mode=mode,
+            max_continuous_time=max_continuous_time,
+            idle_wait=idle_wait,
+            visibility=visibility,
+            consume_timeout=consume_timeout,
+            rate_limit=rate_limit,
+            before=before,
+            after=after,
+            middleware=middleware,
+        )
         self.settings = settings_of(settings, named)
         # a topic's subscription, read (and made if needed) at start
         self._joining: Flow[tuple[str, QueueOps]] | None = None
@@ -124,25 +144,41 @@ class Consumer:
         self.instance_id = plan.instance_id
         self.ordered = plan.ordered
         token = f"{plan.instance_id}:{secrets.token_hex(6)}"
-        self._shared = Shared(queue, plan, self._stats,
-                              Leases(queue, token, self.settings.lease_ttl),
-                              Membership(queue, self.settings.group, plan.instance_id,
-                                         self.settings.lease_ttl))
+        self._shared = Shared(
+            queue,
+            plan,
+            self._stats,
+            Leases(queue, token, self.settings.lease_ttl),
+            Membership(queue, self.settings.group, plan.instance_id, self.settings.lease_ttl),
+        )
         # A sync handler's pool: a thread per worker, and one per call that may be left
         # running past consume_timeout (at most concurrency: see Workers.overran).
-        self._invoker = Invoker(self.handler, chain(self.settings.middleware,
-                                                    self.settings.before, self.settings.after),
-                                threads=2 * self.settings.concurrency if self._in_thread else 0,
-                                timeout=self.settings.consume_timeout,
-                                name=f"dynoq-{queue.name}")
-        self._workers = Workers(self._shared, Processor(queue, self.handler, self._invoker,
-                                                        plan, self._stats, self._shared.leases,
-                                                        self._shared.gate))
+        self._invoker = Invoker(
+            self.handler,
+            chain(self.settings.middleware, self.settings.before, self.settings.after),
+            threads=2 * self.settings.concurrency if self._in_thread else 0,
+            timeout=self.settings.consume_timeout,
+            name=f"dynoq-{queue.name}",
+        )
+        self._workers = Workers(
+            self._shared,
+            Processor(
+                queue,
+                self.handler,
+                self._invoker,
+                plan,
+                self._stats,
+                self._shared.leases,
+                self._shared.gate,
+            ),
+        )
         self._shared.on_gone = self._stop_soon
 
     def __repr__(self) -> str:
-        return (f"<dynoq.asyncio.Consumer {self.queue.name!r} group={self.settings.group!r} "
-                f"id={self.instance_id!r}>")
+        return (
+            f"<dynoq.asyncio.Consumer {self.queue.name!r} group={self.settings.group!r} "
+            f"id={self.instance_id!r}>"
+        )
 
     @property
     def assignment(self) -> set[int]:
@@ -163,7 +199,8 @@ class Consumer:
         # Called by the worker or upkeep task that met QueueGone: stop() waits for those
         # tasks, so it runs in a task of its own (run() and stop() await it).
         self._gone_stop = asyncio.get_running_loop().create_task(
-            self.stop(), name=f"dynoq-{self.queue.name}-gone")
+            self.stop(), name=f"dynoq-{self.queue.name}-gone"
+        )
 
     async def start(self) -> Consumer:
         """Join the group, take the first assignment, start the worker tasks. Returns
@@ -232,8 +269,13 @@ class Consumer:
             try:
                 await self._release_free()
             except DynoqError as exc:
-                logs.error(log, logging.WARNING, "dynoq: could not release the leases of "
-                           "%r; they expire on their own", self.queue.name, exc=exc)
+                logs.error(
+                    log,
+                    logging.WARNING,
+                    "dynoq: could not release the leases of %r; they expire on their own",
+                    self.queue.name,
+                    exc=exc,
+                )
         return clean
 
     async def _wind_down(self, deadline: float, caller: asyncio.Task[Any] | None) -> bool:
@@ -252,9 +294,14 @@ class Consumer:
             await self._release_free()
             await s.membership.leave()  # tells the others to rebalance now
         except DynoqError as exc:
-            logs.error(log, logging.WARNING, "dynoq: could not leave the group of %r "
-                       "cleanly; leases and membership expire on their own",
-                       self.queue.name, exc=exc)
+            logs.error(
+                log,
+                logging.WARNING,
+                "dynoq: could not leave the group of %r "
+                "cleanly; leases and membership expire on their own",
+                self.queue.name,
+                exc=exc,
+            )
         return clean
 
     async def _release_free(self) -> None:

@@ -33,7 +33,8 @@ class Membership:
         """Up to ``want`` permits of the group's rate limit: (granted, seconds until more
         may be free)."""
         return await self.queue.backend.run(  # type: ignore[no-any-return]
-            self._ops.take(count, period, want))
+            self._ops.take(count, period, want)
+        )
 
     async def notify(self) -> None:
         """Ask every member to rebalance now (e.g. a shard's lease was released)."""

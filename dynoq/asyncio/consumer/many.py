@@ -66,5 +66,4 @@ class Consumers:
 
 async def _stop_all(consumers: Sequence[Consumer], timeout: float) -> bool:
     """Stop consumers side by side (one stopping must not keep the others popping)."""
-    return all(await gather([functools.partial(c.stop, timeout) for c in consumers],
-                            "dynoq-stop"))
+    return all(await gather([functools.partial(c.stop, timeout) for c in consumers], "dynoq-stop"))

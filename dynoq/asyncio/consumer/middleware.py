@@ -30,15 +30,21 @@ class Invoker:
     middleware; returns the error it raised (or None) and the seconds it took.
     ``threads``: the size of the pool a sync handler runs in (0: an async handler)."""
 
-    def __init__(self, handler: Callable[..., Any], middleware: Sequence[Middleware], *,
-                 threads: int, timeout: float, name: str = "dynoq") -> None:
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        middleware: Sequence[Middleware],
+        *,
+        threads: int,
+        timeout: float,
+        name: str = "dynoq",
+    ) -> None:
         self.handler = handler
         self.middleware = list(middleware)
         self.in_thread = threads > 0
         # Its own pool: the loop's default one is shared with the application, and a call
         # queued behind others would use up its consume_timeout before it started.
-        self.pool = (ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-h")
-                     if threads else None)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-h") if threads else None
         self.timeout = timeout  # consume_timeout, seconds
         self.on_overrun: OnOverrun | None = None  # set by the consumer's workers
 
@@ -82,8 +88,7 @@ class Invoker:
         await self.overran(None if job.cancel() else call, msgs)
         raise timed_out(self.timeout) from None
 
-    async def overran(self, call: asyncio.Future[Any] | None,
-                      msgs: Sequence[Message]) -> None:
+    async def overran(self, call: asyncio.Future[Any] | None, msgs: Sequence[Message]) -> None:
         if self.on_overrun is not None:
             await self.on_overrun(call, msgs)
 

@@ -25,9 +25,16 @@ from .rates import RateGate
 
 
 class Processor:
-    def __init__(self, queue: Queue, handler: Callable[..., Any], invoker: Invoker,
-                 plan: consuming.Plan, stats: consuming.Counts, leases: Leases,
-                 gate: RateGate | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Callable[..., Any],
+        invoker: Invoker,
+        plan: consuming.Plan,
+        stats: consuming.Counts,
+        leases: Leases,
+        gate: RateGate | None = None,
+    ) -> None:
         self.queue = queue
         self.gate = gate  # the group's rate limit, taken for each call (None: no limit)
         self.handler = handler
@@ -37,24 +44,37 @@ class Processor:
         self.leases = leases
         self.batch_handler = plan.settings.batch_handler
         # How many messages the workers pop (batch_size "auto": adapted to the handler)
-        self.sizer = BatchSizer(plan.settings.batch_size, keyed=queue.ops.keyed,
-                                in_flight=plan.in_flight, rate_limit=plan.settings.rate_limit,
-                                concurrency=plan.settings.concurrency)
+        self.sizer = BatchSizer(
+            plan.settings.batch_size,
+            keyed=queue.ops.keyed,
+            in_flight=plan.in_flight,
+            rate_limit=plan.settings.rate_limit,
+            concurrency=plan.settings.concurrency,
+        )
         # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
-        self.hands_back = (self.sizer.adapts and not plan.ordered and not queue.ops.keyed
-                           and not self.batch_handler)
+        self.hands_back = (
+            self.sizer.adapts
+            and not plan.ordered
+            and not queue.ops.keyed
+            and not self.batch_handler
+        )
         self.me = plan.instance_id
 
     async def _call(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         if tracing.active():
-            with tracing.span("process", self.queue.name, ids=[m.id for m in msgs],
-                              parent=msgs[0].headers if len(msgs) == 1 else None,
-                              consumer=True):
+            with tracing.span(
+                "process",
+                self.queue.name,
+                ids=[m.id for m in msgs],
+                parent=msgs[0].headers if len(msgs) == 1 else None,
+                consumer=True,
+            ):
                 return await self.invoker.call(arg, msgs)
         return await self.invoker.call(arg, msgs)
 
-    async def concurrently(self, msgs: list[Message], refill: int = 0,
-                           batch: InFlightBatch | None = None) -> list[Message]:
+    async def concurrently(
+        self, msgs: list[Message], refill: int = 0, batch: InFlightBatch | None = None
+    ) -> list[Message]:
         """Each message on its own: a failure retries only that message, later.
         ``refill``: on a keyed queue, the acks may bring up to that many messages of a
         hot key, returned (consuming.settle). ``batch``: its bookkeeping (the outcomes
@@ -75,7 +95,7 @@ class Processor:
         try:
             if self.batch_handler:
                 while len(results) < len(msgs):  # in parts the rate limit lets through
-                    part = msgs[len(results):]
+                    part = msgs[len(results) :]
                     k = await self._permits(held, len(part), whole=True)
                     if not k:
                         refused = True
@@ -83,8 +103,12 @@ class Processor:
                     error, s = await self._call(part[:k], part[:k])
                     seconds += s
                     results.extend((m, error) for m in part[:k])
-            elif (not self.invoker.middleware and not self.invoker.in_thread
-                  and not tracing.active() and self.gate is None):
+            elif (
+                not self.invoker.middleware
+                and not self.invoker.in_thread
+                and not tracing.active()
+                and self.gate is None
+            ):
                 seconds = await self._bare(msgs, results, gone)
             else:
                 for i, msg in enumerate(msgs):
@@ -97,19 +121,24 @@ class Processor:
                     seconds += s
                     results.append((msg, err))
         except asyncio.CancelledError:
-            await self._cut_short(msgs if batch is None else batch.mine, results,
-                                  0 if batch is None else batch.settled)
+            await self._cut_short(
+                msgs if batch is None else batch.mine,
+                results,
+                0 if batch is None else batch.settled,
+            )
             raise
         if batch is not None:  # from here this task settles it (the upkeep cuts no more)
             batch.settling = True
         ok, failed = outcomes(results if batch is None else batch.unsettled)
         mine = msgs if batch is None else batch.mine
-        back = mine[len(results):] if refused else []  # stopping: back at once
+        back = mine[len(results) :] if refused else []  # stopping: back at once
         more = (refill, self.plan.visibility) if refill and not back else None
         with tracing.span("ack", self.queue.name, ids=[m.id for m in ok if m.id]):
             tally = await self.queue.backend.drive(
-                consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                 back=back, refill=more))
+                consuming.settle(
+                    self.queue.ops, ok, failed, self.plan.retry, self.me, back=back, refill=more
+                )
+            )
         self.stats.add_tally(tally, seconds)
         self.handled(len(results), seconds)
         return tally.refilled
@@ -136,12 +165,10 @@ class Processor:
         handle. Shielded, so that the settling itself is not cut short. Raises
         DynoqError when the server cannot be reached (they expire and come again)."""
         ok, failed = outcomes(handled)
-        flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me,
-                                back=rest)
+        flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me, back=rest)
         self.stats.add_tally(await asyncio.shield(self.queue.backend.drive(flow)))
 
-    async def _bare(self, msgs: list[Message], results: Results,
-                    gone: Callable[[], bool]) -> float:
+    async def _bare(self, msgs: list[Message], results: Results, gone: Callable[[], bool]) -> float:
         # The no-middleware fast path: one clock read and one consume_timeout timer per
         # batch (Python 3.11+; a timer per call before).
         t0 = time.perf_counter()
@@ -206,7 +233,7 @@ class Processor:
                 if not k:
                     refused = True
                     break
-                part = msgs[done:done + k]
+                part = msgs[done : done + k]
                 error, s = await self._call(part if self.batch_handler else part[0], part)
                 seconds, called = seconds + s, called + k
                 if error is None:
@@ -215,21 +242,29 @@ class Processor:
             await self._cut_short(msgs, [(m, None) for m in msgs[:done]])
             raise
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
-            tally, blocked = await self.queue.backend.drive(consuming.settle_in_order(
-                self.queue.ops, msgs[:done] if short else msgs, done,
-                None if short else error, self.plan.retry, self.me))
+            tally, blocked = await self.queue.backend.drive(
+                consuming.settle_in_order(
+                    self.queue.ops,
+                    msgs[:done] if short else msgs,
+                    done,
+                    None if short else error,
+                    self.plan.retry,
+                    self.me,
+                )
+            )
         self.stats.add_tally(tally, seconds)
         self.handled(called, seconds)
         if refused:  # stopping: what was not called goes back to its place at once
             await self._cut_short(msgs[done:], [])
         if short:
-            raise LeaseLost(f"lease on shard {shard} of {self.queue.name!r} has less than "
-                            f"{self.plan.lease_margin:g}s left, or was lost and taken again "
-                            "since its batch was popped: not starting another handler")
+            raise LeaseLost(
+                f"lease on shard {shard} of {self.queue.name!r} has less than "
+                f"{self.plan.lease_margin:g}s left, or was lost and taken again "
+                "since its batch was popped: not starting another handler"
+            )
         return bool(blocked)
 
-    async def _cut_short(self, mine: list[Message], results: Results,
-                         settled: int = 0) -> None:
+    async def _cut_short(self, mine: list[Message], results: Results, settled: int = 0) -> None:
         """Cancelled mid-batch (a stop that ran out of time): settle the outcomes
         (``results[settled:]``: the upkeep settled the ones before when it cut the batch)
         and give the rest of ``mine`` back at once, unhandled (no attempt counted),

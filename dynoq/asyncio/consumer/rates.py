@@ -16,8 +16,9 @@ class RateGate:
     and lasts at most ``idle_wait`` at a time (the upkeep keeps the batch's deliveries
     extended meanwhile)."""
 
-    def __init__(self, membership: Membership, limit: tuple[int, float],
-                 stopping: Event, idle_wait: float) -> None:
+    def __init__(
+        self, membership: Membership, limit: tuple[int, float], stopping: Event, idle_wait: float
+    ) -> None:
         self.membership = membership
         self.limit = RateLimit(limit)
         self.stopping = stopping
@@ -32,8 +33,9 @@ class RateGate:
             if used:
                 return used
             asked = time.monotonic()
-            granted, wait = await self.membership.take(limit.count, limit.window,
-                                                       limit.ask(left, together))
+            granted, wait = await self.membership.take(
+                limit.count, limit.window, limit.ask(left, together)
+            )
             held.got(granted, asked)
             if not granted and await wait_event(self.stopping, min(wait, self.idle_wait)):
                 return 0

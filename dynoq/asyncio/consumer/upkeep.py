@@ -26,7 +26,6 @@ from .workers import Workers
 log = logging.getLogger("dynoq.consumer")
 
 
-
 class Upkeep:
     def __init__(self, shared: Shared, subscription: Subscription, workers: Workers) -> None:
         self.shared = shared
@@ -52,8 +51,9 @@ class Upkeep:
 
     async def _loop(self) -> None:
         settings = self.shared.plan.settings
-        clock = UpkeepClock(settings.heartbeat_interval, settings.rebalance_interval,
-                            time.monotonic())
+        clock = UpkeepClock(
+            settings.heartbeat_interval, settings.rebalance_interval, time.monotonic()
+        )
         failures = 0
         try:
             notified = False
@@ -77,8 +77,7 @@ class Upkeep:
                 except DynoqError as exc:  # the server is away: try again, backing off
                     failures += 1
                     pause = backoff(failures)
-                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s",
-                                pause, exc)
+                    log.warning("dynoq: consumer upkeep failed (retrying in %.1fs): %s", pause, exc)
                     await wait_event(self._stop, pause)
                     clock.failed(time.monotonic())
                     continue
@@ -120,8 +119,11 @@ class Upkeep:
     def _dropped(self) -> bool:
         """Whether a worker dropped a shard this member should hold (its lease was lost,
         or taken again since a batch was popped) while no acquisition is due."""
-        return (self.shared.plan.ordered and self._next_acquire == math.inf
-                and bool(self._wanted - self.shared.board.leased()))
+        return (
+            self.shared.plan.ordered
+            and self._next_acquire == math.inf
+            and bool(self._wanted - self.shared.board.leased())
+        )
 
     async def _acquire(self) -> None:
         """Try to lease wanted shards; retry when the other holder's lease may end."""
@@ -136,8 +138,11 @@ class Upkeep:
                 s.board.add(shard)
             else:
                 retry_in = min(retry_in, wait + 0.005)
-        self._next_acquire = (time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
-                              if retry_in < math.inf else math.inf)
+        self._next_acquire = (
+            time.monotonic() + min(retry_in, s.plan.settings.heartbeat_interval)
+            if retry_in < math.inf
+            else math.inf
+        )
 
     async def _hand_back_stalled(self) -> None:
         """The messages waiting behind a stalled handler call go back to the queue, for

@@ -62,19 +62,18 @@ class Workers:
         s = self.shared
         loop = self._ordered_loop if s.plan.ordered else self._concurrent_loop
         k, self._count = self._count, self._count + 1
-        self._tasks.append(asyncio.create_task(self._guard(loop, k),
-                                               name=f"dynoq-{s.queue.name}-w{k}"))
+        self._tasks.append(
+            asyncio.create_task(self._guard(loop, k), name=f"dynoq-{s.queue.name}-w{k}")
+        )
 
     def runs(self, task: asyncio.Task[Any] | None) -> bool:
         """Whether ``task`` is one of the workers (a handler calling stop())."""
         return task is not None and (task in self._tasks or task in self._retired)
 
     def _active(self) -> bool:
-        return (not self.shared.stopping.is_set()
-                and asyncio.current_task() not in self._retired)
+        return not self.shared.stopping.is_set() and asyncio.current_task() not in self._retired
 
-    async def overran(self, call: asyncio.Future[Any] | None,
-                      msgs: Sequence[Message]) -> None:
+    async def overran(self, call: asyncio.Future[Any] | None, msgs: Sequence[Message]) -> None:
         """A handler call ran past consume_timeout; its message fails when this returns.
         ``call``: a sync handler's call, still running in its thread (None: a coroutine,
         cancelled, or a thread call that had not started)."""
@@ -90,15 +89,22 @@ class Workers:
         if (not ordered or me in self._tasks) and self._abandoned.take():
             left = self._abandoned.count
             s.stats.add(abandoned=1)
-        consuming.overran(log, s.queue.name, msgs, settings.consume_timeout, left=left,
-                          cap=settings.concurrency,
-                          shard=msgs[0].shard if s.plan.ordered and msgs else None,
-                          keyed=s.queue.ops.keyed)
+        consuming.overran(
+            log,
+            s.queue.name,
+            msgs,
+            settings.consume_timeout,
+            left=left,
+            cap=settings.concurrency,
+            shard=msgs[0].shard if s.plan.ordered and msgs else None,
+            keyed=s.queue.ops.keyed,
+        )
         t0 = time.monotonic()
 
         def returned(_: object = None) -> None:
-            consuming.returned(log, s.queue.name, msgs,
-                               settings.consume_timeout + time.monotonic() - t0)
+            consuming.returned(
+                log, s.queue.name, msgs, settings.consume_timeout + time.monotonic() - t0
+            )
             self._left_running.discard(call)
             if left is not None:
                 self._abandoned.returned()
@@ -160,9 +166,13 @@ class Workers:
                 except Exception as exc:
                     # As the thread consumer's: an expected error in one line.
                     expected = isinstance(exc, DynoqError)
-                    log.log(logging.WARNING if expected else logging.ERROR,
-                            "dynoq: consumer worker error; retrying in %gs: %s", ERROR_PAUSE,
-                            exc, exc_info=not expected or log.isEnabledFor(logging.DEBUG))
+                    log.log(
+                        logging.WARNING if expected else logging.ERROR,
+                        "dynoq: consumer worker error; retrying in %gs: %s",
+                        ERROR_PAUSE,
+                        exc,
+                        exc_info=not expected or log.isEnabledFor(logging.DEBUG),
+                    )
                     await wait_event(stopping, ERROR_PAUSE)
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
@@ -186,7 +196,7 @@ class Workers:
             if carried:
                 n, msgs, carried = held, carried, []
             else:
-                n, msgs = await s.flow.take(sizer.size(), idle), []
+                n, msgs = await s.in_flight.take(sizer.size(), idle), []
             if n == 0:
                 continue
             try:
@@ -216,7 +226,7 @@ class Workers:
                         continue
                 else:  # the watcher's finding wakes us; the bound is a safety
                     quiet = False
-                    s.flow.give(n)
+                    s.in_flight.give(n)
                     n = 0
                     await s.idle.sleep(idle * 12)
                     continue
@@ -224,18 +234,19 @@ class Workers:
                 flight = InFlightBatch(msgs, None, time.monotonic(), n)
                 s.deliveries.start(me, flight)
                 carried = await self.processor.concurrently(
-                    msgs, n if keyed and streak < MAX_CARRIED else 0, flight)
+                    msgs, n if keyed and streak < MAX_CARRIED else 0, flight
+                )
             finally:
                 s.deliveries.finish(me)
                 if carried:
                     held, streak = n, streak + 1  # its permits are kept
                 else:
                     streak = 0
-                    s.flow.give(n)
+                    s.in_flight.give(n)
         if carried:  # stopping: what the last acks brought goes back at once
             with contextlib.suppress(DynoqError):  # they expire and come again
                 await self.processor.give_back(carried)
-            s.flow.give(held)
+            s.in_flight.give(held)
 
     async def _ordered_loop(self, me: int) -> None:
         s = self.shared
@@ -256,8 +267,7 @@ class Workers:
                 await self._finish_all(shards, None)
                 raise
             got = {m.shard for m in msgs}
-            await self._finish_all([x for x in shards if x not in got],
-                                   None if msgs else False)
+            await self._finish_all([x for x in shards if x not in got], None if msgs else False)
             for m in msgs:
                 assert m.shard is not None
                 await self._run_shard(me, m.shard, [m])

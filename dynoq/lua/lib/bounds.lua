@@ -12,18 +12,18 @@
   MAX_FIELDS are the server's side alone:
   MAX_BATCH     messages one pop, peek or keyed ack-and-take claims, shows or carries;
                 tasks' records one task-keep keeps (validate.py)
-  PUSH_CHUNK    messages one push, push-batch or publish call carries (_core/ops.py)
-  IDS_CHUNK     ids one ack or replay call carries (_core/ops.py)
+  PUSH_CHUNK    messages one push, push-batch or publish call carries (_core/bounds.py)
+  IDS_CHUNK     ids one ack or replay call carries (_core/bounds.py)
   SWEEP_LIMIT   entries one requeue, promote, trim, replay or purge call handles, expired
-                grants one rate-take frees (_core/ops.py)
+                grants one rate-take frees (_core/bounds.py)
   EXPIRE_LIMIT  deliveries one krequeue call gives back, retries a kpop promotes
                 (_core/keyed.py)
-  MAX_CLAIM     prepared messages one claim hands out (_core/halves.py)
+  MAX_CLAIM     prepared messages one claim hands out (_core/transactions.py)
   MAX_TARGETS   group queues one publish reaches (_core/topics.py)
   MAX_COPIES    copies one publish places, its messages times its group queues
                 (_core/topics.py)
   CALL_SHARDS   shards one call reads or renews: a probe, a pop across shards, a sweeper's
-                due, a lease renewal (_core/ops.py)
+                due, a lease renewal (_core/bounds.py)
   MAX_MEMBERS   members one heartbeat or reap reads, the longest silent first
   HISTORY_CAP   rebalances a group's history keeps (_core/group.py)
   MAX_FIELDS    settings one open stores

@@ -50,7 +50,7 @@ local function retimed(rec, due)
 end
 
 -- rec with its enqueued field set to `now`, its due offset kept: a transaction's commit
--- (lua/tx-settle-16.lua) enqueues the prepared message then, and its delay counts from then
+-- (lua/transaction-settle-16.lua) enqueues the prepared message then, and its delay counts from then
 local function restamped(rec, now)
   return stamp(now) .. string.match(rec, '^%w+(,.*)$')
 end

@@ -31,7 +31,7 @@ from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
 from .lua import script
 from .opening import queue_names, read_queue
-from .ops import QueueOps
+from .queue import QueueOps
 from .retry import backoff
 from .schedules import ScheduleOps
 from .settings import QueueSettings, TopicSettings
@@ -128,8 +128,9 @@ def registered(prefix: str) -> Flow[dict[str, tuple[QueueSettings, str] | None]]
     return out
 
 
-def sweep_queue(q: QueueOps, *, reap_members: bool, cross_slot: bool,
-                out: QueueSweep | None = None) -> Flow[QueueSweep]:
+def sweep_queue(
+    q: QueueOps, *, reap_members: bool, cross_slot: bool, out: QueueSweep | None = None
+) -> Flow[QueueSweep]:
     """One pass over one queue, counted into ``out`` as it goes (so what a pass did
     before it failed is still counted)."""
     out = QueueSweep() if out is None else out
@@ -158,8 +159,7 @@ def sweep_queue(q: QueueOps, *, reap_members: bool, cross_slot: bool,
     return out
 
 
-def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
-                 out: QueueSweep) -> Flow[None]:
+def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int, out: QueueSweep) -> Flow[None]:
     keys = q.shard_keys[shard]
     if q.keyed and mask & (REQUEUE | PROMOTE):
         # A keyed shard's expired deliveries and due retries go back to the head of their
@@ -177,7 +177,8 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
         more = 1
         while more:
             moved, more = yield script("promote").call(
-                keys, [q.epoch, SWEEP_LIMIT], q.checked(f"promote on {q.name!r}"))
+                keys, [q.epoch, SWEEP_LIMIT], q.checked(f"promote on {q.name!r}")
+            )
             out.promoted += int(moved)
     if mask & FIRE:
         out.fired += yield from ScheduleOps(q).fire_due(shard)
@@ -185,7 +186,8 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int,
         more = 1
         while more:
             dropped, more = yield script("trim").call(
-                keys, [q.epoch, window, SWEEP_LIMIT], q.checked(f"trim on {q.name!r}"))
+                keys, [q.epoch, window, SWEEP_LIMIT], q.checked(f"trim on {q.name!r}")
+            )
             out.trimmed += int(dropped)
 
 
@@ -224,11 +226,14 @@ def sweep_topic(t: TopicOps, *, reap_members: bool, cross_slot: bool) -> Flow[To
             if mode != "broadcasting":
                 continue
             g = t.target_queue(target).keys.group(group)
-            scores, ttls = yield Batch([Cmd(("ZRANGE", g.members, 0, -1, "WITHSCORES")),
-                                        Cmd(("HVALS", g.ttls))])
+            scores, ttls = yield Batch(
+                [Cmd(("ZRANGE", g.members, 0, -1, "WITHSCORES")), Cmd(("HVALS", g.ttls))]
+            )
             # Alive until its heartbeat's own lifetime ran out; reaped member_grace later.
-            ends = [float(s) / 1000 + max((int(x) for x in ttls), default=0) / 1000
-                    for _, s in pairs(scores)]
+            ends = [
+                float(s) / 1000 + max((int(x) for x in ttls), default=0) / 1000
+                for _, s in pairs(scores)
+            ]
             if max([since, *ends]) + t.settings.member_grace < now:
                 gone.append(target)
         if gone:
@@ -244,17 +249,20 @@ def sweep_topic(t: TopicOps, *, reap_members: bool, cross_slot: bool) -> Flow[To
         if gone:
             yield from t.drop(gone)
             groups = [t.target_queue(name).keys.group(targets[name][0]) for name in gone]
-            yield Batch([Cmd(("UNLINK", g.members, g.ttls, g.claim, g.registry, g.history))
-                         for g in groups])
+            yield Batch(
+                [Cmd(("UNLINK", g.members, g.ttls, g.claim, g.registry, g.history)) for g in groups]
+            )
             out.members_removed = len(gone)
             targets = {k: v for k, v in targets.items() if k not in gone}
     for target in targets:
         out.queues[target] = yield from sweep_queue(
-            t.target_queue(target), reap_members=reap_members, cross_slot=cross_slot)
+            t.target_queue(target), reap_members=reap_members, cross_slot=cross_slot
+        )
     return out
 
 
 # -- a sweeper's passes and bookkeeping, shared by the sync and asyncio sweepers -----------
+
 
 class Sweeps:
     """What a sweeper sweeps, and one pass over it as a flow (:meth:`run_once`): the
@@ -262,8 +270,14 @@ class Sweeps:
     swept, removed ones forgotten); a failure confined to one queue or topic is counted
     and logged at most once a minute each, and the pass goes on."""
 
-    def __init__(self, prefix: str, refresh_interval: float, *, cross_slot: bool,
-                 observer: SweepObserver | None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        refresh_interval: float,
+        *,
+        cross_slot: bool,
+        observer: SweepObserver | None,
+    ) -> None:
         self.prefix = prefix
         self.refresh_interval = refresh_interval
         self.cross_slot = cross_slot
@@ -286,8 +300,9 @@ class Sweeps:
         for name, queue in list(self.queues.items()):
             done = report.queues[name] = QueueSweep()  # kept even if the pass fails
             try:
-                yield from sweep_queue(queue, reap_members=refresh,
-                                       cross_slot=self.cross_slot, out=done)
+                yield from sweep_queue(
+                    queue, reap_members=refresh, cross_slot=self.cross_slot, out=done
+                )
             except ConnectionFailed:
                 if self.observer is not None:
                     self.observer.record_sweep(report)
@@ -302,8 +317,9 @@ class Sweeps:
                 self._failed(report, f"queue {name!r}", exc)
         for name, topic in list(self.topics.items()):
             try:
-                swept = yield from sweep_topic(topic, reap_members=refresh,
-                                               cross_slot=self.cross_slot)
+                swept = yield from sweep_topic(
+                    topic, reap_members=refresh, cross_slot=self.cross_slot
+                )
             except ConnectionFailed:
                 raise
             except QueueGone:
@@ -348,10 +364,13 @@ class Sweeps:
         now = time.monotonic()
         if now - self._warned.get(what, -IDLE_LOG_GAP) >= IDLE_LOG_GAP:
             self._warned[what] = now  # once a minute per topic, not every pass
-            log.warning("topic %r: %d gone broadcasting member(s) left with their queues: "
-                        "this sweeper's user may not delete a queue (the sweeper role); "
-                        "run a sweeper as an admin user to reap them (docs/security.md)",
-                        topic, members)
+            log.warning(
+                "topic %r: %d gone broadcasting member(s) left with their queues: "
+                "this sweeper's user may not delete a queue (the sweeper role); "
+                "run a sweeper as an admin user to reap them (docs/security.md)",
+                topic,
+                members,
+            )
 
     def _refresh(self) -> Flow[None]:
         found = yield from registered(self.prefix)
@@ -373,8 +392,11 @@ class Sweeps:
             if topic is None:
                 continue
             known_topic = self.topics.get(name)
-            if (known_topic is None or known_topic.settings != topic[0]
-                    or known_topic.epoch != topic[1]):
+            if (
+                known_topic is None
+                or known_topic.settings != topic[0]
+                or known_topic.epoch != topic[1]
+            ):
                 known_topic = TopicOps(self.prefix, name, topic[0], epoch=topic[1])
             kept[name] = known_topic
         self.topics = kept
@@ -384,8 +406,7 @@ class Progress:
     """What ``run_forever`` adds up and logs: totals, a line when work was done (at most
     every 10 s) or a heartbeat (every minute), and the backoff after failed passes."""
 
-    def __init__(self, prefix: str, interval: float,
-                 observer: SweepObserver | None) -> None:
+    def __init__(self, prefix: str, interval: float, observer: SweepObserver | None) -> None:
         self.observer = observer
         self.totals, self._pending = SweepReport(), SweepReport()
         self._failures = 0
@@ -404,11 +425,17 @@ class Progress:
         if self.observer is not None:
             self.observer.sweep_failed()
         unexpected = not isinstance(exc, DynoqError)
-        level = (logging.WARNING if self._failures == 1 or self._failures % 10 == 0
-                 else logging.DEBUG)
-        logs.error(log, logging.ERROR if unexpected else level,
-                   "sweep failed (attempt %d, retrying in %.1fs)", self._failures, delay,
-                   exc=exc)
+        level = (
+            logging.WARNING if self._failures == 1 or self._failures % 10 == 0 else logging.DEBUG
+        )
+        logs.error(
+            log,
+            logging.ERROR if unexpected else level,
+            "sweep failed (attempt %d, retrying in %.1fs)",
+            self._failures,
+            delay,
+            exc=exc,
+        )
         return delay
 
     def done(self, report: SweepReport) -> None:
@@ -425,7 +452,10 @@ class Progress:
 
     def stopped(self) -> SweepReport:
         if self._pending.passes and self._pending.busy:
-            log.info("swept in the last %.1fs: %s", time.monotonic() - self._since,
-                     self._pending.summary())
+            log.info(
+                "swept in the last %.1fs: %s",
+                time.monotonic() - self._since,
+                self._pending.summary(),
+            )
         log.info("sweeper stopped; totals: %s", self.totals.summary())
         return self.totals

@@ -1,5 +1,5 @@
---[[ tx-claim: hand the prepared messages of one shard that are due for a check to one
-  checker, each for `claim ms` (fenced as a delivery is: tx-settle-16.lua refuses the
+--[[ transaction-claim: hand the prepared messages of one shard that are due for a check to one
+  checker, each for `claim ms` (fenced as a delivery is: transaction-settle-16.lua refuses the
   token once the claim ran out). A message whose checks are spent is buried instead
   (rolled back, kept with the dead letters: transaction unresolved).
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs  KEYS[5] dlv  KEYS[6] dead
@@ -10,7 +10,7 @@
   ARGV[5] token base (a claim's token is "<base>:<n>")
   returns: {id, record, checks including this one, token} per claimed message, flat;
            or GONE
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/tx.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/transaction.lua
   flags: allow-oom
 ]]
 local count, claim = int(ARGV[2], 1, MAX_CLAIM), int(ARGV[3], 1, MAX_MS)

@@ -1,7 +1,7 @@
---[[ tx-publish: commit a topic's prepared message: out of the topic's staging keys and
+--[[ transaction-publish: commit a topic's prepared message: out of the topic's staging keys and
   into every subscribed group queue whose tag filter matches it, atomically (each group
   queue places it as a publish does: lib/publish.lua, push-if-absent). Its producer, or a
-  checker whose claim is current (rollback and "unknown" go through tx-settle-16.lua on
+  checker whose claim is current (rollback and "unknown" go through transaction-settle-16.lua on
   the staging keys).
   KEYS[1] subs (the topic shard's subscriptions)  KEYS[2] epoch (the topic's)
   KEYS[3] msgs  KEYS[4] half  KEYS[5] txs  KEYS[6] decided  KEYS[7] counts (the staging
@@ -15,13 +15,13 @@
   ARGV[3] id  ARGV[4] the checker's claim token ("" = the producer)
   ARGV[5] the message's tag ("" = none)  ARGV[6] dedupe window ms
   ARGV[7] number of targets T  ARGV[8] key_concurrency of a keyed topic (ordered="key"),
-  "" for any other: the message (a keyed prepared record, tx-prepare) then goes last in
+  "" for any other: the message (a keyed prepared record, transaction-prepare) then goes last in
   its key in every matching group (lib/kadd.lua)
   ARGV[9 .. 8+2T] per target: its tag filter and wake channel
-  returns: as tx-settle-16.lua's commit (1 done, 2 committed before, 0 rolled back before
+  returns: as transaction-settle-16.lua's commit (1 done, 2 committed before, 0 rolled back before
            or a stale claim, 5 no such prepared message), GONE, or STALE when the
            subscriptions changed since the caller read them (it reads them and retries)
-  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua lib/push.lua lib/tx.lua
+  uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua lib/push.lua lib/transaction.lua
         lib/keyed.lua lib/publish.lua
   flags: allow-oom
 ]]

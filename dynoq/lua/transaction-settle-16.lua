@@ -1,4 +1,4 @@
---[[ tx-settle: commit or roll back a prepared message (its producer, or a checker whose
+--[[ transaction-settle: commit or roll back a prepared message (its producer, or a checker whose
   claim is current), or, for a checker, put off an "unknown" answer. Atomic and final:
   a committed message is placed exactly as a push places a new one (lib/place.lua), its
   delay counted from now and, on an ordered shard, its place taken now.
@@ -12,14 +12,14 @@
   ARGV[6] max checks (unknown: after this many checks it is buried instead)
   ARGV[7] wake channel (PUBLISHed when the commit may wake a waiting pop)
   ARGV[8] key_concurrency of a keyed queue (ordered="key"), "" for any other: the commit
-          then appends the message to its key (the record's key, written by tx-prepare)
+          then appends the message to its key (the record's key, written by transaction-prepare)
   returns: 1 done now; 2 the same decision was taken before (producer only);
            0 the other decision was taken before, or the checker's claim is not current;
            5 no such prepared message (never prepared, or decided over a day ago);
            3 unknown noted, asked again later; 4 unknown, and buried (max checks spent);
            or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/record.lua lib/promote.lua
-    lib/place.lua lib/tx.lua lib/knum.lua lib/keyed.lua lib/kplace.lua
+    lib/place.lua lib/transaction.lua lib/knum.lua lib/keyed.lua lib/kplace.lua
   flags: allow-oom
 ]]
 local interval, most = int(ARGV[5], 0, MAX_MS), int(ARGV[6], 0, math.huge)

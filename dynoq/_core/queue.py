@@ -37,16 +37,30 @@ class QueueOps(Opened):
     """One queue's operations. Thread-safe: it holds no state (its reply parsers are
     made once each). ``epoch`` and ``on_gone``: see :class:`~.opening.Opened`."""
 
-    def __init__(self, prefix: str, name: str, settings: QueueSettings,
-                 max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
-                 keys: QueueKeys | None = None, *, cross_slot: bool = False,
-                 epoch: str = "", on_gone: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        name: str,
+        settings: QueueSettings,
+        max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+        keys: QueueKeys | None = None,
+        *,
+        cross_slot: bool = False,
+        epoch: str = "",
+        on_gone: Callable[[], None] | None = None,
+    ) -> None:
         self.keys = keys or QueueKeys(prefix, name)
         self.shard_keys: tuple[ShardKeys, ...] = tuple(
-            self.keys.shard(i) for i in range(settings.shards))
+            self.keys.shard(i) for i in range(settings.shards)
+        )
         # What a refusal names: a topic's group queue lives and dies with its topic.
-        super().__init__(name, f"topic {self.keys.tag!r}" if self.keys.sub
-                         else f"queue {name!r}", epoch, self._epoch_key, on_gone)
+        super().__init__(
+            name,
+            f"topic {self.keys.tag!r}" if self.keys.sub else f"queue {name!r}",
+            epoch,
+            self._epoch_key,
+            on_gone,
+        )
         # One script may read every shard (one server, not Redis Cluster): see popping.
         self.cross_slot = cross_slot
         self.settings = settings
@@ -55,16 +69,31 @@ class QueueOps(Opened):
         self.keyed = settings.keyed
         # Everything a message-group queue (ordered="key") does its own way, chosen once.
         self.kind: Kind = (Keyed if settings.keyed else Plain)(
-            self, self.shard_keys, settings, max_payload_bytes, self.wake)
+            self, self.shard_keys, settings, max_payload_bytes, self.wake
+        )
 
     @classmethod
-    def of_keys(cls, keys: QueueKeys, settings: QueueSettings,
-                max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, *,
-                cross_slot: bool = False, epoch: str = "",
-                on_gone: Callable[[], None] | None = None) -> QueueOps:
+    def of_keys(
+        cls,
+        keys: QueueKeys,
+        settings: QueueSettings,
+        max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
+        *,
+        cross_slot: bool = False,
+        epoch: str = "",
+        on_gone: Callable[[], None] | None = None,
+    ) -> QueueOps:
         """The operations of a queue with these keys (a topic's group queue)."""
-        return cls(keys.prefix, keys.queue, settings, max_payload_bytes, keys,
-                   cross_slot=cross_slot, epoch=epoch, on_gone=on_gone)
+        return cls(
+            keys.prefix,
+            keys.queue,
+            settings,
+            max_payload_bytes,
+            keys,
+            cross_slot=cross_slot,
+            epoch=epoch,
+            on_gone=on_gone,
+        )
 
     def _epoch_key(self, shard: int) -> str:
         return self.shard_keys[shard].epoch
@@ -105,8 +134,10 @@ class QueueOps(Opened):
         gave, "ensure" for ids made here, so that a call resent after a dropped connection
         cannot replace a copy that was already delivered (a made id cannot exist before)."""
         if len(outs) > validate.MAX_ITEMS:
-            raise InvalidArgument(f"at most {validate.MAX_ITEMS} messages per call, got "
-                                  f"{len(outs)}: push them in several calls")
+            raise InvalidArgument(
+                f"at most {validate.MAX_ITEMS} messages per call, got "
+                f"{len(outs)}: push them in several calls"
+            )
         if len(outs) == 1 and not self.settings.min_replicas:
             o = outs[0]
             shard = self.shard_for(o.routing)
@@ -118,7 +149,9 @@ class QueueOps(Opened):
             groups[(self.shard_for(o.routing), mode or _mode(o))].append(o)
         calls: list[Call | Cmd] = [
             self._push_call(how, shard, part)
-            for (shard, how), group in groups.items() for part in chunks(group, body_size)]
+            for (shard, how), group in groups.items()
+            for part in chunks(group, body_size)
+        ]
         return self.replicated(calls, _sum_of_sums)
 
     def replicated(self, calls: list[Call | Cmd], parse: Any) -> Batch:
@@ -133,7 +166,8 @@ class QueueOps(Opened):
                 raise ReplicationError(
                     f"only {acked} of {wanted} replica(s) confirmed a write to {self.name!r} "
                     f"within {timeout:g}s: it is on the master but may be lost if the master "
-                    "fails now; pushing again is safe (by id)")
+                    "fails now; pushing again is safe (by id)"
+                )
             return parse(results)
 
         return Batch(calls, wait=(wanted, validate.to_ms(timeout)), parse=check)
@@ -143,8 +177,7 @@ class QueueOps(Opened):
         outs = []
         for item in validate.check_items(items, "ensure_many()"):
             if not isinstance(item, Message) or item.id is None:
-                raise InvalidArgument("ensure_many() takes dynoq.Message objects, each "
-                                      "with an id")
+                raise InvalidArgument("ensure_many() takes dynoq.Message objects, each with an id")
             outs.append(self.prepare(item))
         return outs
 
@@ -160,13 +193,15 @@ class QueueOps(Opened):
         """The shard a message was popped from, which must be one of this queue's."""
         shard = msg.shard
         if msg.id is None or shard is None:
-            raise InvalidArgument("this message was not popped: ack, nack and extend "
-                                  "take a popped message or an id")
+            raise InvalidArgument(
+                "this message was not popped: ack, nack and extend take a popped message or an id"
+            )
         if type(shard) is not int or not 0 <= shard < self.settings.shards:
             raise InvalidArgument(
                 f"message {msg.id!r} was popped from shard {shard!r}, which queue "
                 f"{self.name!r} ({self.settings.shards} shards) does not have: ack, nack "
-                "and extend a message on the queue it was popped from")
+                "and extend a message on the queue it was popped from"
+            )
         return shard
 
     def home(self, msg_id: str) -> int | None:
@@ -192,11 +227,11 @@ class QueueOps(Opened):
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
         """A nack of a popped message (mode "retry", "dead" or "back", see nack-8.lua)
         with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
-        return self.kind.nack_call(self.shard_of(msg), msg.id or "", msg.token or "",
-                                   msg.lease or "", delay, mode, why)
+        return self.kind.nack_call(
+            self.shard_of(msg), msg.id or "", msg.token or "", msg.lease or "", delay, mode, why
+        )
 
-    def extend_call(self, shard: int, msg_id: str, token: str, lease: str,
-                    timeout: float) -> Call:
+    def extend_call(self, shard: int, msg_id: str, token: str, lease: str, timeout: float) -> Call:
         """Set a delivery's visibility deadline to now + ``timeout`` seconds (checked);
         reply: whether it was still in flight."""
         context = f"extend on shard {shard} of {self.name!r}"
@@ -205,16 +240,21 @@ class QueueOps(Opened):
             self.refused(reply, context)
             return int(reply) == 1
 
-        return Call(_EXTEND, _EXTEND.key_list(self.shard_keys[shard]),
-                    [self.epoch, lease, validate.to_ms(timeout), msg_id, token, self.wake],
-                    parse)
+        return Call(
+            _EXTEND,
+            _EXTEND.key_list(self.shard_keys[shard]),
+            [self.epoch, lease, validate.to_ms(timeout), msg_id, token, self.wake],
+            parse,
+        )
 
     def reschedule_call(self, shard: int, msg_id: str, delay: float) -> Call:
         """Move a waiting message's due time to now + ``delay`` seconds (checked); reply:
         true when it was waiting."""
-        return _RESCHEDULE.call(self.shard_keys[shard],
-                                [self.epoch, msg_id, validate.to_ms(delay), self.wake],
-                                self.checked(f"reschedule on {self.name!r}"))
+        return _RESCHEDULE.call(
+            self.shard_keys[shard],
+            [self.epoch, msg_id, validate.to_ms(delay), self.wake],
+            self.checked(f"reschedule on {self.name!r}"),
+        )
 
     def probe(self, shards: Sequence[int]) -> Call:
         """One read-only look at ``shards`` (one server: a cluster's keys must share a
@@ -222,8 +262,12 @@ class QueueOps(Opened):
         deliverable (-1: unknown); QueueGone when a shard is not this queue's any more.
         See probe-4.lua."""
         probe_keys = self.kind.probe_keys
-        return Call(_PROBE, [k for s in shards for k in probe_keys[s]], [self.epoch],
-                    self.parser("probe", -1, _same))
+        return Call(
+            _PROBE,
+            [k for s in shards for k in probe_keys[s]],
+            [self.epoch],
+            self.parser("probe", -1, _same),
+        )
 
     # -- whole queue ----------------------------------------------------------------------
 
@@ -235,36 +279,54 @@ class QueueOps(Opened):
                 self.refused(r, f"stats of shard {i} of {self.name!r}")
             out = []
             # a keyed shard: the oldest head of its next keys to serve (koldest-3.lua) too
-            heads = replies[4 * n:] or [-1] * n
+            heads = replies[4 * n :] or [-1] * n
             for i, r in enumerate(replies[:n]):
                 committed, rolled_back = (int(c or 0) for c in replies[n + 2 * i + 1])
                 oldest = min((t for t in (int(r[4]), int(heads[i])) if t >= 0), default=-1)
-                out.append(ShardStats(i, int(r[0]), int(r[1]), int(r[2]), int(r[3]),
-                                      None if oldest < 0 else oldest / 1000,
-                                      pushed=int(r[5]), acked=int(r[6]),
-                                      retried=int(r[7]), expired=int(r[8]),
-                                      dead_lettered=int(r[9]), prepared=int(replies[n + 2 * i]),
-                                      committed=committed, rolled_back=rolled_back))
-            counted = replies[3 * n:4 * n]  # a keyed queue's keys, per shard
+                out.append(
+                    ShardStats(
+                        i,
+                        int(r[0]),
+                        int(r[1]),
+                        int(r[2]),
+                        int(r[3]),
+                        None if oldest < 0 else oldest / 1000,
+                        pushed=int(r[5]),
+                        acked=int(r[6]),
+                        retried=int(r[7]),
+                        expired=int(r[8]),
+                        dead_lettered=int(r[9]),
+                        prepared=int(replies[n + 2 * i]),
+                        committed=committed,
+                        rolled_back=rolled_back,
+                    )
+                )
+            counted = replies[3 * n : 4 * n]  # a keyed queue's keys, per shard
             return QueueStats(self.name, tuple(out), sum(int(c) for c in counted))
 
         calls: list[Call | Cmd] = [self.kind.stats_call(k) for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
-        calls += [c for k in self.shard_keys for c in (
-            Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))]
+        calls += [
+            c
+            for k in self.shard_keys
+            for c in (Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))
+        ]
         calls += self.kind.stats_extra()
         return Batch(calls, parse=parse)
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
         frees large shards in the background (lua/clear-13.lua, lua/kclear-4.lua)."""
-        calls: list[Call | Cmd] = [_CLEAR.call(k, [self.epoch], self.checked(
-            f"clear of shard {i} of {self.name!r}")) for i, k in enumerate(self.shard_keys)]
+        calls: list[Call | Cmd] = [
+            _CLEAR.call(k, [self.epoch], self.checked(f"clear of shard {i} of {self.name!r}"))
+            for i, k in enumerate(self.shard_keys)
+        ]
         calls += self.kind.clear_calls()
         return Batch(calls, parse=_none)
 
 
 # -- small parsers -------------------------------------------------------------------------
+
 
 def _mode(out: codec.Outgoing) -> str:
     return "ensure" if out.generated else "push"

@@ -1,5 +1,5 @@
---[[ tx-prepare: store a prepared (half) message: never delivered, peeked or counted as
-  waiting until it is committed (lua/tx-settle-16.lua); present for get, contains and
+--[[ transaction-prepare: store a prepared (half) message: never delivered, peeked or counted as
+  waiting until it is committed (lua/transaction-settle-16.lua); present for get, contains and
   push-if-absent (its record is in `msgs`).
   KEYS[1] msgs  KEYS[2] half  KEYS[3] txs  KEYS[4] decided  KEYS[5] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)

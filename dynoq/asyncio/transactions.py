@@ -1,7 +1,7 @@
 """Transactional messages: the handle of a prepared (half) message, and the ``with`` block
 that commits it on a clean exit and rolls it back on an exception (DESIGN.md §3.6).
 
-The decisions are in :mod:`dynoq._core.halves`; this shell runs them on a backend. The
+The decisions are in :mod:`dynoq._core.transactions`; this shell runs them on a backend. The
 asyncio shell is written by hand; the sync one is generated from it (scripts/unasync.py).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from .._core.halves import TxOps
+from .._core.transactions import TransactionOps
 from .backend import AsyncBackend
 
 
@@ -19,15 +19,16 @@ class Half:
     ``await q.prepare(...)`` (or a topic's ``await t.prepare(...)``), or rebuild one from
     its id with ``q.half(id)`` (for a process that prepared it and then restarted)."""
 
-    def __init__(self, backend: AsyncBackend, tx: TxOps, id: str,
-                 shard: int | None = None) -> None:
+    def __init__(
+        self, backend: AsyncBackend, transactions: TransactionOps, id: str, shard: int | None = None
+    ) -> None:
         self.backend = backend
-        self.tx = tx
+        self.transactions = transactions
         self.id = id
         self._shard = shard
 
     def __repr__(self) -> str:
-        return f"<dynoq.asyncio.Half {self.id!r} of {self.tx.ops.name!r}>"
+        return f"<dynoq.asyncio.Half {self.id!r} of {self.transactions.ops.name!r}>"
 
     async def commit(self) -> bool:
         """Make the message deliverable (now, or after its delay counted from now); True
@@ -43,31 +44,37 @@ class Half:
 
     async def _settle(self, what: str) -> bool:
         if self._shard is None:
-            self._shard = await self.backend.drive(self.tx.locate(self.id))
-        reply = await self.backend.drive(self.tx.settle_flow(self._shard, self.id, what))
-        return self.tx.decided(self.id, what, reply)
+            self._shard = await self.backend.drive(self.transactions.locate(self.id))
+        reply = await self.backend.drive(self.transactions.settle_flow(self._shard, self.id, what))
+        return self.transactions.decided(self.id, what, reply)
 
 
 class Transaction:
     """``async with q.transaction(payload, ...) as half:`` prepares on entry, commits on a
     clean exit, rolls back when the block raises (the exception goes on)."""
 
-    def __init__(self, backend: AsyncBackend, tx: TxOps, payload: Any,
-                 options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        backend: AsyncBackend,
+        transactions: TransactionOps,
+        payload: Any,
+        options: dict[str, Any],
+    ) -> None:
         self.backend = backend
-        self.tx = tx
+        self.transactions = transactions
         self.payload = payload
         self.options = options
         self.half: Half | None = None
 
     async def __aenter__(self) -> Half:
-        msg_id, shard, call = self.tx.prepare(self.payload, **self.options)
+        msg_id, shard, call = self.transactions.prepare(self.payload, **self.options)
         await self.backend.run(call)
-        self.half = Half(self.backend, self.tx, msg_id, shard)
+        self.half = Half(self.backend, self.transactions, msg_id, shard)
         return self.half
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self.half is not None
         if kind is None:
             await self.half.commit()

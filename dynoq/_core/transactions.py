@@ -1,11 +1,11 @@
 """Transactional messages (DESIGN.md §3.6, RocketMQ's half messages) as pure requests.
 
 A prepared message is stored in its shard's ``msgs`` and ``half`` only, so nothing
-delivers, peeks or counts it as waiting (lua/tx-prepare-5.lua). Its producer commits or
-rolls it back by id (lua/tx-settle-16.lua); one left undecided past its ``check_after``
-is claimed by one checker (lua/tx-claim-13.lua), whose answer is settled with the claim's
+delivers, peeks or counts it as waiting (lua/transaction-prepare-5.lua). Its producer commits or
+rolls it back by id (lua/transaction-settle-16.lua); one left undecided past its ``check_after``
+is claimed by one checker (lua/transaction-claim-13.lua), whose answer is settled with the claim's
 token, so a checker that lost its claim decides nothing. The shells are
-``dynoq/asyncio/halves.py`` (the Half handle) and ``dynoq/asyncio/checker.py``.
+``dynoq/asyncio/transactions.py`` (the Half handle) and ``dynoq/asyncio/checker.py``.
 """
 
 from __future__ import annotations
@@ -21,15 +21,19 @@ from . import codec, validate
 from .byid import locate
 from .calls import Batch, Call, Cmd, Flow, pairs, text
 from .lua import script
-from .ops import QueueOps
+from .queue import QueueOps
 from .topics import TopicOps
 
-_PREPARE, _SETTLE, _CLAIM = script("tx-prepare"), script("tx-settle"), script("tx-claim")
+_PREPARE, _SETTLE, _CLAIM = (
+    script("transaction-prepare"),
+    script("transaction-settle"),
+    script("transaction-claim"),
+)
 
 ANSWERS = ("commit", "rollback", "unknown")  # what a checker's check may return
 ASYNC_CHECKER = "dynoq.asyncio's client.checker()"  # where an async def check runs
 MAX_CLAIM = 100  # prepared messages one claim call hands out
-DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED = 1, 2, 0, 5, 3, 4  # tx-settle's replies
+DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED = 1, 2, 0, 5, 3, 4  # transaction-settle's replies
 UNRESOLVED = "transaction unresolved"  # the dead-letter reason after max_checks
 
 
@@ -65,8 +69,10 @@ def check_max_checks(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidType(f"max_checks must be an int, got {type(value).__name__}")
     if value < 1:
-        raise InvalidArgument(f"max_checks must be at least 1, got {value}: a prepared "
-                              "message must be checked at least once before it is buried")
+        raise InvalidArgument(
+            f"max_checks must be at least 1, got {value}: a prepared "
+            "message must be checked at least once before it is buried"
+        )
     return value
 
 
@@ -78,7 +84,7 @@ def check_interval(value: object, what: str = "check_interval") -> float:
     return seconds
 
 
-class TxOps:
+class TransactionOps:
     """The transaction operations of one queue (``ops``: its :class:`QueueOps`)."""
 
     def __init__(self, ops: QueueOps) -> None:
@@ -87,50 +93,112 @@ class TxOps:
         self._prepare_keys = [_PREPARE.key_list(k) for k in ops.shard_keys]
         self._settle_keys = [_SETTLE.key_list(k) for k in ops.shard_keys]
 
-    def prepare(self, payload: Any, *, id: str | None, key: str | None, delay: float,
-                priority: int, headers: dict[str, Any] | None,
-                check_after_s: float, tag: str | None = None) -> tuple[str, int, Call]:
+    def prepare(
+        self,
+        payload: Any,
+        *,
+        id: str | None,
+        key: str | None,
+        delay: float,
+        priority: int,
+        headers: dict[str, Any] | None,
+        check_after_s: float,
+        tag: str | None = None,
+    ) -> tuple[str, int, Call]:
         """(id, shard, the call): the call's reply is True once stored. A resent call of
         a made id that finds it stored was the first attempt's (a made id cannot exist
         before); a given id already stored is refused (InvalidArgument)."""
         wait = check_after(check_after_s)
-        out = self.ops.prepare(Message(payload, id=id, delay=delay, priority=priority,
-                                       key=key, headers=headers, tag=tag))
+        out = self.ops.prepare(
+            Message(
+                payload, id=id, delay=delay, priority=priority, key=key, headers=headers, tag=tag
+            )
+        )
         shard = self.ops.shard_for(out.routing)
         checked = self.ops.parser("prepare", shard, int)
 
         def parse(reply: Any) -> bool:
             if checked(reply) == 0 and not out.generated:
-                raise InvalidArgument(f"a message with id {out.id!r} is stored in "
-                                      f"{self.ops.name!r} already: prepare a new id")
+                raise InvalidArgument(
+                    f"a message with id {out.id!r} is stored in "
+                    f"{self.ops.name!r} already: prepare a new id"
+                )
             return True
 
-        return out.id, shard, Call(_PREPARE, self._prepare_keys[shard],
-                                   [self.ops.epoch, out.id, out.delay_ms, out.priority,
-                                    out.body, validate.to_ms(wait),
-                                    out.routing if self.ops.keyed else ""], parse)
+        return (
+            out.id,
+            shard,
+            Call(
+                _PREPARE,
+                self._prepare_keys[shard],
+                [
+                    self.ops.epoch,
+                    out.id,
+                    out.delay_ms,
+                    out.priority,
+                    out.body,
+                    validate.to_ms(wait),
+                    out.routing if self.ops.keyed else "",
+                ],
+                parse,
+            ),
+        )
 
-    def settle(self, shard: int, msg_id: str, what: str, *, token: str = "",
-               interval_s: float = 0.0, max_checks: int = 0) -> Call:
+    def settle(
+        self,
+        shard: int,
+        msg_id: str,
+        what: str,
+        *,
+        token: str = "",
+        interval_s: float = 0.0,
+        max_checks: int = 0,
+    ) -> Call:
         """Commit, roll back or (a checker) put off one prepared message; the reply is
-        tx-settle's code (DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED)."""
-        return Call(_SETTLE, self._settle_keys[shard],
-                    [self.ops.epoch, msg_id, what, token, validate.to_ms(interval_s),
-                     max_checks, self.ops.wake, self.ops.kind.conc],
-                    self.ops.parser(what, shard, int))
+        transaction-settle's code (DONE, SAME, OTHER, NO_SUCH, PUT_OFF, BURIED)."""
+        return Call(
+            _SETTLE,
+            self._settle_keys[shard],
+            [
+                self.ops.epoch,
+                msg_id,
+                what,
+                token,
+                validate.to_ms(interval_s),
+                max_checks,
+                self.ops.wake,
+                self.ops.kind.conc,
+            ],
+            self.ops.parser(what, shard, int),
+        )
 
-    def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
-                    interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:
-        """:meth:`settle` as a flow (a topic's commit needs several steps: TopicTxOps)."""
-        return int((yield self.settle(shard, msg_id, what, token=token,
-                                      interval_s=interval_s, max_checks=max_checks)))
+    def settle_flow(
+        self,
+        shard: int,
+        msg_id: str,
+        what: str,
+        *,
+        token: str = "",
+        interval_s: float = 0.0,
+        max_checks: int = 0,
+    ) -> Flow[int]:
+        """:meth:`settle` as a flow (a topic's commit needs several steps: TopicTransactionOps)."""
+        return int(
+            (
+                yield self.settle(
+                    shard, msg_id, what, token=token, interval_s=interval_s, max_checks=max_checks
+                )
+            )
+        )
 
     def decided(self, msg_id: str, what: str, reply: int) -> bool:
         """A producer's commit / rollback reply as the Half API's bool."""
         if reply == NO_SUCH:
-            raise InvalidArgument(f"{msg_id!r} is no prepared message of {self.ops.name!r} "
-                                  "(never prepared, or decided over a day ago): nothing "
-                                  f"to {what}")
+            raise InvalidArgument(
+                f"{msg_id!r} is no prepared message of {self.ops.name!r} "
+                "(never prepared, or decided over a day ago): nothing "
+                f"to {what}"
+            )
         return reply in (DONE, SAME)
 
     def locate(self, msg_id: str) -> Flow[int]:
@@ -139,8 +207,7 @@ class TxOps:
         [shard] = yield from locate(self.ops, [msg_id])
         return shard
 
-    def claim(self, shard: int, *, count: int, claim_s: float, max_checks: int,
-              token: str) -> Call:
+    def claim(self, shard: int, *, count: int, claim_s: float, max_checks: int, token: str) -> Call:
         """Claim up to ``count`` prepared messages of ``shard`` due for a check."""
         what = f"check claim on shard {shard} of {self.ops.name!r}"
         limit = self.ops.limit
@@ -149,44 +216,56 @@ class TxOps:
             self.ops.refused(reply, what)
             out: list[Claimed] = []
             for i in range(0, len(reply), 4):
-                m = codec.readable(text(reply[i]), reply[i + 1], shard, int(reply[i + 2]),
-                                   limit=limit)
+                m = codec.readable(
+                    text(reply[i]), reply[i + 1], shard, int(reply[i + 2]), limit=limit
+                )
                 out.append(Claimed(m, int(reply[i + 2]), text(reply[i + 3])))
             return out
 
-        return Call(_CLAIM, _CLAIM.key_list(self.ops.shard_keys[shard]),
-                    [self.ops.epoch, min(count, MAX_CLAIM), validate.to_ms(claim_s),
-                     max_checks, token], parse)
+        return Call(
+            _CLAIM,
+            _CLAIM.key_list(self.ops.shard_keys[shard]),
+            [self.ops.epoch, min(count, MAX_CLAIM), validate.to_ms(claim_s), max_checks, token],
+            parse,
+        )
 
     def prepared(self, limit: int = 100) -> Flow[list[Prepared]]:
         """Up to ``limit`` (1..1000) prepared messages, the next to be checked first."""
         limit = validate.check_count(limit, high=validate.MAX_BATCH)
         keys = self.ops.shard_keys
         checks = self.ops.epoch_checks(range(len(keys)), f"prepared of {self.ops.name!r}")
-        heads = yield Batch([*checks, *(Cmd(("ZRANGE", k.half, 0, limit - 1, "WITHSCORES"))
-                                        for k in keys)])
-        heads = heads[len(checks):]
-        ranked = sorted((float(score), shard, text(member))
-                        for shard, head in enumerate(heads)
-                        for member, score in pairs(head))[:limit]
+        heads = yield Batch(
+            [*checks, *(Cmd(("ZRANGE", k.half, 0, limit - 1, "WITHSCORES")) for k in keys)]
+        )
+        heads = heads[len(checks) :]
+        ranked = sorted(
+            (float(score), shard, text(member))
+            for shard, head in enumerate(heads)
+            for member, score in pairs(head)
+        )[:limit]
         if not ranked:
             return []
-        raw = yield Batch([Cmd(("HGET", getattr(keys[shard], f), msg_id))
-                           for _, shard, msg_id in ranked for f in ("msgs", "txs")])
+        raw = yield Batch(
+            [
+                Cmd(("HGET", getattr(keys[shard], f), msg_id))
+                for _, shard, msg_id in ranked
+                for f in ("msgs", "txs")
+            ]
+        )
         out: list[Prepared] = []
         for n, (score, shard, msg_id) in enumerate(ranked):
             record, state = raw[2 * n], raw[2 * n + 1]
             if record is None:
                 continue
-            out.append(Prepared(msg_id, shard, _enqueued(record), score / 1000,
-                                _checks(state)))
+            out.append(Prepared(msg_id, shard, _enqueued(record), score / 1000, _checks(state)))
         return out
 
     def counts(self) -> Batch:
         """How many prepared messages each shard holds."""
         keys = self.ops.shard_keys
-        return Batch([Cmd(("ZCARD", k.half)) for k in keys],
-                     parse=lambda replies: [int(r) for r in replies])
+        return Batch(
+            [Cmd(("ZCARD", k.half)) for k in keys], parse=lambda replies: [int(r) for r in replies]
+        )
 
 
 def _checks(state: bytes | None) -> int:
@@ -210,25 +289,42 @@ def ids_of(claims: Sequence[Claimed]) -> list[str]:
     return [c.msg.id or "" for c in claims]
 
 
-class TopicTxOps(TxOps):
+class TopicTransactionOps(TransactionOps):
     """A topic's transaction operations. Its prepared messages wait in the topic's
     staging keys (``TopicKeys.staging()``, one set per topic shard, under the shard's
     hash tag); a commit publishes one to every matching group queue in one script
-    (lua/tx-publish-16.lua); rollback, checks and burial are the queue's, on the staging
+    (lua/transaction-publish-16.lua); rollback, checks and burial are the queue's, on the staging
     keys (a buried one stays in the staging dead letters)."""
 
     def __init__(self, topic: TopicOps) -> None:
-        super().__init__(QueueOps.of_keys(
-            topic.keys.staging(), topic.settings.queue_settings(), topic.limit,
-            cross_slot=topic.cross_slot, epoch=topic.epoch, on_gone=topic.on_gone))
+        super().__init__(
+            QueueOps.of_keys(
+                topic.keys.staging(),
+                topic.settings.queue_settings(),
+                topic.limit,
+                cross_slot=topic.cross_slot,
+                epoch=topic.epoch,
+                on_gone=topic.on_gone,
+            )
+        )
         self.topic = topic
 
-    def settle_flow(self, shard: int, msg_id: str, what: str, *, token: str = "",
-                    interval_s: float = 0.0, max_checks: int = 0) -> Flow[int]:
+    def settle_flow(
+        self,
+        shard: int,
+        msg_id: str,
+        what: str,
+        *,
+        token: str = "",
+        interval_s: float = 0.0,
+        max_checks: int = 0,
+    ) -> Flow[int]:
         if what != "commit":
-            return (yield from super().settle_flow(shard, msg_id, what, token=token,
-                                                   interval_s=interval_s,
-                                                   max_checks=max_checks))
+            return (
+                yield from super().settle_flow(
+                    shard, msg_id, what, token=token, interval_s=interval_s, max_checks=max_checks
+                )
+            )
         keys = self.ops.shard_keys[shard]
         record = yield Cmd(("HGET", keys.msgs, msg_id))
         tag = ""
