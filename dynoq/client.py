@@ -240,13 +240,11 @@ class Client:
     ) -> Consumer:
         """A consumer of ``queue`` (a Queue, a queue name, or a Topic) with ``handler``, as
         one member of consumer group ``group``; see :class:`dynoq.ConsumerSettings` for
-        every option. Give the options by name, or all at once as ``settings=`` (not
-        both). On a topic the group is subscribed (tags "*") if it is not yet, and
-        ``mode`` says how its members share its messages (default: as the group is
-        subscribed, else clustering)."""
-        q = self.queue(queue) if isinstance(queue, str) else queue
+        every option, given by name or as ``settings=`` (not both). On a topic the group
+        is subscribed (tags "*") if it is not yet, and ``mode`` says how its members share
+        its messages (default: as the group is subscribed, else clustering)."""
         return Consumer(
-            q,
+            self.queue(queue) if isinstance(queue, str) else queue,
             handler,
             settings=settings,
             group=group,

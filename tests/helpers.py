@@ -22,7 +22,7 @@ from dynoq._core.keys import ShardKeys
 FAST = {"lease_ttl": 2.0, "rebalance_interval": 5.0, "idle_wait": 0.2}
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> None:
+def wait_for(cond: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> None:
     """Poll ``cond`` until it is true; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not cond():
@@ -151,7 +151,7 @@ class RedisServer:
                 return False
 
         try:
-            wait_for(up, 10, "redis-server")
+            wait_for(up, timeout=10, what="redis-server")
         finally:
             r.close()
 

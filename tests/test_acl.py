@@ -330,9 +330,9 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
                 instance_id="m2",
                 **{**fast, "lease_ttl": 0.6},
             ).start()
-            wait_for(lambda: len(t.subscriptions()) == 2, 10, "the topic's groups")
+            wait_for(lambda: len(t.subscriptions()) == 2, timeout=10, what="the topic's groups")
             orders.publish_many(range(4))
-            wait_for(lambda: len(seen["m2"]) == 4, 20, "the broadcast")
+            wait_for(lambda: len(seen["m2"]) == 4, timeout=20, what="the broadcast")
             gone.stop()
             wait_for(
                 lambda: (
@@ -341,8 +341,8 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
                     and len(seen["billing"]) == 4
                     and len(seen["m1"]) == 4
                 ),
-                30,
-                "the rest",
+                timeout=30,
+                what="the rest",
             )
         # consumer: a queue's operations by id, dead letters, schedules
         cq.push("doomed", id="d1")
@@ -451,7 +451,7 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
                 return len(got) == 2
 
             with producer.checker(tq, lambda m: "commit", check_interval=0.1, poll_interval=0.05):
-                wait_for(drain, 10, "the commit and the checker's")
+                wait_for(drain, timeout=10, what="the commit and the checker's")
             assert sorted(got) == ["a", "c"]
         topic = producer.topic("tt", shards=2)
         consumer.topic("tt").subscribe("g")  # a consumer's
@@ -947,21 +947,23 @@ def test_a_consumer_and_the_sweeper_ride_out_an_empty_cache(
             worker.consumer("jobs", lambda m: seen.append(m.payload), idle_wait=0.05),
         ):
             swept.start()
-            wait_for(lambda: set(seen) == set(range(10)), 20, "the first ten")
+            wait_for(lambda: set(seen) == set(range(10)), timeout=20, what="the first ten")
             admin.script_flush()
             with pytest.raises(dynoq.ScriptsNotInstalled):
                 q.push_many(range(10, 20))
             admin.script_load(SCRIPTS["push"].source)  # a producer's admin pushes
             q.push_many(range(10, 20))
-            wait_for(lambda: "dynoq acl install" in caplog.text, 20, "a failed attempt")
+            wait_for(
+                lambda: "dynoq acl install" in caplog.text, timeout=20, what="a failed attempt"
+            )
             acl.install(admin)
             # At least once: an ack refused while the scripts were gone is delivered again.
             wait_for(
                 lambda: (
                     set(seen) == set(range(20)) and q.stats().unacked == 0 and q.stats().ready == 0
                 ),
-                30,
-                "every message handled and acked",
+                timeout=30,
+                what="every message handled and acked",
             )
         sweeper.stop()
         swept.join(10)
@@ -1028,8 +1030,8 @@ def test_install_keep_puts_the_scripts_back_by_itself(
                 admin.script_flush()
                 wait_for(
                     lambda: all(admin.script_exists(*(s.sha for s in SCRIPTS.values()))),
-                    10,
-                    "the scripts back",
+                    timeout=10,
+                    what="the scripts back",
                 )
                 q.push("after a restart")
             assert q.stats().ready == 3

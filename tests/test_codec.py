@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynoq._core import codec, validate
+from dynoq._core import codec, jsontext, validate
 from dynoq._core.keys import QueueKeys, shard_of
 from dynoq.dashboard import format as dash
 from dynoq.errors import RecordError
@@ -156,7 +156,7 @@ def test_any_record_decodes_to_what_dynoq_writes_or_to_a_record_error(
     shown = codec.readable("id", record, 0, attempts)
     assert (shown.unreadable is None) == (m is not None)
     assert shown.unreadable is None or shown.payload is None
-    json.loads(codec.to_json(codec.message_json(shown)))
+    json.loads(jsontext.to_json(jsontext.message_json(shown)))
     assert dash.payload(shown)
 
 

@@ -157,7 +157,7 @@ def _sentinel_hole(tmp_path: Path) -> Iterator[Hole]:
     to_sentinel = Blackhole("127.0.0.1", port).start()
     try:
         admin = redis.Redis(port=port, socket_timeout=2)
-        wait_for(lambda: _answers(admin, SERVICE), 20, "the sentinel")
+        wait_for(lambda: _answers(admin, SERVICE), timeout=20, what="the sentinel")
         admin.close()
         yield Hole(
             f"redis+sentinel://127.0.0.1:{to_sentinel.port}/{SERVICE}",
@@ -337,16 +337,20 @@ def test_a_consumer_recovers_and_handles_everything(
         try:
             plain = direct.queue("work")
             plain.push_many(list(range(10)))
-            wait_for(lambda: len(seen) == 10, 20, "the first 10")
+            wait_for(lambda: len(seen) == 10, timeout=20, what="the first 10")
             plain_hole.cut()
             plain.push_many(list(range(10, 30)))  # pushed while the consumer is cut off
             time.sleep(2 * plain_hole.bound)  # its loops fail, within bounds, and back off
             plain_hole.restore()
-            wait_for(lambda: len(seen) == 30, 30, "the 20 pushed during the cut")
+            wait_for(lambda: len(seen) == 30, timeout=30, what="the 20 pushed during the cut")
         finally:
             consumer.stop(10)
         assert seen == set(range(30))
-        wait_for(lambda: (plain.stats().size, plain.stats().unacked) == (0, 0), 10, "nothing left")
+        wait_for(
+            lambda: (plain.stats().size, plain.stats().unacked) == (0, 0),
+            timeout=10,
+            what="nothing left",
+        )
 
 
 class Passes:
@@ -373,15 +377,17 @@ def test_the_sweeper_rides_out_a_half_open_path(plain_hole: Hole, prefix: str) -
         runner = threading.Thread(target=sweeper.run_forever)
         runner.start()
         try:
-            wait_for(lambda: seen.passes >= 2, 10, "passes")
+            wait_for(lambda: seen.passes >= 2, timeout=10, what="passes")
             plain_hole.cut()
             started = time.monotonic()
-            wait_for(lambda: seen.failures >= 1, plain_hole.bound + SLACK, "a failed pass")
+            wait_for(
+                lambda: seen.failures >= 1, timeout=plain_hole.bound + SLACK, what="a failed pass"
+            )
             assert time.monotonic() - started < plain_hole.bound + SLACK
             time.sleep(plain_hole.bound)
             plain_hole.restore()
             after = seen.passes
-            wait_for(lambda: seen.passes >= after + 2, 30, "passes after the restore")
+            wait_for(lambda: seen.passes >= after + 2, timeout=30, what="passes after the restore")
         finally:
             sweeper.stop()
             runner.join(30)
@@ -460,7 +466,7 @@ def test_a_subscription_finds_a_dead_path_and_subscribes_again(
             assert sub.get(30.0) is False  # the PING is not answered: dropped
             assert time.monotonic() - started < 2 * T + SLACK
             plain_hole.restore()
-            wait_for(lambda: sub.get(0.2), 20, "the subscription made again")
+            wait_for(lambda: sub.get(0.2), timeout=20, what="the subscription made again")
             publisher.publish(channel, "two")
             assert sub.get(5.0) is True
         finally:

@@ -127,7 +127,9 @@ def _sync_load(url: str, prefix: str, seen: Seen, errors: list[BaseException]) -
             for t in threads:
                 t.join(60)
             want = len(expected_ids())
-            wait_for(lambda: len(seen.ids) >= want or bool(errors), 60, "every message")
+            wait_for(
+                lambda: len(seen.ids) >= want or bool(errors), timeout=60, what="every message"
+            )
         finally:
             for c in consumers:
                 c.stop(timeout=10)
@@ -193,8 +195,8 @@ def test_blocked_pops_do_not_starve_the_callers(url: str, prefix: str, cleanup: 
             t.start()
         wait_for(
             lambda: client.backend.open_subscriptions >= 6 or bool(errors),
-            10,
-            "six subscribed threads",
+            timeout=10,
+            what="six subscribed threads",
         )
         for i in range(6):
             q.push(i)

@@ -77,10 +77,14 @@ def sentinel_setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
     )
     procs.append(subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL))
     try:
-        wait_for(lambda: all(_up(p) for p in (master, replica, sentinel)), 20, "servers up")
+        wait_for(
+            lambda: all(_up(p) for p in (master, replica, sentinel)), timeout=20, what="servers up"
+        )
         s = redis.Redis(port=sentinel, decode_responses=True)
         wait_for(
-            lambda: len(s.sentinel_slaves(SERVICE)) == 1, 20, "the sentinel to see the replica"
+            lambda: len(s.sentinel_slaves(SERVICE)) == 1,
+            timeout=20,
+            what="the sentinel to see the replica",
         )
         yield {"master": master, "replica": replica, "sentinel": sentinel, "admin": s}
         s.close()
@@ -104,8 +108,8 @@ def _failover(ports: dict[str, Any]) -> None:
             time.sleep(0.2)
     wait_for(
         lambda: ports["admin"].sentinel_get_master_addr_by_name(SERVICE)[1] == ports["replica"],
-        30,
-        "the replica to be promoted",
+        timeout=30,
+        what="the replica to be promoted",
     )
 
 
@@ -148,16 +152,18 @@ def test_failover_loses_nothing_and_consumers_go_on(sentinel_setup: dict[str, An
         consumer = client.consumer(q, handle, idle_wait=0.2, lease_ttl=2).start()
         try:
             push(0, 100)
-            wait_for(lambda: len(seen) == 100, 20, "the first 100 handled")
+            wait_for(lambda: len(seen) == 100, timeout=20, what="the first 100 handled")
             _failover(ports)
             for first in range(100, 200, 20):
                 push(first, first + 20)
-            wait_for(lambda: len(seen) == 200, 30, "everything handled after the failover")
+            wait_for(
+                lambda: len(seen) == 200, timeout=30, what="everything handled after the failover"
+            )
             # A message pushed again after it was handled comes once more: let it finish.
             wait_for(
                 lambda: q.stats().size == 0 and q.stats().unacked == 0,
-                30,
-                "nothing left waiting or in flight",
+                timeout=30,
+                what="nothing left waiting or in flight",
             )
         finally:
             consumer.stop(10)

@@ -4,7 +4,7 @@ A plain queue (concurrent, or ordered by shard) keeps its waiting messages in ``
 and ``delayed`` sorted sets; a message-group queue (ordered="key", ``keyed.py``) chains
 them per key. Everything that differs between the two, the scripts they run and their
 arguments, the decoding of a pop, a peek, the keyed reads, is a method of :class:`Kind`,
-and :class:`~.ops.QueueOps` picks one kind when it is made (``QueueOps.kind``): no
+and :class:`~.queue.QueueOps` picks one kind when it is made (``QueueOps.kind``): no
 operation asks which kind it runs on.
 """
 

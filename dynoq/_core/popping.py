@@ -194,12 +194,8 @@ class Planner:
         hint = -1.0
         first, others = order[0], order[1:]
         ahead = others if others and self.ranked else []
-        if mode is Mode.WALK:
-            opening = not (ahead and (not self.ops.cross_slot or len(others) >= CALL_SHARDS))
-        else:
-            opening = mode is Mode.BACKLOG
         unseen: Sequence[int] = order
-        if opening:
+        if self._opens(mode, ahead):
             got, ranks[first], hint, seen = yield from self.take(
                 first,
                 count,
@@ -223,13 +219,20 @@ class Planner:
             found, h = yield from self.probed(unseen)
             ranks.update(found)
             hint = h if mode is Mode.BACKLOG else _sooner(hint, h)
-        if mode is Mode.WALK:
-            return (
-                yield from self._walk(
-                    got, count, order, ranks, hint, vis_ms, lease, margin_ms, consumer
-                )
-            )
-        return (yield from self._spread(got, count, order, ranks, hint, vis_ms, consumer))
+        if mode is not Mode.WALK:
+            return (yield from self._spread(got, count, order, ranks, hint, vis_ms, consumer))
+        walk = self._walk(got, count, order, ranks, hint, vis_ms, lease, margin_ms, consumer)
+        return (yield from walk)
+
+    def _opens(self, mode: Mode, ahead: Sequence[int]) -> bool:
+        """Whether a look starts with a pop of its first shard, before any probe. A fetch
+        does after a full batch only (BACKLOG). A WALK does (priority 0 goes first
+        anywhere) unless it must name the other shards (``ahead``: the last look saw
+        priorities) and they cannot go in that pop's call: on Redis Cluster (no keys
+        across slots), or more than a call carries; then a probe comes first."""
+        if mode is not Mode.WALK:
+            return mode is Mode.BACKLOG
+        return not (ahead and (not self.ops.cross_slot or len(ahead) >= CALL_SHARDS))
 
     def _walk(
         self,

@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
-from .._core.codec import to_json
+from .._core.jsontext import to_json
+from .._core.topics import GroupBacklog
+from ..topic import Topic
 from .base import (
     JSON_OPTION,
     Env,
@@ -44,36 +46,43 @@ def stats(env: Env, queue: str | None, as_json: bool, per_shard: bool | None) ->
     )
     groups = [(t, b) for t in topics for b in t.backlog()]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "prefix": client.prefix,
-                    "queues": rows,
-                    "topics": [
-                        {
-                            "topic": t.name,
-                            "ordered": t.settings.ordered,
-                            "subscriptions": [vars(s) for s in t.subscriptions()],
-                            "groups": [
-                                {
-                                    "group": b.group,
-                                    "mode": b.mode,
-                                    "tags": b.tags,
-                                    **stats_json(t.group_queue(b.group), b.stats, now),
-                                    "queue": b.queue,
-                                }
-                                for tt, b in groups
-                                if tt is t
-                            ],
-                        }
-                        for t in topics
-                    ],
-                },
-                indent=2,
-            )
-        )
+        report = {
+            "prefix": client.prefix,
+            "queues": rows,
+            "topics": [_topic_json(t, [b for tt, b in groups if tt is t], now) for t in topics],
+        }
+        click.echo(json.dumps(report, indent=2))
         return
     per_shard = bool(queue) if per_shard is None else per_shard
+    header, table = _queue_table(rows, per_shard)
+    print_table(f"dynoq queues (prefix {client.prefix!r})", header, table)
+    if groups:
+        _print_groups(client.prefix, groups)
+
+
+def _topic_json(topic: Topic, groups: list[GroupBacklog], now: float) -> dict[str, Any]:
+    """A topic's subscriptions and each group queue's counts, as ``stats --json`` shows
+    them (the counts as a queue's: :func:`stats_json`)."""
+    return {
+        "topic": topic.name,
+        "ordered": topic.settings.ordered,
+        "subscriptions": [vars(s) for s in topic.subscriptions()],
+        "groups": [
+            {
+                "group": b.group,
+                "mode": b.mode,
+                "tags": b.tags,
+                **stats_json(topic.group_queue(b.group), b.stats, now),
+                "queue": b.queue,
+            }
+            for b in groups
+        ],
+    }
+
+
+def _queue_table(rows: list[dict[str, Any]], per_shard: bool) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the queues' table, from :func:`stats_json`'s dicts: a row a
+    queue, after a row a shard when ``per_shard`` (then the queue's row is "all")."""
     header = ["queue", "shard", "ready", "delayed", "in flight", "dead", "oldest waiting"]
     table: list[list[str]] = []
     for r in rows:
@@ -102,26 +111,29 @@ def stats(env: Env, queue: str | None, as_json: bool, per_shard: bool | None) ->
         )
     if not per_shard:
         header[1] = "shards"
-    print_table(f"dynoq queues (prefix {client.prefix!r})", header, table)
-    if groups:
-        print_table(
-            f"dynoq topics (prefix {client.prefix!r})",
-            ["topic", "group", "mode", "tags", "queue", "ready", "delayed", "in flight", "dead"],
+    return header, table
+
+
+def _print_groups(prefix: str, groups: list[tuple[Topic, GroupBacklog]]) -> None:
+    """The topics' table: a row a group queue, with its counts."""
+    print_table(
+        f"dynoq topics (prefix {prefix!r})",
+        ["topic", "group", "mode", "tags", "queue", "ready", "delayed", "in flight", "dead"],
+        [
             [
-                [
-                    t.name,
-                    b.group,
-                    b.mode,
-                    b.tags,
-                    b.queue,
-                    str(b.stats.ready),
-                    str(b.stats.delayed),
-                    str(b.stats.unacked),
-                    str(b.stats.dead),
-                ]
-                for t, b in groups
-            ],
-        )
+                t.name,
+                b.group,
+                b.mode,
+                b.tags,
+                b.queue,
+                str(b.stats.ready),
+                str(b.stats.delayed),
+                str(b.stats.unacked),
+                str(b.stats.dead),
+            ]
+            for t, b in groups
+        ],
+    )
 
 
 @cli.command()

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .._core.codec import message_json, to_json
+from .._core.jsontext import message_json, to_json
 from ..message import Message, QueueStats
 from ..queue import Queue
 

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 5cfaefe6b3060256: of the text below, an edit by hand does not match).
+# is stale; digest 152315f9fbcc1d79: of the text below, an edit by hand does not match).
 """What a consumer's workers and upkeep share (threads in the sync twin: there each piece
 is thread-safe on its own; tasks of one event loop need no lock)."""
 
@@ -35,7 +35,7 @@ class Shared:
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
-    # Concurrent queues: one look at a time (see workers._concurrent_loop).
+    # Concurrent queues: one look at a time (see Workers._look).
     looking: Lock = field(default_factory=new_lock)
     stopping: Event = field(default_factory=new_event)
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic

@@ -38,6 +38,19 @@ log = logging.getLogger("dynoq.consumer")
 _D = ConsumerSettings  # the options' defaults live on its fields
 
 
+def _check_queue_and_handler(queue: Queue | Topic, handler: Callable[..., Any]) -> None:
+    """Refuse what this consumer cannot consume with (before its options are read)."""
+    if not isinstance(queue, (Queue, Topic)):
+        raise InvalidType(f"queue must be a dynoq Queue or Topic, got {type(queue).__name__}")
+    if not callable(handler):
+        raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
+    refuse_coroutine_function(
+        handler,
+        "the handler",
+        "dynoq.asyncio (await client.queue(...), then client.consumer(q, handler))",
+    )
+
+
 class Consumer:
     """Consume ``queue`` with ``handler`` as one member of a consumer group.
 
@@ -78,15 +91,7 @@ class Consumer:
         after: Callable[..., Any] | None = _D.after,
         middleware: Sequence[Any] = _D.middleware,
     ) -> None:
-        if not isinstance(queue, (Queue, Topic)):
-            raise InvalidType(f"queue must be a dynoq Queue or Topic, got {type(queue).__name__}")
-        if not callable(handler):
-            raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
-        refuse_coroutine_function(
-            handler,
-            "the handler",
-            "dynoq.asyncio (await client.queue(...), then client.consumer(q, handler))",
-        )
+        _check_queue_and_handler(queue, handler)
         named = dict(
             group=group,
             concurrency=concurrency,
@@ -111,15 +116,25 @@ class Consumer:
             middleware=middleware,
         )
         self.settings = settings_of(settings, named)
+        self.handler = handler
+        self._stats = StatsCounter()
+        self._assemble(self._queue_to_consume(queue))
+        self._init_lifecycle()
+
+    def _queue_to_consume(self, queue: Queue | Topic) -> Queue:
+        """``queue``, or a topic's queue for this member's group in its mode (as far as
+        it is known before the start: see ``_joining``)."""
         # a topic's subscription, read (and made if needed) at start
         self._joining: Flow[tuple[str, QueueOps]] | None = None
         if isinstance(queue, Topic):
             self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
             queue = Queue(queue.backend, ops)
         check_mode(self.settings, queue.ops)
-        self.handler = handler
-        self._stats = StatsCounter()
-        self._assemble(queue)
+        return queue
+
+    def _init_lifecycle(self) -> None:
+        """Not started, no stop begun: the state start() and stop() go through (a
+        consumer starts once, and stops once)."""
         self._upkeep: Upkeep | None = None
         self._started = False
         # The one stop: every stop() (and run()) waits for it to its end, whichever

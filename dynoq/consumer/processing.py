@@ -108,32 +108,10 @@ class Processor:
         the upkeep gave the rest of a stalled batch back: board.DeliveryState.stalled).
         ``refill``: on a keyed queue, the acks may bring the next batch of a hot key
         (``batch.refilled``: consuming.settle)."""
-        msgs, seconds, held, refused = batch.msgs, 0.0, Permits(), False
         if self.batch_handler:
-            while len(batch.results) < len(msgs):  # in parts the rate limit lets through
-                part = msgs[len(batch.results) :]
-                k = self._permits(held, len(part), whole=True)
-                if not k:
-                    refused = True
-                    break
-                error, s = self._call(batch, part[:k], part[:k])
-                seconds += s
-                batch.results.extend((m, error) for m in part[:k])
+            seconds, refused = self._in_parts(batch)
         else:
-            keyed = self.queue.ops.keyed
-            for i, msg in enumerate(msgs):
-                if batch.abandoned or (
-                    keyed and ran_out(batch, time.monotonic(), self.plan.visibility)
-                ):
-                    break
-                if not self._permits(held, len(msgs) - i):
-                    refused = True
-                    break
-                if self.hands_back and not begin(batch):
-                    break
-                error, s = self._call(batch, msg, (msg,))
-                seconds += s
-                batch.results.append((msg, error))
+            seconds, refused = self._one_by_one(batch, begin)
         if not settle():
             return ABANDONED
         ok, failed = outcomes(batch.unsettled)
@@ -149,6 +127,44 @@ class Processor:
         self.handled(len(batch.results), seconds)
         batch.refilled = tally.refilled
         return DONE
+
+    def _in_parts(self, batch: InFlightBatch) -> tuple[float, bool]:
+        """A batch handler's calls: the batch in one, or in parts the rate limit lets
+        through (the outcomes go to ``batch.results`` as they come). The seconds they
+        took, and whether a part was refused its permits (the consumer stops)."""
+        msgs, seconds, held = batch.msgs, 0.0, Permits()
+        while len(batch.results) < len(msgs):
+            part = msgs[len(batch.results) :]
+            k = self._permits(held, len(part), whole=True)
+            if not k:
+                return seconds, True
+            error, s = self._call(batch, part[:k], part[:k])
+            seconds += s
+            batch.results.extend((m, error) for m in part[:k])
+        return seconds, False
+
+    def _one_by_one(
+        self, batch: InFlightBatch, begin: Callable[[InFlightBatch], bool]
+    ) -> tuple[float, bool]:
+        """A call for each message (the outcomes go to ``batch.results`` as they come),
+        until the batch is abandoned, its deliveries may have run out (a keyed queue:
+        board.ran_out), or ``begin`` refuses the next (see :meth:`concurrently`). The
+        seconds the calls took, and whether a message was refused its permit (the
+        consumer stops)."""
+        msgs, seconds, held, keyed = batch.msgs, 0.0, Permits(), self.queue.ops.keyed
+        for i, msg in enumerate(msgs):
+            if batch.abandoned or (
+                keyed and ran_out(batch, time.monotonic(), self.plan.visibility)
+            ):
+                break
+            if not self._permits(held, len(msgs) - i):
+                return seconds, True
+            if self.hands_back and not begin(batch):
+                break
+            error, s = self._call(batch, msg, (msg,))
+            seconds += s
+            batch.results.append((msg, error))
+        return seconds, False
 
     def _permits(self, held: Permits, left: int, whole: bool = False) -> int:
         """How many of the next ``left`` messages may be called now: one (``whole``: all,

@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from ..errors import InvalidArgument
 from .auth import CSRF_FIELD
 from .format import link
-from .views import _queue, dash_of
+from .views import dash_of, queue_of
 
 MAX_FORM_IDS = 1000  # ids one replay form may name
 
@@ -44,7 +44,7 @@ async def replay(request: Request) -> Response:
     """Replay the dead letters named by ``id`` fields, or all of them (``all=1``, with the
     queue's name in ``confirm``)."""
     form = await _checked_form(request)
-    name, q = await run_in_threadpool(_queue, request)
+    name, q = await run_in_threadpool(queue_of, request)
     reader = dash_of(request).reader
     ids = [i for i in form.getlist("id") if isinstance(i, str) and i]
     if form.get("all") == "1":
@@ -65,7 +65,7 @@ async def replay(request: Request) -> Response:
 async def purge(request: Request) -> Response:
     """Delete every dead letter of the queue for good (the queue's name in ``confirm``)."""
     form = await _checked_form(request)
-    name, q = await run_in_threadpool(_queue, request)
+    name, q = await run_in_threadpool(queue_of, request)
     _confirmed(form, name)
     n = await run_in_threadpool(dash_of(request).reader.purge, q)
     return _back(link("/queue/dead", q=name, done=f"purged {n} dead letter(s)"))

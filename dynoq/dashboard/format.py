@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 from urllib.parse import urlencode
 
-from .._core.codec import to_json
+from .._core.jsontext import to_json
 from ..message import Message
 
 PREVIEW = 120  # characters of a payload in a list

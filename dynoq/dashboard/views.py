@@ -62,7 +62,8 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     return d.templates.TemplateResponse(request, template, context, status_code=status)
 
 
-def _queue(request: Request) -> tuple[str, Queue]:
+def queue_of(request: Request) -> tuple[str, Queue]:
+    """The name the query's ?q= gives and its queue (404 when there is none here)."""
     name = request.query_params.get("q", "")
     q = dash_of(request).reader.queue(name) if name else None
     if q is None:
@@ -147,7 +148,7 @@ def api_overview(request: Request) -> Response:
 
 def queue_page(request: Request) -> Response:
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     first = _int(request, "shards_from", 0, high=q.settings.shards - 1) or 0
     first -= first % SHARD_PAGE
     stats = q.stats()
@@ -183,7 +184,7 @@ def queue_page(request: Request) -> Response:
 
 def api_queue(request: Request) -> Response:
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     first = _int(request, "shards_from", 0, high=q.settings.shards - 1) or 0
     stats = q.stats()
     return JSONResponse(
@@ -202,7 +203,7 @@ def list_page(request: Request) -> Response:
     """In-flight deliveries or delayed messages: the earliest of all shards, or one shard
     page by page."""
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     kind = request.query_params.get("kind", "in_flight")
     if kind not in ("in_flight", "delayed"):
         raise InvalidArgument(f"kind must be in_flight or delayed, got {kind!r}")
@@ -235,7 +236,7 @@ def _paging(request: Request, q: Queue) -> tuple[int | None, int, int]:
 
 def dead_page(request: Request) -> Response:
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     shard, offset, count = _paging(request, q)
     wanted = request.query_params.get("id", "")
     found = d.reader.find(q, wanted) if wanted else None
@@ -260,7 +261,7 @@ def dead_page(request: Request) -> Response:
 
 def message_page(request: Request) -> Response:
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     msg_id = request.query_params.get("id", "")
     found = d.reader.find(q, msg_id) if msg_id else None
     if found is None:
@@ -278,7 +279,7 @@ def message_page(request: Request) -> Response:
 
 def groups_page(request: Request) -> Response:
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     groups, total = d.reader.groups(q, members=200, history=50)
     leases = (
         d.reader.leases(q, list(range(min(q.settings.shards, inspect.MAX_PAGE))))
@@ -344,7 +345,7 @@ def topic_page(request: Request) -> Response:
 def confirm_page(request: Request) -> Response:
     """Ask before replaying or purging every dead letter of a queue."""
     d = dash_of(request)
-    name, q = _queue(request)
+    name, q = queue_of(request)
     action = request.query_params.get("action", "")
     if action not in ("replay", "purge"):
         raise InvalidArgument(f"action must be replay or purge, got {action!r}")

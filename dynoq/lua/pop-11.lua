@@ -12,7 +12,7 @@
           treated as gone (the caller could not finish the batch before it ends)
   ARGV[10] ceiling: claim only messages of this priority or a lower value (99: any). The
           caller passes the best priority any shard of the queue holds, so that a pop
-          across shards takes the lower values first (see QueueOps._pass)
+          across shards takes the lower values first (see Planner.look, _core/popping.py)
   KEYS[12..] repeated ready delayed unack: optional, other shards of the queue (one server
   only: their keys are in other slots), three keys a shard; then the ceiling is also at
   most the lowest priority they may deliver (lib/rank.lua), and the reply ends with their

@@ -20,8 +20,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .._core.codec import json_default
-from .._core.codec import to_json as _json_text
+from .._core.jsontext import json_default
+from .._core.jsontext import to_json as _json_text
 from .._core.scan import DEFAULT_STATES, STATES, Found, check_states, walk_page, walk_sets
 from ..queue import Queue
 
@@ -39,12 +39,12 @@ _JSON = json.JSONEncoder(default=json_default, ensure_ascii=False, sort_keys=Tru
 
 def to_json(value: Any) -> str | None:
     """JSON text of a payload (keys sorted); bytes become {"$base64": "..."} (see
-    :func:`dynoq._core.codec.to_json`: one encoder made once here, for the hot path)."""
+    :func:`dynoq._core.jsontext.to_json`: one encoder made once here, for the hot path)."""
     if value is None:
         return None
     try:
         return _JSON.encode(value)
-    except TypeError:  # a bytes key, or keys of mixed types: codec's second pass
+    except TypeError:  # a bytes key, or keys of mixed types: jsontext's second pass
         return _json_text(value, sort_keys=True)
 
 

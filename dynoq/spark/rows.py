@@ -22,6 +22,7 @@ clocks do not matter; a due time in the past means "due now".
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -280,13 +281,7 @@ def to_messages(
     checked on the driver) payload values are converted by their Spark type; without,
     by their Python type (:func:`plain`). ``server_now`` (Redis time, in seconds) is
     called at most once, and only when a delay column holds timestamps."""
-    now: list[float] = []
-
-    def cached_now() -> float:
-        if not now:
-            now.append(server_now())
-        return now[0]
-
+    cached_now = functools.cache(server_now)  # one round trip a chunk, at most
     made = Made()
     seen: set[str] = set()
     id_col, key_col, delay_col, prio_col = (

@@ -92,20 +92,11 @@ def spark_session(
     builder = SparkSession.builder
     if given.get("spark.app.name", "pyspark-shell") == "pyspark-shell":
         builder = builder.appName(app)  # spark-submit's --name (or its file name) stays
-    for key, value in DEFAULTS.items():
-        if not given.contains(key) or (
-            key == "spark.ui.showConsoleProgress" and not submitted and not _named(key)
-        ):
-            # (a JVM started from Python is a "pyspark-shell", which spark-submit gives
-            # console progress bars by default: not a choice anyone made)
-            builder = builder.config(key, value)
+    for key, value in _unset_defaults(given, submitted).items():
+        builder = builder.config(key, value)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    chosen = master or (
-        None
-        if submitted or _master_chosen(given.get("spark.master"))
-        else os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
-    )
+    chosen = _master_to_set(master, submitted, given)
     if chosen:
         builder = builder.master(chosen)
         if chosen.startswith("local"):
@@ -115,6 +106,29 @@ def spark_session(
         spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark, True
+
+
+def _unset_defaults(given: Any, submitted: bool) -> dict[str, str]:
+    """The DEFAULTS nobody set: not in the JVM's configuration (``given``, a SparkConf);
+    console progress also when only a JVM started from Python has it (a "pyspark-shell",
+    which spark-submit gives progress bars by default: not a choice anyone made)."""
+    return {
+        key: value
+        for key, value in DEFAULTS.items()
+        if not given.contains(key)
+        or (key == "spark.ui.showConsoleProgress" and not submitted and not _named(key))
+    }
+
+
+def _master_to_set(master: str | None, submitted: bool, given: Any) -> str | None:
+    """The master the builder is given: ``master`` (given in code) wins; else none when
+    spark-submit or the user's configuration chose one (``given``: the JVM's SparkConf),
+    else $SPARK_MASTER or DEFAULT_MASTER."""
+    return master or (
+        None
+        if submitted or _master_chosen(given.get("spark.master"))
+        else os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    )
 
 
 def _master_chosen(jvm_master: str | None) -> bool:

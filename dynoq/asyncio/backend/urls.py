@@ -57,22 +57,7 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
             pool=limits,
         )
     if scheme == "redis+cluster":
-        checked = open_cluster(url, dict(options), limits)  # checks the URL and options
-
-        async def cluster() -> tuple[Any, Closer]:
-            rc = open_cluster(url, dict(options), limits)
-            return rc, rc.aclose
-
-        return AsyncBackend(
-            cluster,
-            url=url,
-            display_url=redact(url),
-            send=send_batch,
-            cross_slot=False,
-            connect_options=given,
-            pool=PoolLimits(limits.size, limits.timeout, per_node=True),
-            timeouts=checked.timeouts,
-        )
+        return _cluster(url, options, limits, given)
     if scheme == "redis+sentinel":
         return _sentinel(url, options, limits)
     bounds = bounded(options, aio=True)
@@ -104,6 +89,30 @@ def open_backend(url: str | None, options: dict[str, Any]) -> AsyncBackend:
         connect_options=given,
         pool=limits,
         timeouts=bounds,
+    )
+
+
+def _cluster(
+    url: str, options: dict[str, Any], limits: PoolLimits, given: dict[str, Any]
+) -> AsyncBackend:
+    """``redis+cluster://host:port[,host:port]``: a RedisCluster made on first use, the
+    URL and ``options`` checked now (a client made and dropped: no I/O before a command);
+    ``given`` (the options as passed) for other processes to connect alike."""
+    checked = open_cluster(url, dict(options), limits)
+
+    async def cluster() -> tuple[Any, Closer]:
+        rc = open_cluster(url, dict(options), limits)
+        return rc, rc.aclose
+
+    return AsyncBackend(
+        cluster,
+        url=url,
+        display_url=redact(url),
+        send=send_batch,
+        cross_slot=False,
+        connect_options=given,
+        pool=PoolLimits(limits.size, limits.timeout, per_node=True),  # a pool per node
+        timeouts=checked.timeouts,
     )
 
 

@@ -32,7 +32,7 @@ class Shared:
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
-    # Concurrent queues: one look at a time (see workers._concurrent_loop).
+    # Concurrent queues: one look at a time (see Workers._look).
     looking: Lock = field(default_factory=new_lock)
     stopping: Event = field(default_factory=new_event)
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic

@@ -36,6 +36,29 @@ log = logging.getLogger("dynoq.consumer")
 _D = ConsumerSettings  # the options' defaults live on its fields
 
 
+def _check_queue_and_handler(
+    queue: Queue | Topic, handler: Callable[..., Any], run_in_thread: bool
+) -> None:
+    """Refuse what this consumer cannot consume with (before its options are read): the
+    handler is async def, or sync with ``run_in_thread``."""
+    if not isinstance(queue, (Queue, Topic)):
+        raise InvalidType(
+            f"queue must be a dynoq.asyncio Queue or Topic, got {type(queue).__name__}"
+        )
+    if not callable(handler):
+        raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
+    if not isinstance(run_in_thread, bool):
+        raise InvalidType("run_in_thread must be a bool")
+    if run_in_thread == is_coroutine_function(handler):
+        raise InvalidType(
+            "run_in_thread=True is for a sync handler; this one is async def"
+            if run_in_thread
+            else f"handler {getattr(handler, '__name__', handler)!r} is not async def: a "
+            "sync handler would block the event loop. Make it async def, or pass "
+            "run_in_thread=True to run it in a thread"
+        )
+
+
 class Consumer:
     """Consume ``queue`` with ``async def handler(msg)`` as one member of a consumer group
     (see :class:`dynoq.Consumer`: the same options, given by name or as ``settings=``,
@@ -78,22 +101,7 @@ class Consumer:
         after: Callable[..., Any] | None = _D.after,
         middleware: Sequence[Any] = _D.middleware,
     ) -> None:
-        if not isinstance(queue, (Queue, Topic)):
-            raise InvalidType(
-                f"queue must be a dynoq.asyncio Queue or Topic, got {type(queue).__name__}"
-            )
-        if not callable(handler):
-            raise InvalidType(f"handler must be callable, got {type(handler).__name__}")
-        if not isinstance(run_in_thread, bool):
-            raise InvalidType("run_in_thread must be a bool")
-        if run_in_thread == is_coroutine_function(handler):
-            raise InvalidType(
-                "run_in_thread=True is for a sync handler; this one is async def"
-                if run_in_thread
-                else f"handler {getattr(handler, '__name__', handler)!r} is not async def: a "
-                "sync handler would block the event loop. Make it async def, or pass "
-                "run_in_thread=True to run it in a thread"
-            )
+        _check_queue_and_handler(queue, handler, run_in_thread)
         named = dict(
             group=group,
             concurrency=concurrency,
@@ -118,16 +126,26 @@ class Consumer:
             middleware=middleware,
         )
         self.settings = settings_of(settings, named)
+        self.handler = handler
+        self._in_thread = run_in_thread
+        self._stats = Counts()
+        self._assemble(self._queue_to_consume(queue))
+        self._init_lifecycle()
+
+    def _queue_to_consume(self, queue: Queue | Topic) -> Queue:
+        """``queue``, or a topic's queue for this member's group in its mode (as far as
+        it is known before the start: see ``_joining``)."""
         # a topic's subscription, read (and made if needed) at start
         self._joining: Flow[tuple[str, QueueOps]] | None = None
         if isinstance(queue, Topic):
             self.settings, ops, self._joining = for_topic(self.settings, queue.ops)
             queue = Queue(queue.backend, ops)
         check_mode(self.settings, queue.ops)
-        self.handler = handler
-        self._in_thread = run_in_thread
-        self._stats = Counts()
-        self._assemble(queue)
+        return queue
+
+    def _init_lifecycle(self) -> None:
+        """Not started, no stop begun: the state start() and stop() go through (a
+        consumer starts once, and stops once)."""
         self._upkeep: Upkeep | None = None
         self._started = False
         # The one stop: every stop() (and run()) awaits it to its end, wherever it

@@ -91,35 +91,18 @@ class Processor:
             # (a stalled call's batch: the upkeep gave the rest back, board.begin)
             return (keyed and ran_out(batch, now, vis)) or (cuts and not begin(batch, now))
 
-        seconds, held, refused = 0.0, Permits(), False
         try:
             if self.batch_handler:
-                while len(results) < len(msgs):  # in parts the rate limit lets through
-                    part = msgs[len(results) :]
-                    k = await self._permits(held, len(part), whole=True)
-                    if not k:
-                        refused = True
-                        break
-                    error, s = await self._call(part[:k], part[:k])
-                    seconds += s
-                    results.extend((m, error) for m in part[:k])
+                seconds, refused = await self._in_parts(msgs, results)
             elif (
                 not self.invoker.middleware
                 and not self.invoker.in_thread
                 and not tracing.active()
                 and self.gate is None
             ):
-                seconds = await self._bare(msgs, results, gone)
+                seconds, refused = await self._bare(msgs, results, gone), False
             else:
-                for i, msg in enumerate(msgs):
-                    if not await self._permits(held, len(msgs) - i):
-                        refused = True
-                        break
-                    if gone():
-                        break
-                    err, s = await self._call(msg, (msg,))
-                    seconds += s
-                    results.append((msg, err))
+                seconds, refused = await self._one_by_one(msgs, results, gone)
         except asyncio.CancelledError:
             await self._cut_short(
                 msgs if batch is None else batch.mine,
@@ -142,6 +125,39 @@ class Processor:
         self.stats.add_tally(tally, seconds)
         self.handled(len(results), seconds)
         return tally.refilled
+
+    async def _in_parts(self, msgs: list[Message], results: Results) -> tuple[float, bool]:
+        """A batch handler's calls: the batch in one, or in parts the rate limit lets
+        through (the outcomes go to ``results`` as they come). The seconds they took,
+        and whether a part was refused its permits (the consumer stops)."""
+        seconds, held = 0.0, Permits()
+        while len(results) < len(msgs):
+            part = msgs[len(results) :]
+            k = await self._permits(held, len(part), whole=True)
+            if not k:
+                return seconds, True
+            error, s = await self._call(part[:k], part[:k])
+            seconds += s
+            results.extend((m, error) for m in part[:k])
+        return seconds, False
+
+    async def _one_by_one(
+        self, msgs: list[Message], results: Results, gone: Callable[[], bool]
+    ) -> tuple[float, bool]:
+        """A call for each message (the outcomes go to ``results`` as they come), until
+        ``gone()`` says the rest is not this task's (see :meth:`concurrently`). The
+        seconds the calls took, and whether a message was refused its permit (the
+        consumer stops)."""
+        seconds, held = 0.0, Permits()
+        for i, msg in enumerate(msgs):
+            if not await self._permits(held, len(msgs) - i):
+                return seconds, True
+            if gone():
+                break
+            err, s = await self._call(msg, (msg,))
+            seconds += s
+            results.append((msg, err))
+        return seconds, False
 
     async def _permits(self, held: Permits, left: int, whole: bool = False) -> int:
         """How many of the next ``left`` messages may be called now: one (``whole``: all,

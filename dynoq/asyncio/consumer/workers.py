@@ -184,7 +184,6 @@ class Workers:
         turn = me  # the workers start at different shards
         quiet = False  # Redis Cluster: the last waiting pop ended with nothing found
         last = consuming.LastLook()
-        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
         # whole queue again (round-robin across shards). (A rate limit's permits are
@@ -203,27 +202,14 @@ class Workers:
                 turn += 1
                 order = pop_order(s.preferred, s.plan.shards, turn)
                 # (it looked first thing: pop waits after a look; carried: no look)
-                looked = not quiet and not msgs
-                if looked:
-                    # One at a time, unless a backlog (see the thread consumer).
-                    async with s.looking if last.in_turn else NO_TURN:
-                        msgs, hint = await s.fetch(n, shards=order, backlog=last.full)
-                    last.saw(len(msgs), n, hint, time.monotonic())
+                if not quiet and not msgs:
+                    msgs = await self._look(n, order, last)
                 if msgs:
                     s.idle.found()  # more may be due: one sleeping worker comes to look
                 elif s.idle.watch():  # nobody waits on the server: this worker does, for all
-                    try:
-                        if not probing:  # Redis Cluster: pop waits (and looks first)
-                            # back after a wake-up, found or not: a stop's wakes it too
-                            msgs = await s.pop(n, wait=idle, shards=order, until_woken=True)
-                            quiet = not msgs
-                        else:  # until a wake-up or the due time; then look, next turn
-                            # (also after a quiet idle_wait: one probe, a safety net)
-                            await s.wait(last.nap(time.monotonic(), idle))
-                    finally:
-                        s.idle.done_watching(found=bool(msgs))
+                    msgs, quiet = await self._watch(n, order, last)
                     if not msgs:
-                        continue
+                        continue  # its permits go back below
                 else:  # the watcher's finding wakes us; the bound is a safety
                     quiet = False
                     s.in_flight.give(n)
@@ -244,9 +230,45 @@ class Workers:
                     streak = 0
                     s.in_flight.give(n)
         if carried:  # stopping: what the last acks brought goes back at once
-            with contextlib.suppress(DynoqError):  # they expire and come again
-                await self.processor.give_back(carried)
-            s.in_flight.give(held)
+            await self._give_back_carried(carried, held)
+
+    async def _look(self, n: int, order: list[int], last: consuming.LastLook) -> list[Message]:
+        """A look for up to ``n`` due messages on the shards in ``order``, without
+        waiting; one worker at a time unless the last look found a backlog (see the
+        thread consumer). What it saw goes to ``last``."""
+        s = self.shared
+        async with s.looking if last.in_turn else NO_TURN:
+            msgs, hint = await s.fetch(n, shards=order, backlog=last.full)
+        last.saw(len(msgs), n, hint, time.monotonic())
+        return msgs
+
+    async def _watch(
+        self, n: int, order: list[int], last: consuming.LastLook
+    ) -> tuple[list[Message], bool]:
+        """The watcher's wait on the server, for all the workers (none of them found
+        anything): up to ``n`` messages, and whether the queue is quiet (the pop, which
+        looks first, found nothing: the next turn waits at once, without a look)."""
+        s = self.shared
+        idle = s.plan.settings.idle_wait
+        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
+        msgs: list[Message] = []
+        try:
+            if not probing:  # unlike Redis Cluster, the pop waits (and looks first)
+                # back after a wake-up, found or not: a stop's wakes it too
+                msgs = await s.pop(n, wait=idle, shards=order, until_woken=True)
+            else:  # until a wake-up or the due time; then look, next turn
+                # (also after a quiet idle_wait: one probe, a safety net)
+                await s.wait(last.nap(time.monotonic(), idle))
+        finally:
+            s.idle.done_watching(found=bool(msgs))
+        return msgs, not probing and not msgs
+
+    async def _give_back_carried(self, carried: list[Message], held: int) -> None:
+        """Stopping: the messages the last acks brought (a keyed queue's hot key) go back
+        at once, unhandled, and the ``held`` permits they held with them."""
+        with contextlib.suppress(DynoqError):  # they expire and come again
+            await self.processor.give_back(carried)
+        self.shared.in_flight.give(held)
 
     async def _ordered_loop(self, me: int) -> None:
         s = self.shared

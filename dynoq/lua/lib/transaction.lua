@@ -1,4 +1,4 @@
---[[ lib/tx: a prepared (half) message's state, shared by the transaction scripts.
+--[[ lib/transaction: a prepared (half) message's state, shared by the transaction scripts.
   A prepared message's record is in `msgs` and its id in `half` (scored by when it is next
   checked, or when its check claim ends) and in no other state set, so pops, peeks and
   sizes never see it. `txs` holds "<checks so far>|<claim token>" per prepared id;
