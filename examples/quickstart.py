@@ -1,6 +1,6 @@
 """Quick start: a delay queue, an ordered queue and a consumer group.
 
-python examples/quickstart.py      # a private server, or the one in $DYNOQ_URL
+    python examples/quickstart.py      # a private server, or the one in $DYNOQ_URL
 """
 
 import os
@@ -12,9 +12,9 @@ with dynoq.connect(os.environ.get("DYNOQ_URL", "embedded://"), prefix="shop") as
     orders = client.queue("orders", shards=4, unack_timeout=30, max_retries=5)
 
     orders.push({"order": 42}, id="cancel-42", delay=1.0)  # due in a second
-    orders.push({"order": 8}, priority=5)  # priority 0..99, default 0
-    orders.push({"order": 7, "vip": True}, priority=1)  # lower value first: 7, then 8
-    orders.ensure({"order": 9}, id="order-9", priority=9)  # push only if absent
+    orders.push({"order": 8}, priority=5)                   # priority 0..99, default 0
+    orders.push({"order": 7, "vip": True}, priority=1)      # lower value first: 7, then 8
+    orders.ensure({"order": 9}, id="order-9", priority=9)   # push only if absent
 
     for msg in orders.pop(count=10, wait=5.0):  # claimed for unack_timeout seconds
         print("got", msg.payload)

@@ -99,6 +99,9 @@ R1 = {
 }
 
 
+# Five writers of one frame: about 35 s on a quiet machine, past the suite's 120 s when
+# two cores are shared with other runs (seen in a loaded run).
+@pytest.mark.timeout(300)
 def test_every_type_is_stored_the_same_by_every_writer(spark: Any, sclient: dynoq.Client) -> None:
     df = spark.sql(EVERY_TYPE).repartition(2)
     r2 = {c: None for c in R1} | {"id": "r2"}
