@@ -2,16 +2,17 @@
 
     python -m benchmarks.bench_groups [--url redis://...] [--keys 10000] [--per-key 10]
                                       [--stuck 30] [--workers 4] [--hot 5000]
-                                      [--memory 100000] [--repeats 3]
+                                      [--memory 100000] [--repeats 3] [--batch auto]
+                                      [--cases throughput,stuck,hot,memory]
     python -m benchmarks.bench_groups --scale 1000000   # pop at 10 keys vs that many
 
-  throughput   --keys x --per-key messages waiting, a no-op-handler consumer (4 shards,
-               concurrency 4, batch 10): msgs/s from the first handler call to the last,
-               keyed against unordered (goal >= 0.8x)
+  throughput   --keys x --per-key messages waiting, a default no-op-handler consumer (4
+               shards; concurrency 4, batch_size "auto"; --batch to set one): msgs/s from
+               the first handler call to the last, keyed against unordered (goal >= 0.8x)
   stuck key    a steady stream (200 keys, 500 msgs/s for 10 s) while one key's first
                handler call sleeps --stuck seconds: the other keys' p99 lateness from push
                to handler call, against the same run without the stuck key (goal <= 1.5x);
-               a consumer of --workers threads, batch 10 (the stuck call holds one)
+               a consumer of --workers threads, batch_size "auto" (or --batch)
   hot key      --hot messages of one key alone, one consumer (concurrency 1, batch 1):
                msgs/s handled in order (goal >= 2,000); beside it, the same consumer
                draining --hot messages of an unordered queue (the machine's pace)
@@ -63,7 +64,7 @@ def fill(q: dynoq.Queue, keys: int, per_key: int) -> None:
             q.push_many(batch[j : j + 5000])
 
 
-def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
+def throughput(url: str, keyed: bool, keys: int, per_key: int, batch: int | str) -> float:
     client = fresh(url)
     calls: list[float] = []
     try:
@@ -71,7 +72,7 @@ def throughput(url: str, keyed: bool, keys: int, per_key: int) -> float:
         fill(q, keys, per_key)
         n = keys * per_key
         c = client.consumer(
-            q, lambda m: calls.append(time.perf_counter()), concurrency=4, batch_size=10
+            q, lambda m: calls.append(time.perf_counter()), concurrency=4, batch_size=batch
         )
         c.start()
         while c.stats().handled < n:
@@ -90,6 +91,7 @@ def stuck(
     rate: float = 500.0,
     keys: int = 200,
     workers: int = 4,
+    batch: int | str = "auto",
 ) -> float:
     """p99 ms from push to handler call of every key but the stuck one."""
     client = fresh(url)
@@ -103,7 +105,7 @@ def stuck(
                 return
             late.append(time.time() - m.payload["t"])
 
-        c = client.consumer(q, handler, concurrency=workers, batch_size=10, idle_wait=0.5)
+        c = client.consumer(q, handler, concurrency=workers, batch_size=batch, idle_wait=0.5)
         c.start()
         q.push({"t": time.time()}, key="stuck")
         n = int(seconds * rate)
@@ -277,6 +279,14 @@ def main() -> None:
     p.add_argument("--hot", type=int, default=5000)
     p.add_argument("--memory", type=int, default=100_000)
     p.add_argument("--scale", type=int, default=0)
+    p.add_argument(
+        "--cases",
+        default="throughput,stuck,hot,memory",
+        help="which of the measures to run, comma-separated",
+    )
+    p.add_argument(
+        "--batch", type=lambda v: v if v == "auto" else int(v), default="auto", help="batch_size"
+    )
     args = p.parse_args()
     if args.scale:
         # The small shards first, the big ones last; each on a fresh server (or, with
@@ -314,38 +324,49 @@ def main() -> None:
             rows.append((name, f"{a:,.1f} {unit}", f"{b:,.1f} {unit}", f"{b / a:.2f}x", goal))
             print(rows[-1], flush=True)
 
-        pair(
-            f"throughput, {args.keys:,} keys x {args.per_key}",
-            lambda k: throughput(url, k, args.keys, args.per_key),
-            ">= 0.8x",
-            "msg/s",
-        )
-        free = median([stuck(url, True, 0.0, workers=args.workers) for _ in range(args.repeats)])
-        held = median(
-            [stuck(url, True, args.stuck, workers=args.workers) for _ in range(args.repeats)]
-        )
-        rows.append(
-            (
-                f"p99 lateness, one key stuck {args.stuck:g} s, {args.workers} workers",
-                f"{free:,.1f} ms (none stuck)",
-                f"{held:,.1f} ms",
-                f"{held / free:.2f}x",
-                "<= 1.5x",
+        cases = set(args.cases.split(","))
+        if "throughput" in cases:
+            pair(
+                f"throughput, {args.keys:,} keys x {args.per_key}, batch_size {args.batch}",
+                lambda k: throughput(url, k, args.keys, args.per_key, args.batch),
+                ">= 0.8x",
+                "msg/s",
             )
-        )
-        print(rows[-1], flush=True)
-        pair(
-            "one hot key alone, in order (1 worker, batch 1)",
-            lambda k: hot(url, args.hot, k),
-            ">= 2,000 msg/s",
-            "msg/s",
-        )
-        pair(
-            f"memory per waiting message ({args.memory:,})",
-            lambda k: memory(url, k, args.memory),
-            "<= 1.2x",
-            "B",
-        )
+        if "stuck" in cases:
+            lateness = {
+                stuck_for: median(
+                    [
+                        stuck(url, True, stuck_for, workers=args.workers, batch=args.batch)
+                        for _ in range(args.repeats)
+                    ]
+                )
+                for stuck_for in (0.0, args.stuck)
+            }
+            free, held = lateness[0.0], lateness[args.stuck]
+            rows.append(
+                (
+                    f"p99 lateness, one key stuck {args.stuck:g} s, {args.workers} workers",
+                    f"{free:,.1f} ms (none stuck)",
+                    f"{held:,.1f} ms",
+                    f"{held / free:.2f}x",
+                    "<= 1.5x",
+                )
+            )
+            print(rows[-1], flush=True)
+        if "hot" in cases:
+            pair(
+                "one hot key alone, in order (1 worker, batch 1)",
+                lambda k: hot(url, args.hot, k),
+                ">= 2,000 msg/s",
+                "msg/s",
+            )
+        if "memory" in cases:
+            pair(
+                f"memory per waiting message ({args.memory:,})",
+                lambda k: memory(url, k, args.memory),
+                "<= 1.2x",
+                "B",
+            )
     print(f"\nserver: {version}; medians of {args.repeats}\n")
     print(table(rows))
 

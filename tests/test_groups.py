@@ -525,10 +525,10 @@ def test_order_per_key_with_three_consumer_processes(
     client = real_client
     q = client.queue("xkeys", shards=4, ordered="key")
     keys, per_key = 10_000, 2
+    for name in ("a", "b", "c"):  # all three running before the first push: with batches
+        procs.start("xkeys", "--instance", name, "--concurrency", "4")  # one alone drains
     for i in range(per_key):
         q.push_many([Message({"k": k, "i": i}, key=f"key-{k}") for k in range(keys)])
-    for name in ("a", "b", "c"):
-        procs.start("xkeys", "--instance", name, "--concurrency", "4")
     wait_for(
         lambda: client.redis.llen(f"{client.prefix}:log") >= keys * per_key,
         timeout=300,

@@ -52,18 +52,12 @@ class Processor:
         # How many messages the workers pop (batch_size "auto": adapted to the handler)
         self.sizer = BatchSizer(
             plan.settings.batch_size,
-            keyed=queue.ops.keyed,
             in_flight=plan.in_flight,
             rate_limit=plan.settings.rate_limit,
             concurrency=plan.settings.concurrency,
         )
         # A stalled call's batch gives back the messages behind it (see _core/sizing.py)
-        self.hands_back = (
-            self.sizer.adapts
-            and not plan.ordered
-            and not queue.ops.keyed
-            and not self.batch_handler
-        )
+        self.hands_back = self.sizer.adapts and not plan.ordered and not self.batch_handler
         self.me = plan.instance_id
 
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:

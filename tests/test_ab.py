@@ -1,0 +1,74 @@
+"""benchmarks/ab.py: one benchmark on two revisions, alternating, read back from its
+tables (the tool a change's effect is measured with)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.ab import ROOT, checkout, report, rows
+from benchmarks.common import table
+
+
+def test_rows_reads_every_number_of_a_table_by_its_row_and_column() -> None:
+    out = "\n".join(
+        [
+            "server 8.1, 50000 messages",
+            table(
+                [
+                    ("operation", "median msgs/s", "ratio"),
+                    ("raw bulk push", "123,456", ""),
+                    ("push_many", "98,765.5", "0.80x"),
+                    ("p99 lateness", "4.2 ms (none stuck)", "1.10x"),
+                    ("no number", "n/a", ""),
+                ]
+            ),
+            "Redis memory per queued message: 120 bytes (used_memory delta)",
+        ]
+    )
+    assert rows(out) == {
+        "raw bulk push | median msgs/s": 123456.0,
+        "push_many | median msgs/s": 98765.5,
+        "push_many | ratio": 0.8,
+        "p99 lateness | median msgs/s": 4.2,
+        "p99 lateness | ratio": 1.1,
+    }
+
+
+def test_report_gives_medians_ranges_and_the_ratio_of_each_round() -> None:
+    text = report("old", "new", {"push": {"a": [100.0, 200.0, 300.0], "b": [150.0, 200.0, 600.0]}})
+    row = text.splitlines()[2].split()
+    assert row == ["push", "200", "100-300", "200", "150-600", "1.50x", "1.00-2.00"]
+
+
+def test_checkout_writes_a_revision_apart_and_dot_is_this_tree(tmp_path: Path) -> None:
+    assert checkout(".", tmp_path) == ROOT
+    tree = checkout("HEAD", tmp_path)
+    assert tree.parent == tmp_path and (tree / "dynoq" / "__init__.py").exists()
+    assert checkout("HEAD", tmp_path) == tree  # once
+    worktrees = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert str(tmp_path) not in worktrees
+
+
+@pytest.mark.slow
+def test_ab_runs_a_benchmark_on_both_revisions(embedded_server: object) -> None:
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"  # type: ignore[attr-defined]
+    ab = [sys.executable, "-m", "benchmarks.ab", "HEAD", ".", "bench_core", "--rounds", "2"]
+    small = ["--n", "300", "--single-n", "100", "--drain-n", "300", "--slice", "100"]
+    done = subprocess.run(
+        [*ab, "--url", url, "--", *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("python -m benchmarks.ab HEAD . bench_core --rounds 2")
+    names = {line.split("  ")[0] for line in lines[3:]}
+    assert {"push_many | median msgs/s", "push_many | ratio vs raw", "raw drain | runs"} <= names
