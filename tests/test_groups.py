@@ -4,6 +4,7 @@ any consumer takes any key, fair turns; on every backend and both flavors."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import FAST, wait_for
+from helpers import FAST, shard_keys, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_consumer_procs import Procs
@@ -26,6 +27,7 @@ from test_consumer_procs import Procs
 import dynoq
 from dynoq import KeyState, Message
 from dynoq._core import codec, inspect, lua
+from dynoq._core.calls import Cmd
 from dynoq.cli import EXIT_USAGE, cli
 
 FLAVORS = ("sync", "async")
@@ -91,6 +93,41 @@ def test_a_retry_blocks_only_its_key_and_keeps_its_place(client: dynoq.Client) -
     [again] = got
     assert (again.key, again.payload, again.attempts, again.fence) == ("a", 0, 2, 1)
     assert again.id == a0.id
+
+
+def test_a_first_delivery_of_a_key_keeps_no_state_and_counts_when_it_fails(
+    client: dynoq.Client,
+) -> None:
+    """A keyed first delivery writes no delivery state, as a concurrent queue's (its token
+    is its unack score: lua/lib/ktake.lua); a retry, a give-back and an expiry then count
+    it, and no token of an earlier delivery of the id acks a later one."""
+    q = client.queue("kstateless", shards=1, ordered="key", max_retries=5)
+    dlv = shard_keys(q, 0).dlv
+
+    def state(msg_id: str) -> Any:
+        return q.backend.run(Cmd(("HGET", dlv, msg_id)))
+
+    q.push_many([Message(i, id=f"m{i}", key=f"k{i}") for i in range(4)])
+    got = sorted(q.pop(count=10, visibility=30), key=lambda m: str(m.id))
+    assert [(m.id, m.attempts) for m in got] == [(f"m{i}", 1) for i in range(4)]
+    assert all(state(f"m{i}") is None for i in range(4))
+    assert q.key_state("k0") == KeyState(waiting=0, in_flight=1, attempts=1, fence=1)
+    m0, m1, m2, m3 = got
+    for forged in (m0.token[-2:], f"1|{m0.token}", f"{m0.token}|", "1.5"):  # type: ignore[index]
+        assert q.ack(dataclasses.replace(m0, token=forged)) is False
+    assert q.nack(m0)  # a retry: the next delivery is its second
+    given = q.backend.run(q.ops.nack_call(m1, delay=0.0, mode="back"))  # unhandled
+    assert tuple(given) == (1, 0)
+    assert q.extend(m2, 0.05)  # its token, a score that moves, goes into a state
+    assert q.ack(m3) and state("m3") is None
+    time.sleep(0.1)
+    again: list[Message] = []
+    wait_for(lambda: again.extend(q.pop(count=10)) or len(again) >= 3, what="redeliveries")
+    assert sorted((m.id, m.attempts) for m in again) == [("m0", 2), ("m1", 1), ("m2", 2)]
+    assert state("m1") is None  # given back unhandled: a first delivery again
+    for old in (m0, m1, m2):
+        assert q.ack(old) is False  # stale
+    assert q.ack_many(again) == 3 and q.stats().unacked == 0
 
 
 def test_an_expired_delivery_comes_back_first_with_its_fence_raised(client: dynoq.Client) -> None:

@@ -100,18 +100,21 @@ class Keyed(Kind):
             self.opened.refused(reply, f"pop from shard {shard} of {self.name!r}")
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), {}, False
-        got = self.decoded(reply, 2, shard, nonce)
+        got = self.decoded(reply, 3, shard, nonce)
         return (got, int(reply[1]), -1.0, {}, any(m.unreadable is not None for m in got))
 
     def decoded(self, reply: list[Any], start: int, shard: int, nonce: str) -> list[Message]:
         """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
         record, attempts, fence each; an unreadable one says why (``codec.readable``:
-        the caller quarantines it)."""
-        read, limit = codec.readable, self.limit
+        the caller quarantines it). Their tokens: a first delivery's is the score just
+        before ``start`` (it has no delivery state: lib/ktake.lua), any other's
+        "<nonce>.<attempts>"."""
+        read, limit, first = codec.readable, self.limit, text(reply[start - 1])
         out = []
         for i in range(start, len(reply), 4):
             n = int(reply[i + 2])
-            m = read(text(reply[i]), reply[i + 1], shard, n, f"{nonce}.{n}", None, limit)
+            token = first if n == 1 else f"{nonce}.{n}"
+            m = read(text(reply[i]), reply[i + 1], shard, n, token, None, limit)
             m.fence = int(reply[i + 3])
             out.append(m)
         return out
@@ -134,7 +137,7 @@ class Keyed(Kind):
 
         def parse(reply: Any) -> int:
             self.opened.refused(reply, f"ack on shard {shard} of {self.name!r}")
-            got.extend(self.decoded(reply, 1, shard, made))
+            got.extend(self.decoded(reply, 2, shard, made))
             return int(reply[0])
 
         return Call(
@@ -291,7 +294,8 @@ class Keyed(Kind):
             return KeyState()
         # in flight: the last delivered; else the head waits (it may have been delivered)
         head = last if in_flight else first
-        attempts = codec.attempts_of((yield Cmd(("HGET", keys.dlv, head)))) if head else 0
+        state = (yield Cmd(("HGET", keys.dlv, head))) if head else None
+        attempts = codec.attempts_of(state, bool(in_flight)) if head else 0
         return KeyState(waiting, in_flight, attempts, int(fence or 1))
 
     def keys_report(self, limit: int = 20) -> Flow[dict[str, list[dict[str, Any]]]]:

@@ -11,10 +11,10 @@
   ARGV[3] wake channel (PUBLISHed when a key may deliver again where none could)
   ARGV[4] key_concurrency
   ARGV[5] take: messages to deliver with the reply (0: none), ARGV[6] their visibility
-          timeout ms, ARGV[7] nonce (their delivery tokens are "<nonce>.<attempts>")
+          timeout ms, ARGV[7] nonce (their delivery tokens as kpop-13.lua makes them)
   ARGV[8..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
-  returns: number of messages acked (take 0), or {acked, id, record, attempts, fence,
-           ...} (take > 0); or GONE
+  returns: number of messages acked (take 0), or {acked, score, id, record, attempts,
+           fence, ...} (take > 0; score as kpop-13.lua returns it); or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
         lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua
   flags: allow-oom
@@ -36,20 +36,22 @@ for j = 8, #ARGV, 2 do
     toks[#toks + 1] = ARGV[j + 1]
   end
 end
-local out = {0}
+local out = {0, ''}
 local good = {}
+-- No states but the pin (first deliveries): none to read or delete.
+local states = held(K.dlv)
 if #ids > 0 then
   local deadlines = bulk_read('ZMSCORE', K.unack, ids)
-  local dlvs = bulk_read('HMGET', K.dlv, ids)
+  local dlvs = states and bulk_read('HMGET', K.dlv, ids) or {}
   for k, id in ipairs(ids) do
-    if deadlines[k] and matches(dlvs[k], toks[k]) then good[#good + 1] = id end
+    if deadlines[k] and matches(dlvs[k], toks[k], deadlines[k]) then good[#good + 1] = id end
   end
 end
 if #good == 0 then return take > 0 and out or 0 end
 local recs = bulk_read('HMGET', K.msgs, good)
 local acked = bulk('ZREM', K.unack, good)
 bulk('HDEL', K.msgs, good)
-bulk('HDEL', K.dlv, good)
+if states then bulk('HDEL', K.dlv, good) end
 if reasons then bulk('HDEL', K.why, good) end
 -- each acked message frees a slot of its key
 local order, freed = {}, {}
@@ -73,7 +75,8 @@ redis.call('HINCRBY', K.counts, 'acked', acked)
 if window > 0 then remember_acked(K.done, good, window, acked) end
 if take > 0 and redis.call('ZCARD', K.kturn) == 1 then  -- one key alone may deliver
   local now = now_ms()
-  if ktake(K, take, string.format('%d', now + tonumber(ARGV[6])), ARGV[7], conc, out, now) > 0 then
+  out[2] = deadline(now + tonumber(ARGV[6]), ARGV[7])
+  if ktake(K, take, out[2], ARGV[7], conc, out, now) > 0 then
     woke = woke and redis.call('EXISTS', K.kturn) == 1  -- nobody else needs waking for it
     redis.call('ZADD', K.unack, '+inf', PIN)
     redis.call('HSET', K.dlv, PIN, '')

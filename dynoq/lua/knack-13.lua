@@ -28,12 +28,16 @@ local back, buried = 0, 0
 for j = 8, #ARGV, 2 do
   local id, tok = ARGV[j], ARGV[j + 1]
   local d = redis.call('HGET', K.dlv, id)
-  if d and redis.call('ZSCORE', K.unack, id) and matches(d, tok) then
-    local n, _, current = delivery(d)
+  local score = redis.call('ZSCORE', K.unack, id)
+  if score and matches(d, tok, score) then
+    local n, _, current = in_flight(d)  -- a first delivery has no state (lib/ktake.lua)
     redis.call('ZREM', K.unack, id)
     if mode == 'back' then
       redis.call('HSET', K.dlv, id, math.max(n - 1, 0) .. '||' .. current)
-    elseif reason ~= '' then
+    elseif not d then
+      redis.call('HSET', K.dlv, id, '1||')  -- the next delivery counts this one
+    end
+    if mode ~= 'back' and reason ~= '' then
       record_why(K.why, id, now, 'e', reason)
     end
     local key, seq = kparse(redis.call('HGET', K.msgs, id))

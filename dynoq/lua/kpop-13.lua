@@ -7,14 +7,17 @@
   KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
   KEYS[11] why   KEYS[12] counts  KEYS[13] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] count  ARGV[3] visibility timeout ms  ARGV[4] nonce (the delivery token is
-          "<nonce>.<attempts>")  ARGV[5] max retries  ARGV[6] wake channel (PUBLISHed when
+  ARGV[2] count  ARGV[3] visibility timeout ms  ARGV[4] nonce (with the attempt number
+          it makes the delivery token)  ARGV[5] max retries  ARGV[6] wake channel (PUBLISHed when
           expired deliveries were given back)  ARGV[7] key_concurrency
-  returns: {1, rest, id, record, attempts, fence, ...}  rest: 1 if a key may deliver more
+  returns: {1, rest, score, id, record, attempts, fence, ...}  rest: 1 if a key may
+           deliver more. A first delivery (attempts 1) has no delivery state and its token
+           is `score`, the batch's `unack` score (lib/delivery.lua); any other's is
+           "<nonce>.<attempts>"
            {0, hint, 0}  nothing claimed; hint = ms until something may be (-1 unknown)
            or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/hint.lua lib/kexpire.lua
-        lib/ktake.lua
+        lib/ktake.lua lib/delivery.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -29,11 +32,11 @@ local now = now_ms()
 if kexpire(K, now, 100, max_retries, conc) > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 kpromote(K, now, EXPIRE_LIMIT, conc)
 
-local deadline = string.format('%d', now + vis)
-local out = {1, 0}
-local _, alien = ktake(K, count, deadline, nonce, conc, out, now)
+local due = deadline(now + vis, nonce)
+local out = {1, 0, due}
+local _, alien = ktake(K, count, due, nonce, conc, out, now)
 if alien > 0 then redis.call('HINCRBY', K.counts, 'dead', alien) end
-if #out == 2 then return {0, wait_hint(K.delayed, K.unack, now, -1), 0} end
+if #out == 3 then return {0, wait_hint(K.delayed, K.unack, now, -1), 0} end
 -- Keep the in-flight keys skiplist/hashtable (lib/pin.lua).
 redis.call('ZADD', K.unack, '+inf', PIN)
 redis.call('HSET', K.dlv, PIN, '')

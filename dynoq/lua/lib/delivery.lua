@@ -2,9 +2,10 @@
   "<attempts>|<saved ready score>|<delivery token>". The saved score is the message's
   place in `ready`, so a message given back returns to its place; it is empty once the
   message must take a fresh place.
-  A first delivery has no state (pop-11.lua): writing one was a third of the server
-  time of a pop and its ack (benchmarks/RESULTS.md); on an ordered shard the places of
-  the batch in flight are kept apart, in one string (lib/batch.lua). Its token is its
+  A first delivery has no state (pop-11.lua; lib/ktake.lua on a keyed shard): writing one
+  was a third of the server time of a pop and its ack (benchmarks/RESULTS.md); on an
+  ordered shard the places of the batch in flight are kept apart, in one string
+  (lib/batch.lua). Its token is its
   `unack` score, the deadline plus a random fraction of a millisecond (`deadline()`), so
   a stale token (of an earlier delivery of the same id, acked, removed or replaced, then
   pushed and popped again) does not match it; a state is written the moment it is needed

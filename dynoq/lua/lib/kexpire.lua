@@ -35,7 +35,11 @@ local function kexpire(K, now, limit, max_retries, conc)
     local id, key, seq = m[1], m[2], m[3]
     redis.call('ZREM', unack, id)
     if key then
-      if attempts(redis.call('HGET', dlv, id)) > max_retries then
+      local d = redis.call('HGET', dlv, id)
+      -- A first delivery has no state (lib/ktake.lua): it gets one, so that the next
+      -- delivery counts it and its token (its unack score) no longer matches.
+      if not d then redis.call('HSET', dlv, id, '1||') end
+      if in_flight(d) > max_retries then
         redis.call('ZADD', dead, now, id)
         record_why(why, id, now, 'x', '')
         kfree(K, key, conc, 0)

@@ -1,15 +1,17 @@
 --[[ lib/ktake: a keyed shard's (lib/keyed.lua) deliveries: up to `count` keys' heads, keys
   round-robin (kpop, and kack's take for a hot key alone).
   uses: lib/bulk.lua lib/delivery.lua lib/why.lua lib/knum.lua lib/keyed.lua lib/kstore.lua
-    lib/klinks.lua
-  ktake(K, count, deadline, nonce, conc, out, now) -> appends id, record, attempts, fence
-    of up to `count` keys' heads to `out` (deadline: a string, ms; each delivery token
-    "<nonce>.<attempts>"); returns how many, and how many it dead-lettered: a head whose
+    lib/klinks.lua lib/pin.lua
+  ktake(K, count, due, nonce, conc, out, now) -> appends id, record, attempts, fence
+    of up to `count` keys' heads to `out` (due: their `unack` score, deadline(ms, nonce) of
+    lib/delivery.lua); returns how many, and how many it dead-lettered. A first delivery
+    writes no delivery state, as on a concurrent queue (its token is `due`); any other's
+    token is "<nonce>.<attempts>", in its state. A head whose
     record does not name its key (not written by dynoq: no script could find its key
     again to free it) is dead-lettered (why: "r") when K has dead and why (kpop's header
     names them), else left waiting and the take ends (kack's names no dead)
 ]]
-local function ktake(K, count, deadline, nonce, conc, out, now)
+local function ktake(K, count, due, nonce, conc, out, now)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
   local dead, why = K.dead, K.why
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
@@ -53,9 +55,10 @@ local function ktake(K, count, deadline, nonce, conc, out, now)
     end
     if #ids > 0 then
       bulk('HDEL', kwait, ids)
-      local states = bulk_read('HMGET', dlv, ids)
+      -- No states but the pin: nothing to read (first deliveries of a drained shard).
+      local states = held(dlv) and bulk_read('HMGET', dlv, ids) or {}
       local fs = fences and bulk_read('HMGET', kfence, owners) or {}
-      local z, d = {}, {}
+      local z, d, fresh = {}, {}, {}
       for i, id in ipairs(ids) do
         local rec = got[i]
         if rec and kparse(rec) ~= owners[i] then
@@ -64,11 +67,15 @@ local function ktake(K, count, deadline, nonce, conc, out, now)
           buried = buried + 1
         elseif rec then
           local a = attempts(states[i]) + 1
-          z[#z + 1] = deadline
+          z[#z + 1] = due
           z[#z + 1] = id
-          d[#d + 1] = id
-          local as = kn(a)  -- formatted once a call per count (see kn)
-          d[#d + 1] = as .. '||' .. nonce .. '.' .. as
+          if a > 1 then
+            d[#d + 1] = id
+            local as = kn(a)  -- formatted once a call per count (see kn)
+            d[#d + 1] = as .. '||' .. nonce .. '.' .. as
+          elseif states[i] then
+            fresh[#fresh + 1] = id  -- given back unhandled ("0|..."): a first one again
+          end
           local s = st[owners[i]]
           s[1], s[3] = s[1] + 1, id
           out[#out + 1] = id
@@ -80,6 +87,7 @@ local function ktake(K, count, deadline, nonce, conc, out, now)
       end
       bulk('ZADD', unack, z)
       bulk('HSET', dlv, d)
+      bulk('HDEL', dlv, fresh)
     end
     kstore(K, keys, st, conc)
     if alien then break end
