@@ -33,6 +33,7 @@ from benchmarks.common import server_url, table
 
 ROOT = Path(__file__).resolve().parent.parent
 _NUMBER = re.compile(r"^-?[\d,]*\.?\d+")
+_RUNS = re.compile(r"-?[\d,.]+(\s+-?[\d,.]+)+")  # a cell listing each round's figure
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -78,7 +79,8 @@ def check_imports(tree: Path) -> None:
 def rows(output: str) -> dict[str, float]:
     """Every number in a benchmark's tables (common.table: a header line, a line of dashes
     whose runs mark the columns, rows), named ``row | column``: a cell counts when it
-    starts with a number ("123,456", "0.80x", "4.2 ms")."""
+    starts with a number ("123,456", "0.80x", "4.2 ms") and is not a list of them (a
+    benchmark's own runs, "9.70 8.12 9.81")."""
     found: dict[str, float] = {}
     lines = output.splitlines()
     for i, line in enumerate(lines):
@@ -97,7 +99,7 @@ def rows(output: str) -> dict[str, float]:
             name, *values = cells(row)
             for column, cell in zip(header[1:], values, strict=True):
                 match = _NUMBER.match(cell)
-                if match:
+                if match and not _RUNS.fullmatch(cell):
                     found[f"{name} | {column}"] = float(match.group().replace(",", ""))
     return found
 

@@ -19,11 +19,11 @@ def test_rows_reads_every_number_of_a_table_by_its_row_and_column() -> None:
             "server 8.1, 50000 messages",
             table(
                 [
-                    ("operation", "median msgs/s", "ratio"),
-                    ("raw bulk push", "123,456", ""),
-                    ("push_many", "98,765.5", "0.80x"),
-                    ("p99 lateness", "4.2 ms (none stuck)", "1.10x"),
-                    ("no number", "n/a", ""),
+                    ("operation", "median msgs/s", "runs", "ratio"),
+                    ("raw bulk push", "123,456", "120,001 123,456 130,002", ""),
+                    ("push_many", "98,765.5", "98,765.5", "0.80x"),
+                    ("p99 lateness", "4.2 ms (none stuck)", "", "1.10x"),
+                    ("no number", "n/a", "", ""),
                 ]
             ),
             "Redis memory per queued message: 120 bytes (used_memory delta)",
@@ -32,6 +32,7 @@ def test_rows_reads_every_number_of_a_table_by_its_row_and_column() -> None:
     assert rows(out) == {
         "raw bulk push | median msgs/s": 123456.0,
         "push_many | median msgs/s": 98765.5,
+        "push_many | runs": 98765.5,
         "push_many | ratio": 0.8,
         "p99 lateness | median msgs/s": 4.2,
         "p99 lateness | ratio": 1.1,
@@ -71,4 +72,4 @@ def test_ab_runs_a_benchmark_on_both_revisions(embedded_server: object) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("python -m benchmarks.ab HEAD . bench_core --rounds 2")
     names = {line.split("  ")[0] for line in lines[3:]}
-    assert {"push_many | median msgs/s", "push_many | ratio vs raw", "raw drain | runs"} <= names
+    assert {"push_many | median msgs/s", "push_many | ratio vs raw"} <= names
