@@ -8,29 +8,20 @@ in one run.
                phase, µs a message
   drain        a default consumer (concurrency 4) of 10,000 keys x 10 on 4 shards: the
                server's and this process's CPU over the drain, µs a message, and its rate
+The measuring is bench_server's (``measure``), the queues bench_groups'.
 Keyed and unordered alternate within each round; each figure is the median of --repeats.
 """
 
 from __future__ import annotations
 
-import resource
 import time
+from typing import Any
 
 import redis
 
-import dynoq
 from benchmarks.bench_groups import _queue, cleanup, fill, fresh
+from benchmarks.bench_server import measure
 from benchmarks.common import median, parser, server_url, server_version, table
-
-
-def server_cpu(r: redis.Redis) -> float:
-    info = r.info("cpu")
-    return float(info["used_cpu_sys_main_thread"]) + float(info["used_cpu_user_main_thread"])
-
-
-def own_cpu() -> float:
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
 
 
 def split(url: str, r: redis.Redis, keyed: bool, keys: int) -> tuple[float, float]:
@@ -38,18 +29,16 @@ def split(url: str, r: redis.Redis, keyed: bool, keys: int) -> tuple[float, floa
     client = fresh(url)
     try:
         q = client.queue("g", shards=1, ordered="key" if keyed else False)
-        for i in range(0, keys, 5000):
-            q.push_many([dynoq.Message({"i": 0}, key=f"key-{k}") for k in range(i, i + 5000)])
-        batches = []
-        start = server_cpu(r)
-        while got := q.pop(100):
-            batches.append(got)
-        popped = server_cpu(r)
-        for batch in batches:
-            q.ack_many(batch)
-        acked = server_cpu(r)
-        n = sum(len(b) for b in batches)
-        return (popped - start) / n * 1e6, (acked - popped) / n * 1e6
+        fill(q, keys, 1)
+        batches: list[list[Any]] = []
+
+        def pop_all() -> None:
+            while got := q.pop(100):
+                batches.append(got)
+
+        pop = measure(r, keys, pop_all)[0]
+        ack = measure(r, keys, lambda: [q.ack_many(b) for b in batches])[0]
+        return pop, ack
     finally:
         cleanup(client)
 
@@ -61,15 +50,16 @@ def drain(url: str, r: redis.Redis, keyed: bool) -> tuple[float, float, float]:
         q = _queue(client, keyed)
         fill(q, 10_000, 10)
         n = 100_000
-        s0, c0, t0 = server_cpu(r), own_cpu(), time.perf_counter()
         c = client.consumer(q, lambda m: None, concurrency=4)
-        c.start()
-        while c.stats().handled < n:
-            time.sleep(0.005)
-        t1 = time.perf_counter()
-        s1, c1 = server_cpu(r), own_cpu()
+
+        def run() -> None:
+            c.start()
+            while c.stats().handled < n:
+                time.sleep(0.005)
+
+        server, _, client_us, wall = measure(r, n, run)
         c.stop()
-        return n / (t1 - t0), (s1 - s0) / n * 1e6, (c1 - c0) / n * 1e6
+        return 1e6 / wall, server, client_us
     finally:
         cleanup(client)
 

@@ -19,7 +19,7 @@ from .calls import Batch, Call, Cmd, Flow, int_pair, pairs, text
 from .keys import ShardKeys, shard_of
 from .lua import script
 from .opening import Opened
-from .plain import Kind, Popped, nonce
+from .plain import Kind, Popped, nonce, tokens
 from .settings import QueueSettings
 
 _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), script("knack")
@@ -106,14 +106,13 @@ class Keyed(Kind):
     def decoded(self, reply: list[Any], start: int, shard: int, nonce: str) -> list[Message]:
         """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
         record, attempts, fence each; an unreadable one says why (``codec.readable``:
-        the caller quarantines it). Their tokens: a first delivery's is the score just
-        before ``start`` (it has no delivery state: lib/ktake.lua), any other's
-        "<nonce>.<attempts>"."""
-        read, limit, first = codec.readable, self.limit, text(reply[start - 1])
+        the caller quarantines it). The score their tokens are made of is the item just
+        before ``start`` (``plain.tokens``)."""
+        read, limit = codec.readable, self.limit
+        made = tokens(reply[start - 1], reply[start + 2 :: 4], nonce)
         out = []
-        for i in range(start, len(reply), 4):
+        for i, token in zip(range(start, len(reply), 4), made, strict=True):
             n = int(reply[i + 2])
-            token = first if n == 1 else f"{nonce}.{n}"
             m = read(text(reply[i]), reply[i + 1], shard, n, token, None, limit)
             m.fence = int(reply[i + 3])
             out.append(m)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import LEASED, InvalidArgument, RecordError
@@ -277,7 +277,9 @@ class Plain(Kind):
         limit, held = self.limit, lease or None
         return [
             decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
-            for i, token in zip(range(3, len(reply), 3), _tokens(reply, nonce), strict=True)
+            for i, token in zip(
+                range(3, len(reply), 3), tokens(reply[2], reply[5::3], nonce), strict=True
+            )
         ]
 
     def ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
@@ -386,9 +388,10 @@ class Plain(Kind):
         return Call(_STATS, [getattr(keys, f) for f in _STATS.keys], [self.epoch, ""])
 
 
-def _tokens(reply: list[Any], nonce: str) -> list[str]:
-    """The delivery token of each message of a pop reply: of a first delivery, its unack
-    score on a concurrent queue (lua/lib/delivery.lua: the reply's third item, else "")
-    or "<nonce>.1"; of any other, "<nonce>.<attempts>"."""
-    first = text(reply[2]) or f"{nonce}.1"
-    return [first if n == 1 else f"{nonce}.{n}" for n in reply[5::3]]
+def tokens(score: Any, attempts: Iterable[Any], nonce: str) -> list[str]:
+    """The delivery token of each message of a pop reply (pop-11.lua, kpop-13.lua, kack's
+    take), given the reply's score and each message's attempts: of a first delivery, the
+    batch's unack score (lua/lib/delivery.lua; "" on an ordered queue: "<nonce>.1"); of
+    any other, "<nonce>.<attempts>"."""
+    first = text(score) or f"{nonce}.1"
+    return [first if n == 1 else f"{nonce}.{n}" for n in attempts]
