@@ -52,7 +52,31 @@ def run(
 ) -> None:
     if env.url:  # the app's own dynoq.connect() at import goes where the worker goes
         os.environ["DYNOQ_URL"] = env.url
-    app = import_app(spec)
+    serve(
+        env,
+        import_app(spec),
+        f"tasks {spec}",
+        queues,
+        options,
+        stop_timeout=stop_timeout,
+        connect_timeout=connect_timeout,
+        ordered_only=ordered_only,
+    )
+
+
+def serve(
+    env: Env,
+    app: Any,
+    label: str,
+    queues: str | None,
+    options: dict[str, Any],
+    *,
+    stop_timeout: float,
+    connect_timeout: float | None,
+    ordered_only: bool,
+) -> None:
+    """Serve ``app`` (anything with ``Tasks.serve``'s signature) once Redis answers,
+    logging its start and its counts at the end."""
     stop = threading.Event()
     with StopOnSignals(stop):
         probe = env.client_when_reachable(stop, connect_timeout)
@@ -69,8 +93,8 @@ def run(
                 f"task queue(s) {', '.join(loose)} not ordered, and --ordered-only was given"
             )
         log.info(
-            "worker started: tasks %s on queue(s) %s, group %r, concurrency %d per queue",
-            spec,
+            "worker started: %s on queue(s) %s, group %r, concurrency %d per queue",
+            label,
             ", ".join(c.queue.name for c in consumers),
             options["group"],
             options["concurrency"],

@@ -18,7 +18,7 @@ from .._core.sizing import AUTO
 from .._core.validate import MAX_BATCH
 from ..errors import InvalidArgument
 from ..signals import StopOnSignals
-from . import handler_worker, task_worker
+from . import django_worker, handler_worker, task_worker
 from .base import EXIT_IMPORT, CliError, Env, UsageFailure, cli, pass_env
 from .service import CONNECT_TIMEOUT
 from .worker import HandlerImportError, import_handler, setup_logging, supervise
@@ -57,7 +57,25 @@ class HandlerNotFound(CliError):
     "--queues",
     default=None,
     metavar="NAME,...",
-    help="With --tasks: only the tasks of these queues [default: every task queue of the app].",
+    help="With --tasks or --django: only these queues [default: every task queue of the "
+    "app, or of the backend].",
+)
+@click.option(
+    "--django",
+    "django_settings",
+    default=None,
+    metavar="SETTINGS",
+    help="Run the tasks of Django's tasks framework on a dynoq.django.DynoqBackend "
+    "(this settings module, as DJANGO_SETTINGS_MODULE), one consumer per queue of "
+    "--backend, where its OPTIONS connect, instead of a HANDLER.",
+)
+@click.option(
+    "--backend",
+    "django_backend",
+    default="default",
+    show_default=True,
+    metavar="ALIAS",
+    help="With --django: the TASKS backend whose queues are run.",
 )
 @click.option(
     "--checker",
@@ -158,8 +176,8 @@ class HandlerNotFound(CliError):
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines (--log-format json).")
 @pass_env
 def worker(env: Env, /, **params: Any) -> None:
-    """Run HANDLER (module:function) on a queue or topic, or every task of a tasks app
-    (--tasks module:app), until SIGTERM/SIGINT.
+    """Run HANDLER (module:function) on a queue or topic, every task of a tasks app
+    (--tasks module:app) or of a Django backend (--django settings), until SIGTERM/SIGINT.
 
     Waits for Redis at start (retrying with backoff; --connect-timeout bounds it). Exit
     codes: 0 stopped cleanly, 1 failure, 2 bad arguments, 3 Redis unreachable, 4 the
@@ -174,16 +192,7 @@ def worker(env: Env, /, **params: Any) -> None:
         argv = ["--prefix", env.prefix, *_worker_args(click.get_current_context())]
         sys.exit(supervise(argv, args.processes, args.stop_timeout))
     try:
-        if args.tasks_app is not None:
-            task_worker.run(
-                env,
-                args.tasks_app,
-                args.queues,
-                options,
-                stop_timeout=args.stop_timeout,
-                connect_timeout=args.connect_timeout,
-                ordered_only=args.ordered_only,
-            )
+        if _serve_app(env, args, options):
             return
         fn = import_handler(args.checker_fn or args.handler or "")
     except HandlerImportError as exc:
@@ -211,6 +220,25 @@ def worker(env: Env, /, **params: Any) -> None:
     )
 
 
+def _serve_app(env: Env, args: WorkerArgs, options: dict[str, Any]) -> bool:
+    """Serve a tasks app (--tasks) or a Django backend's tasks (--django); False when
+    the worker runs a HANDLER or a checker instead."""
+    serving: dict[str, Any] = {
+        "stop_timeout": args.stop_timeout,
+        "connect_timeout": args.connect_timeout,
+        "ordered_only": args.ordered_only,
+    }
+    if args.django_settings is not None:
+        django_worker.run(
+            args.django_settings, args.django_backend, args.queues, options, **serving
+        )
+        return True
+    if args.tasks_app is not None:
+        task_worker.run(env, args.tasks_app, args.queues, options, **serving)
+        return True
+    return False
+
+
 @dataclass(frozen=True)
 class WorkerArgs:
     """The worker command's arguments as click parsed them (its options above say what
@@ -218,6 +246,8 @@ class WorkerArgs:
 
     handler: str | None
     tasks_app: str | None
+    django_settings: str | None
+    django_backend: str
     queues: str | None
     checker_fn: str | None
     check_interval: float
@@ -242,7 +272,13 @@ class WorkerArgs:
     def check_choice(self) -> None:
         """What a worker runs: a HANDLER on one queue or topic, a tasks app, or a checker."""
         handler, tasks_app, queue, topic = self.handler, self.tasks_app, self.queue, self.topic
-        if self.checker_fn is not None:
+        if self.django_settings is not None:
+            if any(x is not None for x in (handler, tasks_app, queue, topic, self.checker_fn)):
+                raise UsageFailure(
+                    "--django SETTINGS runs a Django backend's task queues (with --queues): "
+                    "no HANDLER, --tasks, --queue, --topic or --checker"
+                )
+        elif self.checker_fn is not None:
             if handler is not None or tasks_app is not None or topic is not None or queue is None:
                 raise UsageFailure(
                     "--checker MODULE:FUNCTION goes with --queue alone (no HANDLER, --tasks or "
@@ -260,7 +296,7 @@ class WorkerArgs:
                 "--tasks MODULE:APP, or --checker MODULE:FUNCTION with --queue"
             )
         elif self.queues is not None:
-            raise UsageFailure("--queues goes with --tasks (a HANDLER takes --queue)")
+            raise UsageFailure("--queues goes with --tasks or --django (a HANDLER takes --queue)")
         elif (queue is None) == (topic is None):
             raise UsageFailure("give exactly one of --queue and --topic")
 

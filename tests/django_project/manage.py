@@ -1,0 +1,10 @@
+"""The test project's manage.py (``manage.py dynoq_worker``, ``migrate``)."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
