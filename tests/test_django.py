@@ -643,3 +643,33 @@ def test_an_enqueue_is_logged_as_djangos_backends_log_it(
     with caplog.at_level("DEBUG", logger="django.tasks"):
         r = noop.enqueue()
     assert any("enqueued" in m and r.id in m for m in caplog.messages)
+
+
+def test_a_message_never_makes_a_worker_import_a_module_outside_the_project(
+    site: Site, tmp_path: Path
+) -> None:
+    """A message is data: a tenant who can push one must not pick what a worker imports."""
+    from dynoq._core.tasks import call_payload
+
+    mark = tmp_path / "mark"
+    site.env["DJANGO_TEST_MARK"] = str(mark)
+    q = site.queue()
+    outside = q.push(call_payload("sideeffect.x", [], {}))
+    not_a_task = q.push(call_payload("shop.tasks.Run", [], {}))
+    with site.worker():
+        until(lambda: len(q.dead()) == 2)
+    reasons = {m.id: m.failure.error for m in q.dead()}
+    assert "not in an installed app" in reasons[outside]
+    assert "not a task" in reasons[not_a_task]
+    assert not mark.exists()
+
+
+def test_worker_processes_share_the_tasks(site: Site) -> None:
+    from shop.tasks import slow
+
+    tag = uuid.uuid4().hex[:8]
+    sent = [slow.enqueue(0.05, f"{tag}-{i}") for i in range(30)]
+    with site.worker("--processes", "2", "--concurrency", "1", "--batch-size", "1"):
+        done = [result_of(slow, r.id) for r in sent]
+    assert all(d.return_value == r.args[1] for r, d in zip(sent, done, strict=True))
+    assert len({d.worker_ids[-1] for d in done}) == 2  # both processes ran some

@@ -56,9 +56,26 @@ def close_clients() -> None:
         client.close()
 
 
+def _project_module(path: str) -> bool:
+    """Whether ``path`` names something in the project: in an installed app's package or
+    the settings module's. A message names the module a worker imports, and a message
+    is data: it never makes a worker import any other module (its import could act)."""
+    from django.apps import apps
+    from django.conf import settings
+
+    roots = {app.name for app in apps.get_app_configs()}
+    roots.add(str(settings.SETTINGS_MODULE or "").partition(".")[0])
+    module = path.rpartition(".")[0]
+    return any(root and (module == root or module.startswith(root + ".")) for root in roots)
+
+
 def resolve(path: str) -> Task:
-    """The Django task at ``path`` (its module path); TaskResultDoesNotExist when it
-    cannot be imported or is not a task."""
+    """The Django task at ``path`` (its module path); TaskResultDoesNotExist when it is
+    outside the project's apps, cannot be imported or is not a task."""
+    if not _project_module(path):
+        raise TaskResultDoesNotExist(
+            f"task {path!r} is not in an installed app or the settings' package: not imported"
+        )
     try:
         found = import_string(path)
     except ImportError as exc:
