@@ -446,7 +446,11 @@ def test_an_enqueue_in_a_committed_transaction_is_sent_at_the_commit(site: Site)
     assert runs(site, "ship", ref) == 1
     from dynoq.django.models import Outbox
 
-    assert not Outbox.objects.filter(id=r.id).exists()  # its row went with the send
+    assert Outbox.objects.filter(id=r.id).exists()
+    with transaction.atomic():  # the thread's next one takes the sent row with it
+        second = ship.enqueue(f"{ref}-2")
+    assert not Outbox.objects.filter(id=r.id).exists()
+    assert Outbox.objects.filter(id=second.id).exists()
 
 
 def test_an_enqueue_in_a_rolled_back_transaction_is_never_sent(site: Site) -> None:

@@ -7,6 +7,7 @@ Django makes a backend per thread; they share one client per process and config.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -69,6 +70,7 @@ def _project_module(path: str) -> bool:
     return any(root and (module == root or module.startswith(root + ".")) for root in roots)
 
 
+@functools.lru_cache(maxsize=1024)  # a task is imported once per process: a worker's hot path
 def resolve(path: str) -> Task:
     """The Django task at ``path`` (its module path); TaskResultDoesNotExist when it is
     outside the project's apps, cannot be imported or is not a task."""

@@ -2,21 +2,23 @@
 
 Inside ``transaction.atomic()`` an enqueue prepares a half message in Redis and writes an
 outbox row in the same transaction; when the transaction commits the half is committed
-(``on_commit``), when it rolls back the row never existed. A producer that dies between
+(``on_commit``), when it rolls back the row never existed. A row whose half is committed
+is deleted by the thread's next transactional enqueue. Rows of a half committed by a
+checker, or of a thread's last enqueues before its process ended, stay: a few bytes
+each, one per crash or thread, that no check reads again. A producer that dies between
 the database commit and the half's commit leaves a prepared message whose row exists:
 the worker's checker asks the database and commits it, so the task is sent exactly once,
 and a rolled-back one never."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
+import threading
 import time
 from typing import Any
 
 from django.db import close_old_connections, transaction
-from django.utils import timezone
 
 from ..errors import DynoqError
 from ..message import Message
@@ -25,7 +27,17 @@ from ..transactions import Half
 from .config import BackendConfig
 
 log = logging.getLogger("dynoq.django")
-PRUNE_AFTER = dt.timedelta(days=1)  # a row outlives its half's last check by far
+# The rows of tasks sent at their commit, per database: deleted in this thread's next
+# transactional enqueue (a delete of their own would be a commit, an fsync, per task).
+_sent = threading.local()
+MAX_SENT = 1000
+
+
+def _sent_ids(database: str) -> list[str]:
+    by_database: dict[str, list[str]] | None = getattr(_sent, "ids", None)
+    if by_database is None:
+        by_database = _sent.ids = {}
+    return by_database.setdefault(database, [])
 
 
 def in_transaction(config: BackendConfig) -> bool:
@@ -54,7 +66,12 @@ def send_on_commit(
     half = q.prepare(
         payload, id=msg_id, delay=delay, priority=priority, check_after=config.check_after
     )
-    Outbox.objects.using(config.database).create(id=msg_id, queue=q.name)
+    rows = Outbox.objects.using(config.database)
+    rows.create(id=msg_id, queue=q.name)
+    sent = _sent_ids(config.database)
+    if sent:  # rows no check needs any more, gone with this transaction
+        rows.filter(id__in=sent).delete()
+        sent.clear()
     send = functools.partial(_commit, q, half, payload, delay, priority, config.database)
     transaction.on_commit(send, using=config.database, robust=True)
 
@@ -75,7 +92,11 @@ def _commit(q: Queue, half: Half, payload: Any, delay: float, priority: int, dat
             half.id,
         )
         q.ensure(payload, id=half.id, delay=delay, priority=priority)
-    Outbox.objects.using(database).filter(id=half.id).delete()
+    sent = _sent_ids(database)
+    sent.append(half.id)
+    if len(sent) >= MAX_SENT:  # a thread that commits without enqueueing again
+        Outbox.objects.using(database).filter(id__in=sent).delete()
+        sent.clear()
 
 
 def checker(config: BackendConfig) -> Any:
@@ -89,9 +110,9 @@ def checker(config: BackendConfig) -> Any:
 
     def check(msg: Message) -> str:
         close_old_connections()
-        rows = Outbox.objects.using(database)
-        if rows.filter(id=msg.id).exists():
-            rows.filter(created__lt=timezone.now() - PRUNE_AFTER).delete()
+        # The row stays: the claim may be lost before the commit is settled, and the
+        # next checker must find it again.
+        if Outbox.objects.using(database).filter(id=msg.id).exists():
             return "commit"
         age = time.time() - (msg.enqueued_at or 0.0)
         return "rollback" if age > config.transaction_timeout else "unknown"

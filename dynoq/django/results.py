@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.tasks.base import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -49,7 +50,7 @@ def when(seconds: float | None) -> dt.datetime | None:
     if seconds is None:
         return None
     moment = dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
-    return moment if timezone.is_aware(timezone.now()) else timezone.make_naive(moment)
+    return moment if settings.USE_TZ else timezone.make_naive(moment)
 
 
 def seconds(moment: dt.datetime | None) -> float | None:
