@@ -677,3 +677,23 @@ def test_worker_processes_share_the_tasks(site: Site) -> None:
         done = [result_of(slow, r.id) for r in sent]
     assert all(d.return_value == r.args[1] for r, d in zip(sent, done, strict=True))
     assert len({d.worker_ids[-1] for d in done}) == 2  # both processes ran some
+
+
+def test_a_result_read_while_its_task_moves_on_is_read_again(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its state, then its message: a task acked between the two reads is read again."""
+    from django.tasks import TaskResultStatus
+    from shop.tasks import add
+
+    from dynoq.queue import Queue
+
+    r = add.enqueue(1, 2)
+    real, calls = Queue.get, []
+
+    def racing(self: Queue, id: str) -> Any:
+        calls.append(id)
+        return None if len(calls) == 1 else real(self, id)  # gone once, then there
+
+    monkeypatch.setattr(Queue, "get", racing)
+    assert add.get_result(r.id).status == TaskResultStatus.READY and len(calls) == 2

@@ -32,6 +32,7 @@ from ..queue import Queue
 from . import config as options
 from . import outbox, results
 
+READS = 3  # a task's state, then its message: a task that moves on between them is read again
 _clients: dict[tuple[Any, ...], Client] = {}
 _lock = threading.Lock()
 
@@ -163,11 +164,16 @@ class DynoqBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(str(exc)) from None
         queues = [self.queue(name) for name in self.config.queues]
         places = [(q.ops, core.routing(q.ops, task_id, None)) for q in queues]
-        i, info = queues[0].backend.run(core.locate(places, task_id))
-        msg = None
-        if i >= 0 and info.state is not core.TaskState.SUCCEEDED:
+        found = None
+        for _ in range(READS):
+            i, info = queues[0].backend.run(core.locate(places, task_id))
+            if i < 0 or info.state is core.TaskState.SUCCEEDED:
+                found = results.from_state(info, None, resolve, self.alias)
+                break
             msg = queues[i].get(task_id)
-        found = results.from_state(info, msg, resolve, self.alias)
+            if msg is not None:  # else it moved on between the two reads: read again
+                found = results.from_state(info, msg, resolve, self.alias)
+                break
         if found is None:
             raise TaskResultDoesNotExist(
                 f"no task result {task_id!r} in queues {list(self.config.queues)}: never "
