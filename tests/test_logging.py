@@ -168,3 +168,104 @@ def test_a_worker_error_is_one_line(
     [r] = [r for r in caplog.records if "after-hook raised" in r.getMessage()]
     assert "RuntimeError: after-hook bug" in r.getMessage() and r.exc_info is None
     wait_for(lambda: q.stats().unacked == 0 and q.size() == 0, what="acked anyway")
+
+
+def test_a_record_made_while_a_message_is_handled_names_its_delivery() -> None:
+    """--log-format json: the delivery's id, queue, attempt and trace id, and extra=."""
+    import io
+    import json
+
+    from dynoq._core import logcontext
+    from dynoq.cli.worker import json_formatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(json_formatter())
+    handler.addFilter(logcontext.DeliveryFilter())
+    logger = logging.getLogger(f"t-{uuid.uuid4().hex}")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    msg = dynoq.Message(
+        {"x": 1}, id="m-1", attempts=2, headers={"traceparent": f"00-{trace}-b7ad6b7169203331-01"}
+    )
+    token = logcontext.handling("orders", msg)
+    try:
+        logger.info("inside", extra={"order": 42})
+        try:
+            raise ValueError("boom\nsecond line")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logcontext.done(token)
+    logger.info("outside")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3  # a traceback stays inside its object
+    inside, failed, outside = (json.loads(line) for line in lines)
+    assert inside["message"] == "inside" and inside["level"] == "INFO"
+    assert {k: inside[k] for k in ("message_id", "queue", "attempt", "trace_id", "order")} == {
+        "message_id": "m-1",
+        "queue": "orders",
+        "attempt": 2,
+        "trace_id": trace,
+        "order": 42,
+    }
+    assert {"time", "logger", "pid"} <= set(inside)
+    assert "ValueError: boom" in failed["exc"] and failed["message_id"] == "m-1"
+    assert not {"message_id", "queue", "attempt", "trace_id"} & set(outside)
+
+
+@pytest.mark.slow
+def test_a_json_worker_logs_each_delivery_with_its_fields(
+    real_url: str, real_client: dynoq.Client
+) -> None:
+    import json
+
+    q = real_client.queue("orders", shards=1)
+    traced = "4bf92f3577b34da6a3ce929d0e0e4736"
+    q.push({"n": 1}, id="o-1", headers={"traceparent": f"00-{traced}-00f067aa0ba902b7-01"})
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "DYNOQ_URL": real_url,
+        "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)]),
+    }
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dynoq",
+            "--prefix",
+            real_client.prefix,
+            "worker",
+            "worker_handlers:logs_and_fails_once",
+            "--queue",
+            "orders",
+            "--retry-delays",
+            "0.1",
+            "--log-format",
+            "json",
+        ],
+        cwd=tests,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: q.stats().total("acked") == 1, timeout=30, what="the retried message")
+    finally:
+        p.send_signal(__import__("signal").SIGTERM)
+        p.wait(15)
+    assert p.stderr is not None
+    lines = [json.loads(line) for line in p.stderr.read().splitlines() if line.strip()]
+    mine = [x for x in lines if x["logger"] == "shop.orders"]
+    assert [x["attempt"] for x in mine] == [1, 2]
+    assert all(
+        x["message_id"] == "o-1"
+        and x["queue"] == "orders"
+        and x["order"] == {"n": 1}
+        and x["trace_id"] == traced
+        for x in mine
+    )
+    [failed] = [x for x in lines if "handler failed" in x["message"]]
+    assert failed["message_id"] == "o-1" and failed["attempt"] == 1 and failed["queue"] == "orders"

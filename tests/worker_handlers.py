@@ -42,3 +42,12 @@ async def check_even_async(msg: dynoq.Message) -> str:
     """An ``async def`` transaction check: even payloads commit."""
     await asyncio.sleep(0)
     return "commit" if msg.payload % 2 == 0 else "rollback"
+
+
+def logs_and_fails_once(msg: dynoq.Message) -> None:
+    """Logs a line with an extra field; the first attempt of each message then fails."""
+    import logging
+
+    logging.getLogger("shop.orders").info("handling an order", extra={"order": msg.payload})
+    if msg.attempts == 1:
+        raise RuntimeError("the first attempt fails")

@@ -21,6 +21,7 @@ from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import codec, logs, validate
 from .calls import Batch, Call, Flow
+from .logcontext import fields as delivery
 from .lua import script
 from .popping import quarantine
 from .queue import QueueOps
@@ -264,6 +265,7 @@ def on_failure(
             msg.attempts,
             policy.max_retries,
             exc=error,
+            extra=delivery(queue, msg),
         )
         return "dead", 0.0
     if isinstance(error, Retry):
@@ -276,6 +278,7 @@ def on_failure(
         queue,
         msg.attempts,
         exc=error,
+        extra=delivery(queue, msg),
     )
     return "retry", policy.delay(msg.attempts)
 

@@ -5,6 +5,7 @@ every message must not fill a log with tracebacks (the dead-letter record keeps 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 MAX_TEXT = 300  # characters of an error's message in a log line
 
@@ -17,9 +18,17 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def error(log: logging.Logger, level: int, what: str, *args: object, exc: BaseException) -> None:
+def error(
+    log: logging.Logger,
+    level: int,
+    what: str,
+    *args: object,
+    exc: BaseException,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Log ``what % args`` and ``: <describe(exc)>`` at ``level``, on one line; with the
-    traceback attached only when ``log`` is enabled for DEBUG."""
+    traceback attached only when ``log`` is enabled for DEBUG. ``extra``: fields for a
+    structured (JSON) log line."""
     if not log.isEnabledFor(level):
         return
     log.log(
@@ -28,4 +37,5 @@ def error(log: logging.Logger, level: int, what: str, *args: object, exc: BaseEx
         *args,
         describe(exc),
         exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        extra=extra,
     )

@@ -12,7 +12,6 @@ handler cannot be imported.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import signal
@@ -20,10 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pythonjsonlogger.json import JsonFormatter
+
+from .._core.logcontext import DeliveryFilter
 from ..retry import backoff
 from ..signals import StopOnSignals
 
@@ -31,29 +32,32 @@ EXIT_IMPORT = 4
 log = logging.getLogger("dynoq.worker")
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the traceback)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "pid": record.process,
-        }
-        if record.exc_info:
-            out["exc"] = "".join(traceback.format_exception(*record.exc_info))
-        return json.dumps(out, ensure_ascii=False)
+def json_formatter() -> logging.Formatter:
+    """One JSON object per line (python-json-logger): time, level, logger, message, pid,
+    the traceback as ``exc``, the handled delivery's ``message_id``, ``queue``,
+    ``attempt`` and ``trace_id`` (logcontext), and any ``extra=`` fields of the call."""
+    return JsonFormatter(
+        "{asctime}{levelname}{name}{message}{process}",
+        style="{",
+        rename_fields={
+            "asctime": "time",
+            "levelname": "level",
+            "name": "logger",
+            "process": "pid",
+            "exc_info": "exc",
+        },
+        json_ensure_ascii=False,
+    )
 
 
 def setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        JsonFormatter()
+        json_formatter()
         if fmt == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     )
+    handler.addFilter(DeliveryFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

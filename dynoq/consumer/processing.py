@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .. import tracing
-from .._core import consuming
+from .._core import consuming, logcontext
 from .._core.board import InFlightBatch, Outcome, outcomes, ran_out
 from .._core.callables import not_awaitable
 from .._core.rates import Permits
@@ -63,6 +63,7 @@ class Processor:
     def _call(self, batch: InFlightBatch, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         batch.calling = msgs
         batch.call_started = started = time.monotonic()
+        token = logcontext.handling(self.queue.name, msgs[0]) if len(msgs) == 1 else None
         try:
             if tracing.active():
                 with tracing.span(
@@ -75,6 +76,8 @@ class Processor:
                     return self._invoke(arg, msgs)
             return self._invoke(arg, msgs)
         finally:
+            if token is not None:
+                logcontext.done(token)
             batch.call_started = math.inf  # no call runs: nothing for the watchdog
             if batch.overran:
                 consuming.returned(log, self.queue.name, msgs, time.monotonic() - started)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ... import tracing
-from ..._core import consuming
+from ..._core import consuming, logcontext
 from ..._core.board import InFlightBatch, Outcome, Results, begin, outcomes, ran_out
 from ..._core.rates import Permits
 from ..._core.sizing import BatchSizer
@@ -55,6 +55,15 @@ class Processor:
         self.me = plan.instance_id
 
     async def _call(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
+        if len(msgs) != 1:  # a batch handler's call: no one delivery to name
+            return await self._traced(arg, msgs)
+        token = logcontext.handling(self.queue.name, msgs[0])
+        try:
+            return await self._traced(arg, msgs)
+        finally:
+            logcontext.done(token)
+
+    async def _traced(self, arg: Any, msgs: Any) -> tuple[Exception | None, float]:
         if tracing.active():
             with tracing.span(
                 "process",
@@ -186,20 +195,24 @@ class Processor:
             for msg in msgs:
                 if gone():
                     break
+                token = logcontext.handling(self.queue.name, msg)
                 try:
                     await self.invoker.handle(msg, (msg,))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
                     results.append((msg, exc))
                 else:
                     results.append((msg, None))
+                finally:
+                    logcontext.done(token)
             return time.perf_counter() - t0
-        handler, timeout = self.invoker.handler, self.invoker.timeout
+        handler, timeout, queue = self.invoker.handler, self.invoker.timeout, self.queue.name
         watch = Watch(timeout)
         try:
             for msg in msgs:
                 if gone():
                     break
                 watch.start()
+                token = logcontext.handling(queue, msg)
                 try:
                     await handler(msg)
                 except asyncio.CancelledError:
@@ -219,6 +232,8 @@ class Processor:
                         results.append((msg, consuming.timed_out(timeout)))
                     else:
                         results.append((msg, None))
+                finally:
+                    logcontext.done(token)
         finally:
             watch.close()
         return time.perf_counter() - t0
