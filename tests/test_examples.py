@@ -23,8 +23,18 @@ EXPECT = {  # a line each example prints when it did what it says
     "spark_sink.py": "queued 100 emails",
     "tasks.py": "sent 3 emails; retried: ['bob@flaky.example.org']",
     "transactional_outbox.py": "delivered: ['A-1', 'A-3']",
+    "fastapi_app.py": "each ran once: True",
 }
-PREFIXES = ("shop", "timers", "ordered", "group-demo", "spark-demo", "tasks-demo", "outbox")
+PREFIXES = (
+    "shop",
+    "timers",
+    "ordered",
+    "group-demo",
+    "spark-demo",
+    "tasks-demo",
+    "outbox",
+    "fastapi-demo",
+)
 
 
 def test_every_example_is_checked() -> None:
