@@ -697,3 +697,110 @@ def test_a_result_read_while_its_task_moves_on_is_read_again(
 
     monkeypatch.setattr(Queue, "get", racing)
     assert add.get_result(r.id).status == TaskResultStatus.READY and len(calls) == 2
+
+
+# -- the dashboard in the project's ASGI app, behind Django's login --------------------------
+
+
+@pytest.fixture
+def asgi_site(site: Site) -> Iterator[tuple[Site, str, dict[str, str]]]:
+    """The project's ASGI app (Django + the dashboard at /ops/queues) under uvicorn; the
+    session cookies of a staff user and of a customer."""
+    import socket
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    cookies = {}
+    for name, is_staff in (("ops", True), ("customer", False)):
+        user = User.objects.create_user(f"{name}-{uuid.uuid4().hex[:6]}", is_staff=is_staff)
+        browser = Client()
+        browser.force_login(user)
+        cookies[name] = browser.cookies["sessionid"].value
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = site.start(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "mysite.asgi:application",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        import urllib.request
+
+        try:
+            return urllib.request.urlopen(base + "/", timeout=1).status == 200
+        except OSError:
+            return proc.poll() is not None
+
+    until(up)
+    assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    yield site, base, cookies
+
+
+def _get(url: str, session: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Cookie": f"sessionid={session}"} if session else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_dashboard_mounts_in_the_project_for_staff_only(
+    asgi_site: tuple[Site, str, dict[str, str]],
+) -> None:
+    import re
+
+    from shop.tasks import add
+
+    _site, base, cookies = asgi_site
+    add.enqueue(1, 2)
+    assert _get(base + "/ops/queues/")[0] == 403  # anonymous
+    assert _get(base + "/ops/queues/", cookies["customer"])[0] == 403  # not staff
+    status, html = _get(base + "/ops/queues/queue?q=default", cookies["ops"])
+    assert status == 200 and "default" in html
+    urls = re.findall(r'(?:href|src|action|data-api)="(/[^"]*)"', html)
+    assert urls and all(u.startswith("/ops/queues/") for u in urls), urls
+    status, home = _get(base + "/", cookies["customer"])
+    assert status == 200 and "shop home, user customer-" in home  # the rest is Django's
+
+
+def test_a_staff_browser_opens_the_mounted_dashboard(
+    asgi_site: tuple[Site, str, dict[str, str]],
+) -> None:
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+    from shop.tasks import add
+
+    _site, base, cookies = asgi_site
+    add.enqueue(1, 2)
+    chromium = shutil.which("chromium")
+    assert chromium, "the Django suite needs Debian's Chromium (apt-get install chromium)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        assert page.goto(base + "/ops/queues/").status == 403
+        context.add_cookies([{"name": "sessionid", "value": cookies["ops"], "url": base}])
+        page.goto(base + "/ops/queues/")
+        page.locator("a", has_text="default").first.click()
+        page.wait_for_url("**/ops/queues/queue?q=default**")
+        assert "default" in page.locator("h1").inner_text()
+        browser.close()

@@ -50,7 +50,7 @@ async def replay(request: Request) -> Response:
     if form.get("all") == "1":
         _confirmed(form, name)
         n = await run_in_threadpool(reader.replay, q, None)
-        return _back(link("/queue/dead", q=name, done=f"replayed {n} dead letter(s)"))
+        return _back(request, link("/queue/dead", q=name, done=f"replayed {n} dead letter(s)"))
     if not ids:
         raise InvalidArgument("name the dead letters to replay (id), or replay all")
     n = await run_in_threadpool(reader.replay, q, ids)
@@ -59,7 +59,7 @@ async def replay(request: Request) -> Response:
         if n < len(ids)
         else f"replayed {n} dead letter(s)"
     )
-    return _back(link("/queue/dead", q=name, done=done))
+    return _back(request, link("/queue/dead", q=name, done=done))
 
 
 async def purge(request: Request) -> Response:
@@ -68,8 +68,9 @@ async def purge(request: Request) -> Response:
     name, q = await run_in_threadpool(queue_of, request)
     _confirmed(form, name)
     n = await run_in_threadpool(dash_of(request).reader.purge, q)
-    return _back(link("/queue/dead", q=name, done=f"purged {n} dead letter(s)"))
+    return _back(request, link("/queue/dead", q=name, done=f"purged {n} dead letter(s)"))
 
 
-def _back(url: str) -> Response:
-    return RedirectResponse(url, status_code=303)
+def _back(request: Request, url: str) -> Response:
+    """See the page again, under the dashboard's mount point."""
+    return RedirectResponse(request.scope.get("root_path", "").rstrip("/") + url, status_code=303)

@@ -27,16 +27,23 @@ from ..errors import (
     PoolExhausted,
 )
 from . import actions, views
-from .auth import Csrf, Guard
+from .auth import Authorize, Csrf, Guard, StartSampler, route_path
 from .config import DashboardConfig
 from .data import Reader
 from .format import FILTERS, link
 from .sampler import Sampler
 
 
-def create_app(client: Client, config: DashboardConfig | None = None) -> Starlette:
+def create_app(
+    client: Client, config: DashboardConfig | None = None, *, authorize: Authorize | None = None
+) -> Starlette:
     """The dashboard of every queue and topic under ``client``'s prefix, as an ASGI app
-    (serve it with :func:`dynoq.dashboard.serve`, or any ASGI server). The client stays
+    (serve it with :func:`dynoq.dashboard.serve`, or any ASGI server), which may be
+    mounted under a path of another ASGI app (``app.mount("/ops/queues", ...)``: every
+    link, form and asset follows the mount's ``root_path``). ``authorize(scope)`` (sync
+    or async, given the request's ASGI scope) puts it behind the host app's own login:
+    called on every request, False answers 403, and the dashboard's token and loopback
+    rules are the host's business then (its forms stay CSRF-protected). The client stays
     the caller's to close. Raises InvalidArgument for a config that would listen beyond
     loopback without a token."""
     config = config or DashboardConfig()
@@ -58,7 +65,8 @@ def create_app(client: Client, config: DashboardConfig | None = None) -> Starlet
         routes=_routes(), lifespan=lifespan, exception_handlers=_exception_handlers(client)
     )
     app.state.dash = dash
-    app.add_middleware(Guard, config=config, csrf=dash.csrf)
+    app.add_middleware(Guard, config=config, csrf=dash.csrf, authorize=authorize)
+    app.add_middleware(StartSampler, sampler=sampler)
     return app
 
 
@@ -69,8 +77,14 @@ def _templates() -> Jinja2Templates:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(FILTERS)
-    env.globals["link"] = link
+    env.globals["link"] = _link
     return Jinja2Templates(env=env)
+
+
+@jinja2.pass_context
+def _link(context: Any, path: str, **params: Any) -> str:
+    """A link under the dashboard's mount point (``base``: the request's root path)."""
+    return str(context.get("base", "")) + link(path, **params)
 
 
 def _routes() -> list[BaseRoute]:
@@ -94,7 +108,7 @@ def _routes() -> list[BaseRoute]:
 def _failed(request: Request, status: int, text: str) -> Response:
     """An error as a page, or as plain text for the API, static files and when the page
     cannot be drawn."""
-    if request.url.path.startswith(("/api/", "/static/")):
+    if route_path(request.scope).startswith(("/api/", "/static/")):
         return PlainTextResponse(text, status_code=status)
     try:
         return views.render(

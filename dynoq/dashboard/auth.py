@@ -21,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import inspect
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -32,6 +33,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+# The host app's check of a request (its ASGI scope) when the dashboard is mounted in it
+Authorize = Callable[[Scope], "bool | Awaitable[bool]"]
 
 CSRF_COOKIE = "dynoq_csrf"
 CSRF_FIELD = "csrf"
@@ -102,11 +105,44 @@ def _host_name(host: str) -> str:
 class Guard:
     """The ASGI middleware described in the module docstring."""
 
-    def __init__(self, app: ASGIApp, config: DashboardConfig, csrf: Csrf) -> None:
+    def __init__(
+        self, app: ASGIApp, config: DashboardConfig, csrf: Csrf, authorize: Authorize | None = None
+    ) -> None:
         self.app = app
         self.token = config.token.encode() if config.token else None
         self.loopback = config.loopback
         self.csrf = csrf
+        self.authorize = authorize
+
+    async def admitted(self, scope: Scope, headers: dict[str, str], send: Send) -> bool:
+        """Whether the request may go on (else its refusal is sent): the host app's
+        ``authorize`` when the dashboard is mounted behind it, else the loopback host
+        and the token."""
+        if self.authorize is not None:
+            verdict = self.authorize(scope)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict is not True:
+                await _plain(send, 403, "Not allowed: this dashboard is for its app's operators.")
+                return False
+            return True
+        if self.loopback and not is_loopback(_host_name(headers.get("host", ""))):
+            await _plain(
+                send,
+                421,
+                "This dashboard answers only on a loopback address (localhost, 127.0.0.1, [::1]).",
+            )
+            return False
+        if not self.authorized(headers.get("authorization")):
+            await _plain(
+                send,
+                401,
+                "This dashboard needs its token (basic auth: any user "
+                "name, the token as password; or Authorization: Bearer).",
+                [(b"www-authenticate", f'Basic realm="{REALM}"'.encode())],
+            )
+            return False
+        return True
 
     def authorized(self, header: str | None) -> bool:
         """Whether an ``Authorization`` header carries the token (Bearer, or basic auth
@@ -131,21 +167,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        if self.loopback and not is_loopback(_host_name(headers.get("host", ""))):
-            await _plain(
-                send,
-                421,
-                "This dashboard answers only on a loopback address (localhost, 127.0.0.1, [::1]).",
-            )
-            return
-        if not self.authorized(headers.get("authorization")):
-            await _plain(
-                send,
-                401,
-                "This dashboard needs its token (basic auth: any user "
-                "name, the token as password; or Authorization: Bearer).",
-                [(b"www-authenticate", f'Basic realm="{REALM}"'.encode())],
-            )
+        if not await self.admitted(scope, headers, send):
             return
         if scope["method"] not in SAFE_METHODS and not _same_origin(scope, headers):
             await _plain(send, 403, "Refused: a change must come from the dashboard's own pages.")
@@ -163,7 +185,8 @@ class Guard:
                     extra.append(
                         (
                             b"set-cookie",
-                            f"{CSRF_COOKIE}={fresh}; Path=/; HttpOnly; "
+                            f"{CSRF_COOKIE}={fresh}; Path={scope.get('root_path') or '/'}; "
+                            "HttpOnly; "
                             f"SameSite=Strict{secure}".encode(),
                         )
                     )
@@ -171,6 +194,28 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path within the dashboard (a mounted one's, without its mount)."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+class StartSampler:
+    """Starts the sampler at the first request: a dashboard mounted in another app gets
+    no lifespan events of its own (its server's lifespan starts it when served alone)."""
+
+    def __init__(self, app: ASGIApp, sampler: Any) -> None:
+        self.app = app
+        self.sampler = sampler
+        self.started = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.started and scope["type"] == "http":
+            self.started = True
+            self.sampler.start()
+        await self.app(scope, receive, send)
 
 
 def _same_origin(scope: Scope, headers: dict[str, str]) -> bool:

@@ -70,10 +70,20 @@ class Sampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     # -- running -------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start sampling (a no-op while it runs: a mounted dashboard starts it at its
+        first request, its own server's lifespan at start)."""
+        with self._starting:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._start_thread()
+
+    def _start_thread(self) -> None:
         self._thread = threading.Thread(
             target=self._loop, daemon=True, name="dynoq-dashboard-sampler"
         )

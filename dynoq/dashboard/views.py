@@ -51,6 +51,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     if now is None:
         now = d.reader.server_time()
     context.update(
+        base=request.scope.get("root_path", "").rstrip("/"),
         prefix=client.prefix,
         server=redact(client.url),
         actions=d.config.allow_actions,

@@ -12,6 +12,7 @@ ALLOWED_HOSTS = ["*"]
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
     "dynoq.django",
     "shop",
 ]
@@ -32,6 +33,11 @@ else:
             "OPTIONS": {"timeout": 30},
         }
     }
+ROOT_URLCONF = "mysite.urls"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
 TASKS = {
     "default": {
         "BACKEND": "dynoq.django.DynoqBackend",
