@@ -52,6 +52,8 @@ django_suite() {
   fi
   DJANGO_TEST_ENGINE=sqlite .venv-django/bin/python -m pytest tests/test_django.py \
     -n "${DYNOQ_TEST_WORKERS:-3}" "$@"
+  # docs/django.md's blocks that need Django (the main suite skips them)
+  .venv-django/bin/python -m pytest tests/test_doc_blocks.py -k django "$@"
   if .venv-django/bin/python -c 'import socket; socket.create_connection(("127.0.0.1", 5432), 1)' \
       2>/dev/null; then
     DJANGO_TEST_ENGINE=postgres .venv-django/bin/python -m pytest tests/test_django.py \

@@ -6,6 +6,8 @@ emptied before it (keys, scripts, functions, ACL users): a block's prefix ("shop
 is as fresh as a new server, whatever ran before, and nothing it leaves reaches another
 test. A block that is only a sketch (a signature, a cluster's addresses) starts with
 ``# sketch: <why>`` and is reported as skipped with its file, line and why. A block that
+starts with ``# django: ...`` needs Django 6: ``./dev.sh django`` runs it (Python 3.12+),
+the main suite reports it skipped. A block that
 fails names its file and line (the code is compiled under the Markdown file's name, so
 the traceback points into the doc too).
 """
@@ -34,6 +36,15 @@ SKETCH = re.compile(r"#\s*sketch:\s*(?P<why>.*)")
 FENCE = re.compile(r"^\s*(?:[-*+]\s+|>\s*)*(```|~~~)\s*(python|py|python3)\b", re.M)
 SERVER_URL = re.compile(r"\b(?:rediss?|unix|redis\+cluster|redis\+sentinel)://")
 SPARK = re.compile(r"\b(?:pyspark|dynoq\.spark)\b")
+DJANGO = re.compile(r"#\s*django:\s*(?P<why>.*)")
+
+
+def _has_django_tasks() -> bool:
+    try:
+        import django.tasks  # noqa: F401  (Django 6: Python 3.12+)
+    except ImportError:
+        return False
+    return True
 
 
 def source_of(example: Example) -> str:
@@ -49,8 +60,13 @@ def collect() -> list[Any]:
             first = code.lstrip().partition("\n")[0]
             sketch = SKETCH.fullmatch(first.strip())
             marks: list[Any] = []
+            django_block = DJANGO.fullmatch(first.strip())
             if sketch:
                 marks.append(pytest.mark.skip(reason=f"{where}: sketch: {sketch['why']}"))
+            elif django_block and not _has_django_tasks():
+                # run by `./dev.sh django` (.venv-django), where Django 6 is
+                why = "runs in the Django suite (./dev.sh django: Python 3.12+, Django 6)"
+                marks.append(pytest.mark.skip(reason=f"{where}: {why}"))
             elif SPARK.search(code):
                 # conftest: one xdist worker, one JVM; a session and streams take minutes
                 # on a loaded 2-core machine (118 s seen)

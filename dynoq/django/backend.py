@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import time
 import uuid
@@ -73,9 +74,10 @@ def _project_module(path: str) -> bool:
 
 @functools.lru_cache(maxsize=1024)  # a task is imported once per process: a worker's hot path
 def resolve(path: str) -> Task:
-    """The Django task at ``path`` (its module path); TaskResultDoesNotExist when it is
-    outside the project's apps, cannot be imported or is not a task."""
-    if not _project_module(path):
+    """The Django task at ``path`` (its module path); TaskResultDoesNotExist when it would
+    take importing a module outside the project's apps, cannot be imported or is not a
+    task (a module already imported imports nothing)."""
+    if path.rpartition(".")[0] not in sys.modules and not _project_module(path):
         raise TaskResultDoesNotExist(
             f"task {path!r} is not in an installed app or the settings' package: not imported"
         )
