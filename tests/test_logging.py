@@ -1,17 +1,25 @@
 """What dynoq logs: one line per failed attempt (message id, attempt, error type and
 message), the traceback only at DEBUG, never a payload; and an application that did not
 configure logging gets nothing on stderr (dynoq's logger has a NullHandler, so Python's
-last-resort handler never prints its records)."""
+last-resort handler never prints its records). ``dynoq worker --log-format json``: one
+object a line, and a line made while a message is handled names its delivery."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +27,8 @@ import pytest
 from helpers import FAST, delete_prefix, wait_for
 
 import dynoq
-from dynoq._core import logs
+from dynoq._core import logcontext, logs
+from dynoq.cli.worker import setup_logging
 
 FLAVORS = ("sync", "async")
 
@@ -170,60 +179,146 @@ def test_a_worker_error_is_one_line(
     wait_for(lambda: q.stats().unacked == 0 and q.size() == 0, what="acked anyway")
 
 
-def test_a_record_made_while_a_message_is_handled_names_its_delivery() -> None:
-    """--log-format json: the delivery's id, queue, attempt and trace id, and extra=."""
-    import io
-    import json
-
-    from dynoq._core import logcontext
-    from dynoq.cli.worker import json_formatter
-
+@contextlib.contextmanager
+def json_logging() -> Iterator[Callable[[], list[Any]]]:
+    """The worker's ``setup_logging("json", "info")``, its stderr in memory: yields a
+    function that parses what was logged, one JSON value a line. The root logger is put
+    back as it was afterwards (pytest's handlers on it)."""
     out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(json_formatter())
-    handler.addFilter(logcontext.DeliveryFilter())
-    logger = logging.getLogger(f"t-{uuid.uuid4().hex}")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    trace = "0af7651916cd43dd8448eb211c80319c"
-    msg = dynoq.Message(
-        {"x": 1}, id="m-1", attempts=2, headers={"traceparent": f"00-{trace}-b7ad6b7169203331-01"}
-    )
-    token = logcontext.handling("orders", msg)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    with contextlib.redirect_stderr(out):  # the handler takes sys.stderr when made
+        setup_logging("json", "info")
     try:
-        logger.info("inside", extra={"order": 42})
-        try:
-            raise ValueError("boom\nsecond line")
-        except ValueError:
-            logger.exception("failed")
+        yield lambda: [json.loads(line) for line in out.getvalue().splitlines()]
     finally:
-        logcontext.done(token)
-    logger.info("outside")
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 3  # a traceback stays inside its object
-    inside, failed, outside = (json.loads(line) for line in lines)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+DELIVERY = {"message_id", "queue", "attempt", "trace_id"}
+BASE = {"time", "level", "logger", "message", "pid"}
+
+
+def _traceparent(trace_id: str) -> dict[str, Any]:
+    return {"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"}
+
+
+def test_a_record_made_while_a_message_is_handled_names_its_delivery() -> None:
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    traced = dynoq.Message({"x": 1}, id="m-1", attempts=2, headers=_traceparent(trace))
+    untraced = dynoq.Message("y", id="m-2", attempts=1)
+    log = logging.getLogger("shop.test")
+    with json_logging() as lines:
+        log.info("before", extra={"order": 41})
+        token = logcontext.handling("orders", traced)
+        try:
+            log.info("inside", extra={"order": 42})
+            log.info("its own id", extra={"message_id": "mine"})  # the call's value wins
+            try:
+                raise ValueError("boom\nsecond line")
+            except ValueError:
+                log.exception("failed")
+        finally:
+            logcontext.done(token)
+        log.info("after")
+        token = logcontext.handling("other", untraced)
+        try:
+            log.warning("untraced")
+        finally:
+            logcontext.done(token)
+        records = lines()  # a line each: the traceback stays inside its object
+    before, inside, own, failed, after, bare = records
+    assert set(before) == BASE | {"order"} and set(after) == BASE  # no delivery: no fields
+    assert set(inside) == BASE | DELIVERY | {"order"}
     assert inside["message"] == "inside" and inside["level"] == "INFO"
-    assert {k: inside[k] for k in ("message_id", "queue", "attempt", "trace_id", "order")} == {
+    assert inside["logger"] == "shop.test" and inside["pid"] == os.getpid()
+    assert {k: inside[k] for k in (*DELIVERY, "order")} == {
         "message_id": "m-1",
         "queue": "orders",
         "attempt": 2,
         "trace_id": trace,
         "order": 42,
     }
-    assert {"time", "logger", "pid"} <= set(inside)
-    assert "ValueError: boom" in failed["exc"] and failed["message_id"] == "m-1"
-    assert not {"message_id", "queue", "attempt", "trace_id"} & set(outside)
+    assert own["message_id"] == "mine" and own["queue"] == "orders" and own["attempt"] == 2
+    assert failed["level"] == "ERROR" and failed["message_id"] == "m-1"
+    assert (
+        failed["exc"].startswith("Traceback") and "ValueError: boom\nsecond line" in failed["exc"]
+    )
+    assert set(bare) == BASE | {"message_id", "queue", "attempt"}  # no traceparent: no trace_id
+    assert (bare["message_id"], bare["queue"], bare["attempt"]) == ("m-2", "other", 1)
+
+
+def test_each_line_names_its_own_delivery_under_concurrency(
+    client: dynoq.Client, consumers: list[Any], flavor: str
+) -> None:
+    # Deliveries handled at once, on the sync consumer's worker threads, the asyncio
+    # consumer's tasks (async def) and the threads it runs a plain def on: each line
+    # names the message its own call handles, and the consumer's failure line too.
+    log = logging.getLogger("shop.test")
+
+    def handle(msg: dynoq.Message) -> None:
+        log.info("start", extra={"n": msg.payload})
+        time.sleep(0.02)  # the other deliveries run meanwhile
+        log.info("end", extra={"n": msg.payload})
+        if msg.payload == 0 and msg.attempts == 1:
+            raise RuntimeError("the first attempt fails")
+
+    async def handle_async(msg: dynoq.Message) -> None:
+        log.info("start", extra={"n": msg.payload})
+        await asyncio.sleep(0.02)
+        log.info("end", extra={"n": msg.payload})
+        if msg.payload == 0 and msg.attempts == 1:
+            raise RuntimeError("the first attempt fails")
+
+    handlers: dict[str, Callable[[dynoq.Message], Any]] = {"threads": handle}
+    if flavor == "async":
+        handlers["tasks"] = handle_async
+    n = 8
+    traces = [uuid.uuid4().hex for _ in range(n)]
+    with json_logging() as lines:
+        ids: dict[str, list[str]] = {}
+        for name, fn in handlers.items():
+            q = client.queue(name, shards=1, max_retries=3)
+            ids[name] = [q.push(i, headers=_traceparent(traces[i])) for i in range(n)]
+            c = client.consumer(q, fn, concurrency=4, batch_size=1, retry_delays=[0.01], **FAST)
+            consumers.append(c.start())
+        for name in handlers:
+            q = client.queue(name)
+            wait_for(lambda q=q: q.stats().total("acked") == n, what=f"{name}: all handled")
+        log.info("after")
+        records = lines()
+    [after] = [r for r in records if r["message"] == "after"]
+    assert set(after) == BASE  # handled by no one: no fields
+    for name in handlers:
+        mine = [r for r in records if r.get("queue") == name and r["logger"] == "shop.test"]
+        assert len(mine) == 2 * (n + 1)  # start and end of each call, message 0 twice
+        for r in mine:
+            i = r["n"]
+            assert (r["message_id"], r["trace_id"]) == (ids[name][i], traces[i]), r
+        assert sorted(r["attempt"] for r in mine if r["n"] == 0) == [1, 1, 2, 2]
+        assert {r["attempt"] for r in mine if r["n"] != 0} == {1}
+        [failed] = [r for r in records if "handler failed" in r["message"] and name in r["message"]]
+        assert failed["logger"].startswith("dynoq") and failed["level"] == "WARNING"
+        assert (failed["message_id"], failed["queue"], failed["attempt"], failed["trace_id"]) == (
+            ids[name][0],
+            name,
+            1,
+            traces[0],
+        )
 
 
 @pytest.mark.slow
 def test_a_json_worker_logs_each_delivery_with_its_fields(
-    real_url: str, real_client: dynoq.Client
+    real_url: str, real_client: dynoq.Client, flavor: str
 ) -> None:
-    import json
-
+    # dynoq worker --log-format json: a plain def runs on the sync consumer, an async def
+    # on the asyncio one. Every stderr line is one JSON object.
+    handler = "logs_and_fails_once" + ("_async" if flavor == "async" else "")
     q = real_client.queue("orders", shards=1)
     traced = "4bf92f3577b34da6a3ce929d0e0e4736"
-    q.push({"n": 1}, id="o-1", headers={"traceparent": f"00-{traced}-00f067aa0ba902b7-01"})
+    q.push({"n": 1}, id="o-1", headers=_traceparent(traced))
+    q.push({"n": 2}, id="o-2")
     tests = Path(__file__).resolve().parent
     env = {
         **os.environ,
@@ -238,7 +333,7 @@ def test_a_json_worker_logs_each_delivery_with_its_fields(
             "--prefix",
             real_client.prefix,
             "worker",
-            "worker_handlers:logs_and_fails_once",
+            f"worker_handlers:{handler}",
             "--queue",
             "orders",
             "--retry-delays",
@@ -252,20 +347,30 @@ def test_a_json_worker_logs_each_delivery_with_its_fields(
         text=True,
     )
     try:
-        wait_for(lambda: q.stats().total("acked") == 1, timeout=30, what="the retried message")
+        wait_for(lambda: q.stats().total("acked") == 2, timeout=30, what="the retried messages")
     finally:
-        p.send_signal(__import__("signal").SIGTERM)
-        p.wait(15)
-    assert p.stderr is not None
-    lines = [json.loads(line) for line in p.stderr.read().splitlines() if line.strip()]
+        p.send_signal(signal.SIGTERM)
+        _, stderr = p.communicate(timeout=30)
+    assert p.returncode == 0, stderr
+    lines = [json.loads(line) for line in stderr.splitlines()]
+    assert lines and all(isinstance(x, dict) and set(x) >= BASE for x in lines), stderr
     mine = [x for x in lines if x["logger"] == "shop.orders"]
-    assert [x["attempt"] for x in mine] == [1, 2]
-    assert all(
-        x["message_id"] == "o-1"
-        and x["queue"] == "orders"
-        and x["order"] == {"n": 1}
-        and x["trace_id"] == traced
-        for x in mine
+    assert sorted((x["message_id"], x["attempt"]) for x in mine) == [
+        ("o-1", 1),
+        ("o-1", 2),
+        ("o-2", 1),
+        ("o-2", 2),
+    ]
+    for x in mine:
+        assert x["queue"] == "orders" and x["order"] == {"n": int(x["message_id"][-1])}
+        assert x.get("trace_id") == (traced if x["message_id"] == "o-1" else None)
+    failed = sorted(
+        (x for x in lines if "handler failed" in x["message"]), key=lambda x: x["message_id"]
     )
-    [failed] = [x for x in lines if "handler failed" in x["message"]]
-    assert failed["message_id"] == "o-1" and failed["attempt"] == 1 and failed["queue"] == "orders"
+    assert [(x["message_id"], x["attempt"], x["queue"]) for x in failed] == [
+        ("o-1", 1, "orders"),
+        ("o-2", 1, "orders"),
+    ]
+    assert failed[0]["trace_id"] == traced and "trace_id" not in failed[1]
+    [started] = [x for x in lines if x["message"].startswith("worker started")]
+    assert not DELIVERY & set(started)  # not about a delivery: no fields

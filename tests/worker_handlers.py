@@ -51,3 +51,13 @@ def logs_and_fails_once(msg: dynoq.Message) -> None:
     logging.getLogger("shop.orders").info("handling an order", extra={"order": msg.payload})
     if msg.attempts == 1:
         raise RuntimeError("the first attempt fails")
+
+
+async def logs_and_fails_once_async(msg: dynoq.Message) -> None:
+    """``logs_and_fails_once`` as ``async def``: the worker runs it on the asyncio consumer."""
+    import logging
+
+    await asyncio.sleep(0)
+    logging.getLogger("shop.orders").info("handling an order", extra={"order": msg.payload})
+    if msg.attempts == 1:
+        raise RuntimeError("the first attempt fails")

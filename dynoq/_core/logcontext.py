@@ -1,8 +1,9 @@
 """The delivery a log record was made under: a consumer sets the message it is handling
-(and its queue) around each handler call, and :class:`DeliveryFilter` copies the message
-id, queue, attempt and trace id onto every record made meanwhile (dynoq's own lines and
-the handler's), so that a JSON log line says which delivery it is about. Pure: a
-ContextVar, no I/O; asyncio tasks and worker threads each see their own."""
+(and its queue) around each handler call (a batch handler's: only when the batch holds
+one message), and :class:`DeliveryFilter` copies the message id, queue, attempt and
+trace id onto every record made meanwhile (dynoq's own lines and the handler's), so that
+a JSON log line says which delivery it is about. Pure: a ContextVar, no I/O; asyncio
+tasks and worker threads each see their own."""
 
 from __future__ import annotations
 
@@ -46,11 +47,13 @@ def fields(queue: str, msg: Message) -> dict[str, Any]:
 
 
 class DeliveryFilter(logging.Filter):
-    """Adds the current delivery's fields to a record that does not carry them."""
+    """Adds the current delivery's fields to each record, on a handler (so that records
+    of every logger get them); a field the call passed itself in ``extra=`` is kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         current = DELIVERY.get()
-        if current is not None and not hasattr(record, "message_id"):
+        if current is not None:
             for name, value in fields(*current).items():
-                setattr(record, name, value)
+                if not hasattr(record, name):
+                    setattr(record, name, value)
         return True
