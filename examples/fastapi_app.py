@@ -32,6 +32,7 @@ import dynoq
 import dynoq.asyncio
 
 PREFIX = os.environ.get("DYNOQ_PREFIX", "fastapi-demo")
+WORK = float(os.environ.get("DEMO_WORK", "0.01"))  # seconds an order takes to handle
 
 
 class Order(BaseModel):
@@ -41,10 +42,17 @@ class Order(BaseModel):
     delay: float = Field(default=0.0, ge=0, le=3600)
 
 
+async def open_orders(client: dynoq.asyncio.Client) -> dynoq.asyncio.Queue:
+    """The queue as every process opens it: the first open fixes its settings."""
+    # an acked order's id is remembered an hour, so a retried POST does not order twice
+    return await client.queue("orders", shards=4, dedupe_window=3600)
+
+
 def handler(client: dynoq.asyncio.Client, who: str) -> Callable[[dynoq.Message], Awaitable[None]]:
     async def handle(msg: dynoq.Message) -> None:  # returning acks; raising retries
         r = await client.redis()
         await r.hincrby(f"{PREFIX}:runs", msg.id, 1)  # the demo's count of runs
+        await asyncio.sleep(WORK)  # the work: charge, pack, ship
         await r.hsetnx(f"{PREFIX}:handled", msg.id, who)
 
     return handle
@@ -52,23 +60,24 @@ def handler(client: dynoq.asyncio.Client, who: str) -> Callable[[dynoq.Message],
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    client = dynoq.asyncio.connect(prefix=PREFIX)  # $DYNOQ_URL; one pool for every request
-    orders = await client.queue("orders", shards=4)
-    consumer = client.consumer(orders, handler(client, "api"), concurrency=16)
-    await consumer.start()
-    app.state.client, app.state.orders = client, orders
-    try:
-        yield
-    finally:  # in-flight orders finish, or go back unhandled: none is lost
-        await consumer.stop(timeout=10)
-        await client.close()
+    # $DYNOQ_URL; one client, one pool for every request, closed when the app stops
+    async with dynoq.asyncio.connect(prefix=PREFIX) as client:
+        orders = await open_orders(client)
+        consumer = client.consumer(orders, handler(client, "api"), concurrency=16)
+        await consumer.start()
+        app.state.client, app.state.orders = client, orders
+        try:
+            yield
+        finally:  # in-flight orders finish, or go back unhandled: none is lost
+            await consumer.stop(timeout=10)
 
 
 app = FastAPI(lifespan=lifespan)
 
 
-@app.exception_handler(dynoq.ConnectionFailed)
-@app.exception_handler(dynoq.PoolExhausted)
+@app.exception_handler(dynoq.ConnectionFailed)  # the server is down or unreachable
+@app.exception_handler(dynoq.PoolExhausted)  # more requests at once than connections
+@app.exception_handler(dynoq.ServerFull)  # Redis at its maxmemory: nothing was stored
 async def unavailable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": "queue unavailable, retry"}, 503, {"Retry-After": "1"})
 
@@ -101,7 +110,7 @@ async def healthz(request: Request) -> dict[str, bool]:
 async def worker() -> None:
     """The other process: the same handler on the same queue, until SIGTERM or SIGINT."""
     async with dynoq.asyncio.connect(prefix=PREFIX) as client:
-        orders = await client.queue("orders", shards=4)
+        orders = await open_orders(client)
         consumer = client.consumer(orders, handler(client, "worker"), concurrency=16)
         await consumer.start()
         print("worker ready", file=sys.stderr, flush=True)
