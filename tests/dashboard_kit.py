@@ -1,10 +1,12 @@
 """What the dashboard tests share: a small HTTP client (no redirects followed), a scenario
-of queues in every state, and where Chromium is."""
+of queues in every state, where Chromium is, and a server for any ASGI app."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -120,3 +122,34 @@ def scene(client: dynoq.Client) -> Scene:
     topic.subscribe("audit")
     topic.publish({"paid": 10}, id="pay-1")
     return Scene(orders, events, topic, "doomed", [i for i in flying if i], delayed, shard)
+
+
+class Served:
+    """Any ASGI app (a host app with the dashboard mounted in it) served by uvicorn on a
+    free 127.0.0.1 port, on a thread, while the ``with`` block runs."""
+
+    def __init__(self, app: Any) -> None:
+        import socket
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, port=self.port, log_level="warning", lifespan="auto")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "no server"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

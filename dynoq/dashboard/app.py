@@ -27,11 +27,13 @@ from ..errors import (
     PoolExhausted,
 )
 from . import actions, views
-from .auth import Authorize, Csrf, Guard, StartSampler, route_path
+from .auth import ASGIApp, Authorize, Csrf, Guard, Receive, Scope, Send, route_path
 from .config import DashboardConfig
 from .data import Reader
 from .format import FILTERS, link
 from .sampler import Sampler
+
+IDLE = 60.0  # seconds without a request before a mounted dashboard's sampler pauses
 
 
 def create_app(
@@ -40,12 +42,21 @@ def create_app(
     """The dashboard of every queue and topic under ``client``'s prefix, as an ASGI app
     (serve it with :func:`dynoq.dashboard.serve`, or any ASGI server), which may be
     mounted under a path of another ASGI app (``app.mount("/ops/queues", ...)``: every
-    link, form and asset follows the mount's ``root_path``). ``authorize(scope)`` (sync
-    or async, given the request's ASGI scope) puts it behind the host app's own login:
-    called on every request, False answers 403, and the dashboard's token and loopback
-    rules are the host's business then (its forms stay CSRF-protected). The client stays
-    the caller's to close. Raises InvalidArgument for a config that would listen beyond
-    loopback without a token."""
+    link, form and asset follows the mount's ``root_path``).
+
+    ``authorize(scope)`` puts it behind the host app's own login: called with the ASGI
+    scope of every request (pages, JSON, static files, actions), sync or async, it
+    returns True or False; False answers 403. The dashboard's loopback rule is the
+    host's business then, its token is optional (still required when set) and its forms
+    stay CSRF-protected.
+
+    Its lifespan starts the live numbers' sampler and stops it; a mounted app gets none
+    from its host (Starlette and FastAPI do not pass it on), so the first admitted
+    request starts it, and it pauses after a minute without one. A host may run the
+    lifespan in its own (``async with dashboard.router.lifespan_context(dashboard):``)
+    to sample from its start until its end. The client stays the caller's to close.
+    Raises InvalidArgument for a config that would listen beyond loopback without a
+    token."""
     config = config or DashboardConfig()
     reader = Reader(client)
     sampler = Sampler(
@@ -65,9 +76,29 @@ def create_app(
         routes=_routes(), lifespan=lifespan, exception_handlers=_exception_handlers(client)
     )
     app.state.dash = dash
+    # the last added is the outermost: a refused request does not start the sampler
+    app.add_middleware(StartSampler, sampler=sampler, idle=max(IDLE, 10 * config.interval))
     app.add_middleware(Guard, config=config, csrf=dash.csrf, authorize=authorize)
-    app.add_middleware(StartSampler, sampler=sampler)
     return app
+
+
+class StartSampler:
+    """Starts the sampler at an admitted request, to pause after ``idle`` seconds without
+    one: a dashboard mounted in another app gets no lifespan events (served alone or
+    given its host's lifespan, the sampler already runs and this changes nothing)."""
+
+    def __init__(self, app: ASGIApp, sampler: Sampler, idle: float) -> None:
+        self.app = app
+        self.sampler = sampler
+        self.idle = idle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if self.sampler.running:
+                self.sampler.touch()
+            else:
+                self.sampler.start(idle=self.idle)
+        await self.app(scope, receive, send)
 
 
 def _templates() -> Jinja2Templates:

@@ -2,6 +2,9 @@
 
 :class:`Guard` wraps the whole app (pages, API and static files alike):
 
+- The host app's ``authorize`` (a dashboard mounted in another app): called with the
+  request's ASGI scope on every request; False answers 403. The host app decides who
+  and where, so the loopback host check is off then (a token, if set too, still counts).
 - Host check (loopback only): a dashboard bound to loopback answers only requests whose
   ``Host`` is a loopback name, so a web page cannot reach it by DNS rebinding.
 - Token: when one is set, every request carries it, as ``Authorization: Bearer <token>``
@@ -33,8 +36,10 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-# The host app's check of a request (its ASGI scope) when the dashboard is mounted in it
-Authorize = Callable[[Scope], "bool | Awaitable[bool]"]
+# The host app's check of a request when the dashboard is mounted in it: given the
+# request's ASGI scope (any mapping: typed Any so that a ``dict`` parameter fits too),
+# True or False, or an awaitable of it.
+Authorize = Callable[[Any], "bool | Awaitable[bool]"]
 
 CSRF_COOKIE = "dynoq_csrf"
 CSRF_FIELD = "csrf"
@@ -115,18 +120,23 @@ class Guard:
         self.authorize = authorize
 
     async def admitted(self, scope: Scope, headers: dict[str, str], send: Send) -> bool:
-        """Whether the request may go on (else its refusal is sent): the host app's
-        ``authorize`` when the dashboard is mounted behind it, else the loopback host
-        and the token."""
+        """Whether the request may go on (else its refusal is sent). Mounted behind the
+        host app's ``authorize``: its verdict, then the token if one is set too (the host
+        decides where it listens: no loopback rule). Else the loopback host and the
+        token, when set."""
         if self.authorize is not None:
             verdict = self.authorize(scope)
             if inspect.isawaitable(verdict):
                 verdict = await verdict
-            if verdict is not True:
+            if not isinstance(verdict, bool):
+                raise TypeError(
+                    f"the dashboard's authorize({self.authorize!r}) must return True or "
+                    f"False (or an awaitable of it), got {type(verdict).__name__}"
+                )
+            if not verdict:
                 await _plain(send, 403, "Not allowed: this dashboard is for its app's operators.")
                 return False
-            return True
-        if self.loopback and not is_loopback(_host_name(headers.get("host", ""))):
+        elif self.loopback and not is_loopback(_host_name(headers.get("host", ""))):
             await _plain(
                 send,
                 421,
@@ -200,22 +210,6 @@ def route_path(scope: Scope) -> str:
     """The request's path within the dashboard (a mounted one's, without its mount)."""
     path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
     return path[len(root) :] if root and path.startswith(root) else path
-
-
-class StartSampler:
-    """Starts the sampler at the first request: a dashboard mounted in another app gets
-    no lifespan events of its own (its server's lifespan starts it when served alone)."""
-
-    def __init__(self, app: ASGIApp, sampler: Any) -> None:
-        self.app = app
-        self.sampler = sampler
-        self.started = False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.started and scope["type"] == "http":
-            self.started = True
-            self.sampler.start()
-        await self.app(scope, receive, send)
 
 
 def _same_origin(scope: Scope, headers: dict[str, str]) -> bool:

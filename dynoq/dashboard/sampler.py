@@ -13,6 +13,7 @@ import collections
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from .._core import inspect, logs
@@ -69,19 +70,42 @@ class Sampler:
         self._latest: Snapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # None: not sampling
         self._starting = threading.Lock()
+        self._idle: float | None = None
+        self._seen = time.monotonic()
+        self._stopped = False
 
     # -- running -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start sampling (a no-op while it runs: a mounted dashboard starts it at its
-        first request, its own server's lifespan at start)."""
+    def start(self, *, idle: float | None = None) -> None:
+        """Start sampling; a no-op while it runs. Its own server's lifespan (or a host's,
+        entering the dashboard's) starts it for good (``idle`` None); a mounted dashboard
+        without one starts it at a request with ``idle`` seconds: the sampling pauses
+        when no request came for that long, and the next request starts it again."""
         with self._starting:
-            if self._thread is not None and self._thread.is_alive():
+            self._seen = time.monotonic()
+            if idle is None:
+                self._stopped = False
+            elif self._stopped:  # stopped by its lifespan: a late request is no reason
                 return
+            if self._thread is not None:
+                if idle is None:
+                    self._idle = None  # a lifespan now owns a lazily started sampler
+                return
+            self._idle = idle
+            with self._lock:  # after a pause, the last sample is old: the next read takes one
+                self._latest = None
             self._stop.clear()
             self._start_thread()
+
+    def touch(self) -> None:
+        """A request came: a lazily started sampler goes on sampling (see start)."""
+        self._seen = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def _start_thread(self) -> None:
         self._thread = threading.Thread(
@@ -90,9 +114,13 @@ class Sampler:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        """Stop sampling (the lifespan's end): a request no longer starts it again."""
+        with self._starting:
+            self._stopped = True
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(10)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -101,6 +129,11 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - a bug must not stop the live numbers for good
                 logs.error(log, logging.ERROR, "dynoq dashboard: sample failed", exc=exc)
             self._stop.wait(self.interval)
+            with self._starting:  # decided under the lock start() takes: none is lost
+                if self._idle is not None and time.monotonic() - self._seen > self._idle:
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
 
     def sample(self) -> Snapshot:
         """Take one sample now (the loop does this every interval); on a failure keep
