@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .base import Env
-from .task_worker import serve
+from .task_worker import Serving, serve
 from .worker import HandlerImportError
 
 
@@ -46,24 +46,9 @@ def load(settings: str, alias: str) -> Any:
 
 
 def run(
-    settings: str,
-    alias: str,
-    queues: str | None,
-    options: dict[str, Any],
-    *,
-    stop_timeout: float,
-    connect_timeout: float | None,
-    ordered_only: bool,
+    settings: str, alias: str, queues: str | None, options: dict[str, Any], how: Serving
 ) -> None:
     worker = load(settings, alias)
     config = worker.backend.config
-    serve(
-        Env(config.url, config.prefix),
-        worker,
-        f"Django tasks of {settings} ({alias!r})",
-        queues,
-        options,
-        stop_timeout=stop_timeout,
-        connect_timeout=connect_timeout,
-        ordered_only=ordered_only,
-    )
+    label = f"Django tasks of {settings} ({alias!r})"
+    serve(Env(config.url, config.prefix), worker, label, queues, options, how)

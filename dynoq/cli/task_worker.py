@@ -11,6 +11,7 @@ import inspect
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from ..signals import StopOnSignals
@@ -40,46 +41,30 @@ def queue_list(text: str | None) -> list[str] | None:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def run(
-    env: Env,
-    spec: str,
-    queues: str | None,
-    options: dict[str, Any],
-    *,
-    stop_timeout: float,
-    connect_timeout: float | None,
-    ordered_only: bool,
-) -> None:
+@dataclass(frozen=True)
+class Serving:
+    """How a worker serves an app: its --stop-timeout, --connect-timeout and
+    --ordered-only."""
+
+    stop_timeout: float
+    connect_timeout: float | None
+    ordered_only: bool
+
+
+def run(env: Env, spec: str, queues: str | None, options: dict[str, Any], how: Serving) -> None:
     if env.url:  # the app's own dynoq.connect() at import goes where the worker goes
         os.environ["DYNOQ_URL"] = env.url
-    serve(
-        env,
-        import_app(spec),
-        f"tasks {spec}",
-        queues,
-        options,
-        stop_timeout=stop_timeout,
-        connect_timeout=connect_timeout,
-        ordered_only=ordered_only,
-    )
+    serve(env, import_app(spec), f"tasks {spec}", queues, options, how)
 
 
 def serve(
-    env: Env,
-    app: Any,
-    label: str,
-    queues: str | None,
-    options: dict[str, Any],
-    *,
-    stop_timeout: float,
-    connect_timeout: float | None,
-    ordered_only: bool,
+    env: Env, app: Any, label: str, queues: str | None, options: dict[str, Any], how: Serving
 ) -> None:
     """Serve ``app`` (anything with ``Tasks.serve``'s signature) once Redis answers,
     logging its start and its counts at the end."""
     stop = threading.Event()
     with StopOnSignals(stop):
-        probe = env.client_when_reachable(stop, connect_timeout)
+        probe = env.client_when_reachable(stop, how.connect_timeout)
     if probe is None:
         log.info("worker stopped before Redis was reachable")
         return
@@ -88,7 +73,7 @@ def serve(
     def ready(worker: Any) -> None:
         consumers = worker.consumers
         loose = [c.queue.name for c in consumers if not c.ordered]
-        if ordered_only and loose:
+        if how.ordered_only and loose:
             raise CliError(
                 f"task queue(s) {', '.join(loose)} not ordered, and --ordered-only was given"
             )
@@ -104,7 +89,7 @@ def serve(
         probe.url,
         prefix=probe.prefix,
         queues=queue_list(queues),
-        stop_timeout=stop_timeout,
+        stop_timeout=how.stop_timeout,
         ready=ready,
         **options,
     )  # the library's bounds, as every command's

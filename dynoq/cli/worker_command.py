@@ -223,18 +223,12 @@ def worker(env: Env, /, **params: Any) -> None:
 def _serve_app(env: Env, args: WorkerArgs, options: dict[str, Any]) -> bool:
     """Serve a tasks app (--tasks) or a Django backend's tasks (--django); False when
     the worker runs a HANDLER or a checker instead."""
-    serving: dict[str, Any] = {
-        "stop_timeout": args.stop_timeout,
-        "connect_timeout": args.connect_timeout,
-        "ordered_only": args.ordered_only,
-    }
+    how = task_worker.Serving(args.stop_timeout, args.connect_timeout, args.ordered_only)
     if args.django_settings is not None:
-        django_worker.run(
-            args.django_settings, args.django_backend, args.queues, options, **serving
-        )
+        django_worker.run(args.django_settings, args.django_backend, args.queues, options, how)
         return True
     if args.tasks_app is not None:
-        task_worker.run(env, args.tasks_app, args.queues, options, **serving)
+        task_worker.run(env, args.tasks_app, args.queues, options, how)
         return True
     return False
 
