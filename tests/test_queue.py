@@ -45,7 +45,8 @@ def test_never_delivered_before_due(client: dynoq.Client) -> None:
     now_id = q.push("now")
     assert [m.id for m in q.pop(10)] == [now_id]
     stats = q.stats()
-    assert (stats.delayed, stats.ready) == (1, 0)
+    if time.monotonic() - start < 0.3:  # a loaded machine may take the 0.4 s by itself
+        assert (stats.delayed, stats.ready) == (1, 0)
     got: list[Message] = []
     while not got:
         got = q.pop(10)
