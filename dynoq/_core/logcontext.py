@@ -14,7 +14,6 @@ from typing import Any
 from ..message import Message
 
 DELIVERY: ContextVar[tuple[str, Message] | None] = ContextVar("dynoq_delivery", default=None)
-FIELDS = ("message_id", "queue", "attempt", "trace_id")
 
 
 def handling(queue: str, msg: Message) -> Token[tuple[str, Message] | None]:

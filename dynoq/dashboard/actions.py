@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from ..errors import InvalidArgument
 from .auth import CSRF_FIELD
 from .format import link
-from .views import dash_of, queue_of
+from .views import dash_of, mount_of, queue_of
 
 MAX_FORM_IDS = 1000  # ids one replay form may name
 
@@ -73,4 +73,4 @@ async def purge(request: Request) -> Response:
 
 def _back(request: Request, url: str) -> Response:
     """See the page again, under the dashboard's mount point."""
-    return RedirectResponse(request.scope.get("root_path", "").rstrip("/") + url, status_code=303)
+    return RedirectResponse(mount_of(request) + url, status_code=303)

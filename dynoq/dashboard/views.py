@@ -51,7 +51,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     if now is None:
         now = d.reader.server_time()
     context.update(
-        base=request.scope.get("root_path", "").rstrip("/"),
+        base=mount_of(request),
         prefix=client.prefix,
         server=redact(client.url),
         actions=d.config.allow_actions,
@@ -61,6 +61,12 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         interval=d.config.interval,
     )
     return d.templates.TemplateResponse(request, template, context, status_code=status)
+
+
+def mount_of(request: Request) -> str:
+    """Where the dashboard is mounted in its host app ("" when served alone): the prefix
+    of every link, form action and redirect it makes."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 def queue_of(request: Request) -> tuple[str, Queue]:

@@ -190,9 +190,7 @@ class DynoqBackend(BaseTaskBackend):
     # -- system checks ----------------------------------------------------------------------
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        from django.apps import apps
-
-        if self.config.database is not None and not apps.is_installed("dynoq.django"):
+        if self.config.database is not None and not outbox.installed():
             return [
                 checks.Warning(
                     f"task backend {self.alias!r} follows database transactions "

@@ -40,6 +40,19 @@ def _sent_ids(database: str) -> list[str]:
     return by_database.setdefault(database, [])
 
 
+def installed() -> bool:
+    """Whether the outbox table is there to write: the ``dynoq.django`` app installed."""
+    from django.apps import apps
+
+    return bool(apps.is_installed("dynoq.django"))
+
+
+def kept(config: BackendConfig) -> bool:
+    """Whether this config's enqueues keep outbox rows (a database to follow, and the
+    table), so that its worker runs their checker."""
+    return config.database is not None and installed()
+
+
 def in_transaction(config: BackendConfig) -> bool:
     """Whether an enqueue now follows a transaction of the backend's database."""
     if config.database is None:
@@ -54,10 +67,8 @@ def send_on_commit(
     commit the message when the transaction commits. Without the ``dynoq.django`` app
     (no outbox table: the backend's system check warns) the push waits for the commit,
     and a process that dies between the two loses it."""
-    from django.apps import apps
-
     assert config.database is not None
-    if not apps.is_installed("dynoq.django"):
+    if not installed():
         push = functools.partial(q.push, payload, id=msg_id, delay=delay, priority=priority)
         transaction.on_commit(push, using=config.database)
         return

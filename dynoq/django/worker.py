@@ -153,9 +153,7 @@ class DjangoWorker:
     def checkers(self, client: Client, consumers: Consumers) -> list[Checker]:
         """The outbox's checkers, one per queue (none when enqueues follow no database)."""
         config = self.backend.config
-        from django.apps import apps
-
-        if config.database is None or not apps.is_installed("dynoq.django"):
+        if not outbox.kept(config):
             return []
         check = outbox.checker(config)
         return [
