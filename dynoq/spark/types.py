@@ -56,7 +56,7 @@ Convert = Callable[[Any], Any]
 _STRING = re.compile(r"(string( collate \S+)?|char\(\d+\)|varchar\(\d+\))$")
 _INTEGRAL = frozenset({"byte", "short", "integer", "long"})
 _FRACTIONAL = frozenset({"float", "double"})
-_DECIMAL = re.compile(r"decimal\(\d+,\s*(-?\d+)\)$")
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)$")
 _DAY_TIME = re.compile(r"interval (day|hour|minute|second)( to (hour|minute|second))?$")
 _TIME = re.compile(r"time(\(\d\))?$")
 _CAST = "cast the column to a supported type first"
@@ -138,13 +138,14 @@ def plan(
                 "interval; cast the column"
             )
     for col in payload_cols:
-        _check_payload(fields[col], col, col)
+        check_payload(fields[col], col, col)
     return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols))
 
 
-def _check_payload(t: Any, col: str, path: str) -> None:
-    """Raise InvalidType when type ``t`` (at ``path`` of column ``col``) has no payload
-    form."""
+def check_payload(t: Any, col: str, path: str | None = None) -> None:
+    """Raise InvalidType when type ``t`` (at ``path`` of column ``col``; default: the
+    column itself) has no payload form: what no writer stores, no typed read decodes."""
+    path = col if path is None else path
     if isinstance(t, str):
         if _atomic(t)[0]:
             return
@@ -154,10 +155,10 @@ def _check_payload(t: Any, col: str, path: str) -> None:
         )
     kind = t.get("type")
     if kind == "array":
-        _check_payload(t["elementType"], col, f"{path}[]")
+        check_payload(t["elementType"], col, f"{path}[]")
     elif kind == "struct":
         for f in t["fields"]:
-            _check_payload(f["type"], col, f"{path}.{f['name']}")
+            check_payload(f["type"], col, f"{path}.{f['name']}")
     elif kind == "map":
         key = t["keyType"]
         if not isinstance(key, str) or not _atomic(key)[0]:
@@ -167,7 +168,7 @@ def _check_payload(t: Any, col: str, path: str) -> None:
                 "text, so such a map has no faithful payload form; turn it into an array "
                 "of key/value structs (map_entries) or cast its keys to string"
             )
-        _check_payload(t["valueType"], col, f"{path}{{}}")
+        check_payload(t["valueType"], col, f"{path}{{}}")
     else:
         raise InvalidType(
             f"column {col!r}{_at(col, path)} is {_describe(t)}, which has no payload form: {_CAST}"
@@ -178,35 +179,67 @@ def _at(col: str, path: str) -> str:
     return "" if path == col else f" (at {path})"
 
 
+def atomic_kind(t: str) -> str | None:
+    """The payload form of atomic Spark type ``t`` (its JSON name), one of :data:`KINDS`;
+    None when it has none. The one place a type name is recognised, for writes
+    (:func:`converter`) and for typed reads (:mod:`.decode`)."""
+    if _is_string(t):
+        return "string"
+    if t in _INTEGRAL:
+        return "integral"
+    if t in _FRACTIONAL:
+        return "fractional"
+    if t in ("boolean", "void", "binary", "date", "timestamp", "timestamp_ntz"):
+        return t
+    if _DECIMAL.match(t):
+        return "decimal"
+    if _TIME.match(t):
+        return "time"
+    if _DAY_TIME.match(t):
+        return "interval"
+    return None
+
+
+KINDS = frozenset(
+    {
+        "string",
+        "integral",
+        "fractional",
+        "boolean",
+        "void",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "decimal",
+        "time",
+        "interval",
+    }
+)
+
+
+def decimal_digits(t: str) -> tuple[int, int]:
+    """(precision, scale) of a ``decimal(p, s)`` type name."""
+    found = _DECIMAL.match(t)
+    if found is None:
+        raise InvalidType(f"{t} is not a decimal type")
+    return int(found.group(1)), int(found.group(2))
+
+
 def _atomic(t: str) -> tuple[bool, Convert | None]:
     """(whether atomic type ``t`` has a payload form, its converter: None when values are
     stored as they are)."""
-    if _is_string(t) or t in _INTEGRAL or t in _FRACTIONAL or t in ("boolean", "void"):
-        return True, None
-    scale = _DECIMAL.match(t)
-    found: Convert | None = (
-        functools.partial(decimal_text, scale=int(scale.group(1)))
-        if scale
-        else _binary
-        if t == "binary"
-        else _iso
-        if t == "date" or _TIME.match(t)
-        else _instant
-        if t == "timestamp"
-        else _wall_clock
-        if t == "timestamp_ntz"
-        else _seconds
-        if _DAY_TIME.match(t)
-        else None
-    )
-    return found is not None, found
+    kind = atomic_kind(t)
+    if kind == "decimal":
+        return True, functools.partial(decimal_text, scale=decimal_digits(t)[1])
+    return kind is not None, None if kind is None else _STORED.get(kind)
 
 
 # -- the executors' conversions ----------------------------------------------------------------
 
 # Wide enough for any Spark decimal (38 digits, and a scale down to -38 with the legacy
 # negative scales); a value that would lose a digit raises instead of being rounded.
-_EXACT = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Inexact])
+EXACT = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Inexact])
 
 
 def decimal_text(value: decimal.Decimal, scale: int | None = None) -> str:
@@ -217,7 +250,7 @@ def decimal_text(value: decimal.Decimal, scale: int | None = None) -> str:
     stores the same text: ``"0.000000000000000000"``, ``"-0.0000000001"``. Zero has no
     sign. ArithmeticError if the value has more decimals than ``scale``."""
     if scale is not None:
-        value = value.quantize(decimal.Decimal(1).scaleb(-max(scale, 0)), context=_EXACT)
+        value = value.quantize(decimal.Decimal(1).scaleb(-max(scale, 0)), context=EXACT)
     if value.is_zero():
         value = value.copy_abs()
     return format(value, "f")
@@ -245,6 +278,17 @@ def _seconds(value: dt.timedelta) -> float:
 
 def _binary(value: bytes | bytearray | memoryview) -> bytes:
     return bytes(value)
+
+
+# kind -> converter; kinds not named are stored as they are
+_STORED: dict[str, Convert] = {
+    "binary": _binary,
+    "date": _iso,
+    "time": _iso,
+    "timestamp": _instant,
+    "timestamp_ntz": _wall_clock,
+    "interval": _seconds,
+}
 
 
 def _nullable(f: Convert) -> Convert:
