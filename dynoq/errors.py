@@ -85,6 +85,11 @@ class RecordError(DynoqError):
     A pop quarantines such a record to the dead letters and delivers the rest."""
 
 
+class PayloadMismatch(RecordError, ValueError):
+    """A payload does not fit the schema a typed Spark read decodes it with (its mode
+    FAILFAST; PERMISSIVE reads it as a row of nulls with its JSON text)."""
+
+
 class ServerError(DynoqError):
     """The server answered with an error dynoq did not expect (a key of the wrong type,
     a script failure...)."""

@@ -61,6 +61,7 @@ from .._core.scan import DEFAULT_STATES, check_states
 from .._core.validate import check_seconds
 from ..client import Client
 from ..errors import InvalidArgument, QueueGone
+from .decode import Plan, read_plan
 from .export import SCHEMA, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
@@ -81,7 +82,7 @@ _WRITE = {
     "queryname",
     "retention",
 }
-_READ = {"states"}
+_READ = {"states", "schema", "mode", "columnnameofcorruptrecord"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
 
@@ -294,13 +295,23 @@ class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
 
 class QueueReader(DataSourceReader):
     """One partition per shard; each scans its shard read-only (claims nothing), a page
-    at a time, and hands Spark each page as one Arrow record batch."""
+    at a time, and hands Spark each page as one Arrow record batch: the export's columns,
+    or with a ``plan`` (a schema given) the payloads decoded into its columns
+    (:mod:`.decode`)."""
 
-    def __init__(self, target: Target, states: tuple[str, ...], shards: int, schema: Any) -> None:
+    def __init__(
+        self,
+        target: Target,
+        states: tuple[str, ...],
+        shards: int,
+        schema: Any,
+        plan: Plan | None = None,
+    ) -> None:
         self.target = target
         self.states = states
         self.shards = shards
         self.schema = schema
+        self.plan = plan
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(shard) for shard in range(self.shards)]
@@ -308,10 +319,11 @@ class QueueReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
         arrow = _arrow_schema(self.schema)
+        to_columns = columns if self.plan is None else self.plan.columns
         q = self.target.open()
         try:
             for found in pages(q, int(partition.value), self.states):
-                cols = columns(found)
+                cols = to_columns(found)
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow
                 )
@@ -344,15 +356,17 @@ class DynoqDataSource(DataSource):
         return "dynoq"
 
     def schema(self) -> str:
-        return SCHEMA
+        # Spark asks only when the read has no .schema(...): option("schema") is the same
+        return _options(self.options, _TARGET | _READ).get("schema") or SCHEMA
 
     def reader(self, schema: Any) -> QueueReader:
         opts = _options(self.options, _TARGET | _READ)
         states = check_states(
             s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES)).split(",") if s.strip()
         )
+        plan = read_plan(schema.jsonValue(), opts)  # checked here, on the driver
         target = Target.from_spark_options(opts)
-        return QueueReader(target, states, target.open().settings.shards, schema)
+        return QueueReader(target, states, target.open().settings.shards, schema, plan)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         writer, arrow = write_settings(self.options, schema.jsonValue())

@@ -1,0 +1,620 @@
+"""Payloads -> typed Spark rows: the inverse of :mod:`.types` (pure: no I/O, no pyspark
+import).
+
+A typed read (``spark.read.format("dynoq").schema(...)`` or ``option("schema", DDL)``;
+the streaming source too) decodes each payload into the schema's columns by their Spark
+type, undoing the form every writer stores (the table in :mod:`.types`), so a DataFrame
+written by any writer and read back with its own schema is the same DataFrame:
+
+=========================================  ===========================================
+payload value                              Spark SQL type (the Python value Arrow takes)
+=========================================  ===========================================
+str                                        string, char, varchar
+bool; int (in the type's range)            boolean; byte, short, int, long
+float (or int)                             float, double (NaN, infinities, -0.0 kept)
+str of digits (or int)                     decimal(p, s): a Decimal with exactly s
+                                           decimals (more decimals, or more than p - s
+                                           digits before the point: a misfit, never
+                                           rounded)
+bytes                                      binary
+``"YYYY-MM-DD"``                           date
+ISO 8601 with an offset                    timestamp (the instant; no offset: a misfit)
+ISO 8601 without an offset                 timestamp_ntz (an offset: a misfit)
+ISO 8601 time                              time
+float (or int) seconds                     interval day to second (any fields)
+list                                       array
+dict (keys decoded by the key type)        map
+dict of the fields                         struct (a missing field is null, an extra
+                                           key is ignored)
+None                                       void, and a null of any nullable type
+=========================================  ===========================================
+
+A payload is a dict of columns: a column missing from it is null (as Spark's JSON reader
+has it) and a key no column names is ignored. A value of another form (a string for an
+int column, a null for a ``NOT NULL`` field, a payload that is not a dict, a record that
+cannot be read) makes the message a *misfit*, handled by the read's mode:
+
+- ``PERMISSIVE`` (default): the row's payload columns are null and the corrupt-record
+  column (``_corrupt``, renamed by ``columnNameOfCorruptRecord``), when the schema has
+  one (a nullable string), holds the payload's JSON text (as an untyped read shows it);
+  ``_metadata`` is filled, so the message can be found. A schema with a ``NOT NULL``
+  payload column cannot hold such a row: the read fails, saying so.
+- ``FAILFAST``: the task fails with :class:`dynoq.errors.PayloadMismatch`, naming the
+  message id, the column (and the field inside it) and what was wrong (never the value).
+- ``DROPMALFORMED``: the row is left out.
+
+Besides payload columns a schema may name ``_metadata``, a struct of any of the export's
+columns (:data:`.export.SCHEMA`, nullable, with their types: ``id``, ``state``, ``shard``,
+``key``, ``priority``, ``attempts``, ``enqueued_at``, ``deliver_at``, ``dead_at``,
+``visibility_deadline``, ``error_type``, ``error``, and ``headers``: a string (JSON text)
+or any type a payload column may have), filled from the message as Spark fills a file's
+``_metadata``. One reserved name, not the export's column names: writers store every
+column in the payload by default, the id column too, so a schema's ``id`` is the
+payload's.
+
+Types are checked on the driver (:func:`rows_plan`): one no writer stores is refused
+naming the column (:func:`.types.check_payload`, the writers' own check). Decoders are
+built once per plan and process, and recurse only where the schema nests, so a deep
+payload costs no more than the schema it is read with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import functools
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.scan import Found
+from ..errors import InvalidArgument, InvalidType, PayloadMismatch
+from ..message import Message
+from .export import SCHEMA, to_json
+from .types import EXACT, atomic_kind, check_payload, decimal_digits
+
+Decode = Callable[[Any], Any]
+UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+MODES = ("PERMISSIVE", "FAILFAST", "DROPMALFORMED")
+METADATA = "_metadata"
+CORRUPT = "_corrupt"
+_DDL_TYPES = {"int": "integer"}  # export.SCHEMA's DDL names -> Spark JSON names
+# The export's columns (name -> Spark JSON type) a schema's _metadata struct may name.
+META_TYPES = {
+    name: _DDL_TYPES.get(kind, kind)
+    for name, kind in (c.split() for c in SCHEMA.split(", "))
+    if name != "payload"
+}
+_RANGES = {
+    "byte": (-(2**7), 2**7 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+class Misfit(Exception):
+    """A value that does not fit its Spark type: where (a path into the column, as the
+    writers' checks name it: ``st.due{}[].x``), and why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+        self.column = path
+
+
+def _kind_of(value: object) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+# -- one decoder per Spark type ----------------------------------------------------------------
+
+
+def decoder(t: Any, path: str, nullable: bool = True) -> Decode:
+    """The decoder of a (checked) Spark JSON type at ``path``: payload value -> the Python
+    value Arrow takes for the type; raises :class:`Misfit`. Nulls stay None where the
+    type is ``nullable``."""
+    inner = _decoder(t, path)
+    if nullable:
+        return lambda v: None if v is None else inner(v)
+
+    def required(v: Any) -> Any:
+        if v is None:
+            raise Misfit(path, "is null, and the schema says NOT NULL")
+        return inner(v)
+
+    return required
+
+
+def _decoder(t: Any, path: str) -> Decode:
+    if isinstance(t, str):
+        return _atomic(t, path)
+    kind = t.get("type")
+    if kind == "array":
+        item = decoder(t["elementType"], f"{path}[]", t.get("containsNull", True))
+
+        def array(v: Any) -> list[Any]:
+            if not isinstance(v, (list, tuple)):
+                raise Misfit(path, f"is {_kind_of(v)}, not a list (array)")
+            return [item(x) for x in v]
+
+        return array
+    if kind == "map":
+        key = decoder(t["keyType"], f"{path} (a key)", False)
+        val = decoder(t["valueType"], f"{path}{{}}", t.get("valueContainsNull", True))
+
+        def mapping(v: Any) -> dict[Any, Any]:
+            if not isinstance(v, Mapping):
+                raise Misfit(path, f"is {_kind_of(v)}, not a dict (map)")
+            return {key(k): val(x) for k, x in v.items()}
+
+        return mapping
+    if kind == "struct":
+        fields = tuple(
+            (f["name"], decoder(f["type"], f"{path}.{f['name']}", f.get("nullable", True)))
+            for f in t["fields"]
+        )
+
+        def struct(v: Any) -> dict[str, Any]:
+            if not isinstance(v, Mapping):
+                raise Misfit(path, f"is {_kind_of(v)}, not a dict (struct)")
+            return {name: dec(v.get(name)) for name, dec in fields}
+
+        return struct
+    raise InvalidType(f"{path}: {kind} has no payload form")  # checked types never get here
+
+
+def _atomic(t: str, path: str) -> Decode:
+    kind = atomic_kind(t)
+    if kind == "decimal":
+        return _decimal(*decimal_digits(t), path)
+    if kind == "integral":
+        return _integral(t, path)
+    if kind == "fractional":
+        return _fractional(t == "float", path)
+    made = _SIMPLE.get(kind or "")
+    if made is None:
+        raise InvalidType(f"{path}: {t} has no payload form")  # checked types never get here
+    return made(path)
+
+
+def _typed(kind: type, what: str, path: str) -> Decode:
+    def same(v: Any) -> Any:
+        if not isinstance(v, kind):
+            raise Misfit(path, f"is {_kind_of(v)}, not {what}")
+        return v
+
+    return same
+
+
+def _integral(t: str, path: str) -> Decode:
+    low, high = _RANGES[t]
+
+    def integral(v: Any) -> int:
+        if type(v) is not int:
+            raise Misfit(path, f"is {_kind_of(v)}, not an integer ({t})")
+        if not low <= v <= high:
+            raise Misfit(path, f"is an integer out of the range of {t}")
+        return v
+
+    return integral
+
+
+def _fractional(single: bool, path: str) -> Decode:
+    what = "float" if single else "double"
+
+    def fractional(v: Any) -> Any:
+        if type(v) is not float:
+            if type(v) is not int:
+                raise Misfit(path, f"is {_kind_of(v)}, not a number ({what})")
+            try:
+                v = float(v)
+            except OverflowError:
+                raise Misfit(path, f"is an integer out of the range of {what}") from None
+        if single and math.isfinite(v) and abs(v) > _FLOAT32_MAX:
+            raise Misfit(path, "is a number out of the range of float")
+        return v
+
+    return fractional
+
+
+def _decimal(precision: int, scale: int, path: str) -> Decode:
+    # A value with more decimals than the scale raises Inexact, never rounds (as writes).
+    quantum = decimal.Decimal(1).scaleb(-max(scale, 0))
+    limit = decimal.Decimal(10) ** (precision - max(scale, 0))
+    what = f"decimal({precision},{scale})"
+
+    def dec(v: Any) -> decimal.Decimal:
+        if type(v) is str:
+            try:
+                d = decimal.Decimal(v)
+            except decimal.InvalidOperation:
+                raise Misfit(path, f"is a str that is no number, not a {what}") from None
+        elif type(v) is int:
+            d = decimal.Decimal(v)
+        else:
+            raise Misfit(path, f"is {_kind_of(v)}, not a {what} (digits as a str)")
+        if not d.is_finite():
+            raise Misfit(path, f"is {d}, which a {what} cannot hold")
+        try:
+            d = d.quantize(quantum, context=EXACT)
+        except decimal.DecimalException:
+            raise Misfit(path, f"has more decimals than a {what} holds") from None
+        if abs(d) >= limit:
+            raise Misfit(path, f"has more digits than a {what} holds")
+        return d
+
+    return dec
+
+
+def _text(parse: Callable[[str], Any], what: str, path: str, zoned: bool | None = None) -> Decode:
+    """A decoder of ISO 8601 text; ``zoned``: whether the value must (True) or must not
+    (False) carry a UTC offset."""
+
+    def from_text(v: Any) -> Any:
+        if type(v) is not str:
+            raise Misfit(path, f"is {_kind_of(v)}, not {what}")
+        try:
+            value = parse(v)
+        except (ValueError, OverflowError):
+            raise Misfit(path, f"is a str that is not {what}") from None
+        if zoned is not None and (value.tzinfo is not None) != zoned:
+            has = "has no UTC offset" if zoned else "has a UTC offset"
+            raise Misfit(path, f"{has}: it is not {what}")
+        return value.astimezone(UTC) if zoned else value
+
+    return from_text
+
+
+def _interval(path: str) -> Decode:
+    def seconds(v: Any) -> dt.timedelta:
+        if type(v) not in (float, int):
+            raise Misfit(path, f"is {_kind_of(v)}, not seconds (a day-time interval)")
+        try:
+            return dt.timedelta(seconds=v)
+        except (OverflowError, ValueError):  # inf, NaN, or past a timedelta's range
+            raise Misfit(path, f"is {v!r} seconds, which no day-time interval holds") from None
+
+    return seconds
+
+
+def _void(path: str) -> Decode:
+    def null(v: Any) -> None:
+        raise Misfit(path, f"is {_kind_of(v)}, and a void column holds only nulls")
+
+    return null
+
+
+# kind (types.atomic_kind) -> the decoder of that kind at a path
+_SIMPLE: dict[str, Callable[[str], Decode]] = {
+    "string": lambda p: _typed(str, "a str (string)", p),
+    "boolean": lambda p: _typed(bool, "a bool (boolean)", p),
+    "binary": lambda p: _typed(bytes, "bytes (binary)", p),
+    "date": lambda p: _text(dt.date.fromisoformat, "a date (YYYY-MM-DD)", p),
+    "time": lambda p: _text(dt.time.fromisoformat, "a time (ISO 8601)", p, False),
+    "timestamp": lambda p: _text(
+        dt.datetime.fromisoformat, "a timestamp (ISO 8601 with an offset)", p, True
+    ),
+    "timestamp_ntz": lambda p: _text(
+        dt.datetime.fromisoformat, "a timestamp_ntz (ISO 8601, no offset)", p, False
+    ),
+    "interval": _interval,
+    "void": _void,
+}
+
+
+# -- metadata ------------------------------------------------------------------------------------
+
+Meta = Callable[[Message, "str | None", "float | None"], Any]  # (message, state, state's time)
+
+
+def _when(seconds: float | None) -> dt.datetime | None:
+    # exactly the export's microseconds (export._us)
+    return None if seconds is None else EPOCH + dt.timedelta(microseconds=round(seconds * 1e6))
+
+
+_META: dict[str, Meta] = {
+    "id": lambda m, s, at: m.id,
+    "state": lambda m, s, at: s,
+    "shard": lambda m, s, at: m.shard,
+    "key": lambda m, s, at: m.key,
+    "priority": lambda m, s, at: m.priority,
+    "attempts": lambda m, s, at: m.attempts,
+    "enqueued_at": lambda m, s, at: _when(m.enqueued_at),
+    "deliver_at": lambda m, s, at: _when(m.deliver_at),
+    "dead_at": lambda m, s, at: _when(at) if s == "dead" else None,
+    "visibility_deadline": lambda m, s, at: _when(at) if s == "unacked" else None,
+    "error_type": lambda m, s, at: None if m.failure is None else m.failure.error_type,
+    "error": lambda m, s, at: None if m.failure is None else m.failure.error,
+}
+
+
+def _headers(t: Any) -> Meta:
+    if t == "string":  # JSON text, as the export shows them
+        return lambda m, s, at: None if m.headers is None else to_json(m.headers)
+    dec = decoder(t, f"{METADATA}.headers")
+    return lambda m, s, at: dec(m.headers)
+
+
+def _check_metadata(field: Mapping[str, Any]) -> tuple[tuple[str, Meta], ...]:
+    t = field["type"]
+    if not isinstance(t, Mapping) or t.get("type") != "struct" or not field.get("nullable", True):
+        raise InvalidType(
+            f"column {METADATA!r} is the message's metadata: a nullable struct of "
+            f'any of {", ".join(META_TYPES)} (e.g. "{METADATA} struct<id: string, '
+            'enqueued_at: timestamp>")'
+        )
+    made = []
+    for f in t["fields"]:
+        name, kind = f["name"], f["type"]
+        if name not in META_TYPES:
+            raise InvalidArgument(
+                f"{METADATA}.{name} is no metadata field: choose from {', '.join(META_TYPES)}"
+            )
+        if not f.get("nullable", True):
+            raise InvalidType(f"{METADATA}.{name} is NOT NULL: declare it nullable")
+        if name == "headers":
+            check_payload(kind, METADATA, f"{METADATA}.headers")
+            made.append((name, _headers(kind)))
+        elif kind != META_TYPES[name]:
+            raise InvalidType(
+                f"{METADATA}.{name} is {kind if isinstance(kind, str) else kind.get('type')}: "
+                f"declare it {META_TYPES[name]}"
+            )
+        else:
+            made.append((name, _META[name]))
+    return tuple(made)
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A typed read's plan (picklable; made and checked on the driver by
+    :func:`rows_plan`): the schema (``StructType.json()`` text), the mode, and the name
+    of the corrupt-record column. :meth:`columns` decodes messages into the schema's
+    columns; its decoders are built once per process (:func:`compiled`)."""
+
+    schema: str
+    mode: str = "PERMISSIVE"
+    corrupt: str = CORRUPT
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return compiled(self).names
+
+    def columns(self, messages: Iterable[Found | Message]) -> dict[str, list[Any]]:
+        """The rows of ``messages`` (a scan's :class:`~dynoq._core.scan.Found`, or popped
+        :class:`dynoq.Message` objects: their ``_metadata.state`` is null) as the
+        schema's columns, name -> list of values in schema order, each value what
+        ``pyarrow.array(values, type=...)`` (and Spark's Row conversion) takes for the
+        column's type. A misfit follows the mode (module docstring); FAILFAST raises
+        :class:`dynoq.errors.PayloadMismatch`."""
+        return compiled(self).columns(messages)
+
+
+def rows_plan(
+    schema: Mapping[str, Any] | str, *, mode: str = "PERMISSIVE", corrupt: str = CORRUPT
+) -> Plan:
+    """Check a typed read's ``schema`` (``StructType.jsonValue()``, or its JSON text) on the
+    driver, and return its plan. Raises InvalidType naming a column (or field) whose type
+    no writer stores, ``_metadata`` or the corrupt-record column ill-declared; and
+    InvalidArgument for an unknown mode."""
+    fields = _fields(schema)
+    chosen = mode.upper()
+    if chosen not in MODES:
+        raise InvalidArgument(f'option "mode" is {mode!r}: choose from {", ".join(MODES)}')
+    if not corrupt:
+        raise InvalidArgument('option "columnNameOfCorruptRecord" must name a column')
+    for f in fields:
+        name, t = f["name"], f["type"]
+        if name == corrupt:
+            if t != "string" or not f.get("nullable", True):
+                raise InvalidType(
+                    f"column {name!r} holds the JSON text of payloads that do not fit the "
+                    f"schema (null for the others): declare it a nullable string"
+                )
+        elif name == METADATA:
+            _check_metadata(f)
+        else:
+            check_payload(t, name)
+            _no_char(t, name)
+    text = json.dumps({"type": "struct", "fields": list(fields)}, sort_keys=True)
+    return Plan(text, chosen, corrupt)
+
+
+def read_plan(schema: Mapping[str, Any], options: Mapping[str, str]) -> Plan | None:
+    """The plan of a read whose schema (``StructType.jsonValue()``) Spark hands the source,
+    with the read's options (names lower-case: ``mode``, ``columnnameofcorruptrecord``);
+    None when the schema is the export's (:data:`.export.SCHEMA`: no ``.schema()``
+    given, or that one), whose reads show payloads as JSON text."""
+    if _is_export(schema):
+        given = sorted(k for k in ("mode", "columnnameofcorruptrecord") if k in options)
+        if given:
+            raise InvalidArgument(
+                f"option(s) {given} apply to typed reads: give the read a schema of the "
+                'payload\'s columns (.schema(...) or option("schema", DDL))'
+            )
+        return None
+    return rows_plan(
+        schema,
+        mode=options.get("mode", "PERMISSIVE"),
+        corrupt=options.get("columnnameofcorruptrecord", CORRUPT),
+    )
+
+
+_CHAR = re.compile(r'"((?:var)?char\(\d+\))"')
+
+
+def _no_char(t: Any, col: str) -> None:
+    # Writers store char/varchar as strings, but Spark hands a Python source's reads to
+    # Arrow with its schema, and PySpark has no Arrow type for them: refused here, before
+    # every task would fail with UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION.
+    found = _CHAR.search(json.dumps(t))
+    if found:
+        raise InvalidType(
+            f"column {col!r} is (or holds) {found.group(1)}, which PySpark cannot read from "
+            "a Python data source: declare it string"
+        )
+
+
+def _fields(schema: Mapping[str, Any] | str) -> list[dict[str, Any]]:
+    t = json.loads(schema) if isinstance(schema, str) else schema
+    if not isinstance(t, Mapping) or t.get("type") != "struct":
+        raise InvalidType("a read's schema is a struct of columns (a StructType or DDL)")
+    return [dict(f) for f in t["fields"]]
+
+
+_EXPORT = [
+    (name, _DDL_TYPES.get(kind, kind)) for name, kind in (c.split() for c in SCHEMA.split(", "))
+]
+
+
+def _is_export(schema: Mapping[str, Any]) -> bool:
+    return [(f["name"], f["type"]) for f in schema.get("fields", ())] == _EXPORT
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A plan's decoders (built once per plan and process): each column's role and
+    decoder."""
+
+    plan: Plan
+    names: tuple[str, ...]
+    payload: tuple[tuple[int, str, Decode], ...]  # (position, name, decoder)
+    required: tuple[str, ...]  # NOT NULL payload columns: no PERMISSIVE null row fits
+    metadata: int | None  # position of _metadata
+    meta: tuple[tuple[str, Meta], ...]
+    corrupt: int | None  # position of the corrupt-record column
+
+    def columns(self, messages: Iterable[Found | Message]) -> dict[str, list[Any]]:
+        out: list[list[Any]] = [[] for _ in self.names]
+        mode = self.plan.mode
+        for item in messages:
+            if isinstance(item, Found):
+                m, state, at = item.message, item.state, item.at
+            else:
+                m, state, at = item, None, None
+            try:
+                row = self._row(m, state, at)
+            except Misfit as bad:
+                if mode == "DROPMALFORMED":
+                    continue
+                if mode == "FAILFAST" or self.required:
+                    raise self._mismatch(m, bad) from None
+                row = self._null_row(m, state, at)
+            for values, value in zip(out, row, strict=True):
+                values.append(value)
+        return dict(zip(self.names, out, strict=True))
+
+    def _row(self, m: Message, state: str | None, at: float | None) -> list[Any]:
+        row: list[Any] = [None] * len(self.names)
+        payload = m.payload
+        if m.unreadable is not None:
+            raise Misfit("payload", "cannot be read")
+        if not isinstance(payload, Mapping):
+            raise Misfit("payload", f"is {_kind_of(payload)}, not a dict of columns")
+        for pos, name, dec in self.payload:
+            try:
+                row[pos] = dec(payload.get(name))
+            except Misfit as bad:
+                bad.column = name
+                raise
+        if self.metadata is not None:
+            row[self.metadata] = self._meta(m, state, at, strict=True)
+        return row
+
+    def _null_row(self, m: Message, state: str | None, at: float | None) -> list[Any]:
+        row: list[Any] = [None] * len(self.names)
+        if self.metadata is not None:
+            row[self.metadata] = self._meta(m, state, at, strict=False)
+        if self.corrupt is not None:
+            # as an untyped read shows the payload; "null" for none (an unreadable record)
+            row[self.corrupt] = to_json(m.payload) or "null"
+        return row
+
+    def _meta(self, m: Message, state: str | None, at: float | None, strict: bool) -> Any:
+        fields = {}
+        for name, get in self.meta:
+            try:
+                fields[name] = get(m, state, at)
+            except Misfit as bad:
+                if strict:
+                    bad.column = METADATA
+                    raise
+                fields[name] = None  # the headers of a row already read as a misfit
+        return fields
+
+    def _mismatch(self, m: Message, bad: Misfit) -> PayloadMismatch:
+        at = "" if bad.path == bad.column else f" (at {bad.path})"
+        where = "its payload" if bad.column == "payload" else f"column {bad.column!r}{at}"
+        if self.plan.mode == "FAILFAST":
+            how = (
+                "read with mode PERMISSIVE (a row of nulls, the payload's JSON text in a "
+                f"{self.plan.corrupt!r} column) or DROPMALFORMED to read past it"
+            )
+        else:
+            how = (
+                f"mode PERMISSIVE cannot make it a row of nulls: column(s) "
+                f"{', '.join(map(repr, self.required))} are NOT NULL in the schema; "
+                "make them nullable, or read with mode DROPMALFORMED"
+            )
+        return PayloadMismatch(
+            f"message {m.id!r} does not fit the read's schema: {where} {bad.reason}; "
+            f"fix the schema, or {how}"
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def compiled(plan: Plan) -> Compiled:
+    """A plan's decoders, built once per plan and process (kept out of the plan, which
+    travels pickled)."""
+    fields = _fields(plan.schema)
+    payload, required = [], []
+    meta: tuple[tuple[str, Meta], ...] = ()
+    metadata = corrupt = None
+    for pos, f in enumerate(fields):
+        name = f["name"]
+        if name == plan.corrupt:
+            corrupt = pos
+        elif name == METADATA:
+            metadata, meta = pos, _check_metadata(f)
+        else:
+            nullable = f.get("nullable", True)
+            payload.append((pos, name, decoder(f["type"], name, nullable)))
+            if not nullable:
+                required.append(name)
+    return Compiled(
+        plan,
+        tuple(f["name"] for f in fields),
+        tuple(payload),
+        tuple(required),
+        metadata,
+        meta,
+        corrupt,
+    )
+
+
+__all__ = [
+    "CORRUPT",
+    "METADATA",
+    "META_TYPES",
+    "MODES",
+    "Compiled",
+    "Misfit",
+    "Plan",
+    "compiled",
+    "decoder",
+    "read_plan",
+    "rows_plan",
+]

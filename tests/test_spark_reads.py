@@ -1,0 +1,384 @@
+"""Typed reads: ``spark.read.format("dynoq").schema(...)`` decodes payloads with the exact
+inverse of the writers' forms (dynoq/spark/decode.py). The decoders without Spark first,
+then real Spark and a real server (fixtures: tests/sparkkit.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import pickle
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sparkframes import EVERY_TYPE, WRITERS, write_with  # noqa: F401 - used below
+
+import dynoq
+from dynoq._core.scan import Found
+from dynoq.errors import PayloadMismatch
+from dynoq.message import Failure
+from dynoq.spark import decode, types
+from dynoq.spark.export import COLUMNS, SCHEMA
+
+UTC = dt.timezone.utc
+
+
+def roundtrip(t: Any, value: Any) -> Any:
+    """``value`` stored as the writers store type ``t``, and read back."""
+    stored = (types.converter(t) or (lambda v: v))(value)
+    return decode.decoder(t, "c")(stored)
+
+
+# -- the decoders, without Spark ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("t", "value"),
+    [
+        ("string", "ünï€ødé 🎉"),
+        ("string", ""),
+        ("boolean", False),
+        ("byte", -128),
+        ("short", 32767),
+        ("integer", -(2**31)),
+        ("long", 2**63 - 1),
+        ("float", 1.5),
+        ("double", -0.0),
+        ("double", math.inf),
+        ("decimal(10,2)", Decimal("12.30")),
+        ("decimal(10,2)", Decimal("-99999999.99")),
+        ("decimal(38,18)", Decimal("0E-18")),
+        ("decimal(38,18)", Decimal("-12345678901234567890.123456789012345678")),
+        ("decimal(20,10)", Decimal("-1.00E-10")),
+        ("decimal(38,0)", Decimal("12345678901234567890123456789012345678")),
+        ("decimal(5,5)", Decimal("0.00001")),
+        ("binary", b""),
+        ("binary", b"\x00\xff"),
+        ("date", dt.date(1, 1, 1)),
+        ("date", dt.date(9999, 12, 31)),
+        (
+            "timestamp",
+            dt.datetime(2024, 3, 31, 2, 30, 0, 123456, dt.timezone(dt.timedelta(hours=5.5))),
+        ),
+        ("timestamp", dt.datetime(1969, 12, 31, 23, 59, 59, 999999, UTC)),
+        ("timestamp_ntz", dt.datetime(9999, 12, 31, 23, 59, 59, 999999)),
+        ("time(6)", dt.time(23, 59, 59, 999999)),
+        ("interval day to second", dt.timedelta(days=-3, seconds=14706, microseconds=789000)),
+        ("interval hour to minute", dt.timedelta(hours=5, minutes=7)),
+        ("interval day", dt.timedelta(days=1000)),
+        ({"type": "array", "elementType": "integer", "containsNull": True}, [1, None]),
+        ({"type": "array", "elementType": "integer", "containsNull": True}, []),
+        (
+            {
+                "type": "map",
+                "keyType": "date",
+                "valueType": "decimal(4,1)",
+                "valueContainsNull": True,
+            },
+            {dt.date(2024, 5, 1): Decimal("1.5"), dt.date(2024, 5, 2): None},
+        ),
+        (
+            {"type": "map", "keyType": "binary", "valueType": "string", "valueContainsNull": True},
+            {},
+        ),
+        (
+            {
+                "type": "map",
+                "keyType": "decimal(4,2)",
+                "valueType": "long",
+                "valueContainsNull": True,
+            },
+            {Decimal("0.10"): 1},
+        ),
+        (
+            {
+                "type": "struct",
+                "fields": [
+                    {"name": "n", "type": "integer", "nullable": False},
+                    {
+                        "name": "xs",
+                        "type": {"type": "array", "elementType": "timestamp", "containsNull": True},
+                        "nullable": True,
+                    },
+                ],
+            },
+            {"n": 1, "xs": [dt.datetime(1970, 1, 1, tzinfo=UTC), None]},
+        ),
+    ],
+)
+def test_a_value_stored_by_its_type_reads_back_as_it_was(t: Any, value: Any) -> None:
+    """Each type's decoder is the inverse of its writers' converter (types.py): Python
+    values in, the payload form, the same values out."""
+    back = roundtrip(t, value)
+    assert back == value and type(back) is type(value)
+    if isinstance(value, float):
+        assert math.copysign(1, back) == math.copysign(1, value)  # -0.0 stays -0.0
+    if isinstance(value, Decimal):
+        assert back.as_tuple().exponent == -int(t.split(",")[1].rstrip(")"))  # its scale
+
+
+def test_nan_and_nulls_read_back() -> None:
+    assert math.isnan(roundtrip("float", math.nan))
+    for t in (
+        "string",
+        "decimal(10,2)",
+        "timestamp",
+        "void",
+        {"type": "array", "elementType": "integer"},
+    ):
+        assert roundtrip(t, None) is None
+
+
+def test_every_atomic_kind_has_a_decoder() -> None:
+    """Every type a writer stores is one a typed read decodes (one classifier,
+    types.atomic_kind, for both directions)."""
+    names = {
+        "string": "string",
+        "integral": "long",
+        "fractional": "double",
+        "decimal": "decimal(3,1)",
+        "time": "time(6)",
+        "interval": "interval minute to second",
+    }
+    for kind in types.KINDS:
+        t = names.get(kind, kind)
+        assert types.atomic_kind(t) == kind
+        decode.decoder(t, "c")(None)
+
+
+@pytest.mark.parametrize(
+    ("t", "stored", "reason"),
+    [
+        ("string", 5, "is a int, not a str (string)"),
+        ("boolean", 1, "is a int, not a bool"),
+        ("integer", True, "is a bool, not an integer (integer)"),
+        ("integer", 1.0, "is a float, not an integer"),
+        ("byte", 128, "out of the range of byte"),
+        ("long", 2**63, "out of the range of long"),
+        ("float", 1e39, "out of the range of float"),
+        ("double", "1.5", "is a str, not a number (double)"),
+        ("decimal(4,2)", "1.234", "more decimals than a decimal(4,2) holds"),
+        ("decimal(4,2)", "123.4", "more digits than a decimal(4,2) holds"),
+        ("decimal(4,2)", "NaN", "which a decimal(4,2) cannot hold"),
+        ("decimal(4,2)", "abc", "is a str that is no number"),
+        ("decimal(4,2)", 1.5, "is a float, not a decimal(4,2)"),
+        ("binary", "AAE=", "is a str, not bytes"),
+        ("date", "2024-13-01", "is a str that is not a date"),
+        ("timestamp", "2024-05-01T10:00:00", "has no UTC offset"),
+        ("timestamp_ntz", "2024-05-01T10:00:00+00:00", "has a UTC offset"),
+        ("time(6)", 3600, "is a int, not a time"),
+        ("interval day to second", math.nan, "which no day-time interval holds"),
+        ("interval day to second", "90", "is a str, not seconds"),
+        ("void", 0, "a void column holds only nulls"),
+        (
+            {"type": "array", "elementType": "integer", "containsNull": False},
+            [1, None],
+            "c[] is null",
+        ),
+        ({"type": "array", "elementType": "integer"}, {"a": 1}, "is a dict, not a list"),
+        (
+            {"type": "map", "keyType": "integer", "valueType": "string"},
+            {"1": "x"},
+            "c (a key) is a str",
+        ),
+        (
+            {"type": "struct", "fields": [{"name": "n", "type": "integer", "nullable": False}]},
+            {"m": 1},
+            "c.n is null, and the schema says NOT NULL",
+        ),
+    ],
+)
+def test_a_value_of_another_form_is_a_misfit_naming_where(t: Any, stored: Any, reason: str) -> None:
+    with pytest.raises(decode.Misfit) as info:
+        decode.decoder(t, "c")(stored)
+    assert reason in str(info.value)
+
+
+def _schema(ddl: str) -> dict[str, Any]:
+    """A StructType's jsonValue() from "name type, ..." with atomic types (no Spark)."""
+    fields = []
+    for part in ddl.split(", "):
+        name, t = part.split(" ", 1)
+        fields.append({"name": name, "type": t, "nullable": True, "metadata": {}})
+    return {"type": "struct", "fields": fields}
+
+
+def _found(payload: Any, msg_id: str = "m1", **fields: Any) -> Found:
+    m = dynoq.Message(payload, id=msg_id, priority=3, key="k", headers={"h": "v"})
+    m.shard, m.attempts, m.enqueued_at = 1, 2, 1714557600.25
+    for name, value in fields.items():
+        setattr(m, name, value)
+    return Found(m, "dead", 1714557601.5)
+
+
+META = {
+    "type": "struct",
+    "fields": [
+        {"name": n, "type": t, "nullable": True}
+        for n, t in (
+            ("id", "string"),
+            ("state", "string"),
+            ("shard", "integer"),
+            ("enqueued_at", "timestamp"),
+            ("dead_at", "timestamp"),
+            ("error", "string"),
+            ("headers", {"type": "map", "keyType": "string", "valueType": "string"}),
+        )
+    ],
+}
+
+
+def test_rows_permissive_failfast_dropmalformed() -> None:
+    schema = _schema("n long, when timestamp, _corrupt string")
+    schema["fields"].insert(0, {"name": "_metadata", "type": META, "nullable": True})
+    good = _found({"n": 1, "when": "2024-05-01T10:00:00+00:00", "extra": 1}, "good")
+    good.message.failure = Failure("ValueError", "boom", "", "c1", 1.0, 1.0)
+    bad = _found({"n": "one"}, "bad")
+    missing = _found({}, "missing")
+    flat = _found("just text", "flat")
+    messages = [good, bad, missing, flat]
+
+    cols = decode.rows_plan(schema).columns(messages)
+    assert list(cols) == ["_metadata", "n", "when", "_corrupt"]
+    assert cols["n"] == [1, None, None, None]  # a missing column is null, not a misfit
+    assert cols["when"][0] == dt.datetime(2024, 5, 1, 10, tzinfo=UTC)
+    assert cols["_corrupt"] == [None, '{"n": "one"}', None, '"just text"']
+    meta = cols["_metadata"][0]
+    assert meta == {
+        "id": "good",
+        "state": "dead",
+        "shard": 1,
+        "enqueued_at": dt.datetime(2024, 5, 1, 10, 0, 0, 250000, tzinfo=UTC),
+        "dead_at": dt.datetime(2024, 5, 1, 10, 0, 1, 500000, tzinfo=UTC),
+        "error": "boom",
+        "headers": {"h": "v"},
+    }
+    assert [m["id"] for m in cols["_metadata"]] == ["good", "bad", "missing", "flat"]
+
+    dropped = decode.rows_plan(schema, mode="dropmalformed").columns(messages)
+    assert [m["id"] for m in dropped["_metadata"]] == ["good", "missing"]
+
+    with pytest.raises(
+        PayloadMismatch,
+        match=r"message 'bad' does not fit .*column 'n' is a str, not an integer \(long\)",
+    ):
+        decode.rows_plan(schema, mode="FAILFAST").columns(messages)
+    with pytest.raises(PayloadMismatch, match=r"message 'flat' .*its payload is a str, not a dict"):
+        decode.rows_plan(schema, mode="FAILFAST").columns([good, flat])
+
+    renamed = _schema("n long, bad_rows string")
+    got = decode.rows_plan(renamed, corrupt="bad_rows").columns([bad])
+    assert got == {"n": [None], "bad_rows": ['{"n": "one"}']}
+    # without a corrupt-record column the row is all nulls, as in Spark
+    assert decode.rows_plan(_schema("n long")).columns([bad]) == {"n": [None]}
+
+
+def test_a_not_null_column_has_no_null_row() -> None:
+    """Spark would take a null in a NOT NULL column (as df.schema often has) for a crash
+    in the JVM: such a misfit fails, saying what to do, in PERMISSIVE mode too."""
+    schema = _schema("n long, s string")
+    schema["fields"][0]["nullable"] = False
+    plan = decode.rows_plan(schema)
+    assert plan.columns([_found({"n": 1})]) == {"n": [1], "s": [None]}
+    with pytest.raises(PayloadMismatch, match="column 'n' is null, and the schema says NOT NULL"):
+        plan.columns([_found({"s": "x"})])
+    with pytest.raises(PayloadMismatch, match="'n' are NOT NULL in the schema; make them nullable"):
+        plan.columns([_found({"n": "x"})])
+    assert decode.rows_plan(schema, mode="DROPMALFORMED").columns([_found({"s": "x"})]) == {
+        "n": [],
+        "s": [],
+    }
+
+
+def test_popped_messages_and_unreadable_records() -> None:
+    """The streaming source hands popped Messages (no scan state); a record that cannot
+    be read is a misfit like any other."""
+    schema = _schema("n long, _corrupt string")
+    schema["fields"].append({"name": "_metadata", "type": META, "nullable": True})
+    popped = dynoq.Message({"n": 7}, id="p")
+    unreadable = dynoq.Message(None, id="u", unreadable="bad record")
+    cols = decode.rows_plan(schema).columns([popped, unreadable])
+    assert cols["n"] == [7, None] and cols["_corrupt"] == [None, "null"]
+    assert cols["_metadata"][0]["state"] is None and cols["_metadata"][1]["id"] == "u"
+    with pytest.raises(PayloadMismatch, match=r"message 'u' .*its payload cannot be read"):
+        decode.rows_plan(schema, mode="FAILFAST").columns([unreadable])
+
+
+@pytest.mark.parametrize(
+    ("ddl_or_schema", "options", "error"),
+    [
+        (
+            "ym interval year to month",
+            {},
+            "column 'ym' is interval year to month, which has no payload form",
+        ),
+        ("v variant", {}, "column 'v' is variant"),
+        (
+            {
+                "type": "map",
+                "keyType": {"type": "array", "elementType": "integer"},
+                "valueType": "string",
+            },
+            {},
+            "column 'c' is a map keyed by array",
+        ),
+        ("s varchar(3)", {}, "column 's' is (or holds) varchar(3), which PySpark cannot read"),
+        ("_corrupt long", {}, "column '_corrupt' holds the JSON text of payloads"),
+        ("bad long", {"columnnameofcorruptrecord": "bad"}, "column 'bad' holds the JSON text"),
+        ("_metadata string", {}, "column '_metadata' is the message's metadata: a nullable struct"),
+        ("n long", {"mode": "LENIENT"}, "option \"mode\" is 'LENIENT': choose from PERMISSIVE"),
+    ],
+)
+def test_a_schema_no_writer_stores_is_refused_naming_the_column(
+    ddl_or_schema: Any, options: dict[str, str], error: str
+) -> None:
+    if isinstance(ddl_or_schema, str):
+        schema = _schema(ddl_or_schema)
+    else:
+        schema = {
+            "type": "struct",
+            "fields": [{"name": "c", "type": ddl_or_schema, "nullable": True}],
+        }
+    with pytest.raises((dynoq.InvalidType, dynoq.InvalidArgument)) as info:
+        decode.read_plan(schema, options)
+    assert error in str(info.value)
+
+
+def test_metadata_fields_are_the_export_columns_and_checked() -> None:
+    assert set(decode.META_TYPES) | {"payload"} == set(COLUMNS)
+    for fields, error in (
+        ([("offset", "long")], "_metadata.offset is no metadata field: choose from id, state"),
+        ([("shard", "long")], "_metadata.shard is long: declare it integer"),
+    ):
+        meta = {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True} for n, t in fields],
+        }
+        schema = {
+            "type": "struct",
+            "fields": [{"name": "_metadata", "type": meta, "nullable": True}],
+        }
+        with pytest.raises((dynoq.InvalidType, dynoq.InvalidArgument), match=re.escape(error)):
+            decode.rows_plan(schema)
+
+
+def test_the_export_schema_reads_as_json_text_and_refuses_typed_options() -> None:
+    export = {
+        "type": "struct",
+        "fields": [
+            {"name": c.split()[0], "type": {"int": "integer"}.get(c.split()[1], c.split()[1])}
+            for c in SCHEMA.split(", ")
+        ],
+    }
+    assert decode.read_plan(export, {"states": "ready"}) is None
+    with pytest.raises(dynoq.InvalidArgument, match=r"\['mode'\] apply to typed reads"):
+        decode.read_plan(export, {"mode": "FAILFAST"})
+
+
+def test_a_plan_is_picklable_and_its_decoders_are_built_once() -> None:
+    plan = decode.rows_plan(json.dumps(_schema("n long, d date")))
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan and decode.compiled(again) is decode.compiled(plan)
+    assert plan.names == ("n", "d")
