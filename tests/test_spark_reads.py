@@ -5,6 +5,7 @@ then real Spark and a real server (fixtures: tests/sparkkit.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import pickle
@@ -13,13 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sparkframes import EVERY_TYPE, WRITERS, write_with  # noqa: F401 - used below
+from sparkframes import EVERY_TYPE, WRITERS, write_with
 
 import dynoq
 from dynoq._core.scan import Found
 from dynoq.errors import PayloadMismatch
 from dynoq.message import Failure
-from dynoq.spark import decode, types
+from dynoq.spark import decode, source_options, types
 from dynoq.spark.export import COLUMNS, SCHEMA
 
 UTC = dt.timezone.utc
@@ -53,6 +54,7 @@ def roundtrip(t: Any, value: Any) -> Any:
         ("decimal(38,18)", Decimal("-12345678901234567890.123456789012345678")),
         ("decimal(20,10)", Decimal("-1.00E-10")),
         ("decimal(38,0)", Decimal("12345678901234567890123456789012345678")),
+        ("decimal(38,18)", Decimal("99999999999999999999.999999999999999999")),
         ("decimal(5,5)", Decimal("0.00001")),
         ("binary", b""),
         ("binary", b"\x00\xff"),
@@ -284,7 +286,9 @@ def test_a_not_null_column_has_no_null_row() -> None:
     assert plan.columns([_found({"n": 1})]) == {"n": [1], "s": [None]}
     with pytest.raises(PayloadMismatch, match="column 'n' is null, and the schema says NOT NULL"):
         plan.columns([_found({"s": "x"})])
-    with pytest.raises(PayloadMismatch, match="'n' are NOT NULL in the schema; make them nullable"):
+    with pytest.raises(
+        PayloadMismatch, match="'n' are NOT NULL in the schema: fix the schema, make them nullable"
+    ):
         plan.columns([_found({"n": "x"})])
     assert decode.rows_plan(schema, mode="DROPMALFORMED").columns([_found({"s": "x"})]) == {
         "n": [],
@@ -382,3 +386,234 @@ def test_a_plan_is_picklable_and_its_decoders_are_built_once() -> None:
     again = pickle.loads(pickle.dumps(plan))
     assert again == plan and decode.compiled(again) is decode.compiled(plan)
     assert plan.names == ("n", "d")
+
+
+# -- real Spark: every writer, read back typed --------------------------------------------------
+
+# Edge values in the columns of EVERY_TYPE (rows e1, e2; cast to its columns' types).
+EDGES = {
+    "id": ("'e1'", "'e2'"),
+    "i8": ("-128", "127"),
+    "i16": ("-32768", "32767"),
+    "i32": ("-2147483648", "2147483647"),
+    "i64": ("-9223372036854775808", "9223372036854775807"),
+    "f32": ("'NaN'", "'-Infinity'"),
+    "f64": ("-0.0D", "'Infinity'"),
+    "dec": ("'-99999999.99'", "'0.01'"),
+    "s": ("'ünï€ødé 🎉 \"q\"'", "''"),
+    "bin": ("X''", "X'FF00'"),
+    "flag": ("false", "true"),
+    "day": ("DATE'0001-01-01'", "DATE'9999-12-31'"),
+    "ts": (
+        "TIMESTAMP'2024-03-31 02:30:00.123456+05:30'",
+        "TIMESTAMP'1969-12-31 15:59:59.999999-08:00'",
+    ),
+    "ntz": ("TIMESTAMP_NTZ'9999-12-31 23:59:59.999999'", "TIMESTAMP_NTZ'0001-01-01 00:00:00'"),
+    "dur": (
+        "INTERVAL '-3 04:05:06.789' DAY TO SECOND",
+        "INTERVAL '1000 0:0:0.000001' DAY TO SECOND",
+    ),
+    "arr": ("array()", "array(NULL)"),
+    "m": ("map()", "map('ключ', NULL)"),
+    "st": ("named_struct('n', NULL, 'due', map())", "NULL"),
+    "nested": ("array()", "array(map(), NULL, map('', named_struct('t', NULL)))"),
+    "nothing": ("NULL", "NULL"),
+    "zero": (
+        "'-12345678901234567890.123456789012345678'",
+        "'99999999999999999999.999999999999999999'",
+    ),
+    "tiny": ("'9999999999.9999999999'", "'-0.0'"),
+    "negative": ("'0.0000000001'", "NULL"),
+}
+# Types EVERY_TYPE has no column of: (type, value in r1, e1, e2; r2 is null).
+MORE = {
+    "clock": ("time(6)", "TIME'08:30:00.123456'", "TIME'23:59:59.999999'", "TIME'00:00:00'"),
+    "hm": (
+        "interval hour to minute",
+        "INTERVAL '5:07' HOUR TO MINUTE",
+        "INTERVAL '-0:01' HOUR TO MINUTE",
+        "NULL",
+    ),
+    "days": ("interval day", "INTERVAL '1000' DAY", "INTERVAL '-1' DAY", "NULL"),
+    "d38": ("decimal(38,0)", "'12345678901234567890123456789012345678'", "'-1'", "'0'"),
+    "frac": ("decimal(5,5)", "'0.00001'", "'-0.99999'", "NULL"),
+    "words": ("array<string>", "array('a', '', NULL)", "array('日本語')", "NULL"),
+    "by_day": ("map<date, decimal(4,1)>", "map(DATE'2024-05-01', 1.5)", "map()", "NULL"),
+}
+
+
+def every_type_frame(spark: Any) -> Any:
+    """EVERY_TYPE (the writers' frame) with two rows of edge values and columns of the
+    types it lacks: nulls, NaN, -0.0, infinities, empty arrays and maps, nested structs,
+    unicode, decimals of several scales, timestamps in several zones."""
+    from pyspark.sql import functions as F
+
+    base = spark.sql(EVERY_TYPE)
+    edges = spark.sql(
+        "SELECT * FROM VALUES "
+        + ", ".join(
+            "("
+            + ", ".join(
+                f"CAST({EDGES[f.name][row]} AS {f.dataType.simpleString()})" for f in base.schema
+            )
+            + ")"
+            for row in range(2)
+        )
+        + f" AS t({', '.join(base.columns)})"
+    )
+    df = base.unionByName(edges)
+    for name, (kind, r1, e1, e2) in MORE.items():
+        value = f"CASE id WHEN 'r1' THEN {r1} WHEN 'e1' THEN {e1} WHEN 'e2' THEN {e2} END"
+        df = df.withColumn(name, F.expr(f"CAST({value} AS {kind})"))
+    return df.repartition(2)
+
+
+def comparable(df: Any) -> Any:
+    """``df`` with every map (at any depth) as its sorted entries: Spark's set operations
+    (exceptAll) refuse map columns."""
+    from pyspark.sql import functions as F
+
+    return df.select(
+        *[F.expr(_comparable(f.dataType, f"`{f.name}`", 0)).alias(f.name) for f in df.schema]
+    )
+
+
+def _comparable(t: Any, x: str, depth: int) -> str:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if "map<" not in t.simpleString():
+        return x
+    v = f"v{depth}"
+    if isinstance(t, MapType):
+        key = _comparable(t.keyType, f"{v}.key", depth + 1)
+        value = _comparable(t.valueType, f"{v}.value", depth + 1)
+        entry = f"named_struct('k', {key}, 'v', {value})"
+        return f"array_sort(transform(map_entries({x}), {v} -> {entry}))"
+    if isinstance(t, ArrayType):
+        return f"transform({x}, {v} -> {_comparable(t.elementType, v, depth + 1)})"
+    assert isinstance(t, StructType)
+    fields = ", ".join(
+        f"'{f.name}', {_comparable(f.dataType, f'{x}.`{f.name}`', depth + 1)}" for f in t
+    )
+    return f"IF({x} IS NULL, NULL, named_struct({fields}))"
+
+
+def _jobs(spark: Any) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def typed_read(spark: Any, client: dynoq.Client, queue: str) -> Any:
+    return spark.read.format("dynoq").options(**source_options(client, queue))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_every_type_written_by_every_writer_reads_back_as_it_was(
+    spark: Any, sclient: dynoq.Client
+) -> None:
+    """A frame of every storable type, written by each writer and read back with
+    .schema(df.schema), is the frame: exceptAll both ways is empty (in a session whose
+    time zone is not the Python workers'). Every writer writes into one queue (ids
+    prefixed with the writer's name), read once."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    spark.conf.set("spark.sql.timeType.enabled", "true")  # Spark 4.1+: off by default
+    try:
+        df = every_type_frame(spark).cache()
+        sclient.queue("typed", shards=2)
+        frames = [df.withColumn("id", F.concat(F.lit(f"{how}:"), "id")) for how in WRITERS]
+        for how, frame in zip(WRITERS, frames, strict=True):
+            write_with(how, frame, sclient, "typed", id_col="id")
+        back = comparable(typed_read(spark, sclient, "typed").schema(df.schema).load()).cache()
+        want = comparable(functools.reduce(DataFrame.unionByName, frames))
+        assert back.count() == 4 * len(WRITERS)
+        assert back.exceptAll(want).collect() == []
+        assert want.exceptAll(back).collect() == []
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        spark.conf.unset("spark.sql.timeType.enabled")
+
+
+@pytest.mark.spark
+def test_a_payload_that_does_not_fit_is_read_by_the_mode(spark: Any, sclient: dynoq.Client) -> None:
+    """PERMISSIVE (default): a row of nulls with the payload's JSON text in _corrupt (or
+    the column columnNameOfCorruptRecord names), _metadata filled; DROPMALFORMED leaves
+    it out; FAILFAST fails the read naming the message and the column. The schema here
+    is a DDL option."""
+    q = sclient.queue("mixed", shards=2)
+    q.push_many(
+        [
+            dynoq.Message(
+                {"n": 1, "when": "2024-05-01T10:00:00+00:00"}, id="good", headers={"h": "v"}
+            ),
+            dynoq.Message({"n": "one", "when": None}, id="bad"),
+        ]
+    )
+    meta = (
+        "_metadata struct<id: string, state: string, shard: int, enqueued_at: timestamp, "
+        "headers: map<string, string>>"
+    )
+    ddl = f"n long, when timestamp, _corrupt string, {meta}"
+    rows = {
+        r["_metadata"]["id"]: r
+        for r in typed_read(spark, sclient, "mixed").option("schema", ddl).load().collect()
+    }
+    good, bad = rows["good"], rows["bad"]
+    assert (good["n"], good["_corrupt"]) == (1, None)
+    assert good["when"] == dt.datetime(
+        2024, 5, 1, 10
+    )  # a naive local (UTC here) time, as PySpark collects
+    assert good["_metadata"]["state"] == "ready" and good["_metadata"]["headers"] == {"h": "v"}
+    assert good["_metadata"]["shard"] == q.get("good").shard
+    assert (bad["n"], bad["when"]) == (None, None)
+    assert json.loads(bad["_corrupt"]) == {"n": "one", "when": None}
+
+    renamed = (
+        typed_read(spark, sclient, "mixed")
+        .schema("n long, oops string")
+        .option("columnNameOfCorruptRecord", "oops")
+    )
+    assert sorted(map(tuple, renamed.load().collect()), key=str) == [
+        (1, None),
+        (None, '{"n": "one", "when": null}'),
+    ]
+    dropped = typed_read(spark, sclient, "mixed").schema("n long").option("mode", "DROPMALFORMED")
+    assert dropped.load().collect() == [(1,)]
+    strict = typed_read(spark, sclient, "mixed").schema("n long").option("mode", "FAILFAST")
+    with pytest.raises(
+        Exception,
+        match=r"PayloadMismatch: message 'bad' does not fit the read's schema: "
+        r"column 'n' is a str, not an integer \(long\)",
+    ):
+        strict.load().collect()
+
+
+@pytest.mark.spark
+def test_a_schema_no_writer_stores_is_refused_on_the_driver(
+    spark: Any, sclient: dynoq.Client
+) -> None:
+    """A column type no writer stores, a char/varchar, an ill-declared _metadata or
+    corrupt-record column: refused before any job runs, naming the column."""
+    sclient.queue("refused", shards=1)
+    for schema, error in (
+        (
+            "n long, ym interval year to month",
+            "column 'ym' is interval year to month, which has no payload form",
+        ),
+        ("m map<array<int>, string>", "column 'm' is a map keyed by array"),
+        ("s varchar(3)", "column 's' is (or holds) varchar(3)"),
+        ("_metadata struct<offset: long>", "_metadata.offset is no metadata field"),
+        ("n long, _corrupt int", "column '_corrupt' holds the JSON text of payloads"),
+    ):
+        before = _jobs(spark)
+        with pytest.raises(Exception, match=re.escape(error)):
+            # (Spark itself refuses a char/varchar in .schema(...) for reads)
+            typed_read(spark, sclient, "refused").option("schema", schema).load().collect()
+        assert _jobs(spark) == before, schema
+    with pytest.raises(Exception, match="column 'ym' is interval year to month"):
+        typed_read(spark, sclient, "refused").schema("ym interval year to month").load().collect()
+    with pytest.raises(Exception, match=re.escape("option(s) ['mode'] apply to typed reads")):
+        typed_read(spark, sclient, "refused").option("mode", "FAILFAST").load().collect()

@@ -246,7 +246,7 @@ def _decimal(precision: int, scale: int, path: str) -> Decode:
             d = d.quantize(quantum, context=EXACT)
         except decimal.DecimalException:
             raise Misfit(path, f"has more decimals than a {what} holds") from None
-        if abs(d) >= limit:
+        if d.copy_abs() >= limit:  # copy_abs: abs() would round to 28 digits
             raise Misfit(path, f"has more digits than a {what} holds")
         return d
 
@@ -560,18 +560,17 @@ class Compiled:
         where = "its payload" if bad.column == "payload" else f"column {bad.column!r}{at}"
         if self.plan.mode == "FAILFAST":
             how = (
-                "read with mode PERMISSIVE (a row of nulls, the payload's JSON text in a "
-                f"{self.plan.corrupt!r} column) or DROPMALFORMED to read past it"
+                "fix the schema, or read with mode PERMISSIVE (a row of nulls, the payload's "
+                f"JSON text in a {self.plan.corrupt!r} column) or DROPMALFORMED to read past it"
             )
         else:
             how = (
-                f"mode PERMISSIVE cannot make it a row of nulls: column(s) "
-                f"{', '.join(map(repr, self.required))} are NOT NULL in the schema; "
-                "make them nullable, or read with mode DROPMALFORMED"
+                "mode PERMISSIVE cannot make it a row of nulls, as column(s) "
+                f"{', '.join(map(repr, self.required))} are NOT NULL in the schema: fix the "
+                "schema, make them nullable, or read with mode DROPMALFORMED"
             )
         return PayloadMismatch(
-            f"message {m.id!r} does not fit the read's schema: {where} {bad.reason}; "
-            f"fix the schema, or {how}"
+            f"message {m.id!r} does not fit the read's schema: {where} {bad.reason}; {how}"
         )
 
 
