@@ -22,7 +22,8 @@ push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of
 batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
 restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
 ``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
-only when named). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
+only when named), and ``schema`` (DDL, as ``.schema(...)``: the payloads decoded into
+typed columns, :mod:`.decode`) with ``mode`` and ``columnNameOfCorruptRecord``. Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
 and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
