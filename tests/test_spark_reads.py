@@ -20,7 +20,7 @@ import dynoq
 from dynoq._core.scan import Found
 from dynoq.errors import PayloadMismatch
 from dynoq.message import Failure
-from dynoq.spark import decode, source_options, types
+from dynoq.spark import decode, metadata, source_options, types
 from dynoq.spark.export import COLUMNS, SCHEMA
 
 UTC = dt.timezone.utc
@@ -169,6 +169,7 @@ def test_every_atomic_kind_has_a_decoder() -> None:
         ("binary", "AAE=", "is a str, not bytes"),
         ("date", "2024-13-01", "is a str that is not a date"),
         ("timestamp", "2024-05-01T10:00:00", "has no UTC offset"),
+        ("timestamp", "0001-01-01T00:00:00+05:00", "is a str that is not a timestamp"),
         ("timestamp_ntz", "2024-05-01T10:00:00+00:00", "has a UTC offset"),
         ("time(6)", 3600, "is a int, not a time"),
         ("interval day to second", math.nan, "which no day-time interval holds"),
@@ -351,7 +352,7 @@ def test_a_schema_no_writer_stores_is_refused_naming_the_column(
 
 
 def test_metadata_fields_are_the_export_columns_and_checked() -> None:
-    assert set(decode.META_TYPES) | {"payload"} == set(COLUMNS)
+    assert set(metadata.META_TYPES) | {"payload"} == set(COLUMNS)
     for fields, error in (
         ([("offset", "long")], "_metadata.offset is no metadata field: choose from id, state"),
         ([("shard", "long")], "_metadata.shard is long: declare it integer"),

@@ -23,8 +23,9 @@ batches); for streaming writes ``queryName`` (default: Spark's query id, kept ac
 restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
 ``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
 only when named), and ``schema`` (DDL, as ``.schema(...)``: the payloads decoded into
-typed columns, :mod:`.decode`) with ``mode`` and ``columnNameOfCorruptRecord``. Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
-and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
+typed columns, :mod:`.decode`) with ``mode`` and ``columnNameOfCorruptRecord``. Options,
+the queue (it must exist; ``keyCol`` needs an ordered queue) and the columns' types
+(:mod:`.types`) are checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
 invalid) and first refused rows as its commit message; the commit, which Spark runs in a

@@ -43,14 +43,8 @@ cannot be read) makes the message a *misfit*, handled by the read's mode:
   message id, the column (and the field inside it) and what was wrong (never the value).
 - ``DROPMALFORMED``: the row is left out.
 
-Besides payload columns a schema may name ``_metadata``, a struct of any of the export's
-columns (:data:`.export.SCHEMA`, nullable, with their types: ``id``, ``state``, ``shard``,
-``key``, ``priority``, ``attempts``, ``enqueued_at``, ``deliver_at``, ``dead_at``,
-``visibility_deadline``, ``error_type``, ``error``, and ``headers``: a string (JSON text)
-or any type a payload column may have), filled from the message as Spark fills a file's
-``_metadata``. One reserved name, not the export's column names: writers store every
-column in the payload by default, the id column too, so a schema's ``id`` is the
-payload's.
+Besides payload columns a schema may name ``_metadata``, a struct of the message's own
+fields (:mod:`.metadata`).
 
 Types are checked on the driver (:func:`rows_plan`): one no writer stores is refused
 naming the column (:func:`.types.check_payload`, the writers' own check). Decoders are
@@ -73,22 +67,14 @@ from typing import Any
 from .._core.scan import Found
 from ..errors import InvalidArgument, InvalidType, PayloadMismatch
 from ..message import Message
-from .export import SCHEMA, to_json
+from .export import to_json
+from .metadata import EXPORT_TYPES, GETTERS, METADATA, Meta, check
 from .types import EXACT, atomic_kind, check_payload, decimal_digits
 
 Decode = Callable[[Any], Any]
 UTC = dt.timezone.utc
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 MODES = ("PERMISSIVE", "FAILFAST", "DROPMALFORMED")
-METADATA = "_metadata"
 CORRUPT = "_corrupt"
-_DDL_TYPES = {"int": "integer"}  # export.SCHEMA's DDL names -> Spark JSON names
-# The export's columns (name -> Spark JSON type) a schema's _metadata struct may name.
-META_TYPES = {
-    name: _DDL_TYPES.get(kind, kind)
-    for name, kind in (c.split() for c in SCHEMA.split(", "))
-    if name != "payload"
-}
 _RANGES = {
     "byte": (-(2**7), 2**7 - 1),
     "short": (-(2**15), 2**15 - 1),
@@ -262,12 +248,12 @@ def _text(parse: Callable[[str], Any], what: str, path: str, zoned: bool | None 
             raise Misfit(path, f"is {_kind_of(v)}, not {what}")
         try:
             value = parse(v)
-        except (ValueError, OverflowError):
+            if zoned is not None and (value.tzinfo is not None) != zoned:
+                has = "has no UTC offset" if zoned else "has a UTC offset"
+                raise Misfit(path, f"{has}: it is not {what}")
+            return value.astimezone(UTC) if zoned else value
+        except (ValueError, OverflowError):  # no such date; out of range once in UTC
             raise Misfit(path, f"is a str that is not {what}") from None
-        if zoned is not None and (value.tzinfo is not None) != zoned:
-            has = "has no UTC offset" if zoned else "has a UTC offset"
-            raise Misfit(path, f"{has}: it is not {what}")
-        return value.astimezone(UTC) if zoned else value
 
     return from_text
 
@@ -307,69 +293,6 @@ _SIMPLE: dict[str, Callable[[str], Decode]] = {
     "interval": _interval,
     "void": _void,
 }
-
-
-# -- metadata ------------------------------------------------------------------------------------
-
-Meta = Callable[[Message, "str | None", "float | None"], Any]  # (message, state, state's time)
-
-
-def _when(seconds: float | None) -> dt.datetime | None:
-    # exactly the export's microseconds (export._us)
-    return None if seconds is None else EPOCH + dt.timedelta(microseconds=round(seconds * 1e6))
-
-
-_META: dict[str, Meta] = {
-    "id": lambda m, s, at: m.id,
-    "state": lambda m, s, at: s,
-    "shard": lambda m, s, at: m.shard,
-    "key": lambda m, s, at: m.key,
-    "priority": lambda m, s, at: m.priority,
-    "attempts": lambda m, s, at: m.attempts,
-    "enqueued_at": lambda m, s, at: _when(m.enqueued_at),
-    "deliver_at": lambda m, s, at: _when(m.deliver_at),
-    "dead_at": lambda m, s, at: _when(at) if s == "dead" else None,
-    "visibility_deadline": lambda m, s, at: _when(at) if s == "unacked" else None,
-    "error_type": lambda m, s, at: None if m.failure is None else m.failure.error_type,
-    "error": lambda m, s, at: None if m.failure is None else m.failure.error,
-}
-
-
-def _headers(t: Any) -> Meta:
-    if t == "string":  # JSON text, as the export shows them
-        return lambda m, s, at: None if m.headers is None else to_json(m.headers)
-    dec = decoder(t, f"{METADATA}.headers")
-    return lambda m, s, at: dec(m.headers)
-
-
-def _check_metadata(field: Mapping[str, Any]) -> tuple[tuple[str, Meta], ...]:
-    t = field["type"]
-    if not isinstance(t, Mapping) or t.get("type") != "struct" or not field.get("nullable", True):
-        raise InvalidType(
-            f"column {METADATA!r} is the message's metadata: a nullable struct of "
-            f'any of {", ".join(META_TYPES)} (e.g. "{METADATA} struct<id: string, '
-            'enqueued_at: timestamp>")'
-        )
-    made = []
-    for f in t["fields"]:
-        name, kind = f["name"], f["type"]
-        if name not in META_TYPES:
-            raise InvalidArgument(
-                f"{METADATA}.{name} is no metadata field: choose from {', '.join(META_TYPES)}"
-            )
-        if not f.get("nullable", True):
-            raise InvalidType(f"{METADATA}.{name} is NOT NULL: declare it nullable")
-        if name == "headers":
-            check_payload(kind, METADATA, f"{METADATA}.headers")
-            made.append((name, _headers(kind)))
-        elif kind != META_TYPES[name]:
-            raise InvalidType(
-                f"{METADATA}.{name} is {kind if isinstance(kind, str) else kind.get('type')}: "
-                f"declare it {META_TYPES[name]}"
-            )
-        else:
-            made.append((name, _META[name]))
-    return tuple(made)
 
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -422,7 +345,7 @@ def rows_plan(
                     f"schema (null for the others): declare it a nullable string"
                 )
         elif name == METADATA:
-            _check_metadata(f)
+            check(f)
         else:
             check_payload(t, name)
             _no_char(t, name)
@@ -472,13 +395,8 @@ def _fields(schema: Mapping[str, Any] | str) -> list[dict[str, Any]]:
     return [dict(f) for f in t["fields"]]
 
 
-_EXPORT = [
-    (name, _DDL_TYPES.get(kind, kind)) for name, kind in (c.split() for c in SCHEMA.split(", "))
-]
-
-
 def _is_export(schema: Mapping[str, Any]) -> bool:
-    return [(f["name"], f["type"]) for f in schema.get("fields", ())] == _EXPORT
+    return tuple((f["name"], f["type"]) for f in schema.get("fields", ())) == EXPORT_TYPES
 
 
 # -- decoding ------------------------------------------------------------------------------------
@@ -574,6 +492,13 @@ class Compiled:
         )
 
 
+def _meta(name: str, t: Any) -> Meta:
+    if name != "headers" or t == "string":
+        return GETTERS[name]
+    dec = decoder(t, f"{METADATA}.headers")  # headers read as a payload column's type
+    return lambda m, s, at: dec(m.headers)
+
+
 @functools.lru_cache(maxsize=64)
 def compiled(plan: Plan) -> Compiled:
     """A plan's decoders, built once per plan and process (kept out of the plan, which
@@ -587,7 +512,7 @@ def compiled(plan: Plan) -> Compiled:
         if name == plan.corrupt:
             corrupt = pos
         elif name == METADATA:
-            metadata, meta = pos, _check_metadata(f)
+            metadata, meta = pos, tuple((n, _meta(n, t)) for n, t in check(f))
         else:
             nullable = f.get("nullable", True)
             payload.append((pos, name, decoder(f["type"], name, nullable)))
@@ -607,7 +532,6 @@ def compiled(plan: Plan) -> Compiled:
 __all__ = [
     "CORRUPT",
     "METADATA",
-    "META_TYPES",
     "MODES",
     "Compiled",
     "Misfit",
