@@ -1,6 +1,7 @@
 """Typed reads: ``spark.read.format("dynoq").schema(...)`` decodes payloads with the exact
-inverse of the writers' forms (dynoq/spark/decode.py). The decoders without Spark first,
-then real Spark and a real server (fixtures: tests/sparkkit.py)."""
+inverse of the writers' forms (dynoq/spark/decode.py, inverse.py, metadata.py). The
+decoders without Spark first, then real Spark and a real server (fixtures:
+tests/sparkkit.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import dynoq
 from dynoq._core.scan import Found
 from dynoq.errors import PayloadMismatch
 from dynoq.message import Failure
-from dynoq.spark import decode, metadata, source_options, types
+from dynoq.spark import decode, inverse, metadata, source_options, types
 from dynoq.spark.export import COLUMNS, SCHEMA
 
 UTC = dt.timezone.utc
@@ -29,7 +30,7 @@ UTC = dt.timezone.utc
 def roundtrip(t: Any, value: Any) -> Any:
     """``value`` stored as the writers store type ``t``, and read back."""
     stored = (types.converter(t) or (lambda v: v))(value)
-    return decode.decoder(t, "c")(stored)
+    return inverse.decoder(t, "c")(stored)
 
 
 # -- the decoders, without Spark ------------------------------------------------------------------
@@ -147,7 +148,7 @@ def test_every_atomic_kind_has_a_decoder() -> None:
     for kind in types.KINDS:
         t = names.get(kind, kind)
         assert types.atomic_kind(t) == kind
-        decode.decoder(t, "c")(None)
+        inverse.decoder(t, "c")(None)
 
 
 @pytest.mark.parametrize(
@@ -194,8 +195,8 @@ def test_every_atomic_kind_has_a_decoder() -> None:
     ],
 )
 def test_a_value_of_another_form_is_a_misfit_naming_where(t: Any, stored: Any, reason: str) -> None:
-    with pytest.raises(decode.Misfit) as info:
-        decode.decoder(t, "c")(stored)
+    with pytest.raises(inverse.Misfit) as info:
+        inverse.decoder(t, "c")(stored)
     assert reason in str(info.value)
 
 

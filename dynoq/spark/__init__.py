@@ -12,7 +12,9 @@
 Modules: ``target`` (where to write, secrets hidden), ``types`` (Spark types to payload
 values, checked on the driver), ``rows`` (rows to messages), ``writer`` (the one write
 path), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
-``export`` (the read-only scan), ``session``.
+``export`` (the read-only scan), ``decode`` (typed reads: payloads to rows), ``inverse``
+(payload values back to Spark values), ``metadata`` (a typed read's ``_metadata``),
+``session``.
 """
 
 # No `from __future__ import annotations`, and typing's names kept private: dir() of the
