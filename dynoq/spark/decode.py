@@ -195,9 +195,9 @@ class Compiled:
         row: list[Any] = [None] * len(self.names)
         payload = m.payload
         if m.unreadable is not None:
-            raise Misfit("payload", "cannot be read")
+            raise Misfit("", "cannot be read")  # "": the payload as a whole
         if not isinstance(payload, Mapping):
-            raise Misfit("payload", f"is {kind_of(payload)}, not a dict of columns")
+            raise Misfit("", f"is {kind_of(payload)}, not a dict of columns")
         for pos, name, dec in self.payload:
             try:
                 row[pos] = dec(payload.get(name))
@@ -231,7 +231,7 @@ class Compiled:
 
     def _mismatch(self, m: Message, bad: Misfit) -> PayloadMismatch:
         at = "" if bad.path == bad.column else f" (at {bad.path})"
-        where = "its payload" if bad.column == "payload" else f"column {bad.column!r}{at}"
+        where = f"column {bad.column!r}{at}" if bad.column else "its payload"
         if self.plan.mode == "FAILFAST":
             how = (
                 "fix the schema, or read with mode PERMISSIVE (a row of nulls, the payload's "
