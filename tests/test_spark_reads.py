@@ -21,7 +21,7 @@ import dynoq
 from dynoq._core.scan import Found
 from dynoq.errors import PayloadMismatch
 from dynoq.message import Failure
-from dynoq.spark import decode, inverse, metadata, source_options, types
+from dynoq.spark import decode, export, inverse, metadata, source_options, types
 from dynoq.spark.export import COLUMNS, SCHEMA
 
 UTC = dt.timezone.utc
@@ -381,6 +381,22 @@ def test_the_export_schema_reads_as_json_text_and_refuses_typed_options() -> Non
     assert decode.read_plan(export, {"states": "ready"}) is None
     with pytest.raises(dynoq.InvalidArgument, match=r"\['mode'\] apply to typed reads"):
         decode.read_plan(export, {"mode": "FAILFAST"})
+
+
+def test_a_deep_payload_costs_what_the_schema_nests() -> None:
+    """Decoders recurse only where the schema nests: a payload nested 1,000 levels deep
+    (as deep as msgpack stores, past what json encodes) is a misfit of a flat column,
+    read PERMISSIVE with its JSON text cut where the JSON views cut it (the export's
+    JSON text too), without a RecursionError."""
+    deep: Any = "x"
+    for _ in range(1000):
+        deep = [deep]
+    assert export.to_json({"n": deep}).startswith('{"n": [[[')
+    plan = decode.rows_plan(_schema("n long, _corrupt string"))
+    cols = plan.columns([_found({"n": deep})])
+    assert cols["n"] == [None] and cols["_corrupt"][0].startswith('{"n": [[[')
+    with pytest.raises(PayloadMismatch, match="column 'n' is a list, not an integer"):
+        decode.rows_plan(_schema("n long"), mode="FAILFAST").columns([_found({"n": deep})])
 
 
 def test_a_plan_is_picklable_and_its_decoders_are_built_once() -> None:

@@ -44,7 +44,9 @@ def to_json(value: Any) -> str | None:
         return None
     try:
         return _JSON.encode(value)
-    except TypeError:  # a bytes key, or keys of mixed types: jsontext's second pass
+    except (TypeError, RecursionError):
+        # a bytes key, or keys of mixed types: jsontext's second pass; a payload nested
+        # deeper than the encoder goes (msgpack stores ~1,000 levels): jsontext cuts it
         return _json_text(value, sort_keys=True)
 
 
