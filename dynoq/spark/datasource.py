@@ -58,12 +58,14 @@ from pyspark.sql.datasource import (
 
 from .._core.batches import RETENTION, Counts, check_query
 from .._core.scan import DEFAULT_STATES, check_states
-from .._core.validate import check_seconds
+from .._core.streams import DEFAULT_TRIGGER, check_parts, check_trigger
+from .._core.validate import check_name, check_seconds
 from ..client import Client
 from ..errors import InvalidArgument, QueueGone
-from .export import SCHEMA, columns, pages
+from .export import SCHEMA, arrow_schema, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
+from .stream import QueueStreamReader, StreamSettings
 from .target import Target, int_option
 from .writer import Recorded, RowWriter, Tally, settle
 
@@ -82,6 +84,7 @@ _WRITE = {
     "retention",
 }
 _READ = {"states"}
+_STREAM = {"group", "maxmessagespertrigger", "partitionspershard"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
 
@@ -307,7 +310,7 @@ class QueueReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
-        arrow = _arrow_schema(self.schema)
+        arrow = arrow_schema(self.schema)
         q = self.target.open()
         try:
             for found in pages(q, int(partition.value), self.states):
@@ -318,17 +321,6 @@ class QueueReader(DataSourceReader):
         except QueueGone:
             self.target.forget_queue()  # a retried task reads the queue again
             raise
-
-
-def _arrow_schema(schema: Any) -> Any:
-    """The Arrow schema Spark expects record batches of ``schema`` in (its own
-    conversion: string/large_string and timestamp units follow its settings)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(schema, timezone="UTC")
-    except TypeError:  # pyspark versions without the timezone argument
-        return to_arrow_schema(schema)
 
 
 # -- the data source -------------------------------------------------------------------------
@@ -353,6 +345,21 @@ class DynoqDataSource(DataSource):
         )
         target = Target.from_spark_options(opts)
         return QueueReader(target, states, target.open().settings.shards, schema)
+
+    def streamReader(self, schema: Any) -> QueueStreamReader:
+        opts = _options(self.options, _TARGET | _STREAM)
+        trigger = check_trigger(
+            int_option(
+                "maxMessagesPerTrigger", opts.get("maxmessagespertrigger", str(DEFAULT_TRIGGER))
+            )
+        )
+        parts = check_parts(int_option("partitionsPerShard", opts.get("partitionspershard", "1")))
+        target = Target.from_spark_options(opts)
+        target.open()  # the queue must exist: checked here, on the driver
+        settings = StreamSettings(
+            target, check_name(opts.get("group", "spark"), "group"), trigger, parts
+        )
+        return QueueStreamReader(settings, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         writer, arrow = write_settings(self.options, schema.jsonValue())
