@@ -6,9 +6,11 @@ docs/spark.md ("On a cluster") tells users to ship it:
     --archives dynoq-env.tar.gz#environment --conf spark.pyspark.python=./environment/bin/python
 
 The archive is a venv with dynoq built from this checkout, pyarrow and dynoq's dependencies
-at the versions this interpreter has, packed by venv-pack. Building it takes about 20 s
+at the versions this interpreter has, packed by venv-pack. Building it takes 20 to 30 s
 (pip, then packing 60 MB), so it is kept in the temp dir under a hash of what goes into it
-and rebuilt when that changes.
+and rebuilt when that changes. With dynoq left out of the archive the job fails
+(``ModuleNotFoundError: No module named 'dynoq'`` in the executors' tasks): nothing else
+on their path holds a dynoq, and the test checks that too.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ KEEP = 3  # archives kept in CACHE (other checkouts' builds included)
 ROWS = 500  # per writer: format("dynoq") writes ids 0..ROWS-1, partition_sink the next ROWS
 # Executors need pyarrow beside dynoq: Spark's Python data sources exchange Arrow batches
 # with the JVM (write, read and planning alike), whatever the writer's `arrow` option.
-# pandas is not needed by anything this job runs; venv-pack packs the venv it is in.
+# No pandas: executors run dynoq's Arrow paths without it. venv-pack packs the venv it
+# is installed in, as Spark's docs do.
 PACKAGES = ("pyarrow", "venv-pack")
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
