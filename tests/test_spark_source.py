@@ -19,7 +19,7 @@ import pytest
 from helpers import wait_for
 
 import dynoq
-from dynoq.spark import register, source_options
+from dynoq.spark import register, source_options, stream_stats
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.spark
@@ -265,6 +265,8 @@ def test_a_replayed_batch_reads_exactly_its_messages_after_their_visibility_ran_
     again.latestOffset(after, rows(100))
     s = q.stats()
     assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
+    counts = stream_stats(sclient, "ev", "g")
+    assert (counts.taken, counts.acked, counts.given_back, counts.batches) == (20, 20, 0, 2)
     again.stop()
 
 
@@ -334,6 +336,8 @@ def test_a_new_query_takes_over_an_abandoned_stream_and_gets_its_messages_back(
     t = new.initialOffset()
     end = new.latestOffset(t, rows(100))
     assert sorted(read_ids(new, t, end)) == sorted(ids)  # the 5 given back, and the rest
+    counts = stream_stats(sclient, "ev", "g")
+    assert (counts.taken, counts.given_back, counts.redelivered) == (13, 5, 5)
     with pytest.raises(dynoq.InvalidArgument, match="took it over"):
         make_reader(sclient, "ev").latestOffset(old_end, rows(10))  # the old one resumed
     new.stop()

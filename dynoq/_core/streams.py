@@ -120,6 +120,13 @@ class StreamOps:
 
         return Cmd(("HMGET", self.state, "run", "taken"), parse)
 
+    def count(self, **counts: int) -> list[Cmd]:
+        """Add to the stream's counters (what :func:`parse_stats` reads)."""
+        return [Cmd(("HINCRBY", self.state, k, v)) for k, v in counts.items() if v]
+
+    def read_stats(self) -> Cmd:
+        return Cmd(("HGETALL", self.state), parse_stats)
+
     def write_state(self, run: str, taken: int) -> list[Cmd]:
         return [
             Cmd(("HSET", self.state, "run", run, "taken", taken)),
@@ -158,6 +165,39 @@ class StreamOps:
 
     def drop_run(self, shard: ShardKeys, run: str) -> Cmd:
         return Cmd(("UNLINK", self.open_key(shard, run)))
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """A group's stream, as its counters say (since the stream's keys were made):
+    ``run`` holds it and has taken ``batches``; ``taken`` messages went into batches
+    (``redelivered`` of them had been delivered before: their visibility ran out, or a
+    run before gave them back), ``acked`` were acked with their batch, ``given_back``
+    were given back when a new query took over an abandoned run."""
+
+    run: str = ""
+    batches: int = 0
+    taken: int = 0
+    redelivered: int = 0
+    acked: int = 0
+    given_back: int = 0
+
+
+def parse_stats(reply: Any) -> StreamStats:
+    raw = dict(zip(*[iter(reply)] * 2, strict=True)) if isinstance(reply, list) else reply
+    got = {text(k): text(v) for k, v in (raw or {}).items()}
+
+    def num(name: str) -> int:
+        return int(got.get(name) or 0)
+
+    return StreamStats(
+        got.get("run", ""),
+        num("taken"),
+        num("messages"),
+        num("redelivered"),
+        num("acked"),
+        num("given_back"),
+    )
 
 
 def message(msg_id: str, attempts: int, record: bytes, shard: int, limit: int) -> Message:

@@ -13,6 +13,8 @@ Register it once per session, and in every thread of yours that uses it
     stream.writeStream.format("dynoq").options(**opts).option("idCol", "event_id")
         .option("checkpointLocation", path).start()                   # exactly-once
     spark.read.format("dynoq").options(**opts).load()                 # read, claims nothing
+    spark.readStream.format("dynoq").options(**opts).option("group", "etl").load()
+        # consume, exactly once per micro-batch (dynoq.spark.stream)
 
 Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
 (default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
@@ -22,7 +24,9 @@ push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of
 batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
 restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
 ``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
-only when named). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
+only when named); for streaming reads ``group`` (default "spark"),
+``maxMessagesPerTrigger`` (default 10,000, at most 100,000) and ``partitionsPerShard``
+(default 1, at most 64). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
 and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,

@@ -36,12 +36,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .._core import streams
+from .._core import streams, validate
 from .._core.calls import Batch
 from .._core.group import GroupOps
 from .._core.scan import Found
-from .._core.streams import STREAM_MEMBER, Offset, StreamOps
+from .._core.streams import STREAM_MEMBER, Offset, StreamOps, StreamStats
 from .._core.validate import MAX_BATCH
+from ..client import Client
 from ..errors import GroupConflict, InvalidArgument, QueueGone
 from ..message import Message
 from ..queue import Queue
@@ -251,7 +252,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Pop up to ``want`` messages into ``batch``, shard by shard (starting at a
         shard that turns with the batch number, so that none starves); how many."""
         shards = q.settings.shards
-        got = skipped = 0
+        got = skipped = again = 0
         for i in range(shards):
             shard = (batch + i) % shards
             keys = q.ops.shard_keys[shard]
@@ -261,12 +262,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if msgs:
                     rec, skip = q.backend.run(ops.record(keys, self.run, batch, msgs))
                     got, skipped = got + rec, skipped + skip
+                    again += sum(m.attempts > 1 for m in msgs) - skip
                 if len(msgs) < ask:
                     break
             if got >= want:
                 break
         if got:
-            q.backend.run(Batch(ops.write_state(self.run, batch)))
+            q.backend.run(
+                Batch(
+                    [*ops.write_state(self.run, batch), *ops.count(messages=got, redelivered=again)]
+                )
+            )
             log.info(
                 "dynoq stream %s, group %r: micro-batch %d took %d message(s)%s",
                 q.name,
@@ -301,18 +307,20 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not ids:
                 continue
             msgs = [Message(None, i, shard=shard) for i in ids]
+            done = 0
             for i in range(0, len(msgs), streams.PAGE):
                 chunk = msgs[i : i + streams.PAGE]
                 if not ack:
-                    for m in chunk:
-                        q.extend(m, 0)  # deliverable again at once
-                elif q.ack_many(chunk) < len(chunk):
+                    done += sum(q.extend(m, 0) for m in chunk)  # deliverable again at once
+                    continue
+                acked = q.ack_many(chunk)
+                if acked < len(chunk):
                     # Given back meanwhile (its visibility ran out) and not popped again:
                     # it was handled in this batch all the same, so it goes.
-                    for m in chunk:
-                        if m.id is not None and q.contains(m.id):
-                            q.remove(m.id)
-            q.backend.run(Batch(ops.forget(keys, run, batch, ids)))
+                    acked += sum(q.remove(m.id) for m in chunk if m.id and q.contains(m.id))
+                done += acked
+            counted = ops.count(**{"acked" if ack else "given_back": done})
+            q.backend.run(Batch([*ops.forget(keys, run, batch, ids), *counted]))
 
     def _release(self, q: Queue, ops: StreamOps, run: str, taken: int) -> None:
         """Give back what an abandoned run (its query gone, its checkpoint with it) had
@@ -360,3 +368,10 @@ class _Heartbeat:
             self.q.backend.run(self.group.leave())
         except Exception:  # the membership lapses by itself
             log.debug("dynoq stream could not leave its group", exc_info=True)
+
+
+def stream_stats(where: Client, queue: str, group: str = "spark") -> StreamStats:
+    """The counters of ``group``'s stream of ``queue`` (:class:`StreamStats`): what it
+    took, acked and gave back, on the server, whichever driver did it."""
+    ops = StreamOps(where.prefix, validate.check_name(queue, "queue name"), group)
+    return where.backend.run(ops.read_stats())  # type: ignore[no-any-return]
