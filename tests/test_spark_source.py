@@ -19,6 +19,7 @@ import pytest
 from helpers import wait_for
 
 import dynoq
+from dynoq.consumer.group import members
 from dynoq.spark import register, source_options, stream_stats
 
 pytest.importorskip("pyspark")
@@ -89,6 +90,7 @@ def test_every_message_in_exactly_one_batch_and_none_left_in_flight(
     assert all(len(rows) <= 50 for rows in seen.rows.values())
     stats = q.stats()
     assert (stats.ready, stats.delayed, stats.unacked, stats.dead) == (0, 0, 0, 0)
+    assert members(q, "spark") == []  # the run left its group: consumers may start now
     if ordered:  # a key's later message never in an earlier batch than its earlier one
         batch_of = {r["id"]: b for b, rows in seen.rows.items() for r in rows}
         for key in keys:

@@ -50,7 +50,7 @@ from .export import arrow_schema, columns
 from .target import Target
 
 log = logging.getLogger("dynoq.spark")
-HEARTBEAT_TTL = 30.0  # seconds a stream's membership outlives its source process
+HEARTBEAT_TTL = 10.0  # seconds a stream's membership outlives its source process
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,12 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if taken > begin.batch:  # taken before a crash, never planned: plan it now
                 return Offset(self.run, taken).json()
             want = self._want(limit)
-            if want <= 0:
-                return begin.json()
-            got = self._take(q, ops, taken + 1, want)
+            got = self._take(q, ops, taken + 1, want) if want > 0 else 0
             if got == 0:
+                if self._budget is not None:
+                    # The check that ends an availableNow run: Spark may not call stop(),
+                    # so leave the group now (consumers of it may start at once).
+                    self._leave()
                 return begin.json()
             if self._budget is not None:
                 self._budget -= got
@@ -161,7 +163,10 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         with self._lock:
-            beat, self._beat = self._beat, None
+            self._leave()
+
+    def _leave(self) -> None:
+        beat, self._beat, self._held = self._beat, None, False
         if beat is not None:
             beat.stop()
 
