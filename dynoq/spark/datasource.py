@@ -65,7 +65,7 @@ from .export import SCHEMA, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
 from .target import Target, int_option
-from .writer import Recorded, RowWriter, Tally, settle
+from .writer import Recorded, RowWriter, Tally, settle, writer_for
 
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
@@ -80,6 +80,10 @@ _WRITE = {
     "arrow",
     "queryname",
     "retention",
+    "queuecol",
+    "queues",
+    "headerscol",
+    "maxrowspersecond",
 }
 _READ = {"states"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
@@ -155,19 +159,47 @@ def write_settings(
         opts.get("keycol"),
         opts.get("delaycol"),
         opts.get("prioritycol"),
-        None if cols is None else [c.strip() for c in cols.split(",") if c.strip()],
+        None if cols is None else _names(cols),
+        queue_col=opts.get("queuecol"),
+        headers_col=opts.get("headerscol"),
     )
     retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
     query = opts.get("queryname", "")
-    writer = RowWriter(
-        Target.from_spark_options(opts),
+    rate = opts.get("maxrowspersecond")
+    writer = writer_for(
+        lambda name: Target.from_spark_options({**opts, "queue": name}),
+        _write_queues(opts),
         spec,
         int_option("batchSize", opts.get("batchsize", "1000")),
-        check_query(query) if query else "",
-        retention,
+        query=check_query(query) if query else "",
+        retention=retention,
+        max_rows_per_second=None if rate is None else int_option("maxRowsPerSecond", rate),
     )
     writer.check([f["name"] for f in schema.get("fields", ())], streaming=streaming)
     return writer.typed(schema), _flag(opts, "arrow", True)
+
+
+def _names(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def _write_queues(opts: Mapping[str, str]) -> str | list[str]:
+    """Option "queue", or "queues" (the queues a queue column's rows may name; "queue",
+    if also given, one of them: what source_options() gives)."""
+    if "queues" not in opts:
+        if "queue" not in opts:
+            raise InvalidArgument(
+                'format("dynoq") needs the option "queue" (or, with "queueCol", "queues": '
+                "the queues rows may name)"
+            )
+        return opts["queue"]
+    names = _names(opts["queues"])
+    if "queue" in opts and opts["queue"] not in names:
+        raise InvalidArgument(
+            f'option "queue" ({opts["queue"]!r}) is not one of option "queues": with '
+            '"queues", leave "queue" out (or name one of them)'
+        )
+    return names
 
 
 def _seconds(text: str) -> float:
@@ -208,8 +240,8 @@ class _Reporting:
     def _report(self, messages: list[WriterCommitMessage | None], what: str) -> None:
         # what the tasks' own notes did not settle (no channel)
         self.writer.forget(m.recorded for m in messages if isinstance(m, Written))
-        t = self.writer.target
-        send(self.channel, Report(t.queue, t.where, what, _total(messages)))
+        w = self.writer
+        send(self.channel, Report(w.label, w.where, what, _total(messages)))
 
 
 # -- batch writes ----------------------------------------------------------------------------

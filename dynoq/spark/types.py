@@ -107,11 +107,35 @@ def plan(
     key_col: str | None = None,
     delay_col: str | None = None,
     priority_col: str | None = None,
+    queue_col: str | None = None,
+    headers_col: str | None = None,
 ) -> Plan:
     """Check a schema (``StructType.jsonValue()``) for a write, on the driver; the plan
     for the executors. Raises InvalidType naming the column whose type cannot be stored
     or cannot route a message."""
     fields = {f["name"]: f["type"] for f in schema.get("fields", ())}
+    if queue_col is not None and not _is_string(fields[queue_col]):
+        raise InvalidType(
+            f"queue column {queue_col!r} is {_describe(fields[queue_col])}: it holds the "
+            "name of each row's queue, a string; cast the column to string"
+        )
+    if headers_col is not None:
+        t = fields[headers_col]
+        if not (
+            isinstance(t, Mapping)
+            and t.get("type") == "map"
+            and _is_string(t.get("keyType"))
+            and _is_string(t.get("valueType"))
+        ):
+            shown = (
+                f"map<{_describe(t.get('keyType'))},{_describe(t.get('valueType'))}>"
+                if isinstance(t, Mapping) and t.get("type") == "map"
+                else _describe(t)
+            )
+            raise InvalidType(
+                f"headers column {headers_col!r} is {shown}: headers are a "
+                "map<string,string>; build one (e.g. map('source', src)) or cast the column"
+            )
     for col, what in ((id_col, "id"), (key_col, "key")):
         if col is not None and not (_is_string(fields[col]) or fields[col] in _INTEGRAL):
             raise InvalidType(
