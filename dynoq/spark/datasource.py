@@ -17,13 +17,18 @@ Register it once per session, and in every thread of yours that uses it
 Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
 (default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
 ``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``,
-``priorityCol``, ``payloadCols`` (comma-separated; default all), ``batchSize`` (rows per
-push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
-batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
-restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
-``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
-only when named). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
-and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
+``priorityCol``, ``payloadCols`` (comma-separated; default all but ``headersCol``),
+``batchSize`` (rows per push, default 1000), ``arrow`` ("true", the default, or "false":
+rows instead of Arrow batches), ``queueCol`` (the column naming each row's queue) with
+``queues`` (comma-separated: the queues rows may name, each opened and checked on the
+driver; ``queue`` then optional), ``headersCol`` (a map<string,string> column: the
+messages' headers, not payload), ``maxRowsPerSecond`` (rows a second over all the
+write's tasks, counted in Redis: :mod:`.throttle`); for streaming writes
+``queryName`` (default: Spark's query id, kept across restarts from one checkpoint) and
+``retention`` (seconds, default 7 days); for reads ``states`` (comma-separated, default
+"ready,delayed,dead": in-flight messages, "unacked", only when named). Options, the
+queues (they must exist; ``keyCol`` needs ordered queues) and the columns' types
+(:mod:`.types`) are checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
 invalid) and first refused rows as its commit message; the commit, which Spark runs in a
