@@ -384,13 +384,7 @@ def to_messages(
     cached_now = functools.cache(server_now)  # one round trip a chunk, at most
     made = Made()
     seen: set[tuple[str, str]] = set()
-    id_col, key_col, delay_col, prio_col = (
-        spec.id_col,
-        spec.key_col,
-        spec.delay_col,
-        spec.priority_col,
-    )
-    queue_col, headers_col = spec.queue_col, spec.headers_col
+    id_col, queue_col = spec.id_col, spec.queue_col
     if queue_col is not None and queues is None:
         raise InvalidArgument("a queue column needs the queues its rows may name")
     routes: Mapping[str, bool] = queues or {}
@@ -404,15 +398,8 @@ def to_messages(
             if (queue, msg_id) in seen:
                 made.repeated += 1
                 continue
-            if convs is not None:
-                payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
-            else:
-                payload = _plain_payload(row, spec.payload_columns(row.keys()))
             in_order = routes[queue] if queue_col is not None else ordered
-            key = None if key_col is None else _key(row[key_col], key_col, in_order)
-            headers = None if headers_col is None else _headers(row[headers_col], headers_col)
-            delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col, cached_now)
-            priority = 0 if prio_col is None else _priority(row[prio_col], prio_col)
+            msg = _message(spec, row, msg_id, convs, in_order, cached_now)
         except _Refused as bad:
             made.rejected.append(Rejection(index, bad.column, bad.reason))
             continue
@@ -422,14 +409,37 @@ def to_messages(
             )
             continue
         seen.add((queue, msg_id))
-        made.messages.append(
-            (
-                index,
-                Message(
-                    payload, id=msg_id, delay=delay, priority=priority, key=key, headers=headers
-                ),
-            )
-        )
+        made.messages.append((index, msg))
         if queue_col is not None:
             made.queues.append(queue)
     return made
+
+
+def _message(
+    spec: RowSpec,
+    row: Mapping[str, Any],
+    msg_id: str,
+    convs: Mapping[str, Any] | None,
+    ordered: bool,
+    now: Callable[[], float],
+) -> Message:
+    """The message of a row whose id (and queue) is known; _Refused names the column at
+    fault."""
+    if convs is not None:
+        payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
+    else:
+        payload = _plain_payload(row, spec.payload_columns(row.keys()))
+    key_col, delay_col, prio_col, headers_col = (
+        spec.key_col,
+        spec.delay_col,
+        spec.priority_col,
+        spec.headers_col,
+    )
+    return Message(
+        payload,
+        id=msg_id,
+        delay=0.0 if delay_col is None else _delay(row[delay_col], delay_col, now),
+        priority=0 if prio_col is None else _priority(row[prio_col], prio_col),
+        key=None if key_col is None else _key(row[key_col], key_col, ordered),
+        headers=None if headers_col is None else _headers(row[headers_col], headers_col),
+    )

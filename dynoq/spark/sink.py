@@ -8,6 +8,14 @@
     stream.writeStream.foreachBatch(batch_sink(client, "orders", id_col="event_id"))
         .option("checkpointLocation", path).start()
 
+Kafka-sink options, on every sink: ``queue_col`` names the column of each row's queue
+(Kafka's ``topic`` column), and ``queue`` is then the list of queues rows may name (one
+name: that one), each opened and checked on the driver; a row naming another (or null,
+or no valid name) is refused. ``headers_col``: a ``map<string,string>`` column whose map
+(null or empty: none) becomes the message's headers, not part of the payload.
+``max_rows_per_second``: at most that many rows pushed a second by all the write's tasks
+together (counted in Redis, :mod:`.throttle`; tasks wait for it, never fail for it).
+
 A sink takes a connected :class:`dynoq.Client` (its URL, prefix and connection options,
 TLS included, go to the executors; nothing is printed with secrets) or a URL plus
 ``prefix=`` and redis-py options. It checks the queue on the driver when it is made: the
@@ -36,10 +44,11 @@ from typing import Any
 from .._core.batches import RETENTION, Counts, Progress, check_query
 from ..client import Client
 from ..errors import InvalidArgument, InvalidType
+from .job import report, write_dataframe
 from .report import Report, WriteResult, channel, send
 from .rows import RowSpec
 from .target import Target
-from .writer import RowWriter, report, settle, write_dataframe, writer_for
+from .writer import RowWriter, settle, writer_for
 
 log = logging.getLogger("dynoq.spark")
 QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lasting id
@@ -239,17 +248,8 @@ def partition_sink(
     empty); ``key_col`` the ordering key (ordered queues only; each partition's rows keep
     their order per key); ``delay_col`` seconds, a due timestamp or a day-time interval;
     ``priority_col`` 0..99; ``payload_cols`` the payload's columns (default: all);
-    ``batch_size`` rows per push (1..100000).
-
-    ``queue_col``: the column naming each row's queue (like Kafka's ``topic`` column);
-    ``queue`` is then the list of queues rows may name (one name: that one), each opened
-    and checked now, and a row naming another (or null, or no valid name) is refused.
-    ``headers_col``: a ``map<string,string>`` column whose map (null or empty: none)
-    becomes the message's headers; it is not part of the payload.
-    ``max_rows_per_second``: at most that many rows pushed a second by all the write's
-    tasks together (counted in Redis; tasks wait for it, and never fail for it).
-
-    ``schema``: the DataFrame's schema
+    ``batch_size`` rows per push (1..100000); ``queue_col``, ``headers_col``,
+    ``max_rows_per_second``: see the module docstring. ``schema``: the DataFrame's schema
     (``df.schema``; recommended): its column types are checked now, and values are stored
     by their Spark type, exactly as every other writer stores them. Without it, by their
     Python type: the same, except that a ``timestamp_ntz`` is taken as local time, a

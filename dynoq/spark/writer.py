@@ -24,21 +24,17 @@ and the write's counts are one report. :func:`writer_for` is the one place that 
 which queues a write goes to and its row rate (``max_rows_per_second``:
 :mod:`.throttle`).
 
-:func:`write_dataframe` runs one Spark job over a DataFrame and returns a
-:class:`~.report.WriteResult` (per partition and in total); :mod:`.report` logs it on
-the driver (logger ``dynoq.spark``) and counts it in Prometheus.
+:mod:`.job` runs one Spark job over a DataFrame with it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -63,17 +59,13 @@ from ..errors import (
 )
 from ..queue import Queue
 from . import types
-from .report import MAX_SAMPLES, Report, WriteResult, channel, emit, send_done
+from .report import MAX_SAMPLES, send_done
 from .rows import Rejection, RowSpec, named_queues, to_messages
 from .target import Target
 from .throttle import Throttle, check_rate
 
 log = logging.getLogger("dynoq.spark")
 MAX_BATCH_SIZE = 100_000
-COUNTS_SCHEMA = (
-    "partition long, pushed long, skipped long, refused long, invalid long, "
-    "rejected string, recorded string"
-)
 FORGET_CHUNK = 1000  # task records deleted per round trip
 MAX_QUEUES = 1000  # queues one write may write to (each is opened on the driver and executors)
 SHOWN_QUEUES = 5  # queue names a message or a counter label lists
@@ -488,21 +480,6 @@ def _warn_once(target: Target) -> None:
     )
 
 
-# -- one Spark job ---------------------------------------------------------------------------
-
-
-def has_arrow() -> bool:
-    """mapInArrow needs pyarrow and (for its UDF machinery) pandas on the driver."""
-    return all(importlib.util.find_spec(m) is not None for m in ("pandas", "pyarrow"))
-
-
-def _partition() -> int:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return -1 if ctx is None else ctx.partitionId()
-
-
 def _attempt(token: str) -> Attempt | None:
     """This Spark task's attempt (None outside a Spark task: nothing retries it)."""
     try:
@@ -513,78 +490,3 @@ def _attempt(token: str) -> Attempt | None:
     if ctx is None:
         return None
     return Attempt(f"{token}.{ctx.stageId()}.{ctx.partitionId()}", ctx.attemptNumber())
-
-
-def _arrow_task(
-    writer: RowWriter, batch: int | None, acc: Any, record_batches: Iterable[Any]
-) -> Iterator[Any]:
-    pa = importlib.import_module("pyarrow")  # untyped; present wherever Arrow runs
-    t = writer.push_arrow(record_batches, batch)
-    c = t.counts
-    done = None if settle(writer, t, acc) else t.recorded
-    yield pa.RecordBatch.from_pydict(
-        {
-            "partition": [_partition()],
-            "pushed": [c.pushed],
-            "skipped": [c.skipped],
-            "refused": [c.refused],
-            "invalid": [c.invalid],
-            "rejected": [_json(t.rejected)],
-            "recorded": [done.text() if done else ""],
-        }
-    )
-
-
-def _json(rejected: list[Rejection]) -> str:
-    return json.dumps([[r.row, r.column, r.reason] for r in rejected])
-
-
-def _unjson(text: str) -> list[Rejection]:
-    return [Rejection(int(row), col, str(reason)) for row, col, reason in json.loads(text)]
-
-
-def _rows_task(
-    writer: RowWriter, batch: int | None, acc: Any, part: int, rows: Iterable[Any]
-) -> list[tuple[int, Counts, list[Rejection], Recorded | None]]:
-    t = writer.push_rows((r.asDict() for r in rows), batch)
-    return [(part, t.counts, t.rejected, None if settle(writer, t, acc) else t.recorded)]
-
-
-def _channel_of(df: Any) -> Any:
-    try:
-        context = df.sparkSession.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect: no context, no accumulators
-        return None
-    return channel(context)
-
-
-def write_dataframe(df: Any, writer: RowWriter, batch: int | None = None) -> WriteResult:
-    """Push a DataFrame in one Spark job (Arrow when available); per-partition counts.
-    Validates the columns, their types and the queue on the driver first. Does not
-    commit ``batch``: the caller does, once this returned."""
-    writer.check(df.columns, streaming=batch is not None)
-    df = df.select(*writer.spec.needed(df.columns))
-    writer = writer.typed(df.schema.jsonValue())
-    acc = _channel_of(df)
-    if has_arrow():
-        rows = df.mapInArrow(partial(_arrow_task, writer, batch, acc), COUNTS_SCHEMA).collect()
-        got = [
-            (
-                r.partition,
-                Counts(r.pushed, r.skipped, r.refused, r.invalid),
-                _unjson(r.rejected),
-                Recorded.from_text(r.recorded),
-            )
-            for r in rows
-        ]
-    else:
-        got = df.rdd.mapPartitionsWithIndex(partial(_rows_task, writer, batch, acc)).collect()
-    writer.forget(done for *_, done in got)  # what no channel settled: the write is over
-    return WriteResult.of(
-        [(p, c) for p, c, _, _ in got], [(p, r) for p, _, rs, _ in got for r in rs]
-    )
-
-
-def report(writer: RowWriter, result: WriteResult, what: str) -> None:
-    """Log ``result`` on this process's dynoq.spark logger and count it in Prometheus."""
-    emit(Report(writer.label, writer.where, what, result))
