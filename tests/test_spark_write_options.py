@@ -272,6 +272,8 @@ def test_bad_options_are_refused_on_the_driver_before_any_write(
 ) -> None:
     """A wrong type, a key column on a plain queue among the queues, an unknown queue, a
     rate that is no rate: a typed error before any job runs, nothing written."""
+    from dynoq.spark.datasource import write_settings
+
     sclient.queue("plain", shards=2)
     sclient.queue("fifo", shards=2, ordered=True)
     df = spark.sql("SELECT 'e1' AS id, 'plain' AS dest, 1 AS n, 'x' AS s, 'k' AS k")
@@ -293,16 +295,36 @@ def test_bad_options_are_refused_on_the_driver_before_any_write(
         (["plain", "fifo"], {}, dynoq.InvalidArgument, "no queue column"),
         ("plain", {"max_rows_per_second": 0}, dynoq.InvalidArgument, "maxRowsPerSecond"),
     ]
-    # format-rows: format-arrow's checks (the two differ only in the writer class Spark
-    # gets afterwards); each format("dynoq") refusal costs a Python worker's round trip
-    for how in ("format-arrow", "partition_sink", "batch_sink", "write"):
+    for how in ("partition_sink", "batch_sink", "write"):
         for queue, cols, error, text in cases:
             before = _jobs(spark)
-            with pytest.raises(Exception, match=re.escape(text)) as info:
+            with pytest.raises(error, match=re.escape(text)):
                 write_with(how, df, sclient, queue, id_col="id", **cols)
-            if not how.startswith("format"):  # Spark wraps the data source's error
-                assert isinstance(info.value, error), (how, cols)
             assert _jobs(spark) == before, (how, cols)
+    # format("dynoq"): Spark runs the data source's writer() (write_settings) in a Python
+    # worker of its own, a second or more a time: every case there directly, with the
+    # options and schema Spark hands over, and one through Spark (which wraps the error)
+    schema = df.schema.jsonValue()
+    for queue, cols, error, text in cases:
+        opts = {**source_options(sclient, queue if isinstance(queue, str) else queue[0])}
+        if not isinstance(queue, str):
+            opts["queues"] = ",".join(queue)
+        opts |= {"idCol": "id"} | {OPTION[k]: str(v) for k, v in cols.items()}
+        with pytest.raises(error, match=re.escape(text)):
+            write_settings(opts, schema)
+    base = {**source_options(sclient, "fifo"), "idCol": "id", "queueCol": "dest"}
+    with pytest.raises(dynoq.InvalidArgument, match='is not one of option "queues"'):
+        write_settings({**base, "queues": "plain"}, schema)
+    with pytest.raises(dynoq.InvalidArgument, match='"maxRowsPerSecond" must be an integer'):
+        write_settings({**base, "maxRowsPerSecond": "fast"}, schema)
+    del base["queue"]
+    writer, _ = write_settings({**base, "queues": "plain, fifo", "maxRowsPerSecond": "50"}, schema)
+    assert (writer.names, writer.max_rows_per_second) == (("plain", "fifo"), 50)
+    for how in ("format-arrow", "format-rows"):
+        before = _jobs(spark)
+        with pytest.raises(Exception, match=re.escape("headers column 's' is string")):
+            write_with(how, df, sclient, "plain", id_col="id", headers_col="s")
+        assert _jobs(spark) == before
     assert sclient.queue("plain").size() == 0 and sclient.queue("fifo").size() == 0
 
 
