@@ -137,6 +137,8 @@ def test_a_writes_queues_and_rate_are_checked_in_one_place() -> None:
             check_queues(bad, col)
     with pytest.raises(dynoq.InvalidArgument, match="no queue column"):
         check_queues(["a", "b"], RowSpec.of("id"))
+    with pytest.raises(dynoq.InvalidType, match="got set"):
+        check_queues({"a", "b"}, col)  # type: ignore[arg-type]
     assert check_rate(None) is None and check_rate(5) == 5
     for rate in (0, -1, 10**10):
         with pytest.raises(dynoq.InvalidArgument, match="maxRowsPerSecond"):

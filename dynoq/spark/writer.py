@@ -54,6 +54,7 @@ from ..errors import (
     ConnectionFailed,
     DynoqError,
     InvalidArgument,
+    InvalidType,
     OrderedQueueError,
     QueueGone,
 )
@@ -142,6 +143,11 @@ def check_spec(q: Queue, spec: RowSpec, where: str) -> None:
 def check_queues(queue: str | Sequence[str], spec: RowSpec) -> tuple[str, ...]:
     """The queues a write goes to: ``queue``, or with a queue column the queues its rows
     may name (at most MAX_QUEUES, each a valid name, listed once)."""
+    if not isinstance(queue, (str, list, tuple)):
+        raise InvalidType(
+            f"queue must be a queue name, or with queue_col a list of them, got "
+            f"{type(queue).__name__}"
+        )
     names = [queue] if isinstance(queue, str) else list(queue)
     if not names:
         raise InvalidArgument("a write needs a queue (or, with queue_col, its queues)")
