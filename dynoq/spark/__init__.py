@@ -12,7 +12,8 @@
 
 Modules: ``target`` (where to write, secrets hidden), ``types`` (Spark types to payload
 values, checked on the driver), ``rows`` (rows to messages), ``writer`` (the one write
-path), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
+path), ``throttle`` (a write's rows per second, across its tasks), ``job`` (one Spark job
+of it), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
 ``export`` (the read-only scan), ``stream`` (the streaming source), ``session``.
 """
 

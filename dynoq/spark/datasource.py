@@ -19,15 +19,20 @@ Register it once per session, and in every thread of yours that uses it
 Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
 (default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
 ``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``,
-``priorityCol``, ``payloadCols`` (comma-separated; default all), ``batchSize`` (rows per
-push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
-batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
-restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
-``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
-only when named); for streaming reads ``group`` (default "spark"),
-``maxMessagesPerTrigger`` (default 10,000, at most 100,000) and ``partitionsPerShard``
-(default 1, at most 64). Options, the queue (it must exist; ``keyCol`` needs an ordered queue)
-and the columns' types (:mod:`.types`) are checked on the driver before any task starts.
+``priorityCol``, ``payloadCols`` (comma-separated; default all but ``headersCol``),
+``batchSize`` (rows per push, default 1000), ``arrow`` ("true", the default, or "false":
+rows instead of Arrow batches), ``queueCol`` (the column naming each row's queue) with
+``queues`` (comma-separated: the queues rows may name, each opened and checked on the
+driver; ``queue`` then optional), ``headersCol`` (a map<string,string> column: the
+messages' headers, not payload), ``maxRowsPerSecond`` (rows a second over all the
+write's tasks, counted in Redis: :mod:`.throttle`); for streaming writes
+``queryName`` (default: Spark's query id, kept across restarts from one checkpoint) and
+``retention`` (seconds, default 7 days); for reads ``states`` (comma-separated, default
+"ready,delayed,dead": in-flight messages, "unacked", only when named); for streaming
+reads ``group`` (default "spark"), ``maxMessagesPerTrigger`` (default 10,000, at most
+100,000) and ``partitionsPerShard`` (default 1, at most 64). Options, the queues (they
+must exist; ``keyCol`` needs ordered queues) and the columns' types (:mod:`.types`) are
+checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
 invalid) and first refused rows as its commit message; the commit, which Spark runs in a
@@ -71,7 +76,7 @@ from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
 from .stream import QueueStreamReader, StreamSettings
 from .target import Target, int_option
-from .writer import Recorded, RowWriter, Tally, settle
+from .writer import Recorded, RowWriter, Tally, settle, writer_for
 
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
@@ -86,6 +91,10 @@ _WRITE = {
     "arrow",
     "queryname",
     "retention",
+    "queuecol",
+    "queues",
+    "headerscol",
+    "maxrowspersecond",
 }
 _READ = {"states"}
 _STREAM = {"group", "maxmessagespertrigger", "partitionspershard"}
@@ -162,19 +171,47 @@ def write_settings(
         opts.get("keycol"),
         opts.get("delaycol"),
         opts.get("prioritycol"),
-        None if cols is None else [c.strip() for c in cols.split(",") if c.strip()],
+        None if cols is None else _names(cols),
+        queue_col=opts.get("queuecol"),
+        headers_col=opts.get("headerscol"),
     )
     retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
     query = opts.get("queryname", "")
-    writer = RowWriter(
-        Target.from_spark_options(opts),
+    rate = opts.get("maxrowspersecond")
+    writer = writer_for(
+        lambda name: Target.from_spark_options({**opts, "queue": name}),
+        _write_queues(opts),
         spec,
         int_option("batchSize", opts.get("batchsize", "1000")),
-        check_query(query) if query else "",
-        retention,
+        query=check_query(query) if query else "",
+        retention=retention,
+        max_rows_per_second=None if rate is None else int_option("maxRowsPerSecond", rate),
     )
     writer.check([f["name"] for f in schema.get("fields", ())], streaming=streaming)
     return writer.typed(schema), _flag(opts, "arrow", True)
+
+
+def _names(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def _write_queues(opts: Mapping[str, str]) -> str | list[str]:
+    """Option "queue", or "queues" (the queues a queue column's rows may name; "queue",
+    if also given, one of them: what source_options() gives)."""
+    if "queues" not in opts:
+        if "queue" not in opts:
+            raise InvalidArgument(
+                'format("dynoq") needs the option "queue" (or, with "queueCol", "queues": '
+                "the queues rows may name)"
+            )
+        return opts["queue"]
+    names = _names(opts["queues"])
+    if "queue" in opts and opts["queue"] not in names:
+        raise InvalidArgument(
+            f'option "queue" ({opts["queue"]!r}) is not one of option "queues": with '
+            '"queues", leave "queue" out (or name one of them)'
+        )
+    return names
 
 
 def _seconds(text: str) -> float:
@@ -215,8 +252,8 @@ class _Reporting:
     def _report(self, messages: list[WriterCommitMessage | None], what: str) -> None:
         # what the tasks' own notes did not settle (no channel)
         self.writer.forget(m.recorded for m in messages if isinstance(m, Written))
-        t = self.writer.target
-        send(self.channel, Report(t.queue, t.where, what, _total(messages)))
+        w = self.writer
+        send(self.channel, Report(w.label, w.where, what, _total(messages)))
 
 
 # -- batch writes ----------------------------------------------------------------------------
