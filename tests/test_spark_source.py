@@ -294,7 +294,14 @@ def test_a_batch_taken_but_never_planned_is_planned_after_the_restart(
     again.stop()
 
 
-def test_one_stream_per_group_and_never_beside_consumers(sclient: dynoq.Client) -> None:
+def test_one_stream_per_group_and_never_beside_consumers(
+    sclient: dynoq.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynoq.spark import stream
+
+    # (a new query waits a heartbeat's lifetime for a stream member that may have just
+    # stopped: a short one here)
+    monkeypatch.setattr(stream, "HEARTBEAT_TTL", 1.5)
     q = sclient.queue("ev", shards=2)
     q.push(1, id="a")
     first = make_reader(sclient, "ev")
@@ -326,15 +333,18 @@ def test_one_stream_per_group_and_never_beside_consumers(sclient: dynoq.Client) 
 
 
 def test_a_new_query_takes_over_an_abandoned_stream_and_gets_its_messages_back(
-    sclient: dynoq.Client,
+    sclient: dynoq.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from dynoq.spark import stream
+
+    monkeypatch.setattr(stream, "HEARTBEAT_TTL", 1.5)
     q = sclient.queue("ev", shards=2)
     ids = [q.push(n, id=f"m{n}") for n in range(8)]
     old = make_reader(sclient, "ev")
     s = old.initialOffset()
     old_end = old.latestOffset(s, rows(5))
-    old.stop()  # its query is gone, and its checkpoint with it
-    new = make_reader(sclient, "ev")
+    old._beat.stopped.set()  # its driver is killed, and its checkpoint deleted
+    new = make_reader(sclient, "ev")  # (it waits for the old membership to lapse)
     t = new.initialOffset()
     end = new.latestOffset(t, rows(100))
     assert sorted(read_ids(new, t, end)) == sorted(ids)  # the 5 given back, and the rest

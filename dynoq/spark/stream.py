@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -226,8 +227,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.run = begin.run
         member = STREAM_MEMBER + self.run
         group = GroupOps(q.ops.keys, self.settings.group, member, HEARTBEAT_TTL)
-        _changed, members = q.backend.run(group.heartbeat())
-        others = [m for m in members if m != member]
+        others = self._others(q, group)
         if others:
             q.backend.run(group.leave())
             raise GroupConflict(
@@ -243,6 +243,19 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._beat = _Heartbeat(q, group)
         self._held = True
         return ops
+
+    def _others(self, q: Queue, group: GroupOps) -> list[str]:
+        """Join the group; the other live members. A stream's query stopped a moment ago
+        (Spark may not call stop()) is a member until its heartbeat lapses: wait that
+        long for it before calling it a conflict."""
+        deadline = time.monotonic() + HEARTBEAT_TTL
+        while True:
+            _changed, members = q.backend.run(group.heartbeat())
+            others = [m for m in members if m != group.member]
+            streams_only = all(m.startswith(STREAM_MEMBER) for m in others)
+            if not others or not streams_only or time.monotonic() >= deadline:
+                return others
+            time.sleep(min(1.0, HEARTBEAT_TTL / 5))
 
     def _want(self, limit: ReadLimit | None) -> int:
         if isinstance(limit, ReadMaxRows):
