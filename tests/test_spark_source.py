@@ -63,6 +63,14 @@ def run_available_now(
     return seen
 
 
+def read_count(queue: str) -> float:
+    """What the driver's Prometheus counter says the streams of ``queue`` read."""
+    from prometheus_client import REGISTRY
+
+    labels = {"queue": queue, "group": "spark", "outcome": "read"}
+    return REGISTRY.get_sample_value("dynoq_spark_stream_messages_total", labels) or 0.0
+
+
 @pytest.fixture
 def tmp(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
@@ -83,6 +91,7 @@ def test_every_message_in_exactly_one_batch_and_none_left_in_flight(
         key = keys[n % len(keys)] if ordered else None
         pushed.append(q.push({"n": n, "key": key}, id=f"e{n:03d}", key=key))
 
+    read_before = read_count("events")
     seen = run_available_now(spark, sclient, "events", tmp, maxMessagesPerTrigger="50")
 
     assert sorted(seen.ids()) == sorted(pushed)  # each once
@@ -91,6 +100,7 @@ def test_every_message_in_exactly_one_batch_and_none_left_in_flight(
     stats = q.stats()
     assert (stats.ready, stats.delayed, stats.unacked, stats.dead) == (0, 0, 0, 0)
     assert members(q, "spark") == []  # the run left its group: consumers may start now
+    assert read_count("events") - read_before == 120  # the tasks' counts, on the driver
     if ordered:  # a key's later message never in an earlier batch than its earlier one
         batch_of = {r["id"]: b for b, rows in seen.rows.items() for r in rows}
         for key in keys:

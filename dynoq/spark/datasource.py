@@ -398,7 +398,7 @@ class DynoqDataSource(DataSource):
         target = Target.from_spark_options(opts)
         target.open()  # the queue must exist: checked here, on the driver
         settings = StreamSettings(
-            target, check_name(opts.get("group", "spark"), "group"), trigger, parts
+            target, check_name(opts.get("group", "spark"), "group"), trigger, parts, self._channel
         )
         return QueueStreamReader(settings, schema)
 

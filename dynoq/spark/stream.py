@@ -48,6 +48,7 @@ from ..errors import GroupConflict, InvalidArgument, QueueGone
 from ..message import Message
 from ..queue import Queue
 from .export import arrow_schema, columns
+from .report import send_done, stream_counter
 from .target import Target
 
 log = logging.getLogger("dynoq.spark")
@@ -62,6 +63,7 @@ class StreamSettings:
     group: str
     trigger: int
     parts: int
+    channel: Any = None  # the session's report channel (dynoq.spark.report)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
         piece: Slice = partition.value
         arrow = arrow_schema(self.schema)
+        read = again = 0
         q = self._queue()
         ops = StreamOps(q.ops.keys.prefix, q.name, self.settings.group)
         shard = q.ops.shard_keys[piece.shard]
@@ -191,6 +194,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if piece.parts == 1 or _part_of(m, piece.parts) == piece.part
                 ]
                 if found:
+                    read += len(found)
+                    again += sum(f.message.attempts > 1 for f in found)
                     cols = columns(found)
                     yield pa.RecordBatch.from_arrays(
                         [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow
@@ -198,6 +203,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if len(page) < streams.PAGE:
                     break
                 start += streams.PAGE
+        note = ReadNote(q.name, self.settings.group, piece, read, again)
+        if not send_done(self.settings.channel, note):
+            note()
 
     # -- the steps ---------------------------------------------------------------------
 
@@ -353,6 +361,38 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.settings.group,
             run,
         )
+
+
+@dataclass(frozen=True)
+class ReadNote:
+    """What one task read of a micro-batch, for the driver's log and Prometheus counter
+    (sent through the session's report channel; it runs where it arrives)."""
+
+    queue: str
+    group: str
+    piece: Slice
+    read: int
+    redelivered: int
+
+    def __call__(self) -> None:
+        p = self.piece
+        log.info(
+            "dynoq.spark: stream of queue %r (group %r), batch(es) %d-%d, shard %d part "
+            "%d/%d: read %d message(s), %d of them redelivered",
+            self.queue,
+            self.group,
+            p.first,
+            p.last,
+            p.shard,
+            p.part + 1,
+            p.parts,
+            self.read,
+            self.redelivered,
+        )
+        counter = stream_counter()
+        if counter is not None:
+            counter.labels(self.queue, self.group, "read").inc(self.read)
+            counter.labels(self.queue, self.group, "redelivered").inc(self.redelivered)
 
 
 def _part_of(m: Message, parts: int) -> int:
