@@ -24,6 +24,12 @@ into Spark's "noop" sink (every row made, nothing kept); reported: the median ro
 and the peak resident memory of Spark's Python workers during the reads (sampled every
 20 ms from /proc), beside the same for a queue of --small messages: a read holds a page,
 so the two should be about the same.
+
+With --stream N: N messages (~100 bytes) are pushed into a 4-shard queue, which each
+round drains twice, in turn: spark.readStream.format("dynoq") (availableNow,
+maxMessagesPerTrigger --trigger, into Spark's "noop" sink) and a plain consumer (the
+defaults: concurrency 4, batch_size "auto"; a no-op handler) in this process; reported:
+the median messages/s of each and the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -208,6 +214,95 @@ def read_main(args: Any, spark: Any) -> int:
     return 0
 
 
+def stream_main(args: Any, spark: Any) -> int:
+    from dynoq.spark import register
+
+    register(spark)
+    with server_url(args.url) as url:
+        client = dynoq.connect(url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        r = redis.Redis.from_url(url)
+        checkpoints = f"/tmp/bench-stream-{uuid.uuid4().hex[:8]}"
+        try:
+            q = client.queue("stream", shards=4)
+
+            def stream(n: int) -> None:
+                query = (
+                    spark.readStream.format("dynoq")
+                    .options(**source_options(client, "stream"))
+                    .option("maxMessagesPerTrigger", str(args.trigger))
+                    .load()
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", f"{checkpoints}/{uuid.uuid4().hex}")
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination()
+                assert q.size() == 0 and q.stats().unacked == 0, "the stream left messages"
+
+            def consume(n: int) -> None:
+                done = threading.Event()
+                count = [0]
+                lock = threading.Lock()
+
+                def handle(msg: dynoq.Message) -> None:
+                    with lock:
+                        count[0] += 1
+                        if count[0] >= n:
+                            done.set()
+
+                c = client.consumer(q, handle, group="spark").start()
+                done.wait(600)
+                c.stop()
+
+            fill(q, 2000)
+            stream(2000)  # untimed: Python workers, the source's planner
+            fill(q, 2000)
+            consume(2000)
+            print(
+                f"{args.stream:,} messages, maxMessagesPerTrigger {args.trigger:,}, "
+                f"{spark.sparkContext.master}, {args.repeats} rounds, server {client!r}",
+                flush=True,
+            )
+            rates: dict[str, list[float]] = {"stream": [], "consumer": []}
+            ratios = []
+            ways = {"stream": stream, "consumer": consume}
+            for rnd in range(args.repeats):
+                order = ["stream", "consumer"] if rnd % 2 == 0 else ["consumer", "stream"]
+                for name in order:
+                    fill(q, args.stream)
+                    start = time.perf_counter()
+                    ways[name](args.stream)
+                    rates[name].append(args.stream / (time.perf_counter() - start))
+                ratios.append(rates["stream"][-1] / rates["consumer"][-1])
+                print(
+                    f"round {rnd + 1}: stream {rates['stream'][-1]:,.0f} msg/s, consumer "
+                    f"{rates['consumer'][-1]:,.0f} msg/s, ratio {ratios[-1]:.2f}",
+                    flush=True,
+                )
+        finally:
+            clear(r, client.prefix)
+            client.close()
+            r.close()
+            spark.stop()
+    print(
+        table(
+            [
+                ("way", "messages/s (median)", "range"),
+                *(
+                    (n, f"{statistics.median(v):,.0f}", f"{min(v):,.0f}-{max(v):,.0f}")
+                    for n, v in rates.items()
+                ),
+                (
+                    "stream / consumer",
+                    f"{statistics.median(ratios):.2f}x",
+                    f"{min(ratios):.2f}-{max(ratios):.2f}",
+                ),
+            ]
+        )
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--rows", type=int, default=300_000)
@@ -224,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
         help="messages of the small queue a --read compares memory with",
     )
     p.add_argument(
+        "--stream",
+        type=int,
+        default=0,
+        help="benchmark the streaming source on a queue of this many messages instead",
+    )
+    p.add_argument("--trigger", type=int, default=10_000, help="maxMessagesPerTrigger")
+    p.add_argument(
         "--master", default="local[2]", help="Spark master (local[2]: the 2 cores of this machine)"
     )
     p.add_argument("--partitions", type=int, default=4)
@@ -234,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     spark, _ = spark_session("bench-spark", args.master, quiet=True)
     if args.read:
         return read_main(args, spark)
+    if args.stream:
+        return stream_main(args, spark)
     from pyspark.sql import functions as F
 
     with server_url(args.url) as url:

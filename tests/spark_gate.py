@@ -135,3 +135,68 @@ class StagedDataSource(DynoqDataSource):
         stage, batch, key = stop.split(":", 2)
         assert stage in STAGES, stage
         return StagedWriter(inner, inner.writer.target.url, key, stage, int(batch))
+
+
+# -- format("dynoq-staged-source"): a streaming source held at one stage of one batch ---------
+
+SOURCE_STAGES = ("after-take", "read")
+
+
+class StagedSource(DynoqDataSource):
+    """Option ``stopAt`` = "<stage>:<batch>:<redis key>": the source holds once it took
+    its batch number ``batch`` from the queue (recorded, not yet planned by Spark), or
+    once a task read that batch's messages (planned, not yet written by the sink)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dynoq-staged-source"
+
+    def streamReader(self, schema: Any) -> Any:
+        stop = {k.lower(): v for k, v in self.options.items()}.get("stopat", "")
+        for k in [k for k in self.options if k.lower() == "stopat"]:
+            del self.options[k]
+        inner = super().streamReader(schema)
+        if not stop:
+            return inner
+        stage, batch, key = stop.split(":", 2)
+        assert stage in SOURCE_STAGES, stage
+        return StagedReader(inner.settings, schema, stage, int(batch), key)
+
+
+from dynoq.spark.stream import QueueStreamReader  # noqa: E402 - after the writer's part
+
+
+class StagedReader(QueueStreamReader):
+    def __init__(self, settings: Any, schema: Any, stage: str, batch: int, key: str) -> None:
+        super().__init__(settings, schema)
+        self.stage, self.batch, self.key = stage, batch, key
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "gate": (self.stage, self.batch, self.key)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.stage, self.batch, self.key = state["gate"]
+
+    def _hold(self, stage: str, batch: int) -> None:
+        if (stage, batch) != (self.stage, self.batch):
+            return
+        redis.Redis.from_url(self.settings.target.url).set(
+            f"{self.key}:reached", f"{stage}:{batch}"
+        )
+        deadline = time.monotonic() + HOLD
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise RuntimeError(f"held at {stage} of batch {batch}, and nobody killed the driver")
+
+    def _take(self, q: Any, ops: Any, batch: int, want: int) -> int:
+        got = super()._take(q, ops, batch, want)
+        if got:
+            self._hold("after-take", batch)
+        return got
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        yield from super().read(partition)
+        piece = partition.value
+        if piece.first <= self.batch <= piece.last:
+            self._hold("read", self.batch)

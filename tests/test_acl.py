@@ -370,11 +370,15 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
         # spark: the sinks' pushes and micro-batch bookkeeping, as a Spark task's attempt
         monkeypatch.setattr("dynoq.spark.writer._attempt", lambda token: Attempt(f"{token}.1.0", 0))
         writer = RowWriter(
-            Target.of(urls["spark"], "feed", {"prefix": p}), RowSpec.of("id"), query="q1"
+            Target.of(urls["spark"], "feed", {"prefix": p}),
+            RowSpec.of("id"),
+            query="q1",
+            max_rows_per_second=1000,  # the write's row rate: rate-take on its own keys
         )
         clients["spark"].queue("feed", shards=2, dedupe_window=60)
         tally = writer.push_rows([{"id": i} for i in range(5)], batch=0)
         assert tally.counts.pushed == 5 and admin.keys(f"{p}:*:tried:*")
+        assert admin.keys(f"{p}:rate:{{spark:q1}}:write")
         writer.forget([tally.recorded])  # the driver's, once Spark counted the task
         assert not admin.keys(f"{p}:*:tried:*")  # the task's record is deleted
         assert writer.commit(0) and writer.progress().committed == 0

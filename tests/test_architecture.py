@@ -222,13 +222,14 @@ def test_consumer_options_are_named_keywords_with_the_settings_defaults() -> Non
 
 
 def test_every_script_names_its_keys_in_its_header() -> None:
-    from dynoq._core import batches, keys, lua, tasks
+    from dynoq._core import batches, keys, lua, streams, tasks
 
     known = (
         {f.name for f in dataclasses.fields(keys.ShardKeys)}
         | {f.name for f in dataclasses.fields(keys.GroupKeys)}
         | {f.name for f in dataclasses.fields(batches.BatchKeys)}
         | {f.name for f in dataclasses.fields(tasks.TaskKeys)}
+        | {f.name for f in dataclasses.fields(streams.StreamKeys)}
         | {"meta", "subs"}
     )
     for script in lua.SCRIPTS.values():

@@ -144,6 +144,7 @@ def _exercise(client: dynoq.Client) -> None:
     from dynoq._core import tasks as core_tasks
     from dynoq._core.batches import Attempt, BatchOps
     from dynoq._core.group import GroupOps, LeaseOps, reap
+    from dynoq._core.streams import StreamOps
     from dynoq._core.sweeper import sweep_queue
 
     q = client.queue("hostile", shards=2, dedupe_window=0.05)  # open, epoch-set
@@ -187,6 +188,9 @@ def _exercise(client: dynoq.Client) -> None:
     run(batches.push([q.ops.prepare(Message("row", id="row-1"))], batch=0))  # push-batch
     run(batches.commit(0))  # batch-commit
     run(batches.forget([("task", [0, 1])]))  # tried-clear
+    stream = StreamOps(client.prefix, q.name, "g")
+    run(stream.record(q.ops.shard_keys[0], "ab12", 1, drive(q.planner.pop(5, shards=[0]))))
+    #                                                                      stream-record
     q.push_many([Message(i, delay=0.001) for i in range(20)])
     time.sleep(0.1)  # delayed messages fall due, acked ids age past the dedupe window
     drive(sweep_queue(q.ops, reap_members=True, cross_slot=q.backend.cross_slot))  # due,

@@ -27,6 +27,7 @@ from .popping import quarantine
 from .queue import QueueOps
 from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
+from .streams import STREAM_MEMBER
 from .topics import TopicOps
 
 log = logging.getLogger("dynoq.consumer")
@@ -59,10 +60,17 @@ class Plan:
         least two thirds left; less means renewals are failing)."""
         return self.settings.lease_ttl / 3
 
+    def stands_aside(self, members: Sequence[str]) -> bool:
+        """Whether a streaming source (dynoq.spark) holds the group: it consumes the group
+        alone (it does not start beside this member), so this member takes nothing."""
+        return any(m.startswith(STREAM_MEMBER) for m in members)
+
     def target(self, members: Sequence[str]) -> set[int]:
         """The shards this member should hold, given the group's live members (every
         member computes the same split from the same list)."""
         if self.instance_id not in members:
+            return set()
+        if self.stands_aside(members):
             return set()
         return set(
             self.strategy(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import LeaseLost, raise_for
-from . import validate
+from . import rates, validate
 from .bounds import CALL_SHARDS
 from .calls import Batch, Call, Cmd, Flow, text
 from .keys import GroupKeys, QueueKeys
@@ -29,7 +29,6 @@ from .queue import QueueOps
 _HEARTBEAT, _LEAVE, _REAP = script("group-heartbeat"), script("group-leave"), script("group-reap")
 _ACQUIRE, _RENEW = script("lease-acquire"), script("lease-renew")
 _RELEASE = script("lease-release")
-_RATE = script("rate-take")
 _HISTORY = script("group-history")
 
 HISTORY_CAP = 100  # rebalances kept per group
@@ -66,11 +65,7 @@ class GroupOps:
         """Take up to ``want`` permits of the group's rate limit (``count`` per ``period``
         seconds, for all members together); reply: (granted, seconds until the next
         permit)."""
-        return _RATE.call(
-            self.keys,
-            [count, validate.to_ms(period), want],
-            lambda r: (int(r[0]), int(r[1]) / 1000),
-        )
+        return rates.take(self.keys, count, period, want)
 
     def notify(self) -> Cmd:
         """Ask every member to rebalance now (a shard's lease was released)."""

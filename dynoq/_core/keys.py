@@ -150,6 +150,23 @@ class GroupKeys:
     history: str  # list, newest first: "<ms> <json>" per rebalance that changed something
 
 
+@dataclass(frozen=True)
+class RateKeys:
+    """A rate limit's keys (lua/rate-take-2.lua's): a consumer group's are its
+    :class:`GroupKeys`' ``rate`` and ``rate_state``; a Spark write's are these."""
+
+    rate: str  # a log of the last period's grants
+    rate_state: str  # and its running total
+
+    @classmethod
+    def spark_write(cls, prefix: str, name: str) -> RateKeys:
+        """A Spark write's (or streaming query's) row rate, shared by all its tasks:
+        ``<prefix>:rate:{spark:<name>}:write``. A queue name holds no ':', so no
+        consumer group's ``<prefix>:rate:{<queue>}:<group>`` is one of these."""
+        base = f"{prefix}:rate:{{spark:{name}}}:write"
+        return cls(base, base + ":state")
+
+
 def result_key(prefix: str, queue: str, shard: int, task_id: str) -> str:
     """A task's kept state and result (a string with a TTL: dynoq.Tasks' keep_result):
     ``<prefix>:result:{<queue>:<shard>}:<id>``. Its hash tag is the shard's, so the ack

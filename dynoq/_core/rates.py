@@ -21,6 +21,12 @@ for several calls, a slow one a round trip a call.
 
 from __future__ import annotations
 
+from typing import Any
+
+from . import validate
+from .calls import Call
+from .lua import script
+
 FRESH_FLOOR = 0.001  # seconds: under this, a permit's round trip is the bound anyway
 GUARD = 0.02  # of the period: how long a permit stays fresh, and what the window adds
 _GROW = 0.5  # how much of the way to a faster call one sample moves the estimate
@@ -85,4 +91,18 @@ class Permits:
         self.held, self.since, self.first = granted, since, granted > 0
 
 
-__all__ = ["FRESH_FLOOR", "GUARD", "Permits", "RateLimit"]
+_RATE = script("rate-take")
+
+
+def take(keys: Any, count: int, period: float, want: int) -> Call:
+    """Take up to ``want`` permits of the limit whose log is ``keys`` (``rate`` and
+    ``rate_state``: a consumer group's, or a Spark write's), ``count`` per ``period``
+    seconds for every taker together; reply: (granted, seconds until the next permit)."""
+    return _RATE.call(
+        keys,
+        [count, validate.to_ms(period), want],
+        lambda r: (int(r[0]), int(r[1]) / 1000),
+    )
+
+
+__all__ = ["FRESH_FLOOR", "GUARD", "Permits", "RateLimit", "take"]

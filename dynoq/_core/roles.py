@@ -47,8 +47,10 @@ ROLES: dict[str, Role] = {
         _REGISTER,
     ),
     "spark": Role(
-        "the producer's, and the Spark sinks' micro-batch bookkeeping",
-        _OPEN | {"push", "kpush", "publish", "push-batch", "batch-commit", "tried-clear"},
+        "the producer's, and the Spark sinks' micro-batch bookkeeping and row rates "
+        "(maxRowsPerSecond)",
+        _OPEN
+        | {"push", "kpush", "publish", "push-batch", "batch-commit", "tried-clear", "rate-take"},
         _REGISTER,
     ),
     "consumer": Role(

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 152315f9fbcc1d79: of the text below, an edit by hand does not match).
+# is stale; digest c61621d70935c1b0: of the text below, an edit by hand does not match).
 """What a consumer's workers and upkeep share (threads in the sync twin: there each piece
 is thread-safe on its own; tasks of one event loop need no lock)."""
 
@@ -41,6 +41,8 @@ class Shared:
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
     # rebinding), never changed in place, so readers need no lock.
     preferred: list[int] = field(default_factory=list)
+    # A streaming source holds the group (Plan.stands_aside): the workers take nothing.
+    aside: bool = False
     # The QueueGone that stopped the consumer (its queue vanished or was created anew),
     # and what stops it (the facade's: stop() in a thread, or a task, of its own).
     failure: QueueGone | None = None

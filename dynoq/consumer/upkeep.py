@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 35999858d60e9ee7: of the text below, an edit by hand does not match).
+# is stale; digest 51812d17c37753c9: of the text below, an edit by hand does not match).
 """The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
 rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
 calls past consume_timeout (Workers.enforce_timeouts).
@@ -104,6 +104,14 @@ class Upkeep:
     def _rebalance(self, members: list[str]) -> None:
         s = self.shared
         target = s.plan.target(members)
+        aside = s.plan.stands_aside(members)
+        if aside != s.aside:
+            log.warning(
+                "dynoq: a streaming source consumes group %r alone: this consumer %s",
+                s.membership.group,
+                "takes nothing until it stops" if aside else "consumes again",
+            )
+            s.aside = aside
         s.stats.add(rebalances=1)
         if (members, target) != self._recorded:  # history: the rebalances that changed
             s.membership.record(members, sorted(target))

@@ -175,6 +175,13 @@ class Workers:
             if retired:
                 self.shared.stats.add(abandoned=-1)
 
+    def _aside(self, pause: float) -> bool:
+        """Whether a streaming source holds the group (it consumes it alone): if so, wait
+        ``pause`` seconds, taking nothing."""
+        if self.shared.aside:
+            self.shared.stopping.wait(pause)
+        return self.shared.aside
+
     def _concurrent_loop(self, k: int = 0) -> None:
         s = self.shared
         sizer, idle = self.processor.sizer, s.plan.settings.idle_wait
@@ -190,6 +197,8 @@ class Workers:
         carried: list[Message] = []
         streak = held = 0
         while self._active():
+            if not carried and self._aside(idle):
+                continue
             if carried:
                 n, msgs, carried = held, carried, []
             else:

@@ -2,8 +2,9 @@
 
 - ``format("dynoq")`` (Spark 4): :class:`DynoqDataSource`, registered with
   ``spark.dataSource.register(DynoqDataSource)`` (or by :func:`spark_session`); batch and
-  exactly-once streaming writes, and reads. :func:`source_options` points it at a
-  client's server, prefix and connection options.
+  exactly-once streaming writes, reads, and streaming reads (a queue consumed exactly
+  once per micro-batch; :func:`stream_stats` its counters). :func:`source_options`
+  points it at a client's server, prefix and connection options.
 - Sinks for ``foreachPartition`` / ``foreachBatch``: :func:`partition_sink`,
   :func:`batch_sink` (exactly-once per micro-batch), and :func:`write` (one job, counts).
 - :func:`queue_dataframe`: a queue's messages as a DataFrame (read-only).
@@ -11,10 +12,11 @@
 
 Modules: ``target`` (where to write, secrets hidden), ``types`` (Spark types to payload
 values, checked on the driver), ``rows`` (rows to messages), ``writer`` (the one write
-path), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
+path), ``throttle`` (a write's rows per second, across its tasks), ``job`` (one Spark job
+of it), ``report`` (counts to the driver's log and Prometheus), ``sink``, ``datasource``,
 ``export`` (the read-only scan), ``decode`` (typed reads: payloads to rows), ``inverse``
 (payload values back to Spark values), ``metadata`` (a typed read's ``_metadata``),
-``session``.
+``stream`` (the streaming source), ``session``.
 """
 
 # No `from __future__ import annotations`, and typing's names kept private: dir() of the
@@ -32,6 +34,7 @@ _NEED_PYSPARK = {
     "queue_dataframe": "datasource",
     "register": "datasource",
     "spark_session": "session",
+    "stream_stats": "stream",
 }
 
 
@@ -65,5 +68,6 @@ __all__ = [
     "register",
     "source_options",
     "spark_session",
+    "stream_stats",
     "write",
 ]

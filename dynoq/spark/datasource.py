@@ -13,19 +13,28 @@ Register it once per session, and in every thread of yours that uses it
     stream.writeStream.format("dynoq").options(**opts).option("idCol", "event_id")
         .option("checkpointLocation", path).start()                   # exactly-once
     spark.read.format("dynoq").options(**opts).load()                 # read, claims nothing
+    spark.readStream.format("dynoq").options(**opts).option("group", "etl").load()
+        # consume, exactly once per micro-batch (dynoq.spark.stream)
 
 Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
 (default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
 ``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``,
-``priorityCol``, ``payloadCols`` (comma-separated; default all), ``batchSize`` (rows per
-push, default 1000), ``arrow`` ("true", the default, or "false": rows instead of Arrow
-batches); for streaming writes ``queryName`` (default: Spark's query id, kept across
-restarts from one checkpoint) and ``retention`` (seconds, default 7 days); for reads
-``states`` (comma-separated, default "ready,delayed,dead": in-flight messages, "unacked",
-only when named), and ``schema`` (DDL, as ``.schema(...)``: the payloads decoded into
-typed columns, :mod:`.decode`) with ``mode`` and ``columnNameOfCorruptRecord``. Options,
-the queue (it must exist; ``keyCol`` needs an ordered queue) and the columns' types
-(:mod:`.types`) are checked on the driver before any task starts.
+``priorityCol``, ``payloadCols`` (comma-separated; default all but ``headersCol``),
+``batchSize`` (rows per push, default 1000), ``arrow`` ("true", the default, or "false":
+rows instead of Arrow batches), ``queueCol`` (the column naming each row's queue) with
+``queues`` (comma-separated: the queues rows may name, each opened and checked on the
+driver; ``queue`` then optional), ``headersCol`` (a map<string,string> column: the
+messages' headers, not payload), ``maxRowsPerSecond`` (rows a second over all the
+write's tasks, counted in Redis: :mod:`.throttle`); for streaming writes
+``queryName`` (default: Spark's query id, kept across restarts from one checkpoint) and
+``retention`` (seconds, default 7 days); for reads ``states`` (comma-separated, default
+"ready,delayed,dead": in-flight messages, "unacked", only when named) and ``schema``
+(DDL, as ``.schema(...)``: the payloads decoded into typed columns, :mod:`.decode`) with
+``mode`` and ``columnNameOfCorruptRecord``; for streaming reads ``group`` (default
+"spark"), ``maxMessagesPerTrigger`` (default 10,000, at most 100,000) and
+``partitionsPerShard`` (default 1, at most 64). Options, the queues (they must exist;
+``keyCol`` needs ordered queues) and the columns' types (:mod:`.types`) are checked on
+the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
 invalid) and first refused rows as its commit message; the commit, which Spark runs in a
@@ -60,15 +69,17 @@ from pyspark.sql.datasource import (
 
 from .._core.batches import RETENTION, Counts, check_query
 from .._core.scan import DEFAULT_STATES, check_states
-from .._core.validate import check_seconds
+from .._core.streams import DEFAULT_TRIGGER, check_parts, check_trigger
+from .._core.validate import check_name, check_seconds
 from ..client import Client
 from ..errors import InvalidArgument, QueueGone
 from .decode import Plan, read_plan
-from .export import SCHEMA, columns, pages
+from .export import SCHEMA, arrow_schema, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
+from .stream import QueueStreamReader, StreamSettings
 from .target import Target, int_option
-from .writer import Recorded, RowWriter, Tally, settle
+from .writer import Recorded, RowWriter, Tally, settle, writer_for
 
 BATCH_ID = "streaming.sql.batchId"  # Spark's local properties, seen by every task
 QUERY_ID = "sql.streaming.queryId"
@@ -83,8 +94,13 @@ _WRITE = {
     "arrow",
     "queryname",
     "retention",
+    "queuecol",
+    "queues",
+    "headerscol",
+    "maxrowspersecond",
 }
 _READ = {"states", "schema", "mode", "columnnameofcorruptrecord"}
+_STREAM = {"group", "maxmessagespertrigger", "partitionspershard"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
 
@@ -158,19 +174,47 @@ def write_settings(
         opts.get("keycol"),
         opts.get("delaycol"),
         opts.get("prioritycol"),
-        None if cols is None else [c.strip() for c in cols.split(",") if c.strip()],
+        None if cols is None else _names(cols),
+        queue_col=opts.get("queuecol"),
+        headers_col=opts.get("headerscol"),
     )
     retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
     query = opts.get("queryname", "")
-    writer = RowWriter(
-        Target.from_spark_options(opts),
+    rate = opts.get("maxrowspersecond")
+    writer = writer_for(
+        lambda name: Target.from_spark_options({**opts, "queue": name}),
+        _write_queues(opts),
         spec,
         int_option("batchSize", opts.get("batchsize", "1000")),
-        check_query(query) if query else "",
-        retention,
+        query=check_query(query) if query else "",
+        retention=retention,
+        max_rows_per_second=None if rate is None else int_option("maxRowsPerSecond", rate),
     )
     writer.check([f["name"] for f in schema.get("fields", ())], streaming=streaming)
     return writer.typed(schema), _flag(opts, "arrow", True)
+
+
+def _names(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def _write_queues(opts: Mapping[str, str]) -> str | list[str]:
+    """Option "queue", or "queues" (the queues a queue column's rows may name; "queue",
+    if also given, one of them: what source_options() gives)."""
+    if "queues" not in opts:
+        if "queue" not in opts:
+            raise InvalidArgument(
+                'format("dynoq") needs the option "queue" (or, with "queueCol", "queues": '
+                "the queues rows may name)"
+            )
+        return opts["queue"]
+    names = _names(opts["queues"])
+    if "queue" in opts and opts["queue"] not in names:
+        raise InvalidArgument(
+            f'option "queue" ({opts["queue"]!r}) is not one of option "queues": with '
+            '"queues", leave "queue" out (or name one of them)'
+        )
+    return names
 
 
 def _seconds(text: str) -> float:
@@ -211,8 +255,8 @@ class _Reporting:
     def _report(self, messages: list[WriterCommitMessage | None], what: str) -> None:
         # what the tasks' own notes did not settle (no channel)
         self.writer.forget(m.recorded for m in messages if isinstance(m, Written))
-        t = self.writer.target
-        send(self.channel, Report(t.queue, t.where, what, _total(messages)))
+        w = self.writer
+        send(self.channel, Report(w.label, w.where, what, _total(messages)))
 
 
 # -- batch writes ----------------------------------------------------------------------------
@@ -320,7 +364,7 @@ class QueueReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         pa = importlib.import_module("pyarrow")  # untyped; present wherever Spark reads
-        arrow = _arrow_schema(self.schema)
+        arrow = arrow_schema(self.schema)
         to_columns = columns if self.plan is None else self.plan.columns
         q = self.target.open()
         try:
@@ -332,17 +376,6 @@ class QueueReader(DataSourceReader):
         except QueueGone:
             self.target.forget_queue()  # a retried task reads the queue again
             raise
-
-
-def _arrow_schema(schema: Any) -> Any:
-    """The Arrow schema Spark expects record batches of ``schema`` in (its own
-    conversion: string/large_string and timestamp units follow its settings)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(schema, timezone="UTC")
-    except TypeError:  # pyspark versions without the timezone argument
-        return to_arrow_schema(schema)
 
 
 # -- the data source -------------------------------------------------------------------------
@@ -358,8 +391,10 @@ class DynoqDataSource(DataSource):
         return "dynoq"
 
     def schema(self) -> str:
-        # Spark asks only when the read has no .schema(...): option("schema") is the same
-        return _options(self.options, _TARGET | _READ).get("schema") or SCHEMA
+        # Spark asks only when the read has no .schema(...): option("schema") is the same.
+        # Options are checked by reader() and streamReader(), each against its own.
+        given = {k.lower(): v for k, v in self.options.items()}.get("schema")
+        return str(given) if given else SCHEMA
 
     def reader(self, schema: Any) -> QueueReader:
         opts = _options(self.options, _TARGET | _READ)
@@ -369,6 +404,21 @@ class DynoqDataSource(DataSource):
         plan = read_plan(schema.jsonValue(), opts)  # checked here, on the driver
         target = Target.from_spark_options(opts)
         return QueueReader(target, states, target.open().settings.shards, schema, plan)
+
+    def streamReader(self, schema: Any) -> QueueStreamReader:
+        opts = _options(self.options, _TARGET | _STREAM)
+        trigger = check_trigger(
+            int_option(
+                "maxMessagesPerTrigger", opts.get("maxmessagespertrigger", str(DEFAULT_TRIGGER))
+            )
+        )
+        parts = check_parts(int_option("partitionsPerShard", opts.get("partitionspershard", "1")))
+        target = Target.from_spark_options(opts)
+        target.open()  # the queue must exist: checked here, on the driver
+        settings = StreamSettings(
+            target, check_name(opts.get("group", "spark"), "group"), trigger, parts, self._channel
+        )
+        return QueueStreamReader(settings, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         writer, arrow = write_settings(self.options, schema.jsonValue())

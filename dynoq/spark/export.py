@@ -105,6 +105,17 @@ def _utc(us: int | None) -> dt.datetime | None:
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
+def arrow_schema(schema: Any) -> Any:
+    """The Arrow schema Spark expects record batches of ``schema`` in (its own
+    conversion: string/large_string and timestamp units follow its settings)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark versions without the timezone argument
+        return to_arrow_schema(schema)
+
+
 def scan_shard(
     q: Queue, shard: int, states: Iterable[str] = DEFAULT_STATES
 ) -> Iterator[dict[str, Any]]:
@@ -130,6 +141,7 @@ __all__ = [
     "DEFAULT_STATES",
     "SCHEMA",
     "STATES",
+    "arrow_schema",
     "columns",
     "pages",
     "scan",

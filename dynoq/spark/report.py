@@ -35,7 +35,7 @@ MAX_SHOWN = 20  # refused rows described per write in the log line
 _here: set[str] = set()  # the Reports tokens made in this process (so: on the driver)
 _channels: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
-_counter: list[Any] = []
+_counters: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -125,21 +125,35 @@ def _rejections(result: WriteResult) -> str:
 
 
 def _prometheus_counter() -> Any:
+    return _made(
+        "dynoq_spark_rows",
+        "Rows written by dynoq's Spark writers, by queue and outcome (pushed, skipped as "
+        "duplicates, refused)",
+        ["queue", "outcome"],
+    )
+
+
+def stream_counter() -> Any:
+    """The Prometheus counter of what streaming reads read (None without
+    prometheus-client)."""
+    return _made(
+        "dynoq_spark_stream_messages",
+        "Messages read by dynoq's streaming source, by queue, group and outcome (read, "
+        "redelivered: read after an earlier delivery)",
+        ["queue", "group", "outcome"],
+    )
+
+
+def _made(name: str, doc: str, labels: list[str]) -> Any:
+    """A counter of this process, made once (None without prometheus-client)."""
     with _lock:
-        if not _counter:
+        if name not in _counters:
             if importlib.util.find_spec("prometheus_client") is None:
-                _counter.append(None)
+                _counters[name] = None
             else:
                 prom = importlib.import_module("prometheus_client")
-                _counter.append(
-                    prom.Counter(
-                        "dynoq_spark_rows",
-                        "Rows written by dynoq's Spark writers, by queue and "
-                        "outcome (pushed, skipped as duplicates, refused)",
-                        ["queue", "outcome"],
-                    )
-                )
-        return _counter[0]
+                _counters[name] = prom.Counter(name, doc, labels)
+        return _counters[name]
 
 
 class Reports:

@@ -14,7 +14,11 @@ Every row is counted once: pushed, skipped (its id is in the queue, or came earl
 the same write) or refused. A row that makes no valid message is refused with the column
 and why (:class:`Rejection`), and the others are written: a null or empty id, a null key
 on an ordered queue, a null, negative or non-finite delay, a priority outside 0..99, a
-payload over the size limit. The delay column holds seconds, a due timestamp or a
+payload over the size limit; with a queue column, a null or invalid queue name or one
+that is not among the write's queues; with a headers column, headers that are not a map
+of strings to strings. The headers column is not part of the payload: a row's map in it
+(null or empty: none) becomes the message's headers, which count toward the size limit
+with the payload. The delay column holds seconds, a due timestamp or a
 day-time interval, turned into a delay against the Redis server's clock, so executors'
 clocks do not matter; a due time in the past means "due now".
 """
@@ -29,13 +33,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .._core.validate import MAX_PRIORITY
+from .._core.validate import MAX_PRIORITY, check_name
 from ..errors import InvalidArgument, InvalidType, PayloadTypeError
 from ..message import Message
 from .types import Plan, converters, decimal_text
 
 _PASS = frozenset({str, int, float, bool, bytes, type(None)})
 MAX_ID_LENGTH = 512
+SHOWN = 60  # characters of a bad value a refusal quotes (its reason stays short)
 
 
 def plain(value: Any) -> Any:
@@ -80,19 +85,31 @@ def _name(value: object, what: str) -> str:
     return value
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+_OPTIONAL = ("key_col", "delay_col", "priority_col", "queue_col", "headers_col")
+
+
 @dataclass(frozen=True)
 class RowSpec:
-    """Which columns make a message: id, optional key/delay/priority, and the payload."""
+    """Which columns make a message: id, optional key/delay/priority, the queue it goes
+    to (``queue_col``: one of the write's queues), its headers (``headers_col``: a map of
+    strings, not part of the payload), and the payload."""
 
     id_col: str
     key_col: str | None = None
     delay_col: str | None = None
     priority_col: str | None = None
     payload_cols: tuple[str, ...] | None = None
+    queue_col: str | None = None
+    headers_col: str | None = None
 
     def __post_init__(self) -> None:
         _name(self.id_col, "id_col")
-        for what in ("key_col", "delay_col", "priority_col"):
+        for what in _OPTIONAL:
             if getattr(self, what) is not None:
                 _name(getattr(self, what), what)
         if self.payload_cols is not None:
@@ -109,35 +126,46 @@ class RowSpec:
         delay_col: str | None = None,
         priority_col: str | None = None,
         payload_cols: Iterable[str] | None = None,
+        *,
+        queue_col: str | None = None,
+        headers_col: str | None = None,
     ) -> RowSpec:
         if isinstance(payload_cols, str):
             raise InvalidType("payload_cols must be a list of column names, not one string")
         cols = None if payload_cols is None else tuple(payload_cols)
-        return cls(id_col, key_col, delay_col, priority_col, cols)
+        return cls(id_col, key_col, delay_col, priority_col, cols, queue_col, headers_col)
 
     @property
     def routing_cols(self) -> list[str]:
         return [
             c
-            for c in (self.id_col, self.key_col, self.delay_col, self.priority_col)
+            for c in (
+                self.id_col,
+                self.key_col,
+                self.delay_col,
+                self.priority_col,
+                self.queue_col,
+                self.headers_col,
+            )
             if c is not None
         ]
 
+    def payload_columns(self, columns: Iterable[str]) -> list[str]:
+        """The payload's columns: ``payload_cols``, else every column of ``columns`` but
+        the headers column (headers are not payload)."""
+        if self.payload_cols is not None:
+            return list(self.payload_cols)
+        return [c for c in columns if c != self.headers_col]
+
     def needed(self, columns: Sequence[str]) -> list[str]:
         """The columns of ``columns`` a sink reads, in their order (to prune the rest)."""
-        want = set(self.routing_cols) | set(
-            columns if self.payload_cols is None else self.payload_cols
-        )
+        want = set(self.routing_cols) | set(self.payload_columns(columns))
         return [c for c in columns if c in want]
 
     def check_columns(self, columns: Collection[str]) -> None:
         """Raise a clear error when a column the spec names is not in the data."""
         named = [(c, "id_col") for c in [self.id_col]]
-        named += [
-            (getattr(self, w), w)
-            for w in ("key_col", "delay_col", "priority_col")
-            if getattr(self, w) is not None
-        ]
+        named += [(getattr(self, w), w) for w in _OPTIONAL if getattr(self, w) is not None]
         named += [(c, "payload_cols") for c in self.payload_cols or ()]
         for col, what in named:
             if col not in columns:
@@ -164,12 +192,23 @@ class Rejection:
 @dataclass
 class Made:
     """What :func:`to_messages` made of a chunk of rows: each message with its row's
-    position, the rows refused, and how many rows repeated an id of an earlier row of
-    the chunk (skipped: push-if-absent keeps the first)."""
+    position, the rows refused, how many rows repeated an id of an earlier row of the
+    chunk to the same queue (skipped: push-if-absent keeps the first), and with a queue
+    column the queue of each message (``queues[i]`` is ``messages[i]``'s)."""
 
     messages: list[tuple[int, Message]] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     repeated: int = 0
+    queues: list[str] = field(default_factory=list)
+
+    def by_queue(self, default: str) -> dict[str, list[tuple[int, Message]]]:
+        """The messages per queue (all in ``default`` without a queue column)."""
+        if not self.queues:
+            return {default: self.messages} if self.messages else {}
+        out: dict[str, list[tuple[int, Message]]] = {}
+        for name, m in zip(self.queues, self.messages, strict=True):
+            out.setdefault(name, []).append(m)
+        return out
 
 
 class _Refused(Exception):
@@ -241,6 +280,64 @@ def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
     return float(value)
 
 
+def _queue(value: object, col: str, queues: Mapping[str, bool]) -> str:
+    """The row's queue: one of the write's ``queues`` (opened and checked on the driver:
+    a writer creates no queue, and writes to none it did not check)."""
+    if value is None:
+        raise _Refused(col, "the queue is null: every row names the queue it goes to")
+    if not isinstance(value, str):
+        raise _Refused(
+            col, f"the queue is a {type(value).__name__} ({_short(value)}): queue names are strings"
+        )
+    if value not in queues:
+        try:
+            check_name(value, "queue name")
+        except (InvalidArgument, InvalidType):
+            raise _Refused(
+                col,
+                f"the queue name {_short(value)} is invalid: queue names have 1-200 "
+                "characters without whitespace, ':' or braces",
+            ) from None
+        raise _Refused(
+            col,
+            f"the queue {_short(value)} is not one of this write's queues (queues=, "
+            "option queues): list it there, once it exists",
+        )
+    return value
+
+
+def _headers(value: object, col: str) -> dict[str, Any] | None:
+    """A row's headers: a map of strings to strings (or nulls); a null or empty map is
+    none. Rows hand maps over as dicts, Arrow as lists of (key, value) pairs."""
+    if value is None:
+        return None
+    items: Any = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise _Refused(
+            col,
+            f"the headers are a {type(value).__name__}: headers are a map of strings to strings",
+        ) from None
+    for k, v in pairs:
+        if not isinstance(k, str) or not (v is None or isinstance(v, str)):
+            raise _Refused(
+                col,
+                f"the headers hold {_short(k)}: {_short(v)}: headers are a map of strings "
+                "to strings",
+            )
+    return dict(pairs) or None
+
+
+def named_queues(spec: RowSpec, rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The queue names the rows' queue column holds (strings only: others are refused
+    row by row)."""
+    col = spec.queue_col
+    if col is None:
+        return set()
+    return {v for v in (row.get(col) for row in rows) if isinstance(v, str)}
+
+
 def _plain_payload(row: Mapping[str, Any], cols: Iterable[str]) -> dict[str, Any]:
     """A row's payload by Python type; a column with no payload form is refused by name."""
     payload = {}
@@ -273,40 +370,36 @@ def to_messages(
     plan: Plan | None = None,
     ordered: bool = False,
     start: int = 0,
+    queues: Mapping[str, bool] | None = None,
 ) -> Made:
     """Messages for a chunk of rows (``start``: the position of its first row in the
     partition). A row that makes no valid message is refused with the column and why; a
-    row repeating an id of an earlier row of the chunk is counted as repeated (push-if-
-    absent keeps the first, as it does across chunks). With a ``plan`` (the schema's,
-    checked on the driver) payload values are converted by their Spark type; without,
-    by their Python type (:func:`plain`). ``server_now`` (Redis time, in seconds) is
-    called at most once, and only when a delay column holds timestamps."""
+    row repeating an id of an earlier row of the chunk (to the same queue) is counted as
+    repeated (push-if-absent keeps the first, as it does across chunks). With a ``plan``
+    (the schema's, checked on the driver) payload values are converted by their Spark
+    type; without, by their Python type (:func:`plain`). ``server_now`` (Redis time, in
+    seconds) is called at most once, and only when a delay column holds timestamps.
+    ``ordered``: whether the queue is ordered; with a queue column, ``queues`` maps each
+    queue a row may name (at least those the chunk names, of the write's) to that."""
     cached_now = functools.cache(server_now)  # one round trip a chunk, at most
     made = Made()
-    seen: set[str] = set()
-    id_col, key_col, delay_col, prio_col = (
-        spec.id_col,
-        spec.key_col,
-        spec.delay_col,
-        spec.priority_col,
-    )
+    seen: set[tuple[str, str]] = set()
+    id_col, queue_col = spec.id_col, spec.queue_col
+    if queue_col is not None and queues is None:
+        raise InvalidArgument("a queue column needs the queues its rows may name")
+    routes: Mapping[str, bool] = queues or {}
     convs = None if plan is None else converters(plan)
-    payload_cols = spec.payload_cols
     for index, row in enumerate(rows, start):
         if index == start:
             spec.check_columns(row.keys())
         try:
             msg_id = _row_id(row[id_col], id_col)
-            if msg_id in seen:
+            queue = "" if queue_col is None else _queue(row[queue_col], queue_col, routes)
+            if (queue, msg_id) in seen:
                 made.repeated += 1
                 continue
-            if convs is not None:
-                payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
-            else:
-                payload = _plain_payload(row, row.keys() if payload_cols is None else payload_cols)
-            key = None if key_col is None else _key(row[key_col], key_col, ordered)
-            delay = 0.0 if delay_col is None else _delay(row[delay_col], delay_col, cached_now)
-            priority = 0 if prio_col is None else _priority(row[prio_col], prio_col)
+            in_order = routes[queue] if queue_col is not None else ordered
+            msg = _message(spec, row, msg_id, convs, in_order, cached_now)
         except _Refused as bad:
             made.rejected.append(Rejection(index, bad.column, bad.reason))
             continue
@@ -315,8 +408,38 @@ def to_messages(
                 Rejection(index, None, f"a value cannot be stored ({type(exc).__name__}: {exc})")
             )
             continue
-        seen.add(msg_id)
-        made.messages.append(
-            (index, Message(payload, id=msg_id, delay=delay, priority=priority, key=key))
-        )
+        seen.add((queue, msg_id))
+        made.messages.append((index, msg))
+        if queue_col is not None:
+            made.queues.append(queue)
     return made
+
+
+def _message(
+    spec: RowSpec,
+    row: Mapping[str, Any],
+    msg_id: str,
+    convs: Mapping[str, Any] | None,
+    ordered: bool,
+    now: Callable[[], float],
+) -> Message:
+    """The message of a row whose id (and queue) is known; _Refused names the column at
+    fault."""
+    if convs is not None:
+        payload = {c: row[c] if f is None else f(row[c]) for c, f in convs.items()}
+    else:
+        payload = _plain_payload(row, spec.payload_columns(row.keys()))
+    key_col, delay_col, prio_col, headers_col = (
+        spec.key_col,
+        spec.delay_col,
+        spec.priority_col,
+        spec.headers_col,
+    )
+    return Message(
+        payload,
+        id=msg_id,
+        delay=0.0 if delay_col is None else _delay(row[delay_col], delay_col, now),
+        priority=0 if prio_col is None else _priority(row[prio_col], prio_col),
+        key=None if key_col is None else _key(row[key_col], key_col, ordered),
+        headers=None if headers_col is None else _headers(row[headers_col], headers_col),
+    )

@@ -8,6 +8,14 @@
     stream.writeStream.foreachBatch(batch_sink(client, "orders", id_col="event_id"))
         .option("checkpointLocation", path).start()
 
+Kafka-sink options, on every sink: ``queue_col`` names the column of each row's queue
+(Kafka's ``topic`` column), and ``queue`` is then the list of queues rows may name (one
+name: that one), each opened and checked on the driver; a row naming another (or null,
+or no valid name) is refused. ``headers_col``: a ``map<string,string>`` column whose map
+(null or empty: none) becomes the message's headers, not part of the payload.
+``max_rows_per_second``: at most that many rows pushed a second by all the write's tasks
+together (counted in Redis, :mod:`.throttle`; tasks wait for it, never fail for it).
+
 A sink takes a connected :class:`dynoq.Client` (its URL, prefix and connection options,
 TLS included, go to the executors; nothing is printed with secrets) or a URL plus
 ``prefix=`` and redis-py options. It checks the queue on the driver when it is made: the
@@ -29,17 +37,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.batches import RETENTION, Counts, Progress, check_query
 from ..client import Client
 from ..errors import InvalidArgument, InvalidType
+from .job import report, write_dataframe
 from .report import Report, WriteResult, channel, send
 from .rows import RowSpec
 from .target import Target
-from .writer import RowWriter, report, settle, write_dataframe
+from .writer import RowWriter, settle, writer_for
 
 log = logging.getLogger("dynoq.spark")
 QUERY_ID = "sql.streaming.queryId"  # Spark's local property: the query's lasting id
@@ -65,12 +74,12 @@ class QueueSink:
         then deletes the task's record of its pushes: without a channel it expires)."""
         tally = self.writer.push_rows(rows)
         part = _partition()
-        t = self.writer.target
+        w = self.writer
         send(
             self.channel,
             Report(
-                t.queue,
-                t.where,
+                w.label,
+                w.where,
                 f"partition {part}",
                 WriteResult.of([(part, tally.counts)], [(part, r) for r in tally.rejected]),
             ),
@@ -81,7 +90,7 @@ class QueueSink:
     def write(self, df: Any) -> WriteResult:
         """Push a DataFrame in one Spark job; per-partition and total counts."""
         result = write_dataframe(df, self.writer)
-        report(self.writer.target, result, "write")
+        report(self.writer, result, "write")
         return result
 
 
@@ -116,7 +125,7 @@ class BatchSink:
         with self._lock:
             self.history.append((int(batch_id), result))
             self.totals += result.total
-        report(writer.target, result, f"micro-batch {batch_id} of query {query}")
+        report(writer, result, f"micro-batch {batch_id} of query {query}")
         if self.on_batch is not None:
             self.on_batch(int(batch_id), result)
         return result
@@ -183,7 +192,7 @@ def _query_id(df: Any) -> str:
 
 def _writer(
     where: str | Client,
-    queue: str,
+    queue: str | Sequence[str],
     id_col: str,
     key_col: str | None,
     delay_col: str | None,
@@ -192,16 +201,33 @@ def _writer(
     batch_size: int,
     connect_options: Mapping[str, Any],
     retention: float = RETENTION,
+    *,
+    queue_col: str | None,
+    headers_col: str | None,
+    max_rows_per_second: int | None,
 ) -> RowWriter:
-    spec = RowSpec.of(id_col, key_col, delay_col, priority_col, payload_cols)
-    return RowWriter(
-        Target.of(where, queue, connect_options), spec, batch_size, retention=retention
+    spec = RowSpec.of(
+        id_col,
+        key_col,
+        delay_col,
+        priority_col,
+        payload_cols,
+        queue_col=queue_col,
+        headers_col=headers_col,
+    )
+    return writer_for(
+        lambda name: Target.of(where, name, connect_options),
+        queue,
+        spec,
+        batch_size,
+        retention=retention,
+        max_rows_per_second=max_rows_per_second,
     )
 
 
 def partition_sink(
     where: str | Client,
-    queue: str,
+    queue: str | Sequence[str],
     *,
     id_col: str,
     key_col: str | None = None,
@@ -209,6 +235,9 @@ def partition_sink(
     priority_col: str | None = None,
     payload_cols: Iterable[str] | None = None,
     batch_size: int = 1000,
+    queue_col: str | None = None,
+    headers_col: str | None = None,
+    max_rows_per_second: int | None = None,
     schema: Any = None,
     **connect_options: Any,
 ) -> QueueSink:
@@ -219,7 +248,8 @@ def partition_sink(
     empty); ``key_col`` the ordering key (ordered queues only; each partition's rows keep
     their order per key); ``delay_col`` seconds, a due timestamp or a day-time interval;
     ``priority_col`` 0..99; ``payload_cols`` the payload's columns (default: all);
-    ``batch_size`` rows per push (1..100000). ``schema``: the DataFrame's schema
+    ``batch_size`` rows per push (1..100000); ``queue_col``, ``headers_col``,
+    ``max_rows_per_second``: see the module docstring. ``schema``: the DataFrame's schema
     (``df.schema``; recommended): its column types are checked now, and values are stored
     by their Spark type, exactly as every other writer stores them. Without it, by their
     Python type: the same, except that a ``timestamp_ntz`` is taken as local time, a
@@ -241,6 +271,9 @@ def partition_sink(
         payload_cols,
         batch_size,
         connect_options,
+        queue_col=queue_col,
+        headers_col=headers_col,
+        max_rows_per_second=max_rows_per_second,
     )
     if schema is not None:
         writer.check([f.name for f in schema.fields])
@@ -252,7 +285,7 @@ def partition_sink(
 
 def batch_sink(
     where: str | Client,
-    queue: str,
+    queue: str | Sequence[str],
     *,
     id_col: str,
     key_col: str | None = None,
@@ -260,6 +293,9 @@ def batch_sink(
     priority_col: str | None = None,
     payload_cols: Iterable[str] | None = None,
     batch_size: int = 1000,
+    queue_col: str | None = None,
+    headers_col: str | None = None,
+    max_rows_per_second: int | None = None,
     query: str | None = None,
     retention: float = RETENTION,
     keep: int = 100,
@@ -286,6 +322,9 @@ def batch_sink(
         batch_size,
         connect_options,
         retention,
+        queue_col=queue_col,
+        headers_col=headers_col,
+        max_rows_per_second=max_rows_per_second,
     )
     writer.check(streaming=True)
     return BatchSink(writer, query=query, keep=keep, on_batch=on_batch)
@@ -294,7 +333,7 @@ def batch_sink(
 def write(
     df: Any,
     where: str | Client,
-    queue: str,
+    queue: str | Sequence[str],
     *,
     id_col: str,
     key_col: str | None = None,
@@ -302,6 +341,9 @@ def write(
     priority_col: str | None = None,
     payload_cols: Iterable[str] | None = None,
     batch_size: int = 1000,
+    queue_col: str | None = None,
+    headers_col: str | None = None,
+    max_rows_per_second: int | None = None,
     **connect_options: Any,
 ) -> WriteResult:
     """Push a DataFrame now, in one Spark job (Arrow when pandas and pyarrow are
@@ -318,5 +360,8 @@ def write(
             payload_cols,
             batch_size,
             connect_options,
+            queue_col=queue_col,
+            headers_col=headers_col,
+            max_rows_per_second=max_rows_per_second,
         )
     ).write(df)

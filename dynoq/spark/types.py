@@ -107,11 +107,14 @@ def plan(
     key_col: str | None = None,
     delay_col: str | None = None,
     priority_col: str | None = None,
+    queue_col: str | None = None,
+    headers_col: str | None = None,
 ) -> Plan:
     """Check a schema (``StructType.jsonValue()``) for a write, on the driver; the plan
     for the executors. Raises InvalidType naming the column whose type cannot be stored
     or cannot route a message."""
     fields = {f["name"]: f["type"] for f in schema.get("fields", ())}
+    _check_queue_and_headers(fields, queue_col, headers_col)
     for col, what in ((id_col, "id"), (key_col, "key")):
         if col is not None and not (_is_string(fields[col]) or fields[col] in _INTEGRAL):
             raise InvalidType(
@@ -140,6 +143,34 @@ def plan(
     for col in payload_cols:
         check_payload(fields[col], col, col)
     return Plan(tuple((c, json.dumps(fields[c], sort_keys=True)) for c in payload_cols))
+
+
+def _check_queue_and_headers(
+    fields: Mapping[str, Any], queue_col: str | None, headers_col: str | None
+) -> None:
+    """The queue column holds strings (queue names), the headers column string maps."""
+    if queue_col is not None and not _is_string(fields[queue_col]):
+        raise InvalidType(
+            f"queue column {queue_col!r} is {_describe(fields[queue_col])}: it holds the "
+            "name of each row's queue, a string; cast the column to string"
+        )
+    if headers_col is not None:
+        t = fields[headers_col]
+        if not (
+            isinstance(t, Mapping)
+            and t.get("type") == "map"
+            and _is_string(t.get("keyType"))
+            and _is_string(t.get("valueType"))
+        ):
+            shown = (
+                f"map<{_describe(t.get('keyType'))},{_describe(t.get('valueType'))}>"
+                if isinstance(t, Mapping) and t.get("type") == "map"
+                else _describe(t)
+            )
+            raise InvalidType(
+                f"headers column {headers_col!r} is {shown}: headers are a "
+                "map<string,string>; build one (e.g. map('source', src)) or cast the column"
+            )
 
 
 def check_payload(t: Any, col: str, path: str | None = None) -> None:

@@ -38,6 +38,8 @@ class Shared:
     # Concurrent queues: the allocated shards, popped first. Replaced whole (an atomic
     # rebinding), never changed in place, so readers need no lock.
     preferred: list[int] = field(default_factory=list)
+    # A streaming source holds the group (Plan.stands_aside): the workers take nothing.
+    aside: bool = False
     # The QueueGone that stopped the consumer (its queue vanished or was created anew),
     # and what stops it (the facade's: stop() in a thread, or a task, of its own).
     failure: QueueGone | None = None

@@ -101,6 +101,14 @@ class Upkeep:
     async def _rebalance(self, members: list[str]) -> None:
         s = self.shared
         target = s.plan.target(members)
+        aside = s.plan.stands_aside(members)
+        if aside != s.aside:
+            log.warning(
+                "dynoq: a streaming source consumes group %r alone: this consumer %s",
+                s.membership.group,
+                "takes nothing until it stops" if aside else "consumes again",
+            )
+            s.aside = aside
         s.stats.add(rebalances=1)
         if (members, target) != self._recorded:  # history: the rebalances that changed
             await s.membership.record(members, sorted(target))

@@ -177,6 +177,13 @@ class Workers:
         finally:
             self.shared.idle.wake()  # if it was the watcher, another worker takes over
 
+    async def _aside(self, pause: float) -> bool:
+        """Whether a streaming source holds the group (it consumes it alone): if so, wait
+        ``pause`` seconds, taking nothing."""
+        if self.shared.aside:
+            await wait_event(self.shared.stopping, pause)
+        return self.shared.aside
+
     async def _concurrent_loop(self, me: int) -> None:
         # The thread consumer's loop (dynoq.consumer.workers), as a task.
         s = self.shared
@@ -192,6 +199,8 @@ class Workers:
         carried: list[Message] = []
         streak = held = 0
         while not s.stopping.is_set():
+            if not carried and await self._aside(idle):
+                continue
             if carried:
                 n, msgs, carried = held, carried, []
             else:
