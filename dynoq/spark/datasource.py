@@ -28,13 +28,12 @@ messages' headers, not payload), ``maxRowsPerSecond`` (rows a second over all th
 write's tasks, counted in Redis: :mod:`.throttle`); for streaming writes
 ``queryName`` (default: Spark's query id, kept across restarts from one checkpoint) and
 ``retention`` (seconds, default 7 days); for reads ``states`` (comma-separated, default
-"ready,delayed,dead": in-flight messages, "unacked", only when named) and ``schema``
-(DDL, as ``.schema(...)``: the payloads decoded into typed columns, :mod:`.decode`) with
-``mode`` and ``columnNameOfCorruptRecord``; for streaming reads ``group`` (default
-"spark"), ``maxMessagesPerTrigger`` (default 10,000, at most 100,000) and
-``partitionsPerShard`` (default 1, at most 64). Options, the queues (they must exist;
-``keyCol`` needs ordered queues) and the columns' types (:mod:`.types`) are checked on
-the driver before any task starts.
+"ready,delayed,dead": in-flight messages, "unacked", only when named), and ``schema``,
+``mode``, ``columnNameOfCorruptRecord`` (typed reads: :mod:`.decode`); for streaming
+reads ``group`` (default "spark"), ``maxMessagesPerTrigger`` (default 10,000, at most
+100,000) and ``partitionsPerShard`` (default 1, at most 64). Options, the queues (they
+must exist; ``keyCol`` needs ordered queues) and the columns' types (:mod:`.types`) are
+checked on the driver before any task starts.
 
 Each write task returns its partition's counts (pushed, skipped as duplicates, refused,
 invalid) and first refused rows as its commit message; the commit, which Spark runs in a
@@ -339,25 +338,16 @@ class ArrowStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
 # -- reads -----------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class QueueReader(DataSourceReader):
-    """One partition per shard; each scans its shard read-only (claims nothing), a page
-    at a time, and hands Spark each page as one Arrow record batch: the export's columns,
-    or with a ``plan`` (a schema given) the payloads decoded into its columns
-    (:mod:`.decode`)."""
+    """One partition per shard, scanned read-only a page (one Arrow record batch) at a
+    time: the export's columns, or with a ``plan`` the payloads decoded (:mod:`.decode`)."""
 
-    def __init__(
-        self,
-        target: Target,
-        states: tuple[str, ...],
-        shards: int,
-        schema: Any,
-        plan: Plan | None = None,
-    ) -> None:
-        self.target = target
-        self.states = states
-        self.shards = shards
-        self.schema = schema
-        self.plan = plan
+    target: Target
+    states: tuple[str, ...]
+    shards: int
+    schema: Any
+    plan: Plan | None = None
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(shard) for shard in range(self.shards)]
@@ -391,18 +381,13 @@ class DynoqDataSource(DataSource):
         return "dynoq"
 
     def schema(self) -> str:
-        # Spark asks only when the read has no .schema(...): option("schema") is the same.
-        # Options are checked by reader() and streamReader(), each against its own.
-        given = {k.lower(): v for k, v in self.options.items()}.get("schema")
-        return str(given) if given else SCHEMA
+        # asked only without .schema(...); reader() and streamReader() check the options
+        return str({k.lower(): v for k, v in self.options.items()}.get("schema") or SCHEMA)
 
     def reader(self, schema: Any) -> QueueReader:
         opts = _options(self.options, _TARGET | _READ)
-        states = check_states(
-            s.strip() for s in opts.get("states", ",".join(DEFAULT_STATES)).split(",") if s.strip()
-        )
-        plan = read_plan(schema.jsonValue(), opts)  # checked here, on the driver
-        target = Target.from_spark_options(opts)
+        states = check_states(_names(opts.get("states", ",".join(DEFAULT_STATES))))
+        target, plan = Target.from_spark_options(opts), read_plan(schema.jsonValue(), opts)
         return QueueReader(target, states, target.open().settings.shards, schema, plan)
 
     def streamReader(self, schema: Any) -> QueueStreamReader:
