@@ -10,8 +10,12 @@ fails half-way and Spark retries it.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -200,3 +204,39 @@ class StagedReader(QueueStreamReader):
         piece = partition.value
         if piece.first <= self.batch <= piece.last:
             self._hold("read", self.batch)
+
+
+# -- a driver run as its own process, held at a stage and killed there ------------------------
+
+
+def driver_env() -> dict[str, str]:
+    """The environment of a driver process the tests start: dynoq and this folder (the
+    gates, the jobs) on its path."""
+    here = Path(__file__).parent
+    path = [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def kill_when_held(redis_client: Any, args: list[str], stage: str, batch: int, gate: str) -> None:
+    """Start the driver ``args`` told to hold at ``stage`` of ``batch`` (the last argument
+    "<stage>:<batch>:<gate>"), wait until it says it got there (``<gate>:reached``), and
+    SIGKILL it: the JVM and every Python process of its session."""
+    at = f"{stage}:{batch}".encode()
+    job = subprocess.Popen(
+        [*args, f"{stage}:{batch}:{gate}"],
+        env=driver_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        # (a task of an earlier, killed driver may still say where it held: wait for ours)
+        while redis_client.get(f"{gate}:reached") != at and job.poll() is None:
+            assert time.monotonic() < deadline, f"the driver never held at {stage}:{batch}"
+            time.sleep(0.1)
+        assert job.poll() is None, job.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    redis_client.delete(f"{gate}:reached")

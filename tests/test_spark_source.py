@@ -4,8 +4,6 @@ every queue kind (real Spark, real server)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import wait_for
+from spark_gate import driver_env, kill_when_held
 
 import dynoq
 from dynoq.consumer.group import members
@@ -162,44 +161,14 @@ def test_driver_killed_at_each_point_every_message_once_downstream_in_key_order(
     producer.start()
     ledger = Ledger()
     consumer = client.consumer(dst, ledger.handle, group="audit", concurrency=2).start()
-    here = Path(__file__).parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
     checkpoint = tmp / "checkpoint"
     args = [sys.executable, JOB, client.url, client.prefix, "src", "dst", str(checkpoint)]
-    gate = f"{client.prefix}:gate"
     try:
         for stage, batch in KILLS:
-            job = subprocess.Popen(
-                [*args, f"{stage}:{batch}:{gate}"],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            try:
-                at = f"{stage}:{batch}".encode()
-                wait_for(
-                    # (a task of an earlier, killed driver may still say where it held)
-                    lambda job=job, at=at: (  # type: ignore[misc]
-                        client.redis.get(f"{gate}:reached") == at or job.poll() is not None
-                    ),
-                    timeout=300,
-                    what=f"the driver held at {stage} of batch {batch}",
-                )
-                assert job.poll() is None, job.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
-                assert client.redis.get(f"{gate}:reached") == f"{stage}:{batch}".encode()
-            finally:
-                os.killpg(job.pid, signal.SIGKILL)  # the JVM and the driver's Python
-                job.wait()
-            client.redis.delete(f"{gate}:reached")
+            kill_when_held(client.redis, args, stage, batch, f"{client.prefix}:gate")
         producer.join()
         done = subprocess.run(
-            args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600
+            args, env=driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600
         )
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         wait_for(lambda: len(ledger.ids) >= len(events), timeout=60, what="every event consumed")
@@ -404,3 +373,42 @@ def test_several_partitions_per_shard_keep_each_key_in_one(sclient: dynoq.Client
             assert ns == sorted(ns) and len(ns) == 10  # a key's messages, in order
     assert sum(len(k) for k in keys_of) == 6  # no key in two partitions
     r.stop()
+
+
+def test_a_typed_stream_gives_back_the_types_written(
+    spark: Any, sclient: dynoq.Client, tmp: Path
+) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    register(spark)
+    sclient.queue("typed", shards=2)
+    schema = (
+        "event_id string, amount decimal(10,2), at timestamp, day date, "
+        "tags array<string>, attrs map<string,int>, ok boolean"
+    )
+    utc = dt.timezone.utc
+    rows_in = [
+        ("e1", Decimal("12.30"), dt.datetime(2024, 5, 1, 10, tzinfo=utc), dt.date(2024, 5, 1),
+         ["a", "b"], {"x": 1}, True),
+        ("e2", None, None, None, [], {}, False),
+    ]  # fmt: skip
+    df = spark.createDataFrame(rows_in, schema)
+    opts = source_options(sclient, "typed")
+    df.write.format("dynoq").options(**opts).option("idCol", "event_id").mode("append").save()
+    seen = Batches()
+    query = (
+        spark.readStream.format("dynoq")
+        .options(**opts)
+        .schema(df.schema)
+        .load()
+        .writeStream.foreachBatch(seen)
+        .option("checkpointLocation", str(tmp / "ck-typed"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    got = sorted((r for b in seen.rows.values() for r in b), key=lambda r: r["event_id"])
+    want = sorted((r.asDict() for r in df.collect()), key=lambda r: r["event_id"])
+    assert got == want

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
 from helpers import delete_prefix, wait_for
+from spark_gate import driver_env, kill_when_held
 
 import dynoq
 from dynoq.spark import Target
@@ -95,37 +94,11 @@ def test_killed_driver_restarts_from_checkpoint_exactly_once(
     consumer = client.consumer(
         q, ledger.handle, group="audit", concurrency=2, batch_size=20, rebalance_interval=0.5
     ).start()
-    here = Path(__file__).parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
     args = [sys.executable, JOB, client.url, client.prefix, "events", str(src), str(checkpoint)]
-    gate = f"{client.prefix}:gate"
     probe = RowWriter(Target.of(client, "events"), RowSpec.of("event_id")).for_query
     try:
         for stage, batch in KILLS:
-            job = subprocess.Popen(
-                [*args, f"{stage}:{batch}:{gate}"],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            try:
-                wait_for(
-                    partial(_held_or_gone, client, gate, job),
-                    timeout=300,
-                    what=f"the driver held at {stage} of batch {batch}",
-                )
-                assert job.poll() is None, job.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
-                assert client.redis.get(f"{gate}:reached") == f"{stage}:{batch}".encode()
-            finally:
-                os.killpg(job.pid, signal.SIGKILL)  # the JVM and the driver's Python
-                job.wait()
-            client.redis.delete(f"{gate}:reached")
+            kill_when_held(client.redis, args, stage, batch, f"{client.prefix}:gate")
             progress = probe(_query_id(checkpoint)).progress()
             spark_committed = len(_batch_files(checkpoint / "commits"))
             # Where the driver died, as dynoq's records and Spark's checkpoint say:
@@ -136,7 +109,7 @@ def test_killed_driver_restarts_from_checkpoint_exactly_once(
             elif stage == "after-write":
                 assert progress.written == ROWS, progress
         job = subprocess.run(
-            args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300
+            args, env=driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300
         )
         assert job.returncode == 0, job.stderr.decode()[-3000:]
         wait_for(lambda: len(ledger.ids) >= FILES * ROWS, timeout=30, what="every event consumed")
@@ -152,10 +125,6 @@ def test_killed_driver_restarts_from_checkpoint_exactly_once(
     progress = probe(_query_id(checkpoint)).progress()
     assert progress.committed == FILES - 1 and progress.written == 0
     assert q.size() == 0
-
-
-def _held_or_gone(client: dynoq.Client, gate: str, job: subprocess.Popen[bytes]) -> bool:
-    return client.redis.get(f"{gate}:reached") is not None or job.poll() is not None
 
 
 def _query_id(checkpoint: Path) -> str:

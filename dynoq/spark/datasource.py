@@ -68,14 +68,14 @@ from pyspark.sql.datasource import (
 
 from .._core.batches import RETENTION, Counts, check_query
 from .._core.scan import DEFAULT_STATES, check_states
-from .._core.streams import DEFAULT_TRIGGER, check_parts, check_trigger
-from .._core.validate import check_name, check_seconds
+from .._core.validate import check_seconds
 from ..client import Client
 from ..errors import InvalidArgument, QueueGone
 from .decode import Plan, read_plan
 from .export import SCHEMA, arrow_schema, columns, pages
 from .report import Report, WriteResult, channel, send
 from .rows import Rejection, RowSpec
+from .stream import OPTIONS as STREAM_OPTIONS
 from .stream import QueueStreamReader, StreamSettings
 from .target import Target, int_option
 from .writer import Recorded, RowWriter, Tally, settle, writer_for
@@ -99,7 +99,6 @@ _WRITE = {
     "maxrowspersecond",
 }
 _READ = {"states", "schema", "mode", "columnnameofcorruptrecord"}
-_STREAM = {"group", "maxmessagespertrigger", "partitionspershard"}
 _SPARK = {"checkpointlocation", "path"}  # options Spark itself may add
 
 
@@ -391,18 +390,8 @@ class DynoqDataSource(DataSource):
         return QueueReader(target, states, target.open().settings.shards, schema, plan)
 
     def streamReader(self, schema: Any) -> QueueStreamReader:
-        opts = _options(self.options, _TARGET | _STREAM)
-        trigger = check_trigger(
-            int_option(
-                "maxMessagesPerTrigger", opts.get("maxmessagespertrigger", str(DEFAULT_TRIGGER))
-            )
-        )
-        parts = check_parts(int_option("partitionsPerShard", opts.get("partitionspershard", "1")))
-        target = Target.from_spark_options(opts)
-        target.open()  # the queue must exist: checked here, on the driver
-        settings = StreamSettings(
-            target, check_name(opts.get("group", "spark"), "group"), trigger, parts, self._channel
-        )
+        opts = _options(self.options, _TARGET | STREAM_OPTIONS)
+        settings = StreamSettings.of(opts, schema.jsonValue(), self._channel)
         return QueueStreamReader(settings, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +47,18 @@ from ..client import Client
 from ..errors import GroupConflict, InvalidArgument, QueueGone
 from ..message import Message
 from ..queue import Queue
+from .decode import Plan, read_plan
 from .export import arrow_schema, columns
 from .report import send_done, stream_counter
-from .target import Target
+from .target import Target, int_option
 
 log = logging.getLogger("dynoq.spark")
+# Options of a streaming read besides the target's (names lower-cased); a typed read's
+# as a batch read's (dynoq.spark.decode).
+OPTIONS = frozenset(
+    {"group", "maxmessagespertrigger", "partitionspershard", "schema", "mode"}
+    | {"columnnameofcorruptrecord"}
+)
 HEARTBEAT_TTL = 10.0  # seconds a stream's membership outlives its source process
 
 
@@ -64,6 +71,25 @@ class StreamSettings:
     trigger: int
     parts: int
     channel: Any = None  # the session's report channel (dynoq.spark.report)
+    plan: Plan | None = None  # a typed read's (.schema(...)): payloads decoded
+
+    @classmethod
+    def of(cls, opts: Mapping[str, str], schema: Mapping[str, Any], channel: Any) -> StreamSettings:
+        """The settings of ``readStream.format("dynoq")``'s options (names lower-cased;
+        :data:`OPTIONS` besides the target's) for a read of ``schema`` (its JSON value),
+        checked here, on the driver: the queue must exist."""
+        trigger = opts.get("maxmessagespertrigger", str(streams.DEFAULT_TRIGGER))
+        parts = opts.get("partitionspershard", "1")
+        target = Target.from_spark_options(opts)
+        target.open()
+        return cls(
+            target,
+            validate.check_name(opts.get("group", "spark"), "group"),
+            streams.check_trigger(int_option("maxMessagesPerTrigger", trigger)),
+            streams.check_parts(int_option("partitionsPerShard", parts)),
+            channel,
+            read_plan(schema, opts),
+        )
 
 
 @dataclass(frozen=True)
@@ -180,6 +206,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         piece: Slice = partition.value
         arrow = arrow_schema(self.schema)
         read = again = 0
+        plan = self.settings.plan
+        to_columns = columns if plan is None else plan.columns
         q = self._queue()
         ops = StreamOps(q.ops.keys.prefix, q.name, self.settings.group)
         shard = q.ops.shard_keys[piece.shard]
@@ -196,7 +224,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if found:
                     read += len(found)
                     again += sum(f.message.attempts > 1 for f in found)
-                    cols = columns(found)
+                    cols = to_columns(found)
                     yield pa.RecordBatch.from_arrays(
                         [pa.array(cols[f.name], type=f.type) for f in arrow], schema=arrow
                     )
