@@ -94,11 +94,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A module may run its async flavor on fewer backends (``ASYNC_BACKENDS``) to keep
     CI short: the other async items are deselected (reported as such), not skipped.
-    Under pytest-xdist, every Spark test runs in one worker: one JVM and one session."""
+    Under pytest-xdist, every Spark test runs in one worker (one JVM and one session),
+    but those that start drivers of their own (a module's ``OWN_DRIVERS``): another."""
     keep, drop = [], []
     for item in items:
         if _spark(item):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+            # Tests that start drivers of their own (killed, or spark-submit) share no
+            # session: their worker runs them beside the in-process Spark tests.
+            own = getattr(getattr(item, "module", None), "OWN_DRIVERS", ())
+            group = "spark-drivers" if item.name.split("[")[0] in own else "spark"
+            item.add_marker(pytest.mark.xdist_group(group))
         only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", None)
         params = getattr(getattr(item, "callspec", None), "params", {})
         backend = params.get("real_url", params.get("url"))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,20 @@ def kill_when_held(redis_client: Any, args: list[str], stage: str, batch: int, g
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     redis_client.delete(f"{gate}:reached")
+
+
+class Ledger:
+    """What a consumer downstream of a killed driver handled, in order, per key: each
+    message's ``body(msg)`` holds its "key" and "seq"."""
+
+    def __init__(self, body: Callable[[Any], Any] = lambda msg: msg.payload) -> None:
+        self.body = body
+        self.lock = threading.Lock()
+        self.ids: list[str] = []
+        self.seqs: dict[str, list[int]] = {}
+
+    def handle(self, msg: Any) -> None:
+        body = self.body(msg)
+        with self.lock:
+            self.ids.append(msg.id or "")
+            self.seqs.setdefault(body["key"], []).append(body["seq"])

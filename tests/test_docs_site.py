@@ -84,6 +84,7 @@ LAZY = {
     "register": "datasource",
     "queue_dataframe": "datasource",
     "spark_session": "session",
+    "stream_stats": "stream",
 }
 
 

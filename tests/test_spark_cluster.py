@@ -36,6 +36,8 @@ import dynoq
 
 pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Started (and killed) as processes of their own, sharing no session (conftest.py):
+OWN_DRIVERS = ("test_executors_get_dynoq_from_the_archive_only",)
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = str(Path(__file__).with_name("spark_cluster_job.py"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import wait_for
-from spark_gate import driver_env, kill_when_held
+from spark_gate import Ledger, driver_env, kill_when_held
 
 import dynoq
 from dynoq.consumer.group import members
@@ -23,6 +23,8 @@ from dynoq.spark import register, source_options, stream_stats
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.spark
+# Started (and killed) as processes of their own, sharing no session (conftest.py):
+OWN_DRIVERS = ("test_driver_killed_at_each_point_every_message_once_downstream_in_key_order",)
 
 
 class Batches:
@@ -116,21 +118,6 @@ KEYS_N, PER_KEY = 100, 12
 KILLS = [("after-take", 2), ("read", 4), ("after-write", 5), ("after-commit", 7)]
 
 
-class Ledger:
-    """What the downstream consumer handled, per key, in order."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ids: list[str] = []
-        self.seqs: dict[str, list[int]] = {}
-
-    def handle(self, msg: dynoq.Message) -> None:
-        body = json.loads(msg.payload["payload"])
-        with self.lock:
-            self.ids.append(msg.id or "")
-            self.seqs.setdefault(body["key"], []).append(body["seq"])
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_driver_killed_at_each_point_every_message_once_downstream_in_key_order(
@@ -159,7 +146,7 @@ def test_driver_killed_at_each_point_every_message_once_downstream_in_key_order(
 
     producer = threading.Thread(target=produce)
     producer.start()
-    ledger = Ledger()
+    ledger = Ledger(lambda msg: json.loads(msg.payload["payload"]))
     consumer = client.consumer(dst, ledger.handle, group="audit", concurrency=2).start()
     checkpoint = tmp / "checkpoint"
     args = [sys.executable, JOB, client.url, client.prefix, "src", "dst", str(checkpoint)]

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import delete_prefix, wait_for
-from spark_gate import driver_env, kill_when_held
+from spark_gate import Ledger, driver_env, kill_when_held
 
 import dynoq
 from dynoq.spark import Target
@@ -28,6 +27,8 @@ from dynoq.spark.writer import RowWriter
 
 pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Started (and killed) as processes of their own, sharing no session (conftest.py):
+OWN_DRIVERS = ("test_killed_driver_restarts_from_checkpoint_exactly_once",)
 
 JOB = str(Path(__file__).with_name("spark_stream_job.py"))
 FILES, ROWS, KEYS = 6, 300, 20
@@ -43,20 +44,6 @@ def stream_client(request: pytest.FixtureRequest) -> Iterator[dynoq.Client]:
     yield c
     c.close()
     delete_prefix(url, c.prefix)
-
-
-class Ledger:
-    """What the consumer handled, in order, per key."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ids: list[str] = []
-        self.seqs: dict[str, list[int]] = {}
-
-    def handle(self, msg: dynoq.Message) -> None:
-        with self.lock:
-            self.ids.append(msg.id or "")
-            self.seqs.setdefault(msg.payload["key"], []).append(msg.payload["seq"])
 
 
 def write_files(src: Path) -> None:
