@@ -18,6 +18,7 @@ from helpers import wait_for
 from spark_gate import Ledger, driver_env, kill_when_held
 
 import dynoq
+from dynoq._core.streams import StreamOps
 from dynoq.consumer.group import members
 from dynoq.spark import register, source_options, stream_stats
 
@@ -235,6 +236,8 @@ def test_a_replayed_batch_reads_exactly_its_messages_after_their_visibility_ran_
     assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
     counts = stream_stats(sclient, "ev", "g")
     assert (counts.taken, counts.acked, counts.given_back, counts.batches) == (20, 20, 0, 2)
+    ops = StreamOps(sclient.prefix, "ev", "g")
+    assert q.backend.run(ops.read_state())[2] == 2  # finished: no later call walks them
     again.stop()
 
 

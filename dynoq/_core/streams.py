@@ -112,13 +112,19 @@ class StreamOps:
     # -- the stream's state ------------------------------------------------------------
 
     def read_state(self) -> Cmd:
-        """Reply: (run holding the stream or "", its last batch taken)."""
+        """Reply: (run holding the stream or "", its last batch taken, its last batch
+        finished: every batch up to it is acked and forgotten)."""
 
-        def parse(reply: Sequence[Any]) -> tuple[str, int]:
-            run, taken = (text(v) if v is not None else "" for v in reply)
-            return run, int(taken or 0)
+        def parse(reply: Sequence[Any]) -> tuple[str, int, int]:
+            run, taken, done = (text(v) if v is not None else "" for v in reply)
+            return run, int(taken or 0), int(done or 0)
 
-        return Cmd(("HMGET", self.state, "run", "taken"), parse)
+        return Cmd(("HMGET", self.state, "run", "taken", "done"), parse)
+
+    def finished(self, batch: int) -> Cmd:
+        """Record that every batch up to ``batch`` is finished (so no later call walks
+        them again: a stream's batches number in the millions)."""
+        return Cmd(("HSET", self.state, "done", batch))
 
     def count(self, **counts: int) -> list[Cmd]:
         """Add to the stream's counters (what :func:`parse_stats` reads)."""
@@ -127,9 +133,10 @@ class StreamOps:
     def read_stats(self) -> Cmd:
         return Cmd(("HGETALL", self.state), parse_stats)
 
-    def write_state(self, run: str, taken: int) -> list[Cmd]:
+    def write_state(self, run: str, taken: int, done: int | None = None) -> list[Cmd]:
+        fields = ("run", run, "taken", taken) + (() if done is None else ("done", done))
         return [
-            Cmd(("HSET", self.state, "run", run, "taken", taken)),
+            Cmd(("HSET", self.state, *fields)),
             Cmd(("PEXPIRE", self.state, RETENTION_MS)),
         ]
 

@@ -151,7 +151,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark plans a batch only once the last one's sink committed: every batch
             # up to `begin` is done.
             self._done(q, ops, begin.batch)
-            _, taken = q.backend.run(ops.read_state())
+            _, taken, _ = q.backend.run(ops.read_state())
             if taken > begin.batch:  # taken before a crash, never planned: plan it now
                 return Offset(self.run, taken).json()
             want = self._want(limit)
@@ -251,7 +251,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ops = StreamOps(q.ops.keys.prefix, q.name, self.settings.group)
         if self._held:
             return ops
-        run, taken = q.backend.run(ops.read_state())
+        run, taken, done = q.backend.run(ops.read_state())
         if begin.run != self.run:  # Spark resumes a query from its checkpoint
             if run != begin.run:
                 raise InvalidArgument(
@@ -274,8 +274,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         if run != self.run:
             if run:
-                self._release(q, ops, run, taken)
-            q.backend.run(Batch(ops.write_state(self.run, 0)))
+                self._release(q, ops, run, range(done + 1, taken + 1))
+            q.backend.run(Batch(ops.write_state(self.run, 0, 0)))
         self._beat = _Heartbeat(q, group)
         self._held = True
         return ops
@@ -339,12 +339,13 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _done(self, q: Queue, ops: StreamOps, through: int) -> None:
         """Ack the open batches up to ``through`` and forget their records."""
-        state = q.backend.run(ops.read_state())
-        run, taken = state
-        if run != self.run:
+        run, taken, done = q.backend.run(ops.read_state())
+        last = min(through, taken)
+        if run != self.run or last <= done:
             return
-        for batch in range(1, min(through, taken) + 1):
+        for batch in range(done + 1, last + 1):
             self._finish(q, ops, self.run, batch, ack=True)
+        q.backend.run(ops.finished(last))
 
     def _finish(self, q: Queue, ops: StreamOps, run: str, batch: int, *, ack: bool) -> None:
         """Ack (or, for a run given up, give back) one batch's messages on every shard,
@@ -376,10 +377,10 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             counted = ops.count(**{"acked" if ack else "given_back": done})
             q.backend.run(Batch([*ops.forget(keys, run, batch, ids), *counted]))
 
-    def _release(self, q: Queue, ops: StreamOps, run: str, taken: int) -> None:
+    def _release(self, q: Queue, ops: StreamOps, run: str, batches: range) -> None:
         """Give back what an abandoned run (its query gone, its checkpoint with it) had
-        taken and not finished, and forget its records."""
-        for batch in range(1, taken + 1):
+        taken and not finished (``batches``), and forget its records."""
+        for batch in batches:
             self._finish(q, ops, run, batch, ack=False)
         q.backend.run(Batch([ops.drop_run(keys, run) for keys in q.ops.shard_keys]))
         log.warning(
