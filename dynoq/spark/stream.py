@@ -150,8 +150,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ops = self._claim(q, begin)
             # Spark plans a batch only once the last one's sink committed: every batch
             # up to `begin` is done.
-            self._done(q, ops, begin.batch)
-            _, taken, _ = q.backend.run(ops.read_state())
+            taken = self._done(q, ops, begin.batch)
             if taken > begin.batch:  # taken before a crash, never planned: plan it now
                 return Offset(self.run, taken).json()
             want = self._want(limit)
@@ -184,11 +183,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         done = Offset.of(end)
+        if done.run != self.run:  # not claimed yet: the next latestOffset acks it
+            return
         with self._lock:
             q = self._queue()
-            ops = StreamOps(q.ops.keys.prefix, q.name, self.settings.group)
-            if q.backend.run(ops.read_state())[0] == done.run:
-                self._done(q, ops, done.batch)
+            self._done(q, StreamOps(q.ops.keys.prefix, q.name, self.settings.group), done.batch)
 
     def stop(self) -> None:
         with self._lock:
@@ -296,9 +295,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _want(self, limit: ReadLimit | None) -> int:
         if isinstance(limit, ReadMaxRows):
             want = min(limit.max_rows, streams.MAX_TRIGGER)
-        elif limit is None or isinstance(limit, ReadAllAvailable):
-            want = streams.MAX_TRIGGER if limit is not None else self.settings.trigger
-        else:
+        elif isinstance(limit, ReadAllAvailable):
+            want = streams.MAX_TRIGGER
+        else:  # no limit passed (PySpark before 4.2), or one of another kind
             want = self.settings.trigger
         return want if self._budget is None else min(want, self._budget)
 
@@ -337,15 +336,18 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return got
 
-    def _done(self, q: Queue, ops: StreamOps, through: int) -> None:
-        """Ack the open batches up to ``through`` and forget their records."""
-        run, taken, done = q.backend.run(ops.read_state())
+    def _done(self, q: Queue, ops: StreamOps, through: int) -> int:
+        """Ack the open batches up to ``through`` and forget their records; the stream's
+        last batch taken."""
+        state: tuple[str, int, int] = q.backend.run(ops.read_state())
+        run, taken, done = state
         last = min(through, taken)
         if run != self.run or last <= done:
-            return
+            return taken
         for batch in range(done + 1, last + 1):
             self._finish(q, ops, self.run, batch, ack=True)
         q.backend.run(ops.finished(last))
+        return taken
 
     def _finish(self, q: Queue, ops: StreamOps, run: str, batch: int, *, ack: bool) -> None:
         """Ack (or, for a run given up, give back) one batch's messages on every shard,
@@ -372,7 +374,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if acked < len(chunk):
                     # Given back meanwhile (its visibility ran out) and not popped again:
                     # it was handled in this batch all the same, so it goes.
-                    acked += sum(q.remove(m.id) for m in chunk if m.id and q.contains(m.id))
+                    # (remove() is False for the acked ones: they are gone)
+                    acked += sum(q.remove(m.id) for m in chunk if m.id)
                 done += acked
             counted = ops.count(**{"acked" if ack else "given_back": done})
             q.backend.run(Batch([*ops.forget(keys, run, batch, ids), *counted]))
