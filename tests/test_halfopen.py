@@ -269,6 +269,34 @@ def test_every_scheme_ends_within_its_bound_and_recovers(
         assert time.monotonic() - started < 10, "woken by the push, not by its wait's end"
 
 
+@pytest.mark.usefixtures("short_defaults")
+@pytest.mark.parametrize("any_hole", CLUSTER, indirect=True)
+def test_after_a_cut_a_cluster_client_still_loads_scripts_on_every_node(
+    any_hole: Hole, prefix: str
+) -> None:
+    # redis-py before 7.4 dropped a node from its node table on a dropped connection
+    # (dynoq.backend.cluster.keep_nodes): SCRIPT LOAD, sent to "every primary", then
+    # missed the node, and a push to it failed with NOSCRIPT for ever after.
+    with dynoq.connect(any_hole.url, prefix=prefix, **any_hole.options) as client:
+        nodes = client.backend.redis.nodes_manager
+        known = sorted(nodes.nodes_cache)
+        q = client.queue("q", shards=8)
+        q.push_many(list(range(16)))
+        any_hole.cut()
+        for op in ("push", "pop", "stats"):
+            _fails_within(lambda op=op: OPS[op](client, q, None), any_hole.bound)
+        any_hole.restore()
+        base = _works_again(q.stats).ready  # (the push may have got through as it was cut)
+        assert sorted(nodes.nodes_cache) == known
+        for address in any_hole.direct.removeprefix("redis+cluster://").split(","):
+            host, port = address.split(":")
+            with redis.Redis(host=host, port=int(port)) as node:
+                node.script_flush()  # as after a restart: every node must be sent them again
+        ids = [q.push(f"after-{i}") for i in range(40)]  # single pushes: every shard
+        assert len({q.ops.shard_for(i) for i in ids}) == 8
+        assert q.stats().ready == base + 40
+
+
 @pytest.mark.parametrize("op", list(OPS))
 def test_each_operation_ends_within_its_bound_and_works_again(
     plain_hole: Hole, connect_any: Any, prefix: str, op: str

@@ -162,6 +162,36 @@ class Backoff:
         return Pause(seconds, not isinstance(exc, TryAgainError))
 
 
+def keep_nodes(manager: Any) -> None:
+    """Keep a sync cluster's node table whole through dropped connections.
+
+    redis-py before 7.4 (sync) pops a node from ``startup_nodes`` when a connection to
+    it drops, and after a refresh ``startup_nodes`` is the very dict of ``nodes_cache``:
+    the node vanishes from the table while the slot map still routes to it, so a command
+    sent to every primary (SCRIPT LOAD) misses it, and once every node has dropped no
+    refresh can start. Here each refresh leaves ``startup_nodes`` a copy, with the nodes
+    first known put back into it first.
+    """
+    if getattr(manager, "_dynoq_kept", False):
+        return
+    refresh = manager.initialize
+    seeds = {**manager.startup_nodes, **manager.nodes_cache}
+
+    def initialize(*args: Any, **kwargs: Any) -> Any:
+        for name, node in seeds.items():
+            manager.startup_nodes.setdefault(name, node)
+        try:
+            return refresh(*args, **kwargs)
+        finally:
+            if manager.startup_nodes is manager.nodes_cache:
+                manager.startup_nodes = dict(manager.nodes_cache)
+
+    if manager.startup_nodes is manager.nodes_cache:
+        manager.startup_nodes = dict(manager.nodes_cache)
+    manager.initialize = initialize
+    manager._dynoq_kept = True
+
+
 class DynoqCluster(RedisCluster):
     """RedisCluster with a retry window and a per-node batching pipeline (see module doc)."""
 
@@ -181,6 +211,7 @@ class DynoqCluster(RedisCluster):
     def _setup(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        keep_nodes(self.nodes_manager)
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         backoff = Backoff(self.retry_window, self.pool_timeout)
