@@ -163,7 +163,12 @@ def run_block(example: Example, where: str) -> None:
 
 @pytest.mark.parametrize(("example", "where"), BLOCKS)
 def test_doc_block_runs(
-    example: Example, where: str, doc_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    example: Example,
+    where: str,
+    doc_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     code = source_of(example)
     assert not names_a_server(code), (
@@ -173,6 +178,9 @@ def test_doc_block_runs(
     spark = bool(SPARK.search(code))
     if spark:
         pytest.importorskip("pyspark")
+        # The Spark tests' session, started first: the block's spark_session() finds it
+        # (one JVM context in this worker, not one more started and stopped for a block).
+        request.getfixturevalue("spark")
     url = f"redis://{doc_server.host}:{doc_server.port}/0"
     reset(url)
     monkeypatch.setenv("DYNOQ_URL", url)

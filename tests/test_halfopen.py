@@ -275,7 +275,7 @@ def test_after_a_cut_a_cluster_client_still_loads_scripts_on_every_node(
     any_hole: Hole, prefix: str
 ) -> None:
     # redis-py before 7.4 dropped a node from its node table on a dropped connection
-    # (dynoq.backend.cluster.keep_nodes): SCRIPT LOAD, sent to "every primary", then
+    # (dynoq.backend.nodetable): SCRIPT LOAD, sent to "every primary", then
     # missed the node, and a push to it failed with NOSCRIPT for ever after.
     with dynoq.connect(any_hole.url, prefix=prefix, **any_hole.options) as client:
         nodes = client.backend.redis.nodes_manager

@@ -59,6 +59,7 @@ from ..errors import ScriptsNotInstalled
 from .bounds import cluster_bounded
 from .errors import pool_exhausted, refused_load
 from .hosts import credentials, host_list
+from .nodetable import keep_nodes
 
 DEFAULT_RETRY_WINDOW = CLUSTER_RETRY_WINDOW  # > a failover with cluster-node-timeout 15 s
 POOL_PAUSE = 0.005  # seconds between looks at a node's full pool (jittered)
@@ -160,36 +161,6 @@ class Backoff:
                 f"Redis Cluster did not recover within {self.window:g}s: {exc}"
             ) from exc
         return Pause(seconds, not isinstance(exc, TryAgainError))
-
-
-def keep_nodes(manager: Any) -> None:
-    """Keep a sync cluster's node table whole through dropped connections.
-
-    redis-py before 7.4 (sync) pops a node from ``startup_nodes`` when a connection to
-    it drops, and after a refresh ``startup_nodes`` is the very dict of ``nodes_cache``:
-    the node vanishes from the table while the slot map still routes to it, so a command
-    sent to every primary (SCRIPT LOAD) misses it, and once every node has dropped no
-    refresh can start. Here each refresh leaves ``startup_nodes`` a copy, with the nodes
-    first known put back into it first.
-    """
-    if getattr(manager, "_dynoq_kept", False):
-        return
-    refresh = manager.initialize
-    seeds = {**manager.startup_nodes, **manager.nodes_cache}
-
-    def initialize(*args: Any, **kwargs: Any) -> Any:
-        for name, node in seeds.items():
-            manager.startup_nodes.setdefault(name, node)
-        try:
-            return refresh(*args, **kwargs)
-        finally:
-            if manager.startup_nodes is manager.nodes_cache:
-                manager.startup_nodes = dict(manager.nodes_cache)
-
-    if manager.startup_nodes is manager.nodes_cache:
-        manager.startup_nodes = dict(manager.nodes_cache)
-    manager.initialize = initialize
-    manager._dynoq_kept = True
 
 
 class DynoqCluster(RedisCluster):
