@@ -10,7 +10,7 @@
 #   ./dev.sh bench   the core benchmark
 #   ./dev.sh unasync write the sync shells from their asyncio twins (scripts/unasync.py;
 #                    --check, --force)
-#   ./dev.sh floor   the half-open tests on the oldest redis-py pyproject.toml allows
+#   ./dev.sh floor   the half-open and cluster tests on the oldest redis-py pyproject.toml allows
 #   ./dev.sh docs    the documentation site at http://127.0.0.1:8000/ (mkdocs serve)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -87,14 +87,15 @@ case "${1:-test}" in
     shift || true
     exec .venv/bin/python scripts/unasync.py "$@" ;;
   floor)
-    # The bounds on every connection (tests/test_halfopen.py) on the floor redis-py: that
-    # one package in a directory of its own, put in front of the venv's.
+    # The bounds on every connection (tests/test_halfopen.py) and the cluster client
+    # (tests/test_cluster.py: redis-py's own cluster code changed most across versions)
+    # on the floor redis-py: that one package in a directory of its own, put in front.
     shift || true
     floor=$(sed -n 's/.*"redis\[hiredis\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
     dir=.venv/redis-$floor
     [ -d "$dir" ] || .venv/bin/python -m pip install -q --no-deps --target "$dir" "redis==$floor"
     PYTHONPATH=$dir .venv/bin/python -c "import redis; assert redis.__version__ == '$floor', redis.__version__"
-    PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py \
+    PYTHONPATH=$dir exec .venv/bin/python -m pytest tests/test_halfopen.py tests/test_cluster.py \
       -n "${DYNOQ_TEST_WORKERS:-3}" "$@" ;;
   docs)
     shift || true
