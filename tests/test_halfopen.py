@@ -272,7 +272,7 @@ def test_every_scheme_ends_within_its_bound_and_recovers(
 @pytest.mark.usefixtures("short_defaults")
 @pytest.mark.parametrize("any_hole", CLUSTER, indirect=True)
 def test_after_a_cut_a_cluster_client_still_loads_scripts_on_every_node(
-    any_hole: Hole, prefix: str
+    any_hole: Hole, session_cluster: Any, prefix: str
 ) -> None:
     # redis-py before 7.4 dropped a node from its node table on a dropped connection
     # (dynoq.backend.nodetable): SCRIPT LOAD, sent to "every primary", then
@@ -288,13 +288,44 @@ def test_after_a_cut_a_cluster_client_still_loads_scripts_on_every_node(
         any_hole.restore()
         base = _works_again(q.stats).ready  # (the push may have got through as it was cut)
         assert sorted(nodes.nodes_cache) == known
-        for address in any_hole.direct.removeprefix("redis+cluster://").split(","):
-            host, port = address.split(":")
-            with redis.Redis(host=host, port=int(port)) as node:
+        assert set(nodes.startup_nodes) >= set(known)  # a refresh may start from any of them
+        for port in session_cluster.master_ports():
+            with session_cluster.node_client(port) as node:
                 node.script_flush()  # as after a restart: every node must be sent them again
         ids = [q.push(f"after-{i}") for i in range(40)]  # single pushes: every shard
         assert len({q.ops.shard_for(i) for i in ids}) == 8
         assert q.stats().ready == base + 40
+
+
+class _OldNodesManager:
+    """What keep_nodes sees of redis-py < 7.4's sync NodesManager: a refresh makes
+    ``startup_nodes`` the very dict of ``nodes_cache``, from the startup nodes that answer."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.nodes_cache = {n: f"node {n}" for n in names}
+        self.startup_nodes = self.nodes_cache
+
+    def initialize(self) -> None:
+        if not self.startup_nodes:
+            raise RuntimeError("Redis Cluster cannot be connected")
+        table = {n: f"node {n}" for n in "abc"}
+        self.nodes_cache = self.startup_nodes = table
+
+
+def test_keep_nodes_keeps_the_table_apart_from_the_startup_nodes_and_reseeds_them() -> None:
+    from dynoq.backend.nodetable import keep_nodes
+
+    manager = _OldNodesManager(["a", "b", "c"])
+    keep_nodes(manager)
+    wrapped = manager.initialize
+    keep_nodes(manager)  # once only (a DynoqCluster view shares its caller's manager)
+    assert manager.initialize is wrapped
+    for _ in range(2):  # at the start, and after every refresh
+        for name in "abc":
+            manager.startup_nodes.pop(name, None)  # as redis-py does on a dropped connection
+        assert sorted(manager.nodes_cache) == ["a", "b", "c"]  # the table keeps them
+        manager.initialize()  # and a refresh can still start: the first nodes put back
+        assert manager.startup_nodes is not manager.nodes_cache
 
 
 @pytest.mark.parametrize("op", list(OPS))

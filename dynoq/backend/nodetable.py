@@ -20,16 +20,18 @@ def keep_nodes(manager: Any) -> None:
     refresh = manager.initialize
     seeds = {**manager.startup_nodes, **manager.nodes_cache}
 
+    def apart() -> None:
+        if manager.startup_nodes is manager.nodes_cache:
+            manager.startup_nodes = dict(manager.nodes_cache)
+
     def initialize(*args: Any, **kwargs: Any) -> Any:
         for name, node in seeds.items():
             manager.startup_nodes.setdefault(name, node)
         try:
             return refresh(*args, **kwargs)
         finally:
-            if manager.startup_nodes is manager.nodes_cache:
-                manager.startup_nodes = dict(manager.nodes_cache)
+            apart()
 
-    if manager.startup_nodes is manager.nodes_cache:
-        manager.startup_nodes = dict(manager.nodes_cache)
+    apart()
     manager.initialize = initialize
     manager._dynoq_kept = True
