@@ -7,10 +7,11 @@ from typing import Any
 
 import msgpack
 import pytest
+from helpers import nested
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynoq._core import codec, jsontext, validate
+from dynoq._core import codec, delivered, jsontext, validate
 from dynoq._core.keys import QueueKeys, shard_of
 from dynoq.dashboard import format as dash
 from dynoq.errors import RecordError
@@ -155,6 +156,9 @@ def test_any_record_decodes_to_what_dynoq_writes_or_to_a_record_error(
         json.loads(dash.pretty(m.headers))
     shown = codec.readable("id", record, 0, attempts)
     assert (shown.unreadable is None) == (m is not None)
+    # A pop reads its records in one loop, the common ones inline: as readable() does
+    [popped] = delivered.messages([b"id"], [record], [attempts], ["t"], 0, "l", 1 << 20)
+    assert repr(vars(popped)) == repr(vars(codec.readable("id", record, 0, attempts, "t", "l")))
     assert shown.unreadable is None or shown.payload is None
     json.loads(jsontext.to_json(jsontext.message_json(shown)))
     assert dash.payload(shown)
@@ -176,4 +180,63 @@ def test_any_stored_reason_or_delivery_state_reads_without_an_error(raw: bytes) 
         type(t) is str for t in (f.error_type, f.error, f.traceback, f.consumer)
     )
     assert f is None or dash.clock(f.last_failed_at)
-    assert 0 <= codec.attempts_of(raw) <= codec.MAX_ATTEMPTS
+    assert 0 <= delivered.attempts_of(raw) <= codec.MAX_ATTEMPTS
+
+
+@settings(max_examples=1500, deadline=None)
+@given(body=_BODY | _JUNK.map(lambda v: _packed([v])))
+def test_msgspec_reads_a_body_as_msgpack_does_or_leaves_it_to_msgpack(body: bytes) -> None:
+    """codec.read_common (msgspec) gives what msgpack gives, or None (msgpack reads it):
+    never a datetime for a Timestamp, an Ext for an ExtType, or its own error. An
+    array as a map key is the one difference, where msgpack cannot make a dict."""
+    fields = codec.read_common(body)
+    if fields is None:
+        return
+    try:
+        expected = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except TypeError:  # unhashable: an array as a map key (msgspec reads a tuple)
+        assert "(" in repr(fields)
+        return
+    assert repr(fields) == repr(expected)
+
+
+def test_a_record_holding_an_extension_reads_as_msgpack_reads_it() -> None:
+    """Bodies that msgspec would read otherwise (a Timestamp as a datetime) or not at
+    all (its other extensions, nesting past its depth) are msgpack's, in a pop's loop
+    as anywhere."""
+    values = [
+        msgpack.Timestamp(5, 1),
+        {"at": [msgpack.Timestamp(2**33, 999)]},
+        msgpack.ExtType(3, b"x"),
+        nested(1000),
+        255,  # a 0xff byte: read by msgpack, the same
+    ]
+    records = [b"lwz4k2hm,0,0," + _packed([v]) for v in values]
+    got = delivered.messages([b"a"] * 5, records, [1] * 5, ["t"] * 5, 0, None, 1 << 20)
+    assert all(m.unreadable is None for m in got)
+    assert [m.payload for m in got[:3]] == values[:3] and got[4].payload == 255
+    deep, levels = got[3].payload, 0
+    while type(deep) is list:
+        deep, levels = deep[0], levels + 1
+    assert levels == 1000
+
+
+@pytest.mark.parametrize(
+    ("record", "attempts"),
+    [
+        (b"lwz4k2hm,0,0," + _packed([{"order": 1, "user": "alice"}]), 1),
+        (b"lwz4k2hm,0,0," + _packed(["x" * 2000]), 7),  # over the limit below: unreadable
+        (b"lwz4k2hm,0,0,K5:alice" + b"c00a" + _packed([[1, 2]]), 1),  # a message group's
+        (b"lwz4k2hm,0,0,K9:alice" + b"c00a" + _packed([1]), 1),  # its key header broken
+        (b"lwz4k2hm,250,0," + _packed([1]), 2),  # delayed: readable's
+        (b"lwz4k2hm,0,0," + _packed([1, "k", {"h": 1}]), 1),  # headers: readable's
+        (b"lwz4k2hm,0,0," + _packed([1]), -1),  # attempts out of range
+        (b"1717428451738,0,0," + _packed([1]), 1),  # an older, decimal, enqueued time
+    ],
+)
+def test_a_pop_reads_each_record_as_readable_does(record: bytes, attempts: int) -> None:
+    """The common record is read inline (delivered.messages), the rest by readable():
+    each to the same message, its times, token and lease included."""
+    [popped] = delivered.messages([b"id"], [record], [attempts], ["t"], 3, "l", 1000)
+    shown = codec.readable("id", record, 3, attempts, "t", "l", 1000)
+    assert repr(vars(popped)) == repr(vars(shown))

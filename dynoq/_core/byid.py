@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
-from . import codec, validate
+from . import codec, delivered, validate
 from .calls import Batch, Cmd, Flow
 from .queue import QueueOps
 
@@ -144,7 +144,7 @@ def stored(ops: QueueOps, where: Sequence[tuple[int, str]]) -> Flow[list[Message
         if record is None:
             out.append(None)
             continue
-        attempts = codec.attempts_of(state, in_flight is not None)
+        attempts = delivered.attempts_of(state, in_flight is not None)
         m = codec.readable(msg_id, record, shard, attempts, limit=ops.limit)
         m.failure = codec.failure(why)
         out.append(m)

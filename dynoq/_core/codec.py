@@ -6,8 +6,6 @@ see ``lua/lib/record.lua``) and read the priority back, and the body is msgpack 
 ``[payload, key, headers, tag]`` with trailing Nones dropped.
 Never pickle: a queue must not be a code-execution path.
 
-A delivery state (the shard's ``dlv`` hash) is ``b"<attempts>|<saved ready score>|<token>"``.
-
 Decoding is bounded: a record larger than the client's ``max_payload_bytes``, or holding
 more lists and dicts than :data:`MAX_CONTAINERS`, is refused (a crafted 1 MB record of
 empty lists would otherwise expand to tens of MB), and so is a payload that would not
@@ -28,6 +26,7 @@ from collections import deque
 from typing import Any, NamedTuple
 
 import msgpack
+import msgspec
 
 from ..errors import (
     DynoqError,
@@ -66,8 +65,26 @@ class _Budget:
         return value
 
 
-def _no_extension(code: int, data: bytes) -> Any:
+def _no_extension(code: int, data: object) -> Any:
     raise ValueError(f"a msgpack extension (type {code})")
+
+
+# msgspec reads a body in half msgpack's time (benchmarks/bench_decode.py) and as msgpack
+# does, but for extensions (a Timestamp becomes a datetime; its type, -1, is a 0xff byte;
+# the hook refuses the others), which msgpack reads, as it does what msgspec refuses (it
+# says why). An array as a map key msgspec reads as a tuple (msgpack refuses it).
+_msgspec_read = msgspec.msgpack.Decoder(ext_hook=_no_extension).decode
+
+
+def read_common(body: bytes) -> Any:
+    """``body`` (at most MAX_CONTAINERS bytes: its containers are bounded) read by
+    msgspec; None when msgpack must read it (see above)."""
+    if 0xFF in body:  # a byte as an int: a memchr (a bytes needle costs 8 times more)
+        return None
+    try:
+        return _msgspec_read(body)
+    except Exception:  # noqa: BLE001 - msgpack reads it, or says why it cannot
+        return None
 
 
 def unpack(body: bytes, limit: int, *, extensions: bool = True) -> Any:
@@ -76,6 +93,10 @@ def unpack(body: bytes, limit: int, *, extensions: bool = True) -> Any:
     size = len(body)
     if size > limit:
         raise RecordError(f"record body of {size} bytes is over the limit of {limit}")
+    if size <= MAX_CONTAINERS and extensions:
+        fields = read_common(body)
+        if fields is not None:
+            return fields
     try:
         if size <= MAX_CONTAINERS:  # every list or dict takes a byte: no count needed
             if extensions:  # a record read (a hot path: only what it needs)
@@ -268,7 +289,7 @@ def _keyed(msg: Message, limit: int) -> Outgoing:
     return Outgoing(msg_id, 0, 0, body, key, msg.id is None, tag or "")
 
 
-def _key_header(body: bytes) -> tuple[str, bytes]:
+def key_header(body: bytes) -> tuple[str, bytes]:
     """A keyed record's key and the msgpack body after it ("K<len>:<key><seq>" first:
     lua/lib/keyed.lua); RecordError when it is not that."""
     head, colon, rest = body[1:].partition(b":")
@@ -355,7 +376,7 @@ def decode(
         raise RecordError(f"delivery state has attempts out of range: {attempts!r:.40}")
     key = None
     if body[:1] == b"K":  # a message group's record (msgpack bodies start with an array)
-        key, body = _key_header(body)
+        key, body = key_header(body)
     fields = unpack(body, limit)
     if type(fields) is not list or not fields:
         raise RecordError("record body is not a dynoq message")
@@ -403,16 +424,6 @@ def readable(
             lease=lease,
             unreadable=str(exc),
         )
-
-
-def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
-    """The attempts recorded in a delivery state (0 when there is none); of a delivery
-    ``in_flight`` with none, 1: a concurrent queue's first delivery writes no state
-    (lua/lib/delivery.lua in_flight)."""
-    if not state:
-        return 1 if in_flight else 0
-    head = state.split(b"|", 1)[0]  # as lua/lib/delivery.lua reads it: 0 when not a count
-    return int(head) if head.isdigit() and len(head) <= 16 else 0
 
 
 # -- why a message failed (lua/lib/why.lua) -------------------------------------------------

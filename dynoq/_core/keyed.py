@@ -13,13 +13,13 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import KeyState, Message
-from . import codec, validate
+from . import codec, delivered, validate
 from .bounds import SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, int_pair, pairs, text
 from .keys import ShardKeys, shard_of
 from .lua import script
 from .opening import Opened
-from .plain import Kind, Popped, nonce, tokens
+from .plain import Kind, Popped, nonce
 from .settings import QueueSettings
 
 _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), script("knack")
@@ -107,15 +107,14 @@ class Keyed(Kind):
         """The messages of a kpop (or kack with take) reply, from ``start`` on: id,
         record, attempts, fence each; an unreadable one says why (``codec.readable``:
         the caller quarantines it). The score their tokens are made of is the item just
-        before ``start`` (``plain.tokens``)."""
-        read, limit = codec.readable, self.limit
-        made = tokens(reply[start - 1], reply[start + 2 :: 4], nonce)
-        out = []
-        for i, token in zip(range(start, len(reply), 4), made, strict=True):
-            n = int(reply[i + 2])
-            m = read(text(reply[i]), reply[i + 1], shard, n, token, None, limit)
-            m.fence = int(reply[i + 3])
-            out.append(m)
+        before ``start`` (``delivered.tokens``)."""
+        made = delivered.tokens(reply[start - 1], reply[start + 2 :: 4], nonce)
+        attempts = [int(n) for n in reply[start + 2 :: 4]]
+        out = delivered.messages(
+            reply[start::4], reply[start + 1 :: 4], attempts, made, shard, None, self.limit
+        )
+        for m, fence in zip(out, reply[start + 3 :: 4], strict=True):
+            m.fence = int(fence)
         return out
 
     def ack_and_take(
@@ -294,7 +293,7 @@ class Keyed(Kind):
         # in flight: the last delivered; else the head waits (it may have been delivered)
         head = last if in_flight else first
         state = (yield Cmd(("HGET", keys.dlv, head))) if head else None
-        attempts = codec.attempts_of(state, bool(in_flight)) if head else 0
+        attempts = delivered.attempts_of(state, bool(in_flight)) if head else 0
         return KeyState(waiting, in_flight, attempts, int(fence or 1))
 
     def keys_report(self, limit: int = 20) -> Flow[dict[str, list[dict[str, Any]]]]:
@@ -346,7 +345,7 @@ class Keyed(Kind):
                     {
                         "key": m.key,
                         "id": m.id,
-                        "attempts": codec.attempts_of(state),
+                        "attempts": delivered.attempts_of(state),
                         "reason": None if fail is None else f"{fail.error_type}: {fail.error}",
                     }
                 )

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import LEASED, InvalidArgument, RecordError
+from ..errors import LEASED, InvalidArgument
 from ..message import KeyState, Message
 from . import codec, validate
 from .bounds import IDS_CHUNK, SWEEP_LIMIT
-from .calls import Batch, Call, Cmd, Flow, Script, int_pair, text
+from .calls import Batch, Call, Cmd, Flow, Script, int_pair
+from .delivered import messages, tokens
 from .keys import ShardKeys
 from .lua import script
 from .opening import Opened
@@ -252,35 +253,16 @@ class Plain(Kind):
             reply = reply[: -len(others)]
         if reply[0] == 0:
             return [], int(reply[2]), float(reply[1]), seen, False
-        try:
-            return self.decoded(reply, shard, nonce, lease), int(reply[1]), -1.0, seen, False
-        except RecordError:  # one or more unreadable: quarantined, the rest delivered
-            return (
-                self.decoded(reply, shard, nonce, lease, codec.readable),
-                int(reply[1]),
-                -1.0,
-                seen,
-                True,
-            )
+        got = self.decoded(reply, shard, nonce, lease)
+        return got, int(reply[1]), -1.0, seen, any(m.unreadable is not None for m in got)
 
-    def decoded(
-        self,
-        reply: list[Any],
-        shard: int,
-        nonce: str,
-        lease: str,
-        decode: Callable[..., Message] = codec.decode,
-    ) -> list[Message]:
+    def decoded(self, reply: list[Any], shard: int, nonce: str, lease: str) -> list[Message]:
         """The messages of a pop reply (1, rest, the first deliveries' token, then id,
-        record, attempts per message); ``decode``: codec.decode (RecordError for an
-        unreadable record) or codec.readable (a message saying why)."""
-        limit, held = self.limit, lease or None
-        return [
-            decode(reply[i].decode(), reply[i + 1], shard, reply[i + 2], token, held, limit)
-            for i, token in zip(
-                range(3, len(reply), 3), tokens(reply[2], reply[5::3], nonce), strict=True
-            )
-        ]
+        record, attempts per message); an unreadable one says why (the caller
+        quarantines it)."""
+        made = tokens(reply[2], reply[5::3], nonce)
+        held = lease or None
+        return messages(reply[3::3], reply[4::3], reply[5::3], made, shard, held, self.limit)
 
     def ack_calls(self, groups: dict[tuple[int, str], list[str]]) -> list[Call]:
         wake = self.wake if self.settings.ordered else ""
@@ -386,12 +368,3 @@ class Plain(Kind):
 
     def stats_call(self, keys: ShardKeys) -> Call:
         return Call(_STATS, [getattr(keys, f) for f in _STATS.keys], [self.epoch, ""])
-
-
-def tokens(score: Any, attempts: Iterable[Any], nonce: str) -> list[str]:
-    """The delivery token of each message of a pop reply (pop-11.lua, kpop-13.lua, kack's
-    take), given the reply's score and each message's attempts: of a first delivery, the
-    batch's unack score (lua/lib/delivery.lua; "" on an ordered queue: "<nonce>.1"); of
-    any other, "<nonce>.<attempts>"."""
-    first = text(score) or f"{nonce}.1"
-    return [first if n == 1 else f"{nonce}.{n}" for n in attempts]

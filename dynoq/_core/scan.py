@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import Message
-from . import codec
+from . import codec, delivered
 from .calls import Batch, Cmd, Flow, pairs, server_time
 from .queue import QueueOps
 
@@ -97,7 +97,7 @@ def walk_page(
         state, at = _state(zset, score, now)
         if record is None or state not in wanted:
             continue
-        attempts = codec.attempts_of(dlv, zset == "unacked")
+        attempts = delivered.attempts_of(dlv, zset == "unacked")
         m = codec.readable(msg_id, record, shard, attempts, limit=q.limit)
         m.failure = codec.failure(why)
         found.append(Found(m, state, at))
