@@ -12,7 +12,7 @@ from helpers import dead_letter, pop_leased, requeue_shard, shard_keys
 
 import dynoq
 from dynoq import Message
-from dynoq._core import byid
+from dynoq._core import byid, delivered
 
 FLAVORS = ("sync", "async")
 
@@ -667,6 +667,37 @@ def test_ack_many_counts_each_delivery_once(client: dynoq.Client) -> None:
     got = q.pop(10)
     assert q.ack_many([*got, got[0], got[1].id or ""]) == 10
     assert q.ack_many(got) == 0 and q.stats().unacked == 0
+
+
+@pytest.mark.parametrize("ordered", [False, "key"])
+def test_one_ack_of_many_tokens_acks_the_current_deliveries_alone(
+    client: dynoq.Client, ordered: bool | str
+) -> None:
+    """An ack names a batch's shared token once (lua/lib/acks.lua) and every other
+    delivery's own: first deliveries, redeliveries, a stale one and one by id, in one
+    call, ack exactly the current ones."""
+    q = client.queue(f"ack-tokens-{ordered or 'plain'}", shards=1, ordered=ordered)
+    q.push_many([Message(i, id=f"m{i}", key=f"k{i}" if ordered else None) for i in range(5)])
+    first = q.pop(5, visibility=60)
+    assert len({m.token for m in first}) == 1  # one batch, one token
+    for m in first[:2]:
+        assert q.extend(m, 0)  # given back at once: popped again below
+    again = sorted(q.pop(5, visibility=60), key=lambda m: m.id or "")
+    assert [(m.id, m.attempts) for m in again] == [("m0", 2), ("m1", 2)]
+    assert again[0].token != first[0].token  # a redelivery: a token of its own batch
+    mixed = [first[0], again[1], first[2], first[3], "m4"]  # m0 stale, the rest current
+    assert q.ack_many(mixed) == 4
+    assert q.stats().unacked == 1 and q.ack(again[0])
+    assert delivered.ack_args(["a", "T", "b", "U", "c", "T", "d", ""]) == [
+        "T",
+        2,
+        "a",
+        "c",
+        "b",
+        "U",
+        "d",
+        "",
+    ]
 
 
 def test_ensure_many_keeps_the_first_of_a_repeated_id(client: dynoq.Client) -> None:

@@ -82,6 +82,19 @@ def messages(
     return out
 
 
+def ack_args(pairs: Sequence[str]) -> list[str | int]:
+    """An ack's deliveries (lua/lib/acks.lua) from ``pairs`` (id, token, id, token...):
+    the first token once with the ids delivered under it (a pop's first deliveries
+    share one), then the other deliveries' pairs."""
+    ids, toks = pairs[0::2], pairs[1::2]
+    shared = toks[0] if toks else ""
+    same: list[str | int] = [i for i, t in zip(ids, toks, strict=True) if t == shared]
+    if len(same) == len(ids):
+        return [shared, len(same), *same]
+    rest = [x for i, t in zip(ids, toks, strict=True) if t != shared for x in (i, t)]
+    return [shared, len(same), *same, *rest]
+
+
 def attempts_of(state: bytes | None, in_flight: bool = False) -> int:
     """The attempts recorded in a delivery state (0 when there is none); of a delivery
     ``in_flight`` with none, 1: a concurrent queue's first delivery writes no state

@@ -141,7 +141,16 @@ class Keyed(Kind):
         return Call(
             _KACK,
             self.ack_keys[shard],
-            [self.epoch, self.window_ms, self.wake, self.conc, count, vis_ms, made, *ids],
+            [
+                self.epoch,
+                self.window_ms,
+                self.wake,
+                self.conc,
+                count,
+                vis_ms,
+                made,
+                *delivered.ack_args(ids),
+            ],
             parse,
         ), got
 
@@ -163,7 +172,7 @@ class Keyed(Kind):
                             0,
                             0,
                             "",
-                            *ids[i : i + 2000],
+                            *delivered.ack_args(ids[i : i + 2000]),
                         ],
                         check,
                     )

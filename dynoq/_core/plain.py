@@ -20,7 +20,7 @@ from ..message import KeyState, Message
 from . import codec, validate
 from .bounds import IDS_CHUNK, SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, Script, int_pair
-from .delivered import messages, tokens
+from .delivered import ack_args, messages, tokens
 from .keys import ShardKeys
 from .lua import script
 from .opening import Opened
@@ -274,7 +274,13 @@ class Plain(Kind):
                     Call(
                         _ACK,
                         self.ack_keys[shard],
-                        [self.epoch, lease, self.window_ms, wake, *ids[i : i + 2 * IDS_CHUNK]],
+                        [
+                            self.epoch,
+                            lease,
+                            self.window_ms,
+                            wake,
+                            *ack_args(ids[i : i + 2 * IDS_CHUNK]),
+                        ],
                         check,
                     )
                 )

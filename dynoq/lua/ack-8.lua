@@ -6,18 +6,18 @@
   ARGV[3] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
   ARGV[4] wake channel, PUBLISHed when something was acked ("" = never: only on an ordered
           shard does an ack make the next message deliverable)
-  ARGV[5..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
+  ARGV[5] a delivery token T, ARGV[6] a count n, then n ids delivered under T, then pairs:
+          id, delivery token ("" = by id alone: whatever delivery is current) (lib/acks.lua)
   returns: number of messages acked, or GONE or FENCED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/bulk.lua lib/pin.lua
-        lib/done.lua
+        lib/done.lua lib/acks.lua
   flags: allow-oom
 ]]
 local window = int(ARGV[3], 0, MAX_MS)
-if not (#KEYS == 8 and fits(#ARGV, 4, 2, IDS_CHUNK) and window) then return BOUNDS end
+local ids, toks = acks(5, IDS_CHUNK)
+if not (#KEYS == 8 and ids and window) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1]) or fenced(K.lease, ARGV[2])
 if refused then return refused end
-local ids = {}
-for j = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[j] end
 if #ids == 0 then return 0 end
 local deadlines = bulk_read('ZMSCORE', K.unack, ids)
 -- No states but the pin (a concurrent queue's first deliveries): none to read or delete.
@@ -25,7 +25,7 @@ local states = held(K.dlv)
 local dlvs = states and bulk_read('HMGET', K.dlv, ids) or {}
 local done_ids = {}
 for k, id in ipairs(ids) do
-  if deadlines[k] and matches(dlvs[k], ARGV[2 * k + 4], deadlines[k]) then
+  if deadlines[k] and matches(dlvs[k], toks[k], deadlines[k]) then
     done_ids[#done_ids + 1] = id
   end
 end

@@ -12,28 +12,29 @@
   ARGV[4] key_concurrency
   ARGV[5] take: messages to deliver with the reply (0: none), ARGV[6] their visibility
           timeout ms, ARGV[7] nonce (their delivery tokens as kpop-13.lua makes them)
-  ARGV[8..] pairs: id, delivery token ("" = by id alone: whatever delivery is current)
+  ARGV[8] a delivery token T, ARGV[9] a count n, then n ids delivered under T, then pairs:
+          id, delivery token ("" = by id alone: whatever delivery is current) (lib/acks.lua)
   returns: number of messages acked (take 0), or {acked, score, id, record, attempts,
            fence, ...} (take > 0; score as kpop-13.lua returns it); or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
-        lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua
+        lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua lib/acks.lua
   flags: allow-oom
 ]]
 local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
 local take = int(ARGV[5], 0, MAX_BATCH)
-if not (#KEYS == 12 and fits(#ARGV, 7, 2, MAX_BATCH) and window and conc and take
-        and int(ARGV[6], 0, MAX_MS)) then
+local named, tokens = acks(8, MAX_BATCH)
+if not (#KEYS == 12 and named and window and conc and take and int(ARGV[6], 0, MAX_MS)) then
   return BOUNDS
 end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 local reasons = redis.call('EXISTS', K.why) == 1  -- a failure reason to forget, maybe
 local ids, toks, seen = {}, {}, {}
-for j = 8, #ARGV, 2 do
-  if not seen[ARGV[j]] then  -- an id given twice is acked once
-    seen[ARGV[j]] = true
-    ids[#ids + 1] = ARGV[j]
-    toks[#toks + 1] = ARGV[j + 1]
+for k, id in ipairs(named) do
+  if not seen[id] then  -- an id given twice is acked once
+    seen[id] = true
+    ids[#ids + 1] = id
+    toks[#toks + 1] = tokens[k]
   end
 end
 local out = {0, ''}
