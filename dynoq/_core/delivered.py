@@ -88,9 +88,9 @@ def ack_args(pairs: Sequence[str]) -> list[str | int]:
     share one), then the other deliveries' pairs."""
     ids, toks = pairs[0::2], pairs[1::2]
     shared = toks[0] if toks else ""
+    if toks.count(shared) == len(toks):  # a batch (the hot path: no loop in Python)
+        return [shared, len(ids), *ids]
     same: list[str | int] = [i for i, t in zip(ids, toks, strict=True) if t == shared]
-    if len(same) == len(ids):
-        return [shared, len(same), *same]
     rest = [x for i, t in zip(ids, toks, strict=True) if t != shared for x in (i, t)]
     return [shared, len(same), *same, *rest]
 
