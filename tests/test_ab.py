@@ -3,13 +3,14 @@ tables (the tool a change's effect is measured with)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks.ab import ROOT, checkout, report, rows
+from benchmarks.ab import ROOT, bench_dir, check_imports, checkout, report, rows
 from benchmarks.common import table
 
 
@@ -73,3 +74,42 @@ def test_ab_runs_a_benchmark_on_both_revisions(embedded_server: object) -> None:
     assert lines[0].startswith("python -m benchmarks.ab HEAD . bench_core --rounds 2")
     names = {line.split("  ")[0] for line in lines[3:]}
     assert {"push_many | median msgs/s", "push_many | ratio vs raw"} <= names
+
+
+def test_ab_runs_this_trees_benchmark_on_an_older_revision(embedded_server: object) -> None:
+    """bench_drain (where a drain's time goes) on HEAD and this tree, --bench-from ."""
+    url = f"redis://{embedded_server.host}:{embedded_server.port}/0"  # type: ignore[attr-defined]
+    ab = [sys.executable, "-m", "benchmarks.ab", "HEAD", ".", "bench_drain", "--rounds", "1"]
+    done = subprocess.run(
+        [*ab, "--bench-from", ".", "--url", url, "--", "--n", "300"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr
+    names = {line.split("  ")[0] for line in done.stdout.splitlines()[3:]}
+    assert {
+        f"small dict: {part} | median us a message" for part in ("pop, client", "server")
+    } <= names
+
+
+def test_a_range_cell_is_not_read_as_a_figure() -> None:
+    out = table([("part", "median us", "range"), ("pop", "4.31", "4.10-4.90")])
+    assert rows(out) == {"pop | median us": 4.31}
+
+
+def test_bench_from_runs_one_trees_benchmarks_with_each_sides_own_dynoq(tmp_path: Path) -> None:
+    old = checkout("HEAD", tmp_path)
+    assert bench_dir(ROOT, ROOT, tmp_path) == ROOT and bench_dir(old, None, tmp_path) == old
+    shim = bench_dir(old, ROOT, tmp_path)
+    check_imports(old, shim)  # dynoq: the old tree's
+    where = subprocess.run(
+        [sys.executable, "-c", "import benchmarks, dynoq; print(benchmarks.__path__[0])"],
+        cwd=shim,
+        env={**os.environ, "PYTHONPATH": str(old)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert Path(where).resolve() == (ROOT / "benchmarks").resolve()
