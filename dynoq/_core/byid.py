@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
@@ -68,7 +69,7 @@ def ack_many(ops: QueueOps, msgs: Iterable[Message | str]) -> Flow[int]:
     items = validate.check_items(msgs, "ack_many()")
     if not items:
         return 0
-    if all(isinstance(m, Message) for m in items):  # a consumer's batch: no lookup
+    if all(map(isinstance, items, repeat(Message))):  # a consumer's batch: no lookup
         return sum((yield Batch(ops.ack_calls(items))))
     groups: dict[tuple[int, str], list[str]] = defaultdict(list)
     for shard, msg_id, token, lease in (yield from located(ops, items)):

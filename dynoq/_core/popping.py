@@ -338,7 +338,7 @@ class Planner:
             msgs = yield from quarantine(self.ops, msgs, consumer)
         if kind.recurring:
             for m in msgs:  # a recurring message's occurrence: push the next one now
-                sched = occurrence_of(m)
+                sched = occurrence_of(m) if m.headers else None  # most have no headers
                 if sched is not None:
                     yield from ScheduleOps(self.ops).fire_next(sched, shard)
         return msgs, rest, hint, seen

@@ -214,14 +214,20 @@ class QueueOps(Opened):
     def ack_calls(self, msgs: Sequence[Message]) -> list[Call]:
         """Ack calls for popped messages (the hot path: one call per shard and lease);
         each reply is how many were acked."""
-        groups: dict[tuple[int, str], list[str]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[str]] = {}
         shards = self.settings.shards
+        at: tuple[Any, Any] = (None, None)  # the last message's group: most share it
+        group: list[str] = []
         for m in msgs:
-            shard, msg_id = m.shard, m.id
+            shard, msg_id, lease = m.shard, m.id, m.lease or ""
             # shard_of's checks, inline (a drain acks every message); it raises, saying why
             if not (type(shard) is int and msg_id is not None and 0 <= shard < shards):
                 shard, msg_id = self.shard_of(m), m.id or ""
-            groups[(shard, m.lease or "")] += (msg_id, m.token or "")
+            if shard != at[0] or lease != at[1]:
+                at = (shard, lease)
+                group = groups.setdefault(at, [])
+            group.append(msg_id)
+            group.append(m.token or "")
         return self.kind.ack_calls(groups)
 
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
