@@ -43,11 +43,13 @@ def test_never_delivered_before_due(client: dynoq.Client) -> None:
     start = time.monotonic()  # before the push: the calls after it may be slow
     q.push("later", delay=0.4)
     now_id = q.push("now")
-    assert [m.id for m in q.pop(10)] == [now_id]
+    first = q.pop(10)
     stats = q.stats()
     if time.monotonic() - start < 0.3:  # a loaded machine may take the 0.4 s by itself
+        assert [m.id for m in first] == [now_id]
         assert (stats.delayed, stats.ready) == (1, 0)
-    got: list[Message] = []
+    assert now_id in [m.id for m in first]
+    got: list[Message] = [m for m in first if m.id != now_id]  # due by now, if there
     while not got:
         got = q.pop(10)
         if not got:
