@@ -232,8 +232,8 @@ STEPS: tuple[Step, ...] = (
                 "  end",
             ),
             Edit(
-                "if w > 0 and f < conc then ready[#ready + 1] = key end",
-                "if w > 0 and f < conc and s[6] <= 0 then ready[#ready + 1] = key end",
+                "if may then ready[#ready + 1] = key end",
+                "if may and s[6] <= 0 then ready[#ready + 1] = key end",
             ),
         ),
     ),

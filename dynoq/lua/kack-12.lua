@@ -57,7 +57,7 @@ if reasons then bulk('HDEL', K.why, good) end
 -- each acked message frees a slot of its key
 local order, freed = {}, {}
 for k in ipairs(good) do
-  local key = kparse(recs[k])
+  local key = kkey(recs[k])
   if key then
     if not freed[key] then
       freed[key] = 0
@@ -66,12 +66,10 @@ for k in ipairs(good) do
     freed[key] = freed[key] + 1
   end
 end
-local st = kload(K, order)
-for _, key in ipairs(order) do st[key][1] = st[key][1] - freed[key] end
 -- Waiters need the news only when no key was ready (they look again after each wake-up
 -- until they find none): not at every ack.
 local idle = redis.call('EXISTS', K.kturn) == 0
-local woke = kstore(K, order, st, conc) > 0 and idle
+local woke = kfreed(K, order, freed, conc) > 0 and idle
 redis.call('HINCRBY', K.counts, 'acked', acked)
 if window > 0 then remember_acked(K.done, good, window, acked) end
 if take > 0 and redis.call('ZCARD', K.kturn) == 1 then  -- one key alone may deliver

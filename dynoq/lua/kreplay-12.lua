@@ -19,7 +19,7 @@ if refused then return refused end
 local places, n = {}, 0
 for _, id in ipairs(dead_ids(K.dead, ARGV, 5, limit)) do
   local rec = redis.call('HGET', K.msgs, id)
-  local key = kparse(rec)
+  local key = kkey(rec)
   if key and redis.call('ZREM', K.dead, id) == 1 then
     redis.call('HDEL', K.dlv, id)
     places[#places + 1] = id

@@ -51,7 +51,7 @@ end
 redis.call('HDEL', K.msgs, id)
 local items
 if conc then
-  items = {id, kparse(rec), kbody(rec)}
+  items = {id, kkey(rec), kbody(rec)}
 else
   local _, delay = times(rec)
   items = {id, delay or 0, priority(rec), string.match(rec, '^%w+,%d+,%d+,(.*)$')}

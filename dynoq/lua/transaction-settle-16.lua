@@ -55,7 +55,7 @@ if what == 'commit' then
   end
   if not replaced and conc then
     local idle = redis.call('EXISTS', K.kturn) == 0
-    local key, body = kparse(rec), kbody(rec)
+    local key, body = kkey(rec), kbody(rec)
     kplace(K, {id, key, body, stamp(now), kseq(redis.call('INCR', K.seq))}, conc)
     if idle then redis.call('PUBLISH', ARGV[7], '1') end
     redis.call('HINCRBY', K.counts, 'pushed', 1)

@@ -8,7 +8,7 @@
 local function kdrop(K, id, rec, conc)
   local msgs, kwait, unack, delayed, dead, dlv, why =
     K.msgs, K.kwait, K.unack, K.delayed, K.dead, K.dlv, K.why
-  local key = kparse(rec)
+  local key = kkey(rec)
   redis.call('ZREM', dead, id)
   redis.call('HDEL', dlv, id)
   redis.call('HDEL', why, id)

@@ -39,7 +39,8 @@
      kstate, kfence, seq, unack, dlv, delayed, dead, why, done): a script's own `K`
      (dynoq/_core/lua.py), whose header names them
   kprefix(key) -> "<len>:<key>", the key as a record's header holds it
-  kparse(rec) -> key, seq of a keyed record (nil when it is not one)
+  kparse(rec) -> key, seq of a keyed record (nil when it is not one); kkey(rec) -> its
+    key alone (the steps that only free or check a key's slot: no seq string made)
   kprepared(key) -> the header of a prepared (transactional) keyed record: its seq is
     kseq(0), which no placed message has; kreplaced(rec) -> true when a record has a place
     (a push replaced the prepared one); kbody(rec) -> the msgpack body after the header
@@ -48,13 +49,27 @@ local function kprefix(key)
   return kn(#key) .. ':' .. key
 end
 
-local function kparse(rec)
+-- The end of a keyed record's header before its key, the key's length and the seq's
+-- (nil when it is not one): kparse's and kkey's one reading of it.
+local function khead(rec)
   local _, e, n = string.find(rec or '', '^%w+,%d+,%d+,K(%d+):')
   if not e then return nil end
   n = tonumber(n)
   local len = (string.byte(rec, e + n + 1) or 0) - 96
   if len < 1 then return nil end  -- a header cut short (not written by dynoq)
+  return e, n, len
+end
+
+local function kparse(rec)
+  local e, n, len = khead(rec)
+  if not e then return nil end
   return string.sub(rec, e + 1, e + n), string.sub(rec, e + n + 1, e + n + 1 + len)
+end
+
+local function kkey(rec)
+  local e, n = khead(rec)
+  if not e then return nil end
+  return string.sub(rec, e + 1, e + n)
 end
 
 local function kprepared(key)

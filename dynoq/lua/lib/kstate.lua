@@ -3,6 +3,10 @@
   kunpack(v) -> {in flight, waiting, last delivered id, head, tail}; {0, 0, '', '', ''}
                 for none (or a value not written by dynoq)
   kpack(s)   -> the value of such a state (no head or tail when nothing waits)
+  kcount(v)  -> in flight, waiting, and the value from its waiting count on: what an
+                ack changes (the in-flight count alone) without the ids cut out and
+                joined again (0, 0, '' where kunpack gives none); krecount(f, rest) ->
+                that value with f in flight
   uses: lib/knum.lua
 ]]
 local function kunpack(v)
@@ -15,6 +19,18 @@ local function kunpack(v)
     end
   end
   return {0, 0, '', '', ''}
+end
+
+local function kcount(v)
+  if v then
+    local f, w = string.match(v, '^(%d+)|(%d+)|%d+|%d+|')
+    if f then return tonumber(f), tonumber(w), string.sub(v, #f + 2) end
+  end
+  return 0, 0, ''
+end
+
+local function krecount(f, rest)
+  return kn(math.max(f, 0)) .. '|' .. rest
 end
 
 local function kpack(s)

@@ -11,7 +11,16 @@
     is free, the key written back with kput
   kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc) writes them
     back and gives the keys that may deliver a new turn: returns how many got one
+  kfreed(K, order, freed, conc) -> the same for keys whose deliveries ended (freed[key]
+    of them each; an ack): only the in-flight counts change (kcount), the rest of each
+    value is written back as it was read
 ]]
+-- Whether a key's state goes (nothing waits or is in flight) and whether the key may
+-- deliver: the one rule of kput, kstore and kfreed.
+local function kfate(f, w, conc)
+  return f <= 0 and w <= 0, w > 0 and f < conc
+end
+
 local function kget(K, key)
   return kunpack(redis.call('HGET', K.kstate, key))
 end
@@ -20,13 +29,13 @@ end
 -- `untake` takes a turn away.
 local function kput(K, key, s, conc, turn, untake)
   local kstate, kturn, seq = K.kstate, K.kturn, K.seq
-  local f, w = s[1], s[2]
-  if f <= 0 and w <= 0 then
+  local gone, ready = kfate(s[1], s[2], conc)
+  if gone then
     redis.call('HDEL', kstate, key)
   else
     redis.call('HSET', kstate, key, kpack(s))
   end
-  if w > 0 and f < conc then
+  if ready then
     if turn then
       redis.call('ZADD', kturn, turn, key)
     elseif not redis.call('ZSCORE', kturn, key) then  -- a key that has a turn keeps it
@@ -54,33 +63,59 @@ local function kload(K, keys)
   return st
 end
 
-local function kstore(K, order, st, conc)
-  local kstate, kturn, seq = K.kstate, K.kturn, K.seq
-  local sets, dels, ready = {}, {}, {}
-  for _, key in ipairs(order) do
-    local s = st[key]
-    local f, w = s[1], s[2]
-    if f <= 0 and w <= 0 then
-      dels[#dels + 1] = key
-    else
-      sets[#sets + 1] = key
-      sets[#sets + 1] = kpack(s)
-    end
-    if w > 0 and f < conc then ready[#ready + 1] = key end
-  end
-  bulk('HSET', kstate, sets)
-  bulk('HDEL', kstate, dels)
+-- The keys that may deliver get new turns, behind every key waiting (one INCRBY, ZADD NX:
+-- a key that has a turn keeps it); how many got one.
+local function kturns(K, ready)
   local added = 0
   if #ready > 0 then
-    local base = redis.call('INCRBY', seq, #ready) - #ready
+    local base = redis.call('INCRBY', K.seq, #ready) - #ready
     local z = {}
     for i, key in ipairs(ready) do
       z[#z + 1] = base + i
       z[#z + 1] = key
     end
-    for i = 1, #z, 4000 do  -- NX: a key that has a turn keeps it
-      added = added + redis.call('ZADD', kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
+    for i = 1, #z, 4000 do
+      added = added + redis.call('ZADD', K.kturn, 'NX', unpack(z, i, math.min(i + 3999, #z)))
     end
   end
   return added
+end
+
+local function kstore(K, order, st, conc)
+  local sets, dels, ready = {}, {}, {}
+  for _, key in ipairs(order) do
+    local s = st[key]
+    local gone, may = kfate(s[1], s[2], conc)
+    if gone then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = kpack(s)
+    end
+    if may then ready[#ready + 1] = key end
+  end
+  bulk('HSET', K.kstate, sets)
+  bulk('HDEL', K.kstate, dels)
+  return kturns(K, ready)
+end
+
+local function kfreed(K, order, freed, conc)
+  if #order == 0 then return 0 end
+  local raw = bulk_read('HMGET', K.kstate, order)
+  local sets, dels, ready = {}, {}, {}
+  for i, key in ipairs(order) do
+    local f, w, rest = kcount(raw[i])
+    f = f - freed[key]
+    local gone, may = kfate(f, w, conc)
+    if gone then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = krecount(f, rest)
+    end
+    if may then ready[#ready + 1] = key end
+  end
+  bulk('HSET', K.kstate, sets)
+  bulk('HDEL', K.kstate, dels)
+  return kturns(K, ready)
 end

@@ -40,7 +40,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
     local ids, owners, got = {}, {}, {}
     for i, key in ipairs(firsts) do
       local s, link = st[key], links[i]
-      if link and not dead and recs[i] and kparse(recs[i]) ~= key then
+      if link and not dead and recs[i] and kkey(recs[i]) ~= key then
         alien = true  -- not its key's record: left for kpop to dead-letter
       elseif link then  -- unlink the head: its next is the new head (whose prev is not kept)
         local _, nxt = lsplit(link)
@@ -61,7 +61,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
       local z, d, fresh = {}, {}, {}
       for i, id in ipairs(ids) do
         local rec = got[i]
-        if rec and kparse(rec) ~= owners[i] then
+        if rec and kkey(rec) ~= owners[i] then
           redis.call('ZADD', dead, now, id)
           record_why(why, id, now, 'r', '')
           buried = buried + 1
