@@ -58,9 +58,11 @@ SHIPPED = script("kpush").source
 PIPELINE = 100  # single pushes: calls a round trip
 
 # A per-key list in the variants that keep no chain: named from kwait (one hash slot).
-LIST_PUSH = """  for _, key in ipairs(order) do  -- [bench] a list per key, no links
+LIST_PUSH = """  local holding = {}
+  for _, key in ipairs(order) do  -- [bench] a list per key, no links
     local s, mine = st[key], by[key]
     redis.call('RPUSH', kwait .. ':' .. key, unpack(mine))
+    holding[key] = s[2] > 0 and s[1] < conc
     if s[2] <= 0 then s[4] = mine[1] end
     s[2] = s[2] + #mine
     s[5] = mine[#mine]
@@ -218,26 +220,6 @@ STEPS: tuple[Step, ...] = (
         chain=False,
     ),
     Step(
-        "turn re-asserted",
-        "a ZADD NX of every touched key that may deliver, also those already waiting "
-        "(which hold a turn): mends a turn lost by hand; a turn only for keys that had "
-        "nothing waiting (not a guarantee dynoq states: the candidate cheaper layout)",
-        (
-            Edit(
-                "for i, key in ipairs(keys) do st[key] = kunpack(raw[i]) end",
-                "for i, key in ipairs(keys) do\n"
-                "    local s = kunpack(raw[i])\n"
-                "    s[6] = s[2]  -- [bench] waiting before the push\n"
-                "    st[key] = s\n"
-                "  end",
-            ),
-            Edit(
-                "if may then ready[#ready + 1] = key end",
-                "if may and s[6] <= 0 then ready[#ready + 1] = key end",
-            ),
-        ),
-    ),
-    Step(
         "key state",
         "each key's in-flight and waiting counts and its chain's ends (kstate read, "
         "parsed, packed, written back): key_concurrency > 1, O(1) reports per key; "
@@ -246,7 +228,7 @@ STEPS: tuple[Step, ...] = (
             Edit(
                 "  local st = kload(K, order)\n",
                 LIST_ONLY,
-                until="  kstore(K, order, st, conc)\nend\n",
+                until="  kstore(K, order, st, conc, holding)\nend\n",
             ),
         ),
         alone=False,

@@ -46,11 +46,13 @@ local function kplace(K, places, conc)
       end
     end
   end
+  local holding = {}  -- keys that wait with a free slot: they hold a turn (lib/kstore.lua)
   for _, key in ipairs(order) do
     local s, mine = st[key], by[key]
     local prev = ''
     if s[2] > 0 and s[5] ~= '' then
       prev = s[5]
+      holding[key] = s[1] < conc
       s[2] = s[2] + #mine
     else  -- the first to wait (a count without a chain, not written by dynoq: mended)
       s[2], s[4] = #mine, mine[1]
@@ -63,5 +65,5 @@ local function kplace(K, places, conc)
     s[5] = prev
   end
   bulk('HSET', kwait, links)
-  kstore(K, order, st, conc)
+  kstore(K, order, st, conc, holding)
 end

@@ -9,8 +9,12 @@
     loses its turn. Returns whether it may deliver
   kfree(K, key, conc, turn) -> one of a key's deliveries ended (dead-lettered): its slot
     is free, the key written back with kput
-  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc) writes them
-    back and gives the keys that may deliver a new turn: returns how many got one
+  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc, holding)
+    writes them back and gives the keys that may deliver a new turn (ZADD NX: a key that
+    has a turn keeps it), but not those of `holding` (a set, or nil): keys that hold one
+    already (their messages waited before the step and their slots were free, as a push
+    finds them), for which the ZADD would only repeat what every script keeps true.
+    Returns how many got one
   kfreed(K, order, freed, conc) -> the same for keys whose deliveries ended (freed[key]
     of them each; an ack): only the in-flight counts change (kcount), the rest of each
     value is written back as it was read
@@ -81,7 +85,7 @@ local function kturns(K, ready)
   return added
 end
 
-local function kstore(K, order, st, conc)
+local function kstore(K, order, st, conc, holding)
   local sets, dels, ready = {}, {}, {}
   for _, key in ipairs(order) do
     local s = st[key]
@@ -92,7 +96,7 @@ local function kstore(K, order, st, conc)
       sets[#sets + 1] = key
       sets[#sets + 1] = kpack(s)
     end
-    if may then ready[#ready + 1] = key end
+    if may and not (holding and holding[key]) then ready[#ready + 1] = key end
   end
   bulk('HSET', K.kstate, sets)
   bulk('HDEL', K.kstate, dels)
