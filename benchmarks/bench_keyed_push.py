@@ -62,7 +62,7 @@ LIST_PUSH = """  local holding = {}
   for _, key in ipairs(order) do  -- [bench] a list per key, no links
     local s, mine = st[key], by[key]
     redis.call('RPUSH', kwait .. ':' .. key, unpack(mine))
-    holding[key] = s[2] > 0 and s[1] < conc
+    holding[key] = s[2] > 0
     if s[2] <= 0 then s[4] = mine[1] end
     s[2] = s[2] + #mine
     s[5] = mine[#mine]

@@ -408,6 +408,58 @@ def test_pushes_of_many_keep_each_keys_order_as_a_model_does(
     assert q.stats().keys == 0
 
 
+def _turns_whole(client: dynoq.Client, q: dynoq.Queue, conc: int) -> None:
+    """lib/keyed.lua's rule every script keeps, which a push relies on (it gives turns
+    only to keys that had nothing waiting): a key that waits with a free slot has a turn,
+    and a key that has a turn may deliver."""
+    from dynoq._core.keyed import parse_state
+
+    k = q.ops.shard_keys[0]
+    states = {
+        key.decode(): parse_state(raw) for key, raw in client.redis.hgetall(k.kstate).items()
+    }
+    turns = {key.decode() for key in client.redis.zrange(k.kturn, 0, -1)}
+    may = {key for key, (f, w, _, _) in states.items() if w > 0 and f < conc}
+    assert turns == may, (sorted(turns ^ may), states)
+
+
+def test_every_step_keeps_the_turns_whole(client: dynoq.Client) -> None:
+    """A random walk of pushes (to waiting, busy and new keys), pops, acks, nacks with
+    and without a delay, removals and given-back expired deliveries, key_concurrency 2:
+    after each step the keys with a turn are exactly those that may deliver."""
+    import random
+
+    rnd = random.Random(42)
+    q = client.queue("turns", shards=1, ordered="key", key_concurrency=2, max_retries=50)
+    held: list[Message] = []
+    ids = 0
+    for _ in range(150):
+        step = rnd.choice(["push", "push", "pop", "ack", "nack", "later", "remove", "expire"])
+        if step == "push":
+            n = rnd.randint(1, 6)
+            q.push_many(
+                [Message(ids + i, id=f"m{ids + i}", key=f"k{rnd.randint(0, 4)}") for i in range(n)]
+            )
+            ids += n
+        elif step == "pop":
+            held += q.pop(count=rnd.randint(1, 4))
+        elif held and step in ("ack", "nack", "later", "remove", "expire"):
+            m = held.pop(rnd.randrange(len(held)))
+            if step == "ack":
+                q.ack(m)
+            elif step == "nack":
+                q.nack(m)
+            elif step == "later":
+                q.nack(m, delay=0.05)
+            elif step == "remove":
+                q.remove(m.id or "")
+            else:  # its visibility ends now: the next pop gives it back
+                q.extend(m, 0.001)
+                time.sleep(0.01)
+                held += q.pop(count=1)
+        _turns_whole(client, q, 2)
+
+
 def test_waiting_counts_per_shard(client: dynoq.Client) -> None:
     q = client.queue("ev", shards=2, ordered="key", key_concurrency=2)
     q.push_many([Message(i, key=f"k{i % 7}") for i in range(40)])

@@ -21,6 +21,8 @@
           key_concurrency in flight). A pop takes the lowest turn and, if the key may
           deliver more, gives it a new turn from the shard's `seq` (behind every key
           already waiting: round-robin). Keys given back (expired, retry due) take turn 0.
+          Every script keeps it whole: a key that waits with a free slot has a turn, so
+          a push gives one only to a key that had no message waiting before it.
   kstate  hash key -> "<in flight>|<waiting>|<#last>|<#head>|<last><head><tail>" for every
           key with messages waiting or in flight (HLEN = the shard's keys): last, the last
           delivered id; head and tail, the ends of its chain in kwait ("" when none waits).

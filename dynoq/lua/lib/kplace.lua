@@ -46,13 +46,13 @@ local function kplace(K, places, conc)
       end
     end
   end
-  local holding = {}  -- keys that wait with a free slot: they hold a turn (lib/kstore.lua)
+  local holding = {}  -- keys that waited: a turn held, or no free slot (lib/kstore.lua)
   for _, key in ipairs(order) do
     local s, mine = st[key], by[key]
     local prev = ''
     if s[2] > 0 and s[5] ~= '' then
       prev = s[5]
-      holding[key] = s[1] < conc
+      holding[key] = true
       s[2] = s[2] + #mine
     else  -- the first to wait (a count without a chain, not written by dynoq: mended)
       s[2], s[4] = #mine, mine[1]

@@ -11,9 +11,9 @@
     is free, the key written back with kput
   kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc, holding)
     writes them back and gives the keys that may deliver a new turn (ZADD NX: a key that
-    has a turn keeps it), but not those of `holding` (a set, or nil): keys that hold one
-    already (their messages waited before the step and their slots were free, as a push
-    finds them), for which the ZADD would only repeat what every script keeps true.
+    has a turn keeps it), but not those of `holding` (a set, or nil): keys whose
+    messages waited before the step (a push's), which hold one already when they may
+    deliver (lib/keyed.lua's rule), so the ZADD would only repeat it.
     Returns how many got one
   kfreed(K, order, freed, conc) -> the same for keys whose deliveries ended (freed[key]
     of them each; an ack): only the in-flight counts change (kcount), the rest of each
