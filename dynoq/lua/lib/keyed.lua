@@ -56,7 +56,7 @@ end
 local function khead(rec)
   local _, e, n = string.find(rec or '', '^%w+,%d+,%d+,K(%d+):')
   if not e then return nil end
-  n = tonumber(n)
+  n = knum(n)
   local len = (string.byte(rec, e + n + 1) or 0) - 96
   if len < 1 then return nil end  -- a header cut short (not written by dynoq)
   return e, n, len

@@ -2,7 +2,8 @@
   messages in push order, a link "<#prev>|<prev><next>" per message ("" at either end),
   the ends in the key's state.
   uses: lib/knum.lua lib/keyed.lua lib/kstore.lua
-  lsplit(v) -> prev, next of a link ('', '' for one not written by dynoq)
+  lsplit(v) -> prev, next of a link ('', '' for one not written by dynoq); lnext(v) ->
+    its next alone (a pop's unlinking of a head, whose prev is not kept)
   lpack(prev, next) -> the link
   lset(kwait, id, which, to) sets one end of id's link (which: 1 prev, 2 next); a missing
     link stays missing
@@ -10,11 +11,23 @@
     retry without delay): its slot freed, it is linked before the first waiting message
     of its key with a higher seq, and the key takes turn 0 (it goes first)
 ]]
-local function lsplit(v)
+-- Where a link's ids start and its prev's length: lsplit's and lnext's one reading
+local function lcut(v)
   local n, at = string.match(v, '^(%d+)|()')
-  if not n then return '', '' end
-  n = tonumber(n)
+  if not n then return nil end
+  return at, knum(n)
+end
+
+local function lsplit(v)
+  local at, n = lcut(v)
+  if not at then return '', '' end
   return string.sub(v, at, at + n - 1), string.sub(v, at + n)
+end
+
+local function lnext(v)
+  local at, n = lcut(v)
+  if not at then return '' end
+  return string.sub(v, at + n)
 end
 
 local function lpack(prev, nxt)

@@ -1,6 +1,7 @@
 --[[ lib/knum: numbers as text on a keyed shard (lib/keyed.lua): counts in its states and
   links, and the seqs that give each message its place in its key.
-  kn(n) -> n as text, formatted once a call for each n
+  kn(n) -> n as text, formatted once a call for each n; knum(s) -> the number of a
+    count's text (digits), converted once a call for each text
   kseq(n) -> n as a string that sorts as the number: a letter for its length, base 36
   kseqs(first) -> a function returning kseq(first), kseq(first + 1), ... one a call
   uses: lib/record.lua
@@ -15,6 +16,18 @@ local function kn(n)
     KN[n] = t
   end
   return t
+end
+
+-- Back the other way: tonumber is a strtod, and a keyed pop reads half a dozen counts a
+-- message (a state's four, a link's, a record's key length), the same few texts again.
+local NK = {}
+local function knum(s)
+  local n = NK[s]
+  if not n then
+    n = tonumber(s)
+    NK[s] = n
+  end
+  return n
 end
 
 local function kseq(n)

@@ -13,8 +13,8 @@ local function kunpack(v)
   if v then
     local f, w, a, b, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|()')
     if f then
-      a, b = tonumber(a), tonumber(b)
-      return {tonumber(f), tonumber(w), string.sub(v, at, at + a - 1),
+      a, b = knum(a), knum(b)
+      return {knum(f), knum(w), string.sub(v, at, at + a - 1),
               string.sub(v, at + a, at + a + b - 1), string.sub(v, at + a + b)}
     end
   end
@@ -24,7 +24,7 @@ end
 local function kcount(v)
   if v then
     local f, w = string.match(v, '^(%d+)|(%d+)|%d+|%d+|')
-    if f then return tonumber(f), tonumber(w), string.sub(v, #f + 2) end
+    if f then return knum(f), knum(w), string.sub(v, #f + 2) end
   end
   return 0, 0, ''
 end

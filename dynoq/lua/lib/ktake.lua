@@ -43,7 +43,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
       if link and not dead and recs[i] and kkey(recs[i]) ~= key then
         alien = true  -- not its key's record: left for kpop to dead-letter
       elseif link then  -- unlink the head: its next is the new head (whose prev is not kept)
-        local _, nxt = lsplit(link)
+        local nxt = lnext(link)
         ids[#ids + 1] = heads[i]
         owners[#owners + 1] = key
         got[#ids] = recs[i]
