@@ -67,9 +67,25 @@ local function kload(K, keys)
   return st
 end
 
--- The keys that may deliver get new turns, behind every key waiting (one INCRBY, ZADD NX:
--- a key that has a turn keeps it); how many got one.
-local function kturns(K, ready)
+-- Keys' states written back (one HSET, one HDEL) and the keys that may deliver given new
+-- turns behind every key waiting (one INCRBY, ZADD NX: a key that has a turn keeps it),
+-- but not those of `holding`; state(i, key) -> in flight, waiting, value of the i-th key.
+-- How many keys got a turn.
+local function kwrite(K, order, conc, state, holding)
+  local sets, dels, ready = {}, {}, {}
+  for i, key in ipairs(order) do
+    local f, w, value = state(i, key)
+    local gone, may = kfate(f, w, conc)
+    if gone then
+      dels[#dels + 1] = key
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = value
+    end
+    if may and not (holding and holding[key]) then ready[#ready + 1] = key end
+  end
+  bulk('HSET', K.kstate, sets)
+  bulk('HDEL', K.kstate, dels)
   local added = 0
   if #ready > 0 then
     local base = redis.call('INCRBY', K.seq, #ready) - #ready
@@ -86,40 +102,18 @@ local function kturns(K, ready)
 end
 
 local function kstore(K, order, st, conc, holding)
-  local sets, dels, ready = {}, {}, {}
-  for _, key in ipairs(order) do
+  return kwrite(K, order, conc, function(_, key)
     local s = st[key]
-    local gone, may = kfate(s[1], s[2], conc)
-    if gone then
-      dels[#dels + 1] = key
-    else
-      sets[#sets + 1] = key
-      sets[#sets + 1] = kpack(s)
-    end
-    if may and not (holding and holding[key]) then ready[#ready + 1] = key end
-  end
-  bulk('HSET', K.kstate, sets)
-  bulk('HDEL', K.kstate, dels)
-  return kturns(K, ready)
+    return s[1], s[2], kpack(s)
+  end, holding)
 end
 
 local function kfreed(K, order, freed, conc)
   if #order == 0 then return 0 end
   local raw = bulk_read('HMGET', K.kstate, order)
-  local sets, dels, ready = {}, {}, {}
-  for i, key in ipairs(order) do
+  return kwrite(K, order, conc, function(i, key)
     local f, w, rest = kcount(raw[i])
     f = f - freed[key]
-    local gone, may = kfate(f, w, conc)
-    if gone then
-      dels[#dels + 1] = key
-    else
-      sets[#sets + 1] = key
-      sets[#sets + 1] = krecount(f, rest)
-    end
-    if may then ready[#ready + 1] = key end
-  end
-  bulk('HSET', K.kstate, sets)
-  bulk('HDEL', K.kstate, dels)
-  return kturns(K, ready)
+    return f, w, krecount(f, rest)
+  end)
 end
