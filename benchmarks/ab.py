@@ -97,7 +97,8 @@ def rows(output: str) -> dict[str, float]:
     """Every number in a benchmark's tables (common.table: a header line, a line of dashes
     whose runs mark the columns, rows), named ``row | column``: a cell counts when it
     starts with a number ("123,456", "0.80x", "4.2 ms") and is not a list of them (a
-    benchmark's own runs, "9.70 8.12 9.81") nor a range ("1.95-2.10")."""
+    benchmark's own runs, "9.70 8.12 9.81") nor a range ("1.95-2.10"). A column name
+    given twice is numbered from its second ("ratio 2")."""
     found: dict[str, float] = {}
     lines = output.splitlines()
     for i, line in enumerate(lines):
@@ -108,7 +109,7 @@ def rows(output: str) -> dict[str, float]:
         def cells(text: str, spans: list[tuple[int, int]] = spans) -> list[str]:
             return [text[a:b].strip() for a, b in spans]
 
-        header = cells(lines[i - 1])
+        header = _unique(cells(lines[i - 1]))
         gaps = [(b, a) for (_, b), (a, _) in itertools.pairwise(spans)]
         for row in lines[i + 1 :]:
             if not row.strip() or any(row[b:a].strip() for b, a in gaps):
@@ -119,6 +120,16 @@ def rows(output: str) -> dict[str, float]:
                 if match and not (_RUNS.fullmatch(cell) or _SPAN.fullmatch(cell)):
                     found[f"{name} | {column}"] = float(match.group().replace(",", ""))
     return found
+
+
+def _unique(header: list[str]) -> list[str]:
+    """Column names, a repeated one numbered from its second ("ratio", "ratio 2"): else a
+    later column's figures would stand in for an earlier one's under one name."""
+    out: list[str] = []
+    for name in header:
+        n = sum(1 for seen in header[: len(out)] if seen == name)
+        out.append(f"{name} {n + 1}" if n else name)
+    return out
 
 
 def run(

@@ -156,10 +156,10 @@ def main() -> None:
             "work (µs a message)",
             "server CPU",
             "runs",
-            "ratio",
+            "server ratio",
             "in scripts",
             "client CPU",
-            "ratio",
+            "client ratio",
             "wall",
             "msgs/s ratio",
         )

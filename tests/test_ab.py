@@ -94,6 +94,18 @@ def test_ab_runs_this_trees_benchmark_on_an_older_revision(embedded_server: obje
     } <= names
 
 
+def test_a_repeated_column_name_keeps_each_columns_figures() -> None:
+    out = table(
+        [("work", "server", "ratio", "client", "ratio"), ("keyed", "19.6", "1.9x", "8.1", "2.6x")]
+    )
+    assert rows(out) == {
+        "keyed | server": 19.6,
+        "keyed | ratio": 1.9,
+        "keyed | client": 8.1,
+        "keyed | ratio 2": 2.6,
+    }
+
+
 def test_a_range_cell_is_not_read_as_a_figure() -> None:
     out = table([("part", "median us", "range"), ("pop", "4.31", "4.10-4.90")])
     assert rows(out) == {"pop | median us": 4.31}

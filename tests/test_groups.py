@@ -415,9 +415,7 @@ def _turns_whole(client: dynoq.Client, q: dynoq.Queue, conc: int) -> None:
     from dynoq._core.keyed import parse_state
 
     k = q.ops.shard_keys[0]
-    states = {
-        key.decode(): parse_state(raw) for key, raw in client.redis.hgetall(k.kstate).items()
-    }
+    states = {key.decode(): parse_state(raw) for key, raw in client.redis.hgetall(k.kstate).items()}
     turns = {key.decode() for key in client.redis.zrange(k.kturn, 0, -1)}
     may = {key for key, (f, w, _, _) in states.items() if w > 0 and f < conc}
     assert turns == may, (sorted(turns ^ may), states)
