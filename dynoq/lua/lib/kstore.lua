@@ -20,7 +20,7 @@
     value is written back as it was read
 ]]
 -- Whether a key's state goes (nothing waits or is in flight) and whether the key may
--- deliver: the one rule of kput, kstore and kfreed.
+-- deliver: the one rule of kput and kwrite (kstore, kfreed).
 local function kfate(f, w, conc)
   return f <= 0 and w <= 0, w > 0 and f < conc
 end
