@@ -127,7 +127,7 @@ def _unique(header: list[str]) -> list[str]:
     later column's figures would stand in for an earlier one's under one name."""
     out: list[str] = []
     for name in header:
-        n = sum(1 for seen in header[: len(out)] if seen == name)
+        n = header[: len(out)].count(name)
         out.append(f"{name} {n + 1}" if n else name)
     return out
 

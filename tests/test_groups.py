@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import dynoq
 from dynoq import KeyState, Message
 from dynoq._core import codec, inspect, lua
 from dynoq._core.calls import Cmd
+from dynoq._core.keyed import parse_state
 from dynoq.cli import EXIT_USAGE, cli
 
 FLAVORS = ("sync", "async")
@@ -412,8 +414,6 @@ def _turns_whole(client: dynoq.Client, q: dynoq.Queue, conc: int) -> None:
     """lib/keyed.lua's rule every script keeps, which a push relies on (it gives turns
     only to keys that had nothing waiting): a key that waits with a free slot has a turn,
     and a key that has a turn may deliver."""
-    from dynoq._core.keyed import parse_state
-
     k = q.ops.shard_keys[0]
     states = {key.decode(): parse_state(raw) for key, raw in client.redis.hgetall(k.kstate).items()}
     turns = {key.decode() for key in client.redis.zrange(k.kturn, 0, -1)}
@@ -425,8 +425,6 @@ def test_every_step_keeps_the_turns_whole(client: dynoq.Client) -> None:
     """A random walk of pushes (to waiting, busy and new keys), pops, acks, nacks with
     and without a delay, removals and given-back expired deliveries, key_concurrency 2:
     after each step the keys with a turn are exactly those that may deliver."""
-    import random
-
     rnd = random.Random(42)
     q = client.queue("turns", shards=1, ordered="key", key_concurrency=2, max_retries=50)
     held: list[Message] = []
