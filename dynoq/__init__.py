@@ -44,12 +44,13 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
+from .handles import TaskHandle
 from .message import ConsumerStats, KeyState, Message, QueueStats, ShardStats
 from .queue import Queue
 from .retry import DeadLetter, RateLimited, Retry
 from .settings import ConsumerSettings, QueueSettings, TopicSettings
 from .sweeper import Sweeper
-from .tasks import Task, TaskHandle, Tasks
+from .tasks import Task, Tasks
 from .topic import Topic
 from .transactions import Half, Transaction
 

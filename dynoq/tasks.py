@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 68be9db6893067b9: of the text below, an edit by hand does not match).
+# is stale; digest bcdcefe73c2be437: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -15,22 +15,24 @@ the sync one is generated from it (scripts/unasync.py).
 
 from __future__ import annotations
 
-import time
+# no asyncio: a sync app runs each task in a worker thread
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, overload
 
 from ._core import taskapp, validate
 from ._core import tasks as core
 from ._core.callables import call_sync
 from ._core.taskapp import TaskOptions
-from ._core.tasks import TaskInfo, TaskState
-from .errors import InvalidArgument, PayloadTypeError, ResultNotKept, ResultTimeout
+from .errors import InvalidArgument, PayloadTypeError
 from .message import ConsumerStats, Message
 from .settings import ConsumerSettings
 from .client import Client, connect
 from .consumer.many import Consumers
+from .handles import TaskHandle
 from .queue import Queue
+from .transactions import Half
 
 ASYNC = False
 
@@ -40,11 +42,6 @@ def _runner(fn: Callable[..., Any], in_thread: bool) -> Callable[..., Any]:
     thread; a sync function's awaitable result fails its run (nothing awaits it)."""
     sync = functools.partial(call_sync, fn)
     return sync
-
-
-def _now() -> float:
-    """Monotonic seconds."""
-    return time.monotonic()
 
 
 class Tasks:
@@ -89,6 +86,9 @@ class Tasks:
         keep_result: float = 0.0,
         ordered: bool | str | None = None,
         run_in_thread: bool = False,
+        retry_backoff: bool | float = False,
+        retry_backoff_max: float | None = None,
+        retry_jitter: bool | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -106,13 +106,19 @@ class Tasks:
         keep_result: float = 0.0,
         ordered: bool | str | None = None,
         run_in_thread: bool = False,
+        retry_backoff: bool | float = False,
+        retry_backoff_max: float | None = None,
+        retry_jitter: bool | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Declare a task: ``@tasks.task`` or ``@tasks.task(...)`` with its options.
 
         name: default ``module.qualname``; queue: default the app's; retry_delays /
         max_retries: seconds before each retry, and retries after the first run before it
         is dead-lettered (default: the worker's options, then the queue's; the queue's
-        max_retries caps it); timeout: seconds one run may take, and rate_limit: (count,
+        max_retries caps it); retry_backoff: exponential delays in place of retry_delays
+        (True: 1, 2, 4, ... s; a number: that factor), at most retry_backoff_max seconds
+        (default 600), each a random draw from 0 to that with retry_jitter (default True:
+        Celery's full jitter); timeout: seconds one run may take, and rate_limit: (count,
         period seconds), both for the whole queue (its consumer's consume_timeout and
         rate_limit: a task that needs its own goes on its own queue); key: a function of
         the call's arguments giving its ordering key (ordered queues); keep_result:
@@ -135,6 +141,9 @@ class Tasks:
                 keep_result=keep_result,
                 ordered=ordered,
                 run_in_thread=run_in_thread,
+                retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
+                retry_jitter=retry_jitter,
             )
             declared = Task(self, f, options)
             self.registry.add(options, declared)
@@ -262,21 +271,20 @@ class Task:
         kwargs: dict[str, Any] | None = None,
         *,
         delay: float = 0.0,
+        at: datetime | None = None,
         id: str | None = None,
         key: str | None = None,
         priority: int = 0,
     ) -> TaskHandle:
-        """Send a call: after ``delay`` seconds, with ``priority`` (0..99, lower first), an
+        """Send a call: after ``delay`` seconds, or at ``at`` (an aware datetime, by this
+        machine's clock; one in the past: now), with ``priority`` (0..99, lower first), an
         ordering ``key`` (default: the task's key function of the arguments). With an
         ``id`` it is pushed only if no task of that id waits, runs, is dead-lettered or
         has its result kept (push-if-absent: calling twice sends once). Arguments msgpack
         cannot carry are refused (TaskArgumentError naming the argument), and so are
         arguments that do not fit the function (InvalidType): nothing is sent then."""
-        payload = core.call_payload(self.name, args, kwargs)
-        kw = payload["kwargs"]
-        self._arguments.check(args, kw)
-        if key is None and self.options.key is not None:
-            key = self.options.key(*args, **kw)
+        delay = core.delay_until(at, delay)
+        payload, key = self._call(args, kwargs, key)
         q = self.app.queue(self.options.queue)
         try:
             if id is None:
@@ -291,8 +299,38 @@ class Task:
                 task_id = validate.check_id(id, "task id")
                 q.ensure(payload, id=task_id, delay=delay, priority=priority, key=key)
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit, exc) from None
+            raise self._refusal(payload, q, exc) from None
         return TaskHandle(self.app, task_id, task=self, queue=q, key=validate.check_key(key))
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Half:
+        """Send this call transactionally (``Queue.prepare``): stored, never run, until
+        ``half.commit()``; ``half.rollback()`` drops it. Prepare, commit your
+        database transaction, then commit the half; one left undecided is asked about by
+        the queue's checker (``client.checker``), which gets the task's message.
+        ``half.id`` is the task's id (``tasks.handle(half.id)``). Arguments are checked
+        as :meth:`apply` checks them."""
+        payload, key = self._call(args, kwargs, None)
+        q = self.app.queue(self.options.queue)
+        try:
+            return q.prepare(payload, key=key)
+        except PayloadTypeError as exc:
+            raise self._refusal(payload, q, exc) from None
+
+    def _call(
+        self, args: Sequence[Any], kwargs: dict[str, Any] | None, key: str | None
+    ) -> tuple[dict[str, Any], str | None]:
+        """The payload of a call whose arguments fit the function, and its ordering key
+        (``key``, else the task's key function of the arguments)."""
+        payload = core.call_payload(self.name, args, kwargs)
+        self._arguments.check(args, payload["kwargs"])
+        if key is None and self.options.key is not None:
+            key = self.options.key(*args, **payload["kwargs"])
+        return payload, key
+
+    def _refusal(self, payload: dict[str, Any], q: Queue, exc: PayloadTypeError) -> Exception:
+        """The error for a call whose arguments msgpack cannot carry (naming the first)."""
+        args, kw = payload["args"], payload["kwargs"]
+        return core.refusal(self.name, self._arguments, args, kw, q.ops.limit, exc)
 
     def schedule(
         self,
@@ -308,18 +346,14 @@ class Task:
         (UTC), one run per tick however many workers run (the queue's schedules, see
         ``Queue.schedule``). ``id``: the schedule's (default the task's name: give one
         per schedule when a task has several). Returns the first tick (server clock)."""
-        payload = core.call_payload(self.name, args, kwargs)
-        kw = payload["kwargs"]
-        self._arguments.check(args, kw)
-        if key is None and self.options.key is not None:
-            key = self.options.key(*args, **kw)
+        payload, key = self._call(args, kwargs, key)
         q = self.app.queue(self.options.queue)
         try:
             return q.schedule(
                 self.name if id is None else id, payload, every=every, cron=cron, key=key
             )
         except PayloadTypeError as exc:
-            raise core.refusal(self.name, self._arguments, args, kw, q.ops.limit, exc) from None
+            raise self._refusal(payload, q, exc) from None
 
     def unschedule(self, id: str | None = None) -> bool:
         """Stop a schedule of this task (default id: the task's name); False if unknown."""
@@ -329,119 +363,6 @@ class Task:
     def handle(self, id: str, *, key: str | None = None) -> TaskHandle:
         """A handle on this task's call of this id (as :meth:`Tasks.handle`)."""
         return self.app.handle(id, task=self, key=key)
-
-
-class TaskHandle:
-    """A sent call: its ``id``, and what can be asked or done about it from any process
-    (``tasks.handle(id)`` makes one anew)."""
-
-    def __init__(
-        self,
-        app: Tasks,
-        id: str,
-        *,
-        task: Task | None = None,
-        queue: Queue | None = None,
-        key: str | None = None,
-    ) -> None:
-        self.app = app
-        self.id = id
-        self.task = task
-        self.key = key
-        self._where: tuple[Queue, int] | None = None
-        if queue is not None:
-            self._where = (queue, core.routing(queue.ops, id, key))
-
-    def __repr__(self) -> str:
-        return f"<dynoq.TaskHandle {self.id!r} of {self._label()}>"
-
-    def _label(self) -> str:
-        name = "a task" if self.task is None else f"task {self.task.name!r}"
-        return f"{name} (id {self.id!r})"
-
-    def _place(self) -> tuple[Queue, int] | None:
-        """Where the task lives (its queue and shard), found once (None: not found)."""
-        if self._where is None:
-            self.info()
-        return self._where
-
-    def info(self) -> TaskInfo:
-        """Its state, attempts, last failure, due time and kept result (one round trip)."""
-        if self._where is not None:
-            q, shard = self._where
-            info: TaskInfo = q.backend.run(core.state(q.ops, shard, self.id))
-            return info
-        names = (
-            [self.task.options.queue]
-            if self.task is not None
-            else self.app.registry.queues() or [self.app.registry.default_queue]
-        )
-        places: list[tuple[Queue, int]] = []
-        for name in names:
-            q = self.app.queue(name)
-            ops = q.ops
-            if ops.settings.ordered and self.key is None and ops.settings.shards > 1:
-                places += [(q, s) for s in range(ops.settings.shards)]  # routed by a key
-            else:
-                places.append((q, core.routing(ops, self.id, self.key)))
-        if len(places) == 1:
-            self._where = places[0]
-            return self.info()
-        i, found = places[0][0].backend.run(core.locate([(q.ops, s) for q, s in places], self.id))
-        if i >= 0:
-            self._where = places[i]
-        return found  # type: ignore[no-any-return]
-
-    def status(self) -> TaskState:
-        """waiting, delayed, running, retrying, succeeded, dead, cancelled or unknown
-        (an ended task is unknown unless its task keeps results: keep_result)."""
-        info = self.info()
-        return info.state
-
-    def cancel(self) -> bool:
-        """Take the task off its queue if it has not started: it will never run (True).
-        False if it runs, ended or is unknown (nothing changes then)."""
-        where = self._place()
-        if where is None:
-            return False
-        q, shard = where
-        name, keep = (None, 0) if self.task is None else (self.task.name, self.task.keep_ms)
-        return bool(q.backend.run(core.cancel(q.ops, shard, self.id, name, keep)))
-
-    def reschedule(self, *, delay: float) -> bool:
-        """Run it ``delay`` seconds from now instead, if it has not started (True); False
-        otherwise. Refused on ordered queues (OrderedQueueError)."""
-        where = self._place()
-        if where is None:
-            return False
-        return where[0].reschedule(self.id, delay=delay)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Wait for the end (up to ``timeout`` seconds; None: no limit) and return what
-        the task returned. Raises TaskFailed (its last error) when it is dead,
-        TaskCancelled when it was cancelled, ResultTimeout when it had not ended in time,
-        and ResultNotKept at once when its task keeps no result (keep_result=0) or
-        nothing is known of it (its kept result expired, or it never was)."""
-        if self.task is not None and not self.task.keep_ms:
-            raise ResultNotKept(
-                f"{self._label()} keeps no result (keep_result=0): declare "
-                "it with @tasks.task(keep_result=seconds) to wait for one"
-            )
-        if timeout is not None:
-            timeout = validate.check_seconds(timeout, "timeout")
-        start, nap = _now(), 0.005
-        while True:
-            info = self.info()
-            if info.state.ended or info.state is TaskState.UNKNOWN:
-                return core.outcome(info, self._label())
-            left = None if timeout is None else timeout - (_now() - start)
-            if left is not None and left <= 0:
-                raise ResultTimeout(
-                    f"{self._label()} had not ended within {timeout:g}s (it is {info.state.value})"
-                )
-            wait = nap if left is None else min(nap, left)
-            time.sleep(wait)
-            nap = min(nap * 2, 0.2)
 
 
 class Runner:

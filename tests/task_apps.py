@@ -68,6 +68,18 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("again", n)
         raise RuntimeError(f"again {n} failed")
 
+    @app.task(
+        name="backoff",
+        max_retries=3,
+        retry_backoff=100,
+        retry_backoff_max=250,
+        retry_jitter=False,
+        keep_result=30,
+    )
+    def backoff(n: int) -> None:  # 100, 200, then 250 s (capped) before each retry
+        log("backoff", n)
+        raise RuntimeError(f"backoff {n} failed")
+
     @app.task(name="third", max_retries=5, retry_delays=(0.05,), keep_result=30)
     def third(n: int) -> int:  # fails twice, returns on its third run
         assert app.client is not None
@@ -154,6 +166,18 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def again(n: int) -> None:
         await log("again", n)
         raise RuntimeError(f"again {n} failed")
+
+    @app.task(
+        name="backoff",
+        max_retries=3,
+        retry_backoff=100,
+        retry_backoff_max=250,
+        retry_jitter=False,
+        keep_result=30,
+    )
+    async def backoff(n: int) -> None:
+        await log("backoff", n)
+        raise RuntimeError(f"backoff {n} failed")
 
     @app.task(name="third", max_retries=5, retry_delays=(0.05,), keep_result=30)
     async def third(n: int) -> int:

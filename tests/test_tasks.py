@@ -11,6 +11,7 @@ processes, SIGTERM mid-task, and the command line's errors.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -21,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,7 @@ class Synced:
             dynoq.asyncio.Task,
             dynoq.asyncio.TaskHandle,
             dynoq.asyncio.Consumers,
+            dynoq.asyncio.Half,
         )
         return Synced(value, self._loop) if isinstance(value, kinds) else value
 
@@ -172,6 +175,13 @@ def test_declaring_tasks_names_and_refusals(flavor: str) -> None:
         ({"queue": "a:b"}, InvalidArgument, "queue"),
         ({"name": ""}, InvalidArgument, "task name"),
         ({"run_in_thread": True}, InvalidArgument, "run_in_thread"),
+        ({"retry_backoff": True, "retry_delays": [1]}, InvalidArgument, "not both"),
+        ({"retry_backoff_max": 60}, InvalidArgument, "give it too"),
+        ({"retry_jitter": False}, InvalidArgument, "retry_jitter shape retry_backoff"),
+        ({"retry_backoff": 0}, InvalidArgument, "retry_backoff"),
+        ({"retry_backoff": "1"}, InvalidType, "retry_backoff"),
+        ({"retry_backoff": True, "retry_backoff_max": -1}, InvalidArgument, "retry_backoff_max"),
+        ({"retry_backoff": True, "retry_jitter": "yes"}, InvalidType, "retry_jitter"),
     ]
     for options, kind, text in bad:
         with pytest.raises(kind, match=text):
@@ -268,6 +278,53 @@ def test_state_is_derived_from_the_queue_sets(flavor: str) -> None:
     assert "over the limit" in (big.note or "")
     with pytest.raises(dynoq.DeadLetter, match="not a task"):
         core.call_of(dynoq.Message({"task": 1}, id="m"))
+
+
+@pytest.mark.sync_only
+def test_retry_backoff_doubles_up_to_its_cap_and_jitters_below_it(flavor: str) -> None:
+    app = dynoq.Tasks(None)
+    app.task(name="plain", retry_backoff=True, retry_jitter=False)(lambda: None)
+    app.task(name="capped", retry_backoff=0.5, retry_backoff_max=3, max_retries=4)(lambda: None)
+    app.task(name="mine", retry_delays=(7,))(lambda: None)
+    app.task(name="theirs")(lambda: None)
+    policy = app.registry.consumer_settings(
+        app.registry.default_queue, dynoq.ConsumerSettings(retry_delays=(9,), max_retries=6), False
+    ).retry_delays
+    assert isinstance(policy, taskapp.TaskRetries)
+
+    def of(name: str) -> Any:
+        return policy.of(dynoq.Message({"task": name, "args": [], "kwargs": {}}))
+
+    plain, capped = of("plain"), of("capped")
+    assert [plain.delay(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 32, 64]
+    assert plain.delay(10_000) == 600  # Celery's default cap; no overflow however many
+    assert (plain.max_retries, capped.max_retries) == (6, 4)  # the worker's, or its own
+    for n in range(1, 8):
+        ceiling = min(3.0, 0.5 * 2 ** (n - 1))
+        draws = [capped.delay(n) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in draws)  # full jitter: from 0 to the ceiling
+        assert max(draws) > ceiling / 2 and len(set(draws)) > 100  # spread, not one value
+    assert of("mine").delays == (7,) and of("mine").max_retries == 6
+    assert of("theirs").delays == (9,) and of("theirs") is policy
+
+
+@pytest.mark.sync_only
+def test_apply_at_is_a_delay_counted_from_now(flavor: str) -> None:
+    now = time.time()
+    soon = datetime.fromtimestamp(now + 90, timezone.utc)
+    assert core.delay_until(soon, 0.0, now) == pytest.approx(90)
+    berlin = soon.astimezone(timezone(timedelta(hours=2)))  # the same instant elsewhere
+    assert core.delay_until(berlin, 0.0, now) == pytest.approx(90)
+    assert core.delay_until(soon - timedelta(hours=1), 0.0, now) == 0  # past: now
+    assert core.delay_until(None, 5.0, now) == 5.0
+    with pytest.raises(InvalidArgument, match="aware"):
+        core.delay_until(datetime.now(), 0.0, now)
+    with pytest.raises(InvalidType, match="datetime"):
+        core.delay_until(now + 90, 0.0, now)
+    with pytest.raises(InvalidArgument, match="not both"):
+        core.delay_until(soon, 5.0, now)
+    with pytest.raises(InvalidArgument, match="at's distance"):
+        core.delay_until(soon.replace(year=soon.year + 200), 0.0, now)
 
 
 @pytest.mark.sync_only
@@ -418,6 +475,62 @@ def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> No
     assert fa is not None and (fa.error_type, fa.error) == ("RuntimeError", "flaky 7 failed")
     assert fb is not None and (fb.error_type, fb.error) == ("ValueError", "fussy 8 refused")
     assert "flaky" in fa.traceback  # where it failed
+
+
+def test_retry_backoff_sets_each_retrys_due_time(setup: Setup) -> None:
+    # backoff: retry_backoff=100, retry_backoff_max=250, no jitter, max_retries=3
+    h = setup.task("backoff").delay(1)
+    setup.worker(retry_delays=(0.05,))  # the worker's own schedule is not the task's
+    seen: list[Any] = []
+
+    def retrying(runs: int) -> bool:  # state and attempts read at one moment
+        seen.append(h.info())
+        return (seen[-1].state, seen[-1].attempts) == ("retrying", runs)
+
+    for runs, wait in ((1, 100), (2, 200), (3, 250)):
+        wait_for(functools.partial(retrying, runs), what=f"retry {runs}")
+        due = seen[-1].due_at
+        assert due is not None
+        assert due - setup.client.server_time() == pytest.approx(wait, abs=5)
+        assert h.reschedule(delay=0)  # run the retry now, not in minutes
+    with pytest.raises(dynoq.TaskFailed, match="backoff 1 failed"):
+        h.result(timeout=20)
+    assert h.info().attempts == 4 and setup.logged("backoff") == [[1]] * 4
+
+
+def test_apply_at_a_datetime(setup: Setup) -> None:
+    add = setup.task("add")
+    later = add.apply((1, 2), at=datetime.now(timezone.utc) + timedelta(seconds=90))
+    due = later.info().due_at
+    assert later.status() == "delayed" and due is not None
+    assert due - setup.client.server_time() == pytest.approx(90, abs=5)
+    past = add.apply((2, 3), at=datetime.now(timezone.utc) - timedelta(days=1))
+    assert past.status() == "waiting"  # a time in the past: due now
+    with pytest.raises(InvalidArgument, match="aware"):
+        add.apply((1, 2), at=datetime.now())
+    setup.worker()
+    assert past.result(timeout=20) == 5 and later.status() == "delayed"
+
+
+def test_prepare_sends_a_task_only_when_committed(setup: Setup) -> None:
+    add, record = setup.task("add"), setup.task("record")
+    kept = add.prepare(2, 3)
+    dropped = record.prepare("dropped")
+    q = setup.client.queue(task_apps.QUEUE)
+    assert q.stats().prepared == 2
+    with pytest.raises(dynoq.TaskArgumentError, match="'x'"):
+        add.prepare(object(), 1)  # refused as delay refuses it: nothing stored
+    with pytest.raises(InvalidType, match="add"):
+        add.prepare(1)  # does not fit add(x, y)
+    assert q.stats().prepared == 2
+    setup.worker()
+    time.sleep(0.5)
+    assert setup.log() == []  # a half is never delivered
+    assert dropped.rollback() is True and kept.commit() is True
+    assert setup.app.handle(kept.id, task="add").result(timeout=20) == 5
+    time.sleep(0.3)
+    assert setup.logged("record") == [] and setup.logged("add") == [[2, 3]]
+    assert q.stats().prepared == 0
 
 
 def test_a_task_whose_function_returns_an_awaitable_fails_and_never_succeeds(setup: Setup) -> None:

@@ -122,6 +122,43 @@ class RetryPolicy:
         return self.delays[min(max(attempts, 1), len(self.delays)) - 1]
 
 
+MAX_BACKOFF_EXPONENT = 60  # 2**60 s is past any cap: the power stays a float, never huge
+
+
+@dataclass(frozen=True)
+class Backoff(RetryPolicy):
+    """Exponential backoff (Celery's ``retry_backoff``): ``factor * 2**(n - 1)`` seconds
+    before the n-th retry, at most ``maximum``; with ``jitter`` a uniform draw between 0
+    and that (full jitter, Celery's ``retry_jitter``), so that a burst of failures does not
+    come back in one burst. ``delays`` is unused (empty)."""
+
+    factor: float = 1.0
+    maximum: float = 600.0
+    jitter: bool = True
+
+    def delay(self, attempts: int) -> float:
+        power = min(max(attempts, 1) - 1, MAX_BACKOFF_EXPONENT)
+        ceiling = min(self.maximum, self.factor * 2.0**power)
+        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+
+
+def backoff_policy(
+    backoff: object, maximum: object, jitter: object, max_retries: int | None
+) -> Backoff:
+    """The policy of a task's ``retry_backoff`` (True: a factor of 1 s; a number: the
+    factor in seconds), ``retry_backoff_max`` (seconds; None: 600) and ``retry_jitter``
+    (None: True), validated."""
+    if backoff is True:
+        factor = 1.0
+    elif isinstance(backoff, bool):
+        raise InvalidArgument("retry_backoff=False is no backoff: leave it out")
+    else:
+        factor = validate.check_seconds(backoff, "retry_backoff", minimum=0.001)
+    cap = 600.0 if maximum is None else validate.check_seconds(maximum, "retry_backoff_max")
+    spread = validate.check_bool(True if jitter is None else jitter, "retry_jitter")
+    return Backoff((), max_retries, factor, cap, spread)
+
+
 BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0  # seconds
 
 

@@ -15,7 +15,7 @@ from ..errors import InvalidArgument, InvalidType
 from ..message import Message
 from . import validate
 from .callables import is_coroutine_function
-from .retry import DeadLetter, RetryPolicy, check_delays
+from .retry import DeadLetter, RetryPolicy, backoff_policy, check_delays
 from .settings import ConsumerSettings
 
 T = TypeVar("T")
@@ -33,7 +33,9 @@ def task_name(fn: Callable[..., Any]) -> str:
 @dataclass(frozen=True)
 class TaskOptions:
     """A task's options, validated. ``queue``: where its messages go; ``retry_delays`` /
-    ``max_retries``: its own retry policy (None: the worker's); ``timeout``: seconds one
+    ``max_retries``: its own retry policy (None: the worker's), or ``retry_backoff`` (True
+    or a factor in seconds), ``retry_backoff_max`` and ``retry_jitter``: exponential
+    backoff in its place (Celery's names); ``timeout``: seconds one
     run may take (its queue consumer's consume_timeout); ``rate_limit``: (count, period
     seconds) of its queue's consumer group; ``key``: a function of the call's arguments
     giving the ordering key; ``keep_result``: seconds its end state and return value are
@@ -50,6 +52,9 @@ class TaskOptions:
     keep_result: float = 0.0
     ordered: bool | str | None = None
     run_in_thread: bool = False
+    retry_backoff: bool | float = False
+    retry_backoff_max: float | None = None
+    retry_jitter: bool | None = None
 
     def __post_init__(self) -> None:
         validate.check_text(self.name, "task name")
@@ -77,6 +82,30 @@ class TaskOptions:
                 f"ordered must be a bool (or a mode name), got {type(self.ordered).__name__}"
             )
         validate.check_bool(self.run_in_thread, "run_in_thread")
+        if self.retry_backoff is False:
+            given = [
+                what
+                for what in ("retry_backoff_max", "retry_jitter")
+                if getattr(self, what) is not None
+            ]
+            if given:
+                raise InvalidArgument(f"{' and '.join(given)} shape retry_backoff: give it too")
+        elif self.retry_delays is not None:
+            raise InvalidArgument(
+                "give retry_delays (a schedule) or retry_backoff (exponential), not both"
+            )
+        self.retry_policy(RetryPolicy(()))  # checks the backoff's options
+
+    def retry_policy(self, default: RetryPolicy) -> RetryPolicy | None:
+        """This task's own retry policy (None: it takes ``default``, the worker's)."""
+        retries = default.max_retries if self.max_retries is None else self.max_retries
+        if self.retry_backoff is not False:
+            return backoff_policy(
+                self.retry_backoff, self.retry_backoff_max, self.retry_jitter, retries
+            )
+        if self.retry_delays is None and self.max_retries is None:
+            return None
+        return RetryPolicy(self.retry_delays or default.delays, retries)
 
     @property
     def keep_ms(self) -> int:
@@ -256,16 +285,11 @@ class Registry(Generic[T]):
     ) -> ConsumerSettings:
         """The settings of ``queue``'s consumer: ``base`` (the worker's options), with its
         tasks' timeout and rate limit, and a retry policy that picks each task's own
-        (retry_delays and max_retries; a task that sets neither takes the worker's)."""
+        (retry_delays or retry_backoff, and max_retries; a task that sets none of them
+        takes the worker's)."""
         default = RetryPolicy.make(base.retry_delays, ordered=ordered, max_retries=base.max_retries)
-        own = {
-            o.name: RetryPolicy(
-                o.retry_delays or default.delays,
-                default.max_retries if o.max_retries is None else o.max_retries,
-            )
-            for o in self.options()
-            if o.retry_delays is not None or o.max_retries is not None
-        }
+        policies = {o.name: o.retry_policy(default) for o in self.options()}
+        own = {name: policy for name, policy in policies.items() if policy is not None}
         spec = self.spec(queue)
         return dataclasses.replace(
             base,

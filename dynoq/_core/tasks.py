@@ -12,13 +12,16 @@ queue's consumer takes, are decided in :mod:`dynoq._core.taskapp`.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import msgpack
 
 from ..errors import (
+    InvalidArgument,
     InvalidType,
     OrderedQueueError,
     PayloadTypeError,
@@ -124,6 +127,24 @@ def refusal(
                 label,
             )
     return error
+
+
+def delay_until(at: object, delay: float, now: float | None = None) -> float:
+    """The delay of a call sent for ``at`` (an aware datetime, counted by this machine's
+    clock ``now``, default the wall clock; past: 0), or ``delay`` when ``at`` is None."""
+    if at is None:
+        return delay
+    if not isinstance(at, datetime):
+        raise InvalidType(f"at must be a datetime, got {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidArgument(
+            "at must be an aware datetime (with its tzinfo, e.g. datetime.now(timezone.utc)"
+            " + timedelta(...)): a naive one could mean any time zone"
+        )
+    if delay:
+        raise InvalidArgument("give delay= or at=, not both")
+    left = at.timestamp() - (time.time() if now is None else now)
+    return validate.check_seconds(max(left, 0.0), "at's distance from now")
 
 
 def routing(ops: QueueOps, task_id: str, key: str | None) -> int:

@@ -25,9 +25,10 @@ from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer
 from .consumer.many import Consumers
+from .handles import TaskHandle
 from .queue import Queue
 from .sweeper import Sweeper
-from .tasks import Task, TaskHandle, Tasks
+from .tasks import Task, Tasks
 from .topic import Topic
 from .transactions import Half, Transaction
 
