@@ -11,6 +11,7 @@ import logging as _logging
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from ._core.flows import Chain, FlowInfo, Group, Signature
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
 from .checker import Checker
@@ -44,6 +45,7 @@ from .errors import (
     TaskCancelled,
     TaskFailed,
 )
+from .flows import FlowHandle
 from .handles import TaskHandle
 from .message import ConsumerStats, KeyState, Message, QueueStats, ShardStats
 from .queue import Queue
@@ -66,6 +68,7 @@ _logging.getLogger("dynoq").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AwaitableReturned",
+    "Chain",
     "Checker",
     "Client",
     "ConnectionFailed",
@@ -75,6 +78,9 @@ __all__ = [
     "Consumers",
     "DeadLetter",
     "DynoqError",
+    "FlowHandle",
+    "FlowInfo",
+    "Group",
     "GroupConflict",
     "Half",
     "InvalidArgument",
@@ -104,6 +110,7 @@ __all__ = [
     "ServerError",
     "ServerFull",
     "ShardStats",
+    "Signature",
     "Subscription",
     "Sweeper",
     "Task",

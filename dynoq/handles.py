@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/handles.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest c3907b9e8fee9d41: of the text below, an edit by hand does not match).
+# is stale; digest 51374379a15a7e9c: of the text below, an edit by hand does not match).
 """A sent task's handle: its state, its result, and what can be done about it, from any
 process (``tasks.handle(id)``). The decisions are in :mod:`dynoq._core.tasks`. The
 asyncio shell is written by hand; the sync one is generated from it (scripts/unasync.py).
@@ -15,6 +15,7 @@ from ._core import taskapp, validate
 from ._core import tasks as core
 from ._core.taskapp import TaskOptions
 from ._core.tasks import TaskInfo, TaskState
+from ._core.timeouts import Patience
 from .errors import ResultNotKept, ResultTimeout
 from .queue import Queue
 
@@ -35,7 +36,7 @@ class Declared(Protocol):
     options: TaskOptions
 
 
-def _now() -> float:
+def now() -> float:
     """Monotonic seconds."""
     return time.monotonic()
 
@@ -138,16 +139,14 @@ class TaskHandle:
             )
         if timeout is not None:
             timeout = validate.check_seconds(timeout, "timeout")
-        start, nap = _now(), 0.005
+        patience = Patience(timeout, now())
         while True:
             info = self.info()
             if info.state.ended or info.state is TaskState.UNKNOWN:
                 return core.outcome(info, self._label())
-            left = None if timeout is None else timeout - (_now() - start)
-            if left is not None and left <= 0:
+            wait = patience.nap(now())
+            if wait is None:
                 raise ResultTimeout(
                     f"{self._label()} had not ended within {timeout:g}s (it is {info.state.value})"
                 )
-            wait = nap if left is None else min(nap, left)
             time.sleep(wait)
-            nap = min(nap * 2, 0.2)

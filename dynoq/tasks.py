@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest bcdcefe73c2be437: of the text below, an edit by hand does not match).
+# is stale; digest bbb34a57e448155c: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -21,15 +21,20 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, overload
 
-from ._core import taskapp, validate
+from ._core import consuming, taskapp, validate
+from ._core import flows as flow_core
 from ._core import tasks as core
 from ._core.callables import call_sync
+from ._core.flows import Chain, Group, Member, Node, Signature
+from ._core.retry import RetryPolicy
 from ._core.taskapp import TaskOptions
 from .errors import InvalidArgument, PayloadTypeError
 from .message import ConsumerStats, Message
 from .settings import ConsumerSettings
+from . import flows
 from .client import Client, connect
 from .consumer.many import Consumers
+from .flows import FlowHandle
 from .handles import TaskHandle
 from .queue import Queue
 from .transactions import Half
@@ -155,6 +160,37 @@ class Tasks:
         """The task declared under ``name``, or None."""
         return self.registry.get(name)
 
+    # -- workflows: chains, groups, chords (docs/workflows.md) ------------------------------
+
+    def chain(self, *steps: Node) -> Chain:
+        """Steps run one after another, each result the next step's first argument
+        (``a.s() | b.s()`` is the same)."""
+        return flow_core.chain(*steps)
+
+    def group(self, members: Iterable[Node], *, on_failure: str = "fail") -> Group:
+        """Members run at once; the group's value is their results, in order. A member
+        that fails fails the group (``on_failure="fail"``), or is a TaskFailed value
+        in its place (``"continue"``)."""
+        return flow_core.group(members, on_failure)
+
+    def chord(
+        self, members: Group | Iterable[Node], callback: Node, *, on_failure: str = "fail"
+    ) -> Chain:
+        """A group, then ``callback`` with the list of its members' results once every
+        member ended; a member that failed fails the chord (``on_failure="fail"``: the
+        callback never runs), or the callback gets a TaskFailed in its place
+        (``"continue"``)."""
+        return flow_core.chord(members, callback, on_failure)
+
+    def start_flow(self, root: Node) -> FlowHandle:
+        """Start a flow (``root.delay()`` calls this); its handle."""
+        return flows.start(self, root)
+
+    def flow(self, id: str) -> FlowHandle:
+        """A handle on the flow of this id, from any process."""
+        flow_id = validate.check_text(id, "flow id")
+        return flows.FlowHandle(self, self.queue(self.registry.default_queue), flow_id)
+
     def handle(
         self, id: str, *, task: Task | str | None = None, key: str | None = None
     ) -> TaskHandle:
@@ -205,13 +241,10 @@ class Tasks:
             q = self.queue(name)
             if name in keeping:
                 q.backend.run(core.load_keep(q.ops))
-            made.append(
-                client.consumer(
-                    q,
-                    Runner(self, q),
-                    settings=self.registry.consumer_settings(name, base, bool(q.settings.ordered)),
-                )
-            )
+            ordered = bool(q.settings.ordered)
+            settings = self.registry.consumer_settings(name, base, ordered)
+            policy = RetryPolicy.make(settings.retry_delays, ordered=ordered)
+            made.append(client.consumer(q, Runner(self, q, policy), settings=settings))
         return Consumers(made)
 
     def serve(
@@ -360,6 +393,30 @@ class Task:
         q = self.app.queue(self.options.queue)
         return q.unschedule(self.name if id is None else id)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call as a step of a flow: it takes the previous step's result as its
+        first argument (a chain's first step gets none)."""
+        return self._signature(args, kwargs, immutable=False)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call as a step of a flow, with exactly these arguments (immutable: the
+        previous step's result is not passed)."""
+        return self._signature(args, kwargs, immutable=True)
+
+    def _signature(
+        self, args: Sequence[Any], kwargs: dict[str, Any], *, immutable: bool
+    ) -> Signature:
+        payload = core.call_payload(self.name, args, kwargs)
+        return Signature(
+            self.name,
+            self.options.queue,
+            tuple(args),
+            payload["kwargs"],
+            immutable,
+            self.app,
+            self._arguments.check,
+        )
+
     def handle(self, id: str, *, key: str | None = None) -> TaskHandle:
         """A handle on this task's call of this id (as :meth:`Tasks.handle`)."""
         return self.app.handle(id, task=self, key=key)
@@ -370,17 +427,42 @@ class Runner:
     task this app does not declare is dead-lettered at once, with the reason) and leaves
     what its task keeps with the message, for the ack."""
 
-    def __init__(self, app: Tasks, queue: Queue) -> None:
+    def __init__(self, app: Tasks, queue: Queue, policy: RetryPolicy) -> None:
+        self.app = app
+        self.policy = policy
         self.registry = app.registry
         self.ops = queue.ops
+        self._queue = queue
         self.queue = queue.name
 
     def __repr__(self) -> str:
         return f"<dynoq tasks of queue {self.queue!r}>"
 
+    def _step(
+        self, msg: Message, member: Member, task: Task, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run a flow's call, then tell its flow how it ended, before the ack (a call
+        run again walks the same path, and its next step is pushed once): its value,
+        or, when this failure dead-letters it, its failure."""
+        if args:  # its input: a chord that continues passes TaskFailed values on
+            args = [flow_core.with_failures(args[0]), *args[1:]]
+        try:
+            value = task.run(*args, **kwargs)
+            flows.advance(self.app, self._queue, member, value)
+        except Exception as exc:
+            if consuming.buries(msg, exc, self.policy, self.ops.settings.max_retries):
+                marker = flow_core.failure_marker(task.name, str(msg.id), exc)
+                flows.fail(self.app, self._queue, member, marker)
+            raise
+        return value
+
     def __call__(self, msg: Message) -> None:
         name, args, kwargs = core.call_of(msg)
         task = self.registry.runnable(name)
-        value = task.run(*args, **kwargs)
+        member = flow_core.member_of(msg)
+        if member is None:
+            value = task.run(*args, **kwargs)
+        else:
+            value = self._step(msg, member, task, args, kwargs)
         if task.keep_ms:
             msg.keep = core.keep_success(self.ops, msg, name, value, task.keep_ms)

@@ -53,6 +53,20 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("add", x, y)
         return x + y
 
+    @app.task(name="mul")
+    def mul(x: int, y: int) -> int:
+        log("mul", x, y)
+        return x * y
+
+    @app.task(name="total")
+    def total(xs: list[int]) -> int:  # a chord's callback: logs each run
+        log("total", xs)
+        return sum(xs)
+
+    @app.task(name="describe")
+    def describe(xs: list[Any]) -> list[Any]:  # a chord's callback that continues
+        return [f"failed: {x.error_type}" if isinstance(x, dynoq.TaskFailed) else x for x in xs]
+
     @app.task(name="flaky", max_retries=2, retry_delays=(0.05,))
     def flaky(n: int) -> None:
         log("flaky", n)
@@ -151,6 +165,20 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def add(x: int, y: int) -> int:
         await log("add", x, y)
         return x + y
+
+    @app.task(name="mul")
+    async def mul(x: int, y: int) -> int:
+        await log("mul", x, y)
+        return x * y
+
+    @app.task(name="total")
+    async def total(xs: list[int]) -> int:
+        await log("total", xs)
+        return sum(xs)
+
+    @app.task(name="describe")
+    async def describe(xs: list[Any]) -> list[Any]:
+        return [f"failed: {x.error_type}" if isinstance(x, dynoq.TaskFailed) else x for x in xs]
 
     @app.task(name="flaky", max_retries=2, retry_delays=(0.05,))
     async def flaky(n: int) -> None:

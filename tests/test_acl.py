@@ -39,9 +39,11 @@ import dynoq
 from dynoq import acl
 from dynoq._core import byid, grants, validate
 from dynoq._core.keys import (
+    FlowKeys,
     QueueKeys,
     ShardKeys,
     TopicKeys,
+    once_key,
     registry_key,
     result_key,
     topic_registry_key,
@@ -140,6 +142,10 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     add(f"{tag}:wrote:query", "wrote")
     add(f"{tag}:tried:token.1.0", "tried")
     add(result_key(p, "q", 0, "task-1"), "result")
+    add(once_key(p, "q", 0, "flow-1.3"), "once")
+    flow = FlowKeys.of(p, "flow-1")
+    add(flow.plan, "plan")
+    add(flow.flow, "flow")
     return {k: frozenset(v) for k, v in out.items()}
 
 

@@ -230,7 +230,8 @@ def test_every_script_names_its_keys_in_its_header() -> None:
         | {f.name for f in dataclasses.fields(batches.BatchKeys)}
         | {f.name for f in dataclasses.fields(tasks.TaskKeys)}
         | {f.name for f in dataclasses.fields(streams.StreamKeys)}
-        | {"meta", "subs"}
+        | {f.name for f in dataclasses.fields(keys.FlowKeys)}
+        | {"meta", "subs", "once"}  # once: flow-push's marker (keys.once_key)
     )
     for script in lua.SCRIPTS.values():
         assert script.keys and set(script.keys) <= known, script.name

@@ -140,6 +140,7 @@ def test_the_scripts_maxima_are_the_clients_constants() -> None:
 
 def _exercise(client: dynoq.Client) -> None:
     """Every script, called once as dynoq calls it."""
+    from dynoq._core import flows as core_flows
     from dynoq._core import layout
     from dynoq._core import tasks as core_tasks
     from dynoq._core.batches import Attempt, BatchOps
@@ -210,6 +211,16 @@ def _exercise(client: dynoq.Client) -> None:
     topic.subscribe("readers")  # subscription
     topic.publish("news")  # publish
     topic.prepare("news?").commit()  # transaction-publish
+    app = dynoq.Tasks(client, queue="hostile-flows")
+    step = app.task(name="step")(lambda x: x)
+    flow = (step.s(1) | step.s()).delay()  # flow-create, flow-push
+    flow.status()  # flow-state
+    fq = app.queue("hostile-flows")
+    member = core_flows.member_of(fq.pop(1)[0])
+    assert member is not None
+    dynoq.flows.advance(app, fq, member, 1)  # flow-advance
+    flow.members()  # flow-members
+    flow.cancel()  # flow-cancel
 
 
 def _dynoqs_calls(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 import task_apps
 from helpers import delete_prefix, wait_for
+from task_setup import FAST, Setup, Synced, setups
 
 import dynoq
 import dynoq.asyncio
@@ -41,105 +41,11 @@ from dynoq.errors import InvalidArgument, InvalidType
 FLAVORS = ("sync", "async")
 ASYNC_BACKENDS = ("embedded", "memory")  # the async twin shares the core: two backends
 TESTS = Path(__file__).parent
-FAST = {"idle_wait": 0.2, "lease_ttl": 2.0, "rebalance_interval": 5.0}
-
-
-# -- both flavors through one sync-looking API --------------------------------------------
-
-
-class Synced:
-    """An asyncio tasks object seen as a sync one: a call that gives an awaitable runs on
-    the test's event loop thread; tasks objects it gives back are seen the same way."""
-
-    def __init__(self, target: Any, loop: Any) -> None:
-        self._target, self._loop = target, loop
-
-    def _wrap(self, value: Any) -> Any:
-        kinds = (
-            dynoq.asyncio.Tasks,
-            dynoq.asyncio.Task,
-            dynoq.asyncio.TaskHandle,
-            dynoq.asyncio.Consumers,
-            dynoq.asyncio.Half,
-        )
-        return Synced(value, self._loop) if isinstance(value, kinds) else value
-
-    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        async def go() -> Any:
-            out = fn(*args, **kwargs)
-            return await out if inspect.isawaitable(out) else out
-
-        return self._wrap(self._loop.run(go()))
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if not callable(value) or inspect.isclass(value):
-            return self._wrap(value)
-        return lambda *args, **kwargs: self._run(value, *args, **kwargs)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._run(self._target, *args, **kwargs)
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class Setup:
-    """A test's app (of its flavor) and a sync client on the same server and prefix to
-    look under it (queues, dead letters, the tasks' log)."""
-
-    def __init__(self, flavor: str, url: str, prefix: str, loop: Any) -> None:
-        self.flavor, self.url, self.prefix = flavor, url, prefix
-        self.client = dynoq.connect(url, prefix=prefix)
-        if flavor == "sync":
-            self.app: Any = task_apps.build("sync", dynoq.connect(url, prefix=prefix))
-            self._own = self.app.client
-        else:
-            self._own = dynoq.asyncio.connect(url, prefix=prefix)
-            self.app = Synced(task_apps.build("async", self._own), loop)
-        self.loop = loop
-        self.workers: list[Any] = []
-
-    def task(self, name: str) -> Any:
-        return self.app.get(name)
-
-    def worker(self, **options: Any) -> Any:
-        w = self.app.worker(**{**FAST, "concurrency": 2, **options})
-        w.start()
-        self.workers.append(w)
-        return w
-
-    def log(self) -> list[list[Any]]:
-        return [json.loads(x) for x in self.client.redis.lrange(f"{self.prefix}:log", 0, -1)]
-
-    def logged(self, kind: str) -> list[list[Any]]:
-        return [entry[1:-1] for entry in self.log() if entry[0] == kind]
-
-    def open_gate(self, name: str) -> None:
-        self.client.redis.set(f"{self.prefix}:gate:{name}", 1)
-
-    def close(self) -> None:
-        for w in self.workers:
-            w.stop(10)
-        if self.flavor == "sync":
-            self._own.close()
-        else:
-            self.loop.run(self._own.close())
-        self.client.close()
 
 
 @pytest.fixture
 def setup(flavor: str, url: str, prefix: str, request: pytest.FixtureRequest) -> Iterator[Setup]:
-    loop = request.getfixturevalue("event_loop_thread") if flavor == "async" else None
-    s = Setup(flavor, url, prefix, loop)
-    try:
-        yield s
-    finally:
-        s.close()
-        delete_prefix(url, prefix)
+    yield from setups(flavor, url, prefix, request)
 
 
 # -- declaring tasks (pure) ----------------------------------------------------------------

@@ -250,19 +250,42 @@ class Tally:
     refilled: list[Message] = dataclasses.field(default_factory=list)
 
 
-def on_failure(
-    msg: Message, error: BaseException, policy: RetryPolicy, queue: str
-) -> tuple[str, float]:
-    """(nack mode, delay) for a failed message: DeadLetter dead-letters now, Retry(delay)
-    picks the delay, anything else takes the policy's next delay; past the policy's own
-    max_retries it is dead-lettered. The policy is the message's own (``policy.of``: a
-    task's, on a task queue)."""
+def nack_mode(msg: Message, error: BaseException, policy: RetryPolicy) -> tuple[str, float]:
+    """(nack mode, delay) for a failed message: DeadLetter dead-letters now, RateLimited
+    gives it back, Retry(delay) picks the delay, anything else takes the policy's next
+    delay; past the policy's own max_retries it is dead-lettered. The policy is the
+    message's own (``policy.of``: a task's, on a task queue)."""
     if isinstance(error, DeadLetter):
         return "dead", 0.0
     if isinstance(error, RateLimited):
         return "back", error.delay
     policy = policy.of(msg)
     if policy.spent(msg.attempts):
+        return "dead", 0.0
+    if isinstance(error, Retry):
+        return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
+    return "retry", policy.delay(msg.attempts)
+
+
+def buries(msg: Message, error: BaseException, policy: RetryPolicy, max_retries: int) -> bool:
+    """Whether the nack of this failure dead-letters the message: by its mode, or past
+    the queue's ``max_retries`` (as nack-8.lua decides), so a handler can end what
+    depends on it (a flow's step) before the nack."""
+    mode, _ = nack_mode(msg, error, policy)
+    return mode == "dead" or (mode == "retry" and msg.attempts > max_retries)
+
+
+def on_failure(
+    msg: Message, error: BaseException, policy: RetryPolicy, queue: str
+) -> tuple[str, float]:
+    """:func:`nack_mode`, logged: a failure past the policy's retries, or one that is
+    retried (Retry, RateLimited and DeadLetter say what they want: not logged here)."""
+    mode, delay = nack_mode(msg, error, policy)
+    if isinstance(error, (DeadLetter, RateLimited)) or (
+        mode == "retry" and isinstance(error, Retry)
+    ):
+        return mode, delay
+    if mode == "dead":
         logs.error(
             log,
             logging.WARNING,
@@ -271,13 +294,11 @@ def on_failure(
             msg.id,
             queue,
             msg.attempts,
-            policy.max_retries,
+            policy.of(msg).max_retries,
             exc=error,
             extra=delivery(queue, msg),
         )
-        return "dead", 0.0
-    if isinstance(error, Retry):
-        return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
+        return mode, delay
     logs.error(
         log,
         logging.WARNING,
@@ -288,7 +309,7 @@ def on_failure(
         exc=error,
         extra=delivery(queue, msg),
     )
-    return "retry", policy.delay(msg.attempts)
+    return mode, delay
 
 
 def _failure_call(

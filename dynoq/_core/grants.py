@@ -103,6 +103,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "registry": ("groups:{*}",),  # the queue's set of consumer groups
     "claim": ("claim:{*}",),
     "result": ("result:{*}:*",),  # a task's kept state and result (dynoq.Tasks)
+    "once": ("once:{*}:*",),  # a flow's task call was pushed (keys.once_key)
+    "plan": ("flow:{*}:plan",),  # a flow's plan, and its state (keys.FlowKeys)
+    "flow": ("flow:{*}:state",),
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
 }

@@ -176,6 +176,31 @@ def result_key(prefix: str, queue: str, shard: int, task_id: str) -> str:
     return f"{prefix}:result:{{{queue}:{shard}}}:{task_id}"
 
 
+def once_key(prefix: str, queue: str, shard: int, msg_id: str) -> str:
+    """The marker that a flow's task call was pushed (lua/flow-push-11.lua), kept for
+    the flow's lifetime: ``<prefix>:once:{<queue>:<shard>}:<id>``, in the shard's slot
+    (as result_key: no other key has "once" after the prefix)."""
+    return f"{prefix}:once:{{{queue}:{shard}}}:{msg_id}"
+
+
+@dataclass(frozen=True)
+class FlowKeys:
+    """The keys of one flow (dynoq/_core/flows.py), under the hash tag ``{<flow id>}`` so
+    one script reads and writes both on Redis Cluster: ``<prefix>:flow:{<id>}:plan``
+    (what it runs: paths, calls, entries) and ``<prefix>:flow:{<id>}:state`` (its status,
+    ended calls' values, groups' counts, its result). A flow id holds no '}' (flows.py
+    makes them), so the tag ends where it should; no other key has "flow" after the
+    prefix."""
+
+    plan: str
+    flow: str
+
+    @classmethod
+    def of(cls, prefix: str, flow_id: str) -> FlowKeys:
+        base = f"{prefix}:flow:{{{flow_id}}}:"
+        return cls(base + "plan", base + "state")
+
+
 def registry_key(prefix: str) -> str:
     """The set of queue names under a prefix (the sweeper walks it)."""
     return f"{prefix}:queues"

@@ -147,3 +147,25 @@ def wait_steps(wait: tuple[int, int] | None, command: float | None) -> list[tupl
     count = min(-(-ms // step), MAX_WAIT_STEPS)
     size = -(-ms // count)
     return [(replicas, min(size, ms - i * size)) for i in range(count)]
+
+
+class Patience:
+    """The naps of a caller polling for an end (a task's or a flow's result): 5 ms,
+    doubling to 200 ms, until ``timeout`` seconds (None: no limit) after ``start``
+    (monotonic seconds)."""
+
+    FIRST, MOST = 0.005, 0.2
+
+    def __init__(self, timeout: float | None, start: float) -> None:
+        self.timeout = timeout
+        self.start = start
+        self._nap = self.FIRST
+
+    def nap(self, now: float) -> float | None:
+        """Seconds to sleep before the next read, or None when the time is up."""
+        left = None if self.timeout is None else self.timeout - (now - self.start)
+        if left is not None and left <= 0:
+            return None
+        wait = self._nap if left is None else min(self._nap, left)
+        self._nap = min(self._nap * 2, self.MOST)
+        return wait

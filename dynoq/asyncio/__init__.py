@@ -25,6 +25,7 @@ from .checker import Checker
 from .client import Client, connect
 from .consumer import Consumer
 from .consumer.many import Consumers
+from .flows import FlowHandle
 from .handles import TaskHandle
 from .queue import Queue
 from .sweeper import Sweeper
@@ -37,6 +38,7 @@ __all__ = [
     "Client",
     "Consumer",
     "Consumers",
+    "FlowHandle",
     "Half",
     "Middleware",
     "Queue",

@@ -12,6 +12,7 @@ from .._core import taskapp, validate
 from .._core import tasks as core
 from .._core.taskapp import TaskOptions
 from .._core.tasks import TaskInfo, TaskState
+from .._core.timeouts import Patience
 from ..errors import ResultNotKept, ResultTimeout
 from .queue import Queue
 
@@ -32,7 +33,7 @@ class Declared(Protocol):
     options: TaskOptions
 
 
-def _now() -> float:
+def now() -> float:
     """Monotonic seconds."""
     return asyncio.get_running_loop().time()  # unasync: return time.monotonic()
 
@@ -137,16 +138,14 @@ class TaskHandle:
             )
         if timeout is not None:
             timeout = validate.check_seconds(timeout, "timeout")
-        start, nap = _now(), 0.005
+        patience = Patience(timeout, now())
         while True:
             info = await self.info()
             if info.state.ended or info.state is TaskState.UNKNOWN:
                 return core.outcome(info, self._label())
-            left = None if timeout is None else timeout - (_now() - start)
-            if left is not None and left <= 0:
+            wait = patience.nap(now())
+            if wait is None:
                 raise ResultTimeout(
                     f"{self._label()} had not ended within {timeout:g}s (it is {info.state.value})"
                 )
-            wait = nap if left is None else min(nap, left)
             await asyncio.sleep(wait)  # unasync: time.sleep(wait)
-            nap = min(nap * 2, 0.2)

@@ -1,0 +1,186 @@
+# Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
+# then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
+# is stale; digest da9a7bbae639fefe: of the text below, an edit by hand does not match).
+"""Workflows: start a chain, group or chord of tasks, advance it when one of its calls
+returns, and the handle of a started flow (DESIGN.md §3.8).
+
+The decisions are in :mod:`dynoq._core.flows`; this shell runs them on the app's client.
+The asyncio shell is written by hand; the sync one is generated from it
+(scripts/unasync.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ._core import flows as core
+from ._core import tasks as core_tasks
+from ._core import validate
+from ._core.calls import Batch, Call
+from ._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Leaf, Member, Node, Step
+from ._core.tasks import TaskInfo, TaskState
+from ._core.timeouts import Patience
+from .errors import ResultTimeout
+from .handles import now
+from .queue import Queue
+
+
+class App(Protocol):
+    """What a flow asks of its tasks app (dynoq.Tasks): its queues, opened."""
+
+    def queue(self, name: str) -> Queue: ...
+
+
+def start(app: App, root: Node) -> FlowHandle:
+    """Store a flow's plan and push its first calls; its handle."""
+    plan = core.plan(root)
+    queues = {name: app.queue(name) for name in plan.queues()}
+    for q in queues.values():
+        core.check_queue(q.ops)  # refused before anything is stored
+    first = queues[plan.leaves[plan.roots[0]].queue]
+    flow_id = core.new_flow_id()
+    first.backend.run(core.create(first.ops.keys.prefix, flow_id, plan))
+    _push(app, flow_id, [(leaf, plan.leaves[leaf]) for leaf in plan.roots], False, None)
+    return FlowHandle(app, first, flow_id)
+
+
+def advance(app: App, queue: Queue, member: Member, value: Any) -> Step:
+    """A flow's call returned ``value``: record it and push what starts next, once;
+    what flow-advance said."""
+    ops = queue.ops
+    packed = core.encode_value(value, ops.limit)
+    return _walk(app, queue, member, core.advance(ops.keys.prefix, member, packed, ops.limit))
+
+
+def fail(app: App, queue: Queue, member: Member, marker: bytes) -> Step:
+    """A flow's call was dead-lettered (``marker``: core.failure_marker): record it,
+    and push what starts next (a chord that continues), once."""
+    ops = queue.ops
+    return _walk(app, queue, member, core.fail(ops.keys.prefix, member, marker, ops.limit))
+
+
+def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
+    step: Step = queue.backend.run(call)
+    if step.kind == "start":
+        _push(app, member.flow_id, step.leaves, True, step.value)
+    return step
+
+
+def _push(
+    app: App, flow_id: str, leaves: Sequence[tuple[int, Leaf]], given: bool, value: Any
+) -> None:
+    """Push each of a flow's calls that starts, once (one round trip per server)."""
+    calls = []
+    backend = None
+    for leaf, spec in leaves:
+        q = app.queue(spec.queue)
+        backend = q.backend
+        calls.append(core.push(q.ops, flow_id, leaf, spec, given, value))
+    if backend is not None:
+        backend.run(Batch(calls))
+
+
+class FlowHandle:
+    """A started flow: its ``id``, its state and its result, from any process
+    (``tasks.flow(id)`` makes one anew)."""
+
+    def __init__(self, app: App, queue: Queue, id: str) -> None:
+        self._app = app
+        self._queue = queue
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"<dynoq.FlowHandle {self.id!r}>"
+
+    def info(self) -> FlowInfo:
+        """Its status, how many task calls it makes and how many ended, its result or
+        its first failure."""
+        ops = self._queue.ops
+        info: FlowInfo = self._queue.backend.run(core.state(ops.keys.prefix, self.id, ops.limit))
+        return info
+
+    def status(self) -> str:
+        """running, succeeded, failed, cancelled, or unknown (it ended longer ago than
+        it is kept, or never was)."""
+        return (self.info()).status
+
+    def members(self) -> list[FlowMember]:
+        """Its task calls, in plan order: each one's id, task and state (pending,
+        started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
+        ops = self._queue.ops
+        _, found = self._queue.backend.run(core.members(ops.keys.prefix, self.id, ops.limit))
+        return found  # type: ignore[no-any-return]
+
+    def cancel(self) -> bool:
+        """Stop the flow: nothing of it starts any more, and each call pushed and not
+        started is taken off its queue (one running finishes; what it returns is not
+        used). True if it was running."""
+        ops = self._queue.ops
+        if not self._queue.backend.run(core.cancel(ops.keys.prefix, self.id)):
+            return False
+        for m in self.members():
+            if m.state == "started":
+                q = self._app.queue(m.call.queue)
+                shard = core_tasks.routing(q.ops, m.id, None)
+                q.backend.run(core_tasks.cancel(q.ops, shard, m.id, m.task, 0))
+        return True
+
+    def reconcile(self) -> int:
+        """End what nobody will end: a call of the running flow whose message was
+        dead-lettered where no worker saw it (its delivery expired past its retries)
+        or is gone (removed, cleared, its queue deleted) fails, and a call that was
+        due to start but never pushed (its pusher died) is pushed. Returns how many
+        calls it settled. ``result()`` runs it while it waits."""
+        ops = self._queue.ops
+        status, found = self._queue.backend.run(core.members(ops.keys.prefix, self.id, ops.limit))
+        settled = 0
+        for m in found if status == "running" else ():
+            if m.state != "started":
+                continue
+            q = self._app.queue(m.call.queue)
+            shard = core_tasks.routing(q.ops, m.id, None)
+            info: TaskInfo = q.backend.run(core_tasks.state(q.ops, shard, m.id))
+            member = Member(self.id, m.leaf)
+            if info.state is TaskState.DEAD or info.state is TaskState.CANCELLED:
+                why = info.failure.error if info.failure else f"it is {info.state.value}"
+                kind = info.failure.error_type if info.failure else "DeadLetter"
+                marker = core.failure_marker(m.task, m.id, None, f"{kind}: {why}")
+                fail(self._app, q, member, marker)
+                settled += 1
+            elif info.state is TaskState.UNKNOWN:
+                if q.backend.run(core.pushed(q.ops, m.id)):
+                    gone = "its message is gone (removed, cleared, or its queue deleted)"
+                    fail(self._app, q, member, core.failure_marker(m.task, m.id, None, gone))
+                else:
+                    _push(self._app, self.id, [(m.leaf, m.call)], m.has_input, m.input)
+                settled += 1
+        return settled
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the end (up to ``timeout`` seconds; None: no limit) and return the
+        flow's value: a chain's last step's, a group's list, a chord's callback's.
+        Raises TaskFailed (naming the first call that failed) when it failed,
+        TaskCancelled when it was cancelled, ResultTimeout when it had not ended in
+        time, ResultNotKept when nothing is known of it. While it waits it reconciles
+        the flow once a second (:meth:`reconcile`), so it never waits for a call that
+        nobody runs."""
+        if timeout is not None:
+            timeout = validate.check_seconds(timeout, "timeout")
+        patience = Patience(timeout, now())
+        looked = now()
+        while True:
+            info = self.info()
+            if info.status != "running":
+                return core.outcome(info)
+            if now() - looked >= RECONCILE_EVERY:
+                looked = now()
+                self.reconcile()
+            wait = patience.nap(now())
+            if wait is None:
+                raise ResultTimeout(
+                    f"flow {self.id!r} had not ended within {timeout:g}s "
+                    f"({info.ended} of its {info.calls} calls ended)"
+                )
+            time.sleep(wait)

@@ -1,0 +1,30 @@
+--[[ flow-members: each call of a flow, as its handle lists them: its leaf id, its plan
+  record, and what became of it; with the input of each call started and not ended (for
+  a reconcile's push of a call never pushed: dynoq/_core/flows.py).
+  KEYS[1] plan  KEYS[2] flow
+  ARGV[1] the first leaf id to list  ARGV[2] at most how many leaf ids to look at
+  returns: {status, failure, leaf, call, state, input, leaf, call, state, input, ...}:
+           state "p" pending (not started), "s" started, "d" ended, "x" failed; input
+           (msgpack, or false: none) of a started call; {false, false} for a flow unknown
+  uses: lib/bounds.lua
+  flags: no-writes
+]]
+local first, count = int(ARGV[1], 0, MAX_BATCH), int(ARGV[2], 1, MAX_BATCH)
+if not (#KEYS == 2 and #ARGV == 2 and first and count) then return BOUNDS end
+local status, failure = unpack(redis.call('HMGET', K.flow, 'status', 'failure'))
+local out = {status, failure}
+if not status then return out end
+for leaf = first, math.min(first + count, MAX_BATCH) - 1 do
+  local call = redis.call('HGET', K.plan, 'l:' .. leaf)
+  if call then
+    local ended, node = unpack(redis.call('HMGET', K.flow, 'd:' .. leaf, 's:' .. leaf))
+    local state, input = 'p', false
+    if ended then
+      state = redis.call('HEXISTS', K.flow, 'x:' .. leaf) == 1 and 'x' or 'd'
+    elseif node then
+      state, input = 's', redis.call('HGET', K.flow, 'i:' .. node) or false
+    end
+    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = leaf, call, state, input
+  end
+end
+return out

@@ -1,0 +1,359 @@
+"""Workflows (DESIGN §3.8): chains, groups and chords of tasks, on both clients.
+
+The plan a flow is stored as (pure); every shape and nesting, results in order, on every
+backend; the next step pushed exactly once whatever runs a call again: a call run twice
+(a duplicate delivery), a worker that returned but never acked (killed: its delivery
+expires and another worker runs the call again), two workers ending a group's last two
+members at once; refusals that store nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import task_apps
+from helpers import wait_for
+from task_setup import Setup, setups
+
+import dynoq
+from dynoq._core import flows as core
+from dynoq._core.keys import FlowKeys
+from dynoq.errors import InvalidArgument, InvalidType, OrderedQueueError
+
+FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = ("embedded", "memory")
+
+
+@pytest.fixture
+def setup(flavor: str, url: str, prefix: str, request: pytest.FixtureRequest) -> Iterator[Setup]:
+    yield from setups(flavor, url, prefix, request)
+
+
+def _app() -> dynoq.Tasks:
+    app = dynoq.Tasks(None)
+    for name in ("a", "b", "c", "d"):
+        app.task(name=name)(lambda x=None, *rest: x)
+    return app
+
+
+# -- the plan (pure) -------------------------------------------------------------------------
+
+
+@pytest.mark.sync_only
+def test_a_plan_gives_each_call_its_path_and_each_node_its_entries(flavor: str) -> None:
+    app = _app()
+    a, b, c, d = (app.get(n) for n in "abcd")
+    assert a is not None and b is not None and c is not None and d is not None
+    # 0 chain: 1 a, 2 group (3 chain: 4 b, 5 c; 6 d), 7 a
+    tree = a.s(1) | app.group([b.s() | c.s(), d.s()]) | a.si(9)
+    plan = core.plan(tree)
+    assert sorted(plan.leaves) == [1, 4, 5, 6, 7]
+    assert plan.paths == {
+        1: "0,c,0,3,2",
+        4: "3,c,0,2,5;2,g,0,2,-1;0,c,1,3,7",
+        5: "3,c,1,2,-1;2,g,0,2,-1;0,c,1,3,7",
+        6: "2,g,1,2,-1;0,c,1,3,7",
+        7: "0,c,2,3,-1",
+    }
+    assert plan.roots == [1] and plan.entries[2] == [4, 6] and plan.entries[3] == [4]
+    assert plan.leaves[1].args == [1] and plan.leaves[1].takes_input
+    assert plan.leaves[7].args == [9] and not plan.leaves[7].takes_input
+    # a group's members all start at once: a flow that is one group starts every member
+    assert core.plan(app.group([a.s(1), b.s(2)])).roots == [1, 2]
+    # chains splice: (a | b) | c is one chain of three
+    assert len(core.chain(a.s(1) | b.s(), c.s()).steps) == 3
+
+
+@pytest.mark.sync_only
+def test_bad_flows_are_refused_with_nothing_stored(flavor: str) -> None:
+    app = _app()
+    a = app.get("a")
+    assert a is not None
+    with pytest.raises(InvalidArgument, match="at least one member"):
+        app.group([])
+    with pytest.raises(InvalidArgument, match="at least one step"):
+        app.chain()
+    with pytest.raises(InvalidType, match="signature"):
+        app.group([a.s(1), "not a step"])  # type: ignore[list-item]
+    with pytest.raises(InvalidType, match="iterable of signatures"):
+        app.group(a.s(1))  # type: ignore[arg-type]
+    with pytest.raises(InvalidType, match="signature"):
+        a.s(1) | 42  # type: ignore[operator]
+    with pytest.raises(InvalidArgument, match="fewer than 1000 members"):
+        app.group([a.s(i) for i in range(1000)])
+    with pytest.raises(InvalidArgument, match="at most 1000 steps"):
+        core.plan(app.chain(*[app.group([a.s(i), a.s(i)]) for i in range(400)]))
+    deep: Any = a.s(0)
+    for _ in range(40):
+        deep = app.group([deep, a.s(1)])
+    with pytest.raises(InvalidArgument, match="nests at most"):
+        core.plan(deep)
+
+    @app.task(name="two")
+    def two(x: int, y: int) -> int:
+        return x + y
+
+    core.plan(two.s(1, 2))  # a first step gets no input: two arguments fit
+    core.plan(a.s(1) | two.s(2))  # a later one gets the step before's value first
+    with pytest.raises(InvalidType, match="two"):
+        core.plan(a.s(1) | two.s(2, 3))  # three arguments: refused when planned
+    with pytest.raises(InvalidType, match="two"):
+        core.plan(two.s(1))
+    core.plan(a.s(1) | two.si(2, 3))  # immutable: its own arguments only
+    with pytest.raises(dynoq.TaskArgumentError, match="cannot be sent"):
+        core.plan(two.s(object(), 1))
+
+
+def tell(setup: Setup, msg: dynoq.Message, value: Any) -> core.Step | None:
+    """What a worker does when a flow's call returned ``value`` (dynoq.flows.advance),
+    done here, through a sync app on the test's own client."""
+    app = task_apps.build("sync", setup.client)
+    q = app.queue(task_apps.QUEUE)
+    member = core.member_of(msg)
+    assert member is not None
+    return dynoq.flows.advance(app, q, member, value)
+
+
+# -- on every backend ------------------------------------------------------------------------
+
+
+def test_chains_groups_chords_and_nesting(setup: Setup) -> None:
+    add, mul, total = setup.task("add"), setup.task("mul"), setup.task("total")
+    app = setup.app
+    chain = setup.start(add.s(1, 2) | add.s(10) | mul.s(3))
+    group = setup.start(app.group([add.s(i, i) for i in range(6)]))
+    chord = setup.start(app.chord([add.s(i, 1) for i in range(5)], total.s()))
+    # add(1, 1) = 2, then [mul(add(2, 1), 2) = 6, mul(2, 10) = 20], total 26, add 100
+    nested = setup.start(
+        add.s(1, 1) | app.group([add.s(1) | mul.s(2), mul.s(10)]) | total.s() | add.s(100)
+    )
+    single = setup.start(add.si(4, 5))
+    assert chain.status() == "running"
+    setup.worker(concurrency=4)
+    assert chain.result(timeout=20) == 39
+    assert group.result(timeout=20) == [0, 2, 4, 6, 8, 10]  # in order, whoever ended first
+    assert chord.result(timeout=20) == 15
+    assert nested.result(timeout=20) == 126
+    assert single.result(timeout=20) == 9
+    info = nested.info()
+    assert (info.status, info.calls, info.ended, info.result) == ("succeeded", 6, 6, 126)
+    assert app.flow(chord.id).result(timeout=1) == 15  # a handle from the id alone
+    assert sorted(setup.logged("total")) == [[[1, 2, 3, 4, 5]], [[6, 20]]]  # each once
+    assert len(setup.logged("add")) == 2 + 6 + 5 + 3 + 1
+
+
+def test_a_flow_unknown_or_not_ended_in_time_says_so(setup: Setup) -> None:
+    add = setup.task("add")
+    unknown = setup.app.flow("no-such-flow")
+    assert unknown.status() == "unknown"
+    with pytest.raises(dynoq.ResultNotKept, match="no-such-flow"):
+        unknown.result(timeout=1)
+    h = setup.start(add.s(1, 2) | add.s(3))  # no worker: it never ends
+    with pytest.raises(dynoq.ResultTimeout, match=r"0 of its 2 calls ended"):
+        h.result(timeout=0.3)
+
+
+def test_a_call_run_again_pushes_the_next_step_once(setup: Setup) -> None:
+    # A worker that ran a chord's last member and died before its ack (or a duplicate
+    # delivery): the member runs again. The callback is pushed once, with the first
+    # run's values, and runs once.
+    add, total = setup.task("add"), setup.task("total")
+    h = setup.start(setup.app.chord([add.s(1, 1), add.s(2, 2)], total.s()))
+    q = setup.client.queue(task_apps.QUEUE)
+    popped = q.pop(2, wait=0.2)  # both members, delivered, never acked here
+    assert sorted(m.id for m in popped) == sorted(f"{h.id}.{n}" for n in (2, 3))
+    for again in range(3):  # each member's end told three times
+        for m in popped:
+            value = m.payload["args"][0] + m.payload["args"][1] + again  # later runs differ
+            step = tell(setup, m, value)
+            if m is popped[-1]:
+                assert step is not None
+                assert step.kind == "start" and step.value == [2, 4]  # the first runs' values
+    callback = q.peek(10)
+    assert [m.payload["task"] for m in callback] == ["total"]
+    assert callback[0].payload["args"] == [[2, 4]]
+    q.ack_many(popped)
+    setup.worker()
+    assert h.result(timeout=20) == 6
+    assert setup.logged("total") == [[[2, 4]]]
+
+
+def test_a_worker_that_returned_but_never_acked_is_redone_once(setup: Setup) -> None:
+    # The member's delivery expires (its worker was killed after the call returned and
+    # before the ack): a worker runs it again; the step after it is pushed once.
+    add, mul = setup.task("add"), setup.task("mul")
+    h = setup.start(add.s(3, 4) | mul.s(2) | mul.s(5))
+    q = setup.client.queue(task_apps.QUEUE)
+    [first] = q.pop(1, wait=0.2, visibility=0.5)
+    tell(setup, first, 7)
+    assert [m.payload["task"] for m in q.peek(10)] == ["mul"]  # the next step, pushed
+    setup.worker()  # runs mul, then add again once its delivery expired
+    assert h.result(timeout=20) == 70
+    wait_for(lambda: len(setup.logged("add")) == 1, what="add run again")
+    assert setup.logged("mul") == [[7, 2], [14, 5]]  # each step once
+    wait_for(lambda: q.stats().total("acked") >= 3, what="acks")
+    assert q.peek(10) == []
+
+
+def test_two_workers_ending_the_last_two_members_at_once_push_the_callback_once(
+    setup: Setup,
+) -> None:
+    add, total = setup.task("add"), setup.task("total")
+    q = setup.client.queue(task_apps.QUEUE)
+    handles = [
+        setup.start(setup.app.chord([add.s(i, 0), add.s(i, 1)], total.s())) for i in range(20)
+    ]
+    members: list[dynoq.Message] = []
+    while len(members) < 40:
+        members += q.pop(40 - len(members), wait=0.5)
+    barrier = threading.Barrier(2)
+    steps: list[core.Step | None] = []
+
+    def end(msg: dynoq.Message) -> None:
+        barrier.wait()
+        steps.append(tell(setup, msg, sum(msg.payload["args"])))
+
+    by_flow: dict[str, list[dynoq.Message]] = {}
+    for m in members:
+        by_flow.setdefault(str(m.id).split(".")[0], []).append(m)
+    for pair in by_flow.values():
+        threads = [threading.Thread(target=end, args=(m,)) for m in pair]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(s.kind for s in steps if s) == ["start"] * 20 + ["wait"] * 20
+    q.ack_many(members)
+    setup.worker()
+    for i, h in enumerate(handles):
+        assert h.result(timeout=20) == 2 * i + 1
+    assert len(setup.logged("total")) == 20
+
+
+def test_a_failed_call_fails_its_chain_and_its_chord_unless_it_continues(setup: Setup) -> None:
+    add, fussy, total = setup.task("add"), setup.task("fussy"), setup.task("total")
+    describe, app = setup.task("describe"), setup.app
+    chain = setup.start(add.s(1, 2) | fussy.s() | add.s(5))  # fussy: max_retries=0
+    chord = setup.start(app.chord([add.s(1, 1), fussy.si(2)], total.s()))
+    going = setup.start(app.chord([add.s(1, 1), fussy.si(4)], describe.s(), on_failure="continue"))
+    setup.worker()
+    with pytest.raises(dynoq.TaskFailed, match="fussy") as failed:
+        chain.result(timeout=20)
+    assert (failed.value.error_type, failed.value.error) == ("ValueError", "fussy 3 refused")
+    with pytest.raises(dynoq.TaskFailed, match="fussy 2 refused"):
+        chord.result(timeout=20)
+    assert going.result(timeout=20) == [2, "failed: ValueError"]
+    assert chain.status() == "failed" and chord.status() == "failed"
+    assert [m.state for m in chain.members()] == ["succeeded", "failed", "pending"]
+    # a failed flow stays failed: its dead member replayed runs again, and nothing follows
+    q = setup.client.queue(task_apps.QUEUE)
+    assert q.replay_dead() == 3  # the three fussy calls
+    wait_for(lambda: q.stats().dead == 3, what="dead again")
+    assert chain.status() == "failed" and chord.status() == "failed"
+    assert setup.logged("total") == [] and [5] not in [a[1:] for a in setup.logged("add")]
+
+
+def test_cancel_stops_a_flow_and_takes_its_waiting_calls_back(setup: Setup) -> None:
+    add, total = setup.task("add"), setup.task("total")
+    h = setup.start(setup.app.chord([add.s(1, 1), add.s(2, 2)], total.s()))
+    assert [m.state for m in h.members()] == ["started", "started", "pending"]
+    assert h.cancel() is True and h.cancel() is False
+    assert h.status() == "cancelled"
+    q = setup.client.queue(task_apps.QUEUE)
+    assert q.peek(10) == []  # its waiting calls are off the queue
+    with pytest.raises(dynoq.TaskCancelled, match="cancelled"):
+        h.result(timeout=1)
+    setup.worker()
+    late = setup.start(add.s(1, 2) | add.s(3))
+    assert late.result(timeout=20) == 6  # the worker runs: the cancelled flow ran nothing
+    assert setup.logged("add") == [[1, 2], [3, 3]] and setup.logged("total") == []
+
+
+def test_a_waiting_handle_ends_what_nobody_will_end(setup: Setup) -> None:
+    add, total = setup.task("add"), setup.task("total")
+    q = setup.client.queue(task_apps.QUEUE)
+    # a call whose message is gone (removed): the flow fails, saying so
+    gone = setup.start(add.s(1, 2) | add.s(3))
+    assert q.remove(f"{gone.id}.1")
+    with pytest.raises(dynoq.TaskFailed, match="its message is gone"):
+        gone.result(timeout=20)
+    # a call dead-lettered where no worker saw it (its delivery expired past its retries)
+    dead = setup.start(setup.app.chord([add.s(1, 1), add.s(2, 2)], total.s()))
+    popped = q.pop(2, wait=0.2)
+    for m in popped:
+        setup.client.backend.run(q.ops.nack_call(m, delay=0.0, mode="dead"))
+    with pytest.raises(dynoq.TaskFailed, match="DeadLetter"):
+        dead.result(timeout=20)
+    # a step due to start but never pushed (its pusher died between the two): pushed
+    late = setup.start(add.s(1, 2) | add.s(3))
+    [first] = q.pop(1, wait=0.2)
+    member = core.member_of(first)
+    assert member is not None
+    step = setup.client.backend.run(
+        core.advance(setup.client.prefix, member, core.encode_value(3, q.ops.limit), q.ops.limit)
+    )
+    assert step.kind == "start" and q.peek(10) == []  # told, never pushed
+    q.ack(first)
+    setup.worker()
+    assert late.result(timeout=20) == 6
+    assert setup.logged("add") == [[3, 3]] and setup.logged("total") == []
+
+
+def test_a_hostile_plan_is_not_walked(setup: Setup) -> None:
+    # Any role that writes a flow's keys could plant a path of thousands of levels, or a
+    # group of a billion members: the walk refuses both (every call's work is bounded).
+    add = setup.task("add")
+    h = setup.start(add.s(1, 2) | add.s(3))
+    keys, r = FlowKeys.of(setup.client.prefix, h.id), setup.client.redis
+    q = setup.client.queue(task_apps.QUEUE)
+    limit = q.ops.limit
+    r.hset(keys.plan, "p:1", ";".join(f"{i},g,0,1,-1" for i in range(5000)))
+    step = setup.client.backend.run(
+        core.advance(setup.client.prefix, core.Member(h.id, 1), b"\x01", limit)
+    )
+    assert step.kind == "gone"
+    r.hset(keys.plan, "p:1", "9,g,0,1000000000,-1")
+    r.hset(keys.flow, "c:9", 2_000_000_000)
+    step = setup.client.backend.run(
+        core.advance(setup.client.prefix, core.Member(h.id, 1), b"\x01", limit)
+    )
+    assert step.kind == "gone"
+
+
+def test_flow_keys_are_the_flows_own(setup: Setup) -> None:
+    add = setup.task("add")
+    h = setup.start(add.s(1, 2) | add.s(3))
+    keys = FlowKeys.of(setup.client.prefix, h.id)
+    r = setup.client.redis
+    assert r.exists(keys.plan, keys.flow) == 2
+    for key in (keys.plan, keys.flow):  # kept for the flow's lifetime, not for ever
+        assert 0 < r.pttl(key) <= core.FLOW_TTL * 1000
+    setup.worker()
+    assert h.result(timeout=20) == 6
+    assert 0 < r.pttl(keys.flow) <= core.FLOW_KEEP * 1000  # then for FLOW_KEEP
+    assert all(k.startswith(f"{setup.client.prefix}:") for k in (keys.plan, keys.flow))
+
+
+@pytest.mark.sync_only
+def test_a_malformed_flow_mark_is_dead_lettered_and_a_keyed_queue_refused(
+    setup: Setup, flavor: str
+) -> None:
+    q = setup.client.queue(task_apps.QUEUE)
+    for mark in (["x"], ["a}b", 1], ["f", -1], ["f", "1"], "f.1"):
+        q.push({"task": "add", "args": [1, 2], "kwargs": {}, "flow": mark})
+    setup.worker()
+    wait_for(lambda: q.stats().dead == 5, what="five dead letters")
+    assert all("malformed flow mark" in (m.failure.error if m.failure else "") for m in q.dead())
+    assert setup.logged("add") == []  # not run: the mark is read before the call
+
+    app = dynoq.Tasks(setup.client)
+
+    @app.task(name="keyed", queue="kq", ordered="key")
+    def keyed(x: int) -> int:
+        return x
+
+    with pytest.raises(OrderedQueueError, match="message-group"):
+        keyed.s(1).delay()
