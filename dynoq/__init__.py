@@ -11,7 +11,8 @@ import logging as _logging
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ._core.flows import Chain, FlowInfo, Group, Signature
+from ._core.canvas import Chain, Group, Signature
+from ._core.flows import FlowInfo
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
 from .checker import Checker

@@ -8,11 +8,13 @@ from typing import Any
 from ._core import codec, opening, topics, validate
 from ._core.calls import Cmd, server_time
 from ._core.catalog import Catalog
+from ._core.flows import check_flow_id
 from ._core.sweeper import SweepObserver
 from .backend import Backend, open_backend, wrap
 from .backend.facts import warn_if_evicting
 from .checker import Check, Checker
 from .consumer import Consumer
+from .flows import FlowHandle
 from .queue import Queue
 from .retry import RetryPolicy
 from .settings import ConsumerSettings
@@ -172,6 +174,14 @@ class Client:
     def topic_names(self) -> list[str]:
         """Every registered topic under this prefix, sorted."""
         return list(self.backend.run(topics.topic_names(self.prefix)))
+
+    # -- workflows ---------------------------------------------------------------------------
+
+    def flow(self, id: str) -> FlowHandle:
+        """A handle on the flow of this id under this prefix (docs/workflows.md): its
+        state, result, members, cancel, reconcile, without the tasks app (dynoq.Tasks's
+        ``tasks.flow(id)`` is the same, opening queues with the app's settings)."""
+        return FlowHandle(self, check_flow_id(id))
 
     # -- transaction checkers ----------------------------------------------------------------
 

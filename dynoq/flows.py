@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest da9a7bbae639fefe: of the text below, an edit by hand does not match).
+# is stale; digest 455f8cb20eecad59: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -15,27 +15,41 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ._core import canvas, validate
 from ._core import flows as core
 from ._core import tasks as core_tasks
-from ._core import validate
 from ._core.calls import Batch, Call
-from ._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Leaf, Member, Node, Step
+from ._core.canvas import Leaf, Node
+from ._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
 from ._core.tasks import TaskInfo, TaskState
 from ._core.timeouts import Patience
 from .errors import ResultTimeout
+from .backend import Backend
 from .handles import now
 from .queue import Queue
 
 
 class App(Protocol):
-    """What a flow asks of its tasks app (dynoq.Tasks): its queues, opened."""
+    """What a flow asks of its tasks app (dynoq.Tasks), or of a client: its
+    queues, opened."""
 
     def queue(self, name: str) -> Queue: ...
 
 
-def start(app: App, root: Node) -> FlowHandle:
-    """Store a flow's plan and push its first calls; its handle."""
-    plan = core.plan(root)
+class Where(Protocol):
+    """What a flow's handle reads through (a dynoq.Client)."""
+
+    backend: Backend
+    prefix: str
+    max_payload_bytes: int
+
+    def queue(self, name: str) -> Queue: ...
+
+
+def start(app: App, client: Where, root: Node) -> FlowHandle:
+    """Store a flow's plan and push its first calls (through ``app``'s queues, on
+    ``client``); its handle."""
+    plan = canvas.plan(root)
     queues = {name: app.queue(name) for name in plan.queues()}
     for q in queues.values():
         core.check_queue(q.ops)  # refused before anything is stored
@@ -43,7 +57,7 @@ def start(app: App, root: Node) -> FlowHandle:
     flow_id = core.new_flow_id()
     first.backend.run(core.create(first.ops.keys.prefix, flow_id, plan))
     _push(app, flow_id, [(leaf, plan.leaves[leaf]) for leaf in plan.roots], False, None)
-    return FlowHandle(app, first, flow_id)
+    return FlowHandle(client, flow_id, app)
 
 
 def advance(app: App, queue: Queue, member: Member, value: Any) -> Step:
@@ -86,9 +100,10 @@ class FlowHandle:
     """A started flow: its ``id``, its state and its result, from any process
     (``tasks.flow(id)`` makes one anew)."""
 
-    def __init__(self, app: App, queue: Queue, id: str) -> None:
-        self._app = app
-        self._queue = queue
+    def __init__(self, client: Where, id: str, app: App | None = None) -> None:
+        self._client = client
+        self._app: App = client if app is None else app  # opens its calls' queues
+        self._prefix, self._limit = client.prefix, client.max_payload_bytes
         self.id = id
 
     def __repr__(self) -> str:
@@ -97,9 +112,11 @@ class FlowHandle:
     def info(self) -> FlowInfo:
         """Its status, how many task calls it makes and how many ended, its result or
         its first failure."""
-        ops = self._queue.ops
-        info: FlowInfo = self._queue.backend.run(core.state(ops.keys.prefix, self.id, ops.limit))
+        info: FlowInfo = self._run(core.state(self._prefix, self.id, self._limit))
         return info
+
+    def _run(self, request: Call) -> Any:
+        return self._client.backend.run(request)
 
     def status(self) -> str:
         """running, succeeded, failed, cancelled, or unknown (it ended longer ago than
@@ -109,16 +126,14 @@ class FlowHandle:
     def members(self) -> list[FlowMember]:
         """Its task calls, in plan order: each one's id, task and state (pending,
         started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        ops = self._queue.ops
-        _, found = self._queue.backend.run(core.members(ops.keys.prefix, self.id, ops.limit))
+        _, found = self._run(core.members(self._prefix, self.id, self._limit))
         return found  # type: ignore[no-any-return]
 
     def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
         started is taken off its queue (one running finishes; what it returns is not
         used). True if it was running."""
-        ops = self._queue.ops
-        if not self._queue.backend.run(core.cancel(ops.keys.prefix, self.id)):
+        if not self._run(core.cancel(self._prefix, self.id)):
             return False
         for m in self.members():
             if m.state == "started":
@@ -133,8 +148,7 @@ class FlowHandle:
         or is gone (removed, cleared, its queue deleted) fails, and a call that was
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
-        ops = self._queue.ops
-        status, found = self._queue.backend.run(core.members(ops.keys.prefix, self.id, ops.limit))
+        status, found = self._run(core.members(self._prefix, self.id, self._limit))
         settled = 0
         for m in found if status == "running" else ():
             if m.state != "started":

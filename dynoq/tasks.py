@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest bbb34a57e448155c: of the text below, an edit by hand does not match).
+# is stale; digest 7e5d5763582eceb1: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, overload
 
-from ._core import consuming, taskapp, validate
+from ._core import canvas, failures, taskapp, validate
 from ._core import flows as flow_core
 from ._core import tasks as core
 from ._core.callables import call_sync
-from ._core.flows import Chain, Group, Member, Node, Signature
+from ._core.canvas import Chain, Group, Node, Signature
+from ._core.flows import Member
 from ._core.retry import RetryPolicy
 from ._core.taskapp import TaskOptions
 from .errors import InvalidArgument, PayloadTypeError
@@ -165,13 +166,13 @@ class Tasks:
     def chain(self, *steps: Node) -> Chain:
         """Steps run one after another, each result the next step's first argument
         (``a.s() | b.s()`` is the same)."""
-        return flow_core.chain(*steps)
+        return canvas.chain(*steps)
 
     def group(self, members: Iterable[Node], *, on_failure: str = "fail") -> Group:
         """Members run at once; the group's value is their results, in order. A member
         that fails fails the group (``on_failure="fail"``), or is a TaskFailed value
         in its place (``"continue"``)."""
-        return flow_core.group(members, on_failure)
+        return canvas.group(members, on_failure)
 
     def chord(
         self, members: Group | Iterable[Node], callback: Node, *, on_failure: str = "fail"
@@ -180,16 +181,15 @@ class Tasks:
         member ended; a member that failed fails the chord (``on_failure="fail"``: the
         callback never runs), or the callback gets a TaskFailed in its place
         (``"continue"``)."""
-        return flow_core.chord(members, callback, on_failure)
+        return canvas.chord(members, callback, on_failure)
 
     def start_flow(self, root: Node) -> FlowHandle:
         """Start a flow (``root.delay()`` calls this); its handle."""
-        return flows.start(self, root)
+        return flows.start(self, self._client(), root)
 
     def flow(self, id: str) -> FlowHandle:
         """A handle on the flow of this id, from any process."""
-        flow_id = validate.check_text(id, "flow id")
-        return flows.FlowHandle(self, self.queue(self.registry.default_queue), flow_id)
+        return flows.FlowHandle(self._client(), flow_core.check_flow_id(id), self)
 
     def handle(
         self, id: str, *, task: Task | str | None = None, key: str | None = None
@@ -450,7 +450,7 @@ class Runner:
             value = task.run(*args, **kwargs)
             flows.advance(self.app, self._queue, member, value)
         except Exception as exc:
-            if consuming.buries(msg, exc, self.policy, self.ops.settings.max_retries):
+            if failures.buries(msg, exc, self.policy, self.ops.settings.max_retries):
                 marker = flow_core.failure_marker(task.name, str(msg.id), exc)
                 flows.fail(self.app, self._queue, member, marker)
             raise

@@ -17,7 +17,7 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
-from helpers import dead_letter
+from helpers import dead_letter, wait_for
 
 import dynoq
 from dynoq.cli import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE, cli
@@ -498,3 +498,35 @@ def test_worker_batch_size_is_a_count_or_auto(value: str, needle: str) -> None:
         EXIT_USAGE,
         needle,
     )
+
+
+def test_flow_shows_a_workflow_and_each_of_its_calls(run: Any, client: dynoq.Client) -> None:
+    tasks = dynoq.Tasks(client, queue="cli-flows")
+
+    @tasks.task(name="double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    @tasks.task(name="refuse", max_retries=0)
+    def refuse(x: int) -> int:
+        raise ValueError(f"no {x}")
+
+    done = (double.s(2) | double.s()).delay()
+    broken = tasks.chord([double.s(1), refuse.si(7)], double.s()).delay()
+    with tasks.worker(idle_wait=0.05, queues=["cli-flows"]):
+        assert done.result(timeout=20) == 8
+        with pytest.raises(dynoq.TaskFailed):
+            broken.result(timeout=20)
+        wait_for(lambda: broken.info().ended == 2, what="double(1) recorded too")
+    waiting = (double.s(5) | double.s()).delay()
+    assert waiting.cancel()
+    text = ok(run("flow", done.id))
+    assert f"flow {done.id}: succeeded, 2 of 2 calls ended" in text
+    assert text.count("succeeded") >= 3 and "double" in text
+    report = json.loads(ok(run("flow", broken.id, "--json")))
+    assert (report["status"], report["calls"]) == ("failed", 3)
+    assert "no 7" in report["failure"]
+    assert [m["state"] for m in report["members"]] == ["succeeded", "failed", "pending"]
+    assert report["members"][0]["size"] == 1 and report["members"][0]["id"] == f"{broken.id}.2"
+    assert json.loads(ok(run("flow", waiting.id, "--json")))["status"] == "cancelled"
+    failed(run("flow", "no-such-flow"), EXIT_FAILURE, "unknown")

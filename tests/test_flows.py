@@ -19,6 +19,7 @@ from helpers import wait_for
 from task_setup import Setup, setups
 
 import dynoq
+from dynoq._core import canvas
 from dynoq._core import flows as core
 from dynoq._core.keys import FlowKeys
 from dynoq.errors import InvalidArgument, InvalidType, OrderedQueueError
@@ -49,7 +50,7 @@ def test_a_plan_gives_each_call_its_path_and_each_node_its_entries(flavor: str) 
     assert a is not None and b is not None and c is not None and d is not None
     # 0 chain: 1 a, 2 group (3 chain: 4 b, 5 c; 6 d), 7 a
     tree = a.s(1) | app.group([b.s() | c.s(), d.s()]) | a.si(9)
-    plan = core.plan(tree)
+    plan = canvas.plan(tree)
     assert sorted(plan.leaves) == [1, 4, 5, 6, 7]
     assert plan.paths == {
         1: "0,c,0,3,2",
@@ -62,9 +63,9 @@ def test_a_plan_gives_each_call_its_path_and_each_node_its_entries(flavor: str) 
     assert plan.leaves[1].args == [1] and plan.leaves[1].takes_input
     assert plan.leaves[7].args == [9] and not plan.leaves[7].takes_input
     # a group's members all start at once: a flow that is one group starts every member
-    assert core.plan(app.group([a.s(1), b.s(2)])).roots == [1, 2]
+    assert canvas.plan(app.group([a.s(1), b.s(2)])).roots == [1, 2]
     # chains splice: (a | b) | c is one chain of three
-    assert len(core.chain(a.s(1) | b.s(), c.s()).steps) == 3
+    assert len(canvas.chain(a.s(1) | b.s(), c.s()).steps) == 3
 
 
 @pytest.mark.sync_only
@@ -85,26 +86,26 @@ def test_bad_flows_are_refused_with_nothing_stored(flavor: str) -> None:
     with pytest.raises(InvalidArgument, match="fewer than 1000 members"):
         app.group([a.s(i) for i in range(1000)])
     with pytest.raises(InvalidArgument, match="at most 1000 steps"):
-        core.plan(app.chain(*[app.group([a.s(i), a.s(i)]) for i in range(400)]))
+        canvas.plan(app.chain(*[app.group([a.s(i), a.s(i)]) for i in range(400)]))
     deep: Any = a.s(0)
     for _ in range(40):
         deep = app.group([deep, a.s(1)])
     with pytest.raises(InvalidArgument, match="nests at most"):
-        core.plan(deep)
+        canvas.plan(deep)
 
     @app.task(name="two")
     def two(x: int, y: int) -> int:
         return x + y
 
-    core.plan(two.s(1, 2))  # a first step gets no input: two arguments fit
-    core.plan(a.s(1) | two.s(2))  # a later one gets the step before's value first
+    canvas.plan(two.s(1, 2))  # a first step gets no input: two arguments fit
+    canvas.plan(a.s(1) | two.s(2))  # a later one gets the step before's value first
     with pytest.raises(InvalidType, match="two"):
-        core.plan(a.s(1) | two.s(2, 3))  # three arguments: refused when planned
+        canvas.plan(a.s(1) | two.s(2, 3))  # three arguments: refused when planned
     with pytest.raises(InvalidType, match="two"):
-        core.plan(two.s(1))
-    core.plan(a.s(1) | two.si(2, 3))  # immutable: its own arguments only
+        canvas.plan(two.s(1))
+    canvas.plan(a.s(1) | two.si(2, 3))  # immutable: its own arguments only
     with pytest.raises(dynoq.TaskArgumentError, match="cannot be sent"):
-        core.plan(two.s(object(), 1))
+        canvas.plan(two.s(object(), 1))
 
 
 def tell(setup: Setup, msg: dynoq.Message, value: Any) -> core.Step | None:

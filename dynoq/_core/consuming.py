@@ -19,13 +19,13 @@ from typing import Any
 from .. import allocation
 from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
-from . import codec, logs, validate
+from . import validate
 from .calls import Batch, Call, Flow
-from .logcontext import fields as delivery
+from .failures import failure_call
 from .lua import script
 from .popping import quarantine
 from .queue import QueueOps
-from .retry import DeadLetter, RateLimited, Retry, RetryPolicy
+from .retry import RateLimited, RetryPolicy
 from .settings import ConsumerSettings, QueueSettings
 from .streams import STREAM_MEMBER
 from .topics import TopicOps
@@ -250,76 +250,6 @@ class Tally:
     refilled: list[Message] = dataclasses.field(default_factory=list)
 
 
-def nack_mode(msg: Message, error: BaseException, policy: RetryPolicy) -> tuple[str, float]:
-    """(nack mode, delay) for a failed message: DeadLetter dead-letters now, RateLimited
-    gives it back, Retry(delay) picks the delay, anything else takes the policy's next
-    delay; past the policy's own max_retries it is dead-lettered. The policy is the
-    message's own (``policy.of``: a task's, on a task queue)."""
-    if isinstance(error, DeadLetter):
-        return "dead", 0.0
-    if isinstance(error, RateLimited):
-        return "back", error.delay
-    policy = policy.of(msg)
-    if policy.spent(msg.attempts):
-        return "dead", 0.0
-    if isinstance(error, Retry):
-        return "retry", policy.delay(msg.attempts) if error.delay is None else error.delay
-    return "retry", policy.delay(msg.attempts)
-
-
-def buries(msg: Message, error: BaseException, policy: RetryPolicy, max_retries: int) -> bool:
-    """Whether the nack of this failure dead-letters the message: by its mode, or past
-    the queue's ``max_retries`` (as nack-8.lua decides), so a handler can end what
-    depends on it (a flow's step) before the nack."""
-    mode, _ = nack_mode(msg, error, policy)
-    return mode == "dead" or (mode == "retry" and msg.attempts > max_retries)
-
-
-def on_failure(
-    msg: Message, error: BaseException, policy: RetryPolicy, queue: str
-) -> tuple[str, float]:
-    """:func:`nack_mode`, logged: a failure past the policy's retries, or one that is
-    retried (Retry, RateLimited and DeadLetter say what they want: not logged here)."""
-    mode, delay = nack_mode(msg, error, policy)
-    if isinstance(error, (DeadLetter, RateLimited)) or (
-        mode == "retry" and isinstance(error, Retry)
-    ):
-        return mode, delay
-    if mode == "dead":
-        logs.error(
-            log,
-            logging.WARNING,
-            "dynoq: message %s of %r failed its retries "
-            "(attempt %d, consumer's max_retries %s): dead-lettered",
-            msg.id,
-            queue,
-            msg.attempts,
-            policy.of(msg).max_retries,
-            exc=error,
-            extra=delivery(queue, msg),
-        )
-        return mode, delay
-    logs.error(
-        log,
-        logging.WARNING,
-        "dynoq: handler failed on message %s of %r (attempt %d)",
-        msg.id,
-        queue,
-        msg.attempts,
-        exc=error,
-        extra=delivery(queue, msg),
-    )
-    return mode, delay
-
-
-def _failure_call(
-    ops: QueueOps, msg: Message, error: BaseException, policy: RetryPolicy, consumer: str
-) -> Call:
-    mode, delay = on_failure(msg, error, policy, ops.name)
-    why = b"" if mode == "back" else codec.why(error, consumer)
-    return ops.nack_call(msg, delay=delay, mode=mode, why=why)
-
-
 def keeps(done: Sequence[Message]) -> list[Call]:
     """What handled messages asked to keep with their ack (``Message.keep``: a task's
     kept result): one task-keep script per shard, sent just before the acks in their
@@ -362,7 +292,7 @@ def settle(
     acking = [took[0]] if took else ops.ack_calls(ok)
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
-    calls += [_failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
+    calls += [failure_call(ops, msg, error, policy, consumer) for msg, error in failed]
     calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
     replies = (yield Batch(calls))[len(kept) :]
     tally = Tally(
@@ -395,7 +325,7 @@ def settle_in_order(
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
     if error is not None:
-        calls.append(_failure_call(ops, msgs[done], error, policy, consumer))
+        calls.append(failure_call(ops, msgs[done], error, policy, consumer))
         calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1 :]]
     replies = (yield Batch(calls))[len(kept) :]
     tally = Tally(handled=sum(replies[:acks]))

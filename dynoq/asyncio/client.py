@@ -14,12 +14,14 @@ from typing import Any
 from .._core import codec, opening, topics, validate
 from .._core.calls import Cmd, server_time
 from .._core.catalog import Catalog
+from .._core.flows import check_flow_id
 from .._core.sweeper import DEFAULT_INTERVAL, REFRESH_INTERVAL, SweepObserver
 from ..retry import RetryPolicy
 from ..settings import ConsumerSettings
 from .backend import AsyncBackend, open_backend, wrap
 from .checker import Check, Checker
 from .consumer import Consumer
+from .flows import FlowHandle
 from .queue import Queue
 from .sweeper import Sweeper
 from .topic import Topic
@@ -171,6 +173,14 @@ class Client:
     async def topic_names(self) -> list[str]:
         """Every registered topic under this prefix, sorted."""
         return list(await self.backend.run(topics.topic_names(self.prefix)))
+
+    # -- workflows ---------------------------------------------------------------------------
+
+    def flow(self, id: str) -> FlowHandle:
+        """A handle on the flow of this id under this prefix (docs/workflows.md): its
+        state, result, members, cancel, reconcile, without the tasks app (dynoq.asyncio.Tasks's
+        ``tasks.flow(id)`` is the same, opening queues with the app's settings)."""
+        return FlowHandle(self, check_flow_id(id))
 
     # -- transaction checkers ----------------------------------------------------------------
 

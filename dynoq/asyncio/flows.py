@@ -12,27 +12,41 @@ import asyncio  # unasync: import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .._core import canvas, validate
 from .._core import flows as core
 from .._core import tasks as core_tasks
-from .._core import validate
 from .._core.calls import Batch, Call
-from .._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Leaf, Member, Node, Step
+from .._core.canvas import Leaf, Node
+from .._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
 from .._core.tasks import TaskInfo, TaskState
 from .._core.timeouts import Patience
 from ..errors import ResultTimeout
+from .backend import AsyncBackend
 from .handles import now
 from .queue import Queue
 
 
 class App(Protocol):
-    """What a flow asks of its tasks app (dynoq.asyncio.Tasks): its queues, opened."""
+    """What a flow asks of its tasks app (dynoq.asyncio.Tasks), or of a client: its
+    queues, opened."""
 
     async def queue(self, name: str) -> Queue: ...
 
 
-async def start(app: App, root: Node) -> FlowHandle:
-    """Store a flow's plan and push its first calls; its handle."""
-    plan = core.plan(root)
+class Where(Protocol):
+    """What a flow's handle reads through (a dynoq.asyncio.Client)."""
+
+    backend: AsyncBackend
+    prefix: str
+    max_payload_bytes: int
+
+    async def queue(self, name: str) -> Queue: ...
+
+
+async def start(app: App, client: Where, root: Node) -> FlowHandle:
+    """Store a flow's plan and push its first calls (through ``app``'s queues, on
+    ``client``); its handle."""
+    plan = canvas.plan(root)
     queues = {name: await app.queue(name) for name in plan.queues()}
     for q in queues.values():
         core.check_queue(q.ops)  # refused before anything is stored
@@ -40,7 +54,7 @@ async def start(app: App, root: Node) -> FlowHandle:
     flow_id = core.new_flow_id()
     await first.backend.run(core.create(first.ops.keys.prefix, flow_id, plan))
     await _push(app, flow_id, [(leaf, plan.leaves[leaf]) for leaf in plan.roots], False, None)
-    return FlowHandle(app, first, flow_id)
+    return FlowHandle(client, flow_id, app)
 
 
 async def advance(app: App, queue: Queue, member: Member, value: Any) -> Step:
@@ -83,9 +97,10 @@ class FlowHandle:
     """A started flow: its ``id``, its state and its result, from any process
     (``tasks.flow(id)`` makes one anew)."""
 
-    def __init__(self, app: App, queue: Queue, id: str) -> None:
-        self._app = app
-        self._queue = queue
+    def __init__(self, client: Where, id: str, app: App | None = None) -> None:
+        self._client = client
+        self._app: App = client if app is None else app  # opens its calls' queues
+        self._prefix, self._limit = client.prefix, client.max_payload_bytes
         self.id = id
 
     def __repr__(self) -> str:
@@ -94,11 +109,11 @@ class FlowHandle:
     async def info(self) -> FlowInfo:
         """Its status, how many task calls it makes and how many ended, its result or
         its first failure."""
-        ops = self._queue.ops
-        info: FlowInfo = await self._queue.backend.run(
-            core.state(ops.keys.prefix, self.id, ops.limit)
-        )
+        info: FlowInfo = await self._run(core.state(self._prefix, self.id, self._limit))
         return info
+
+    async def _run(self, request: Call) -> Any:
+        return await self._client.backend.run(request)
 
     async def status(self) -> str:
         """running, succeeded, failed, cancelled, or unknown (it ended longer ago than
@@ -108,16 +123,14 @@ class FlowHandle:
     async def members(self) -> list[FlowMember]:
         """Its task calls, in plan order: each one's id, task and state (pending,
         started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        ops = self._queue.ops
-        _, found = await self._queue.backend.run(core.members(ops.keys.prefix, self.id, ops.limit))
+        _, found = await self._run(core.members(self._prefix, self.id, self._limit))
         return found  # type: ignore[no-any-return]
 
     async def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
         started is taken off its queue (one running finishes; what it returns is not
         used). True if it was running."""
-        ops = self._queue.ops
-        if not await self._queue.backend.run(core.cancel(ops.keys.prefix, self.id)):
+        if not await self._run(core.cancel(self._prefix, self.id)):
             return False
         for m in await self.members():
             if m.state == "started":
@@ -132,10 +145,7 @@ class FlowHandle:
         or is gone (removed, cleared, its queue deleted) fails, and a call that was
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
-        ops = self._queue.ops
-        status, found = await self._queue.backend.run(
-            core.members(ops.keys.prefix, self.id, ops.limit)
-        )
+        status, found = await self._run(core.members(self._prefix, self.id, self._limit))
         settled = 0
         for m in found if status == "running" else ():
             if m.state != "started":

@@ -6,7 +6,7 @@ rules, installing the scripts), ``check`` (what puts messages at risk on the ser
 runs), ``handler_worker`` and ``task_worker`` (a handler or checker; a tasks app),
 ``worker`` (the worker's supervisor and logging), ``output`` (tables and JSON), ``demo``."""
 
-from . import acl, changes, check, inspect, service, worker_command  # noqa: F401 - they register their commands
+from . import acl, changes, check, flows, inspect, service, worker_command  # noqa: F401 - they register their commands
 from .base import EXIT_FAILURE, EXIT_IMPORT, EXIT_UNREACHABLE, EXIT_USAGE, cli, main
 
 __all__ = ["EXIT_FAILURE", "EXIT_IMPORT", "EXIT_UNREACHABLE", "EXIT_USAGE", "cli", "main"]

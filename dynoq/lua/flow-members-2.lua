@@ -3,9 +3,10 @@
   a reconcile's push of a call never pushed: dynoq/_core/flows.py).
   KEYS[1] plan  KEYS[2] flow
   ARGV[1] the first leaf id to list  ARGV[2] at most how many leaf ids to look at
-  returns: {status, failure, leaf, call, state, input, leaf, call, state, input, ...}:
-           state "p" pending (not started), "s" started, "d" ended, "x" failed; input
-           (msgpack, or false: none) of a started call; {false, false} for a flow unknown
+  returns: {status, failure, leaf, call, state, input, size, leaf, ...}: state "p"
+           pending (not started), "s" started, "d" ended, "x" failed; input (msgpack, or
+           false: none) of a started call; size: bytes of an ended call's value (msgpack)
+           or 0; {false, false} for a flow unknown
   uses: lib/bounds.lua
   flags: no-writes
 ]]
@@ -18,13 +19,15 @@ for leaf = first, math.min(first + count, MAX_BATCH) - 1 do
   local call = redis.call('HGET', K.plan, 'l:' .. leaf)
   if call then
     local ended, node = unpack(redis.call('HMGET', K.flow, 'd:' .. leaf, 's:' .. leaf))
-    local state, input = 'p', false
+    local state, input, size = 'p', false, 0
     if ended then
       state = redis.call('HEXISTS', K.flow, 'x:' .. leaf) == 1 and 'x' or 'd'
+      size = #ended
     elseif node then
       state, input = 's', redis.call('HGET', K.flow, 'i:' .. node) or false
     end
-    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = leaf, call, state, input
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = leaf, call, state, input, size
   end
 end
 return out

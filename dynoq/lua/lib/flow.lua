@@ -14,7 +14,7 @@
     -> {0} wait, {1, node, value, leaf, call, ...} start node's entry leaves with value,
        {2} ended (or {3} failed, now or before), {-1} unknown, {-2, status} not running
     Records the leaf's value once (HSETNX: a call told again walks with its first
-    value), then walks: a chain with a next step starts it; a group counts the member
+    value; a call that ends after its flow ended is recorded too), then walks: a chain with a next step starts it; a group counts the member
     once and, complete, goes on with its members' values (a msgpack array); a failure
     goes up until a group "h" takes its marker as the member's value, or it reaches the
     root: the flow failed. A path longer than FLOW_PATH bytes or a group of MAX_BATCH
@@ -57,17 +57,18 @@ end
 local function flow_walk(plan, flow, leaf, value, failed)
   local status = redis.call('HGET', flow, 'status')
   if not status then return {-1} end
-  if status == 'failed' then return {3} end
-  if status ~= 'running' and status ~= 'succeeded' then return {-2, status} end
   local path = redis.call('HGET', plan, 'p:' .. leaf)
   if not path or #path > FLOW_PATH then return {-1} end
+  -- the call's end is recorded even in a flow that ended (its members list says so)
   if redis.call('HSETNX', flow, 'd:' .. leaf, value) == 1 then
     redis.call('HINCRBY', flow, 'ended', 1)
+    if failed then redis.call('HSET', flow, 'x:' .. leaf, '1') end
   else
     value = redis.call('HGET', flow, 'd:' .. leaf)  -- told again: the first end counts
     failed = redis.call('HEXISTS', flow, 'x:' .. leaf) == 1
   end
-  if failed then redis.call('HSETNX', flow, 'x:' .. leaf, '1') end
+  if status == 'failed' then return {3} end
+  if status ~= 'running' and status ~= 'succeeded' then return {-2, status} end
   for level in string.gmatch(path, '[^;]+') do
     local node, kind, index, size, nxt = string.match(level, '^(%d+),([cgh]),(%d+),(%d+),(-?%d+)$')
     if not node then return {-1} end
