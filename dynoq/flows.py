@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 455f8cb20eecad59: of the text below, an edit by hand does not match).
+# is stale; digest 579ab3f5fc47e091: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -55,8 +55,9 @@ def start(app: App, client: Where, root: Node) -> FlowHandle:
         core.check_queue(q.ops)  # refused before anything is stored
     first = queues[plan.leaves[plan.roots[0]].queue]
     flow_id = core.new_flow_id()
-    first.backend.run(core.create(first.ops.keys.prefix, flow_id, plan))
-    _push(app, flow_id, [(leaf, plan.leaves[leaf]) for leaf in plan.roots], False, None)
+    first.backend.run(core.create(client.prefix, flow_id, plan))
+    roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
+    _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
     return FlowHandle(client, flow_id, app)
 
 
@@ -79,14 +80,22 @@ def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = queue.backend.run(call)
     if step.kind == "start":
         _push(app, member.flow_id, step.leaves, True, step.value)
+    elif step.ended_now:
+        queue.backend.run(core.count(queue.ops.keys.prefix, step.kind))
     return step
 
 
 def _push(
-    app: App, flow_id: str, leaves: Sequence[tuple[int, Leaf]], given: bool, value: Any
+    app: App,
+    flow_id: str,
+    leaves: Sequence[tuple[int, Leaf]],
+    given: bool,
+    value: Any,
+    *also: Call,
 ) -> None:
-    """Push each of a flow's calls that starts, once (one round trip per server)."""
-    calls = []
+    """Push each of a flow's calls that starts, once, with ``also`` (one round trip per
+    server)."""
+    calls = list(also)
     backend = None
     for leaf, spec in leaves:
         q = app.queue(spec.queue)
@@ -135,6 +144,7 @@ class FlowHandle:
         used). True if it was running."""
         if not self._run(core.cancel(self._prefix, self.id)):
             return False
+        self._run(core.count(self._prefix, "cancelled"))
         for m in self.members():
             if m.state == "started":
                 q = self._app.queue(m.call.queue)

@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, s
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ._core.flows import counts as flow_counts
 from ._core.sweeper import SweepReport
 from .client import Client
 from .errors import DynoqError, LayoutError, QueueGone
@@ -97,6 +98,13 @@ class QueueCollector(Collector):
                 "migrate, or upgrade dynoq)",
                 labels=["queue"],
             ),
+            CounterMetricFamily(
+                "dynoq_flows",
+                "Workflows (chains, groups, chords of tasks) under the prefix, by outcome: "
+                "started, succeeded, failed, cancelled (counted by the process that started "
+                "or ended each one)",
+                labels=["outcome"],
+            ),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -104,7 +112,7 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, groups, oldest, up, decided, unreadable = self._families()
+        depth, groups, oldest, up, decided, unreadable, flows = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
             now = self.client.server_time()  # the clock the records' timestamps are on
@@ -132,25 +140,32 @@ class QueueCollector(Collector):
                 for outcome in ("committed", "rolled_back"):
                     decided.add_metric([name, outcome], stats.total(outcome))
             if self.queues is None:
-                for name in self.client.topic_names():
-                    try:
-                        topic = self.client.open_existing_topic(name)
-                    except LayoutError:
-                        unreadable.add_metric([name], 1)
-                        continue
-                    if topic is None:
-                        continue
-                    for b in topic.backlog():
-                        for state in STATES:
-                            groups.add_metric(
-                                [topic.name, b.group, b.queue, state], getattr(b.stats, state)
-                            )
+                self._topics(groups, unreadable)
+            counted = self.client.backend.run(flow_counts(self.client.prefix))
+            for outcome, n in counted.items():
+                flows.add_metric([outcome], n)
         except DynoqError as exc:
             log.warning("metrics scrape could not read Redis: %s", exc)
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, groups, oldest, up, decided, unreadable]
+        return [depth, groups, oldest, up, decided, unreadable, flows]
+
+    def _topics(self, groups: GaugeMetricFamily, unreadable: GaugeMetricFamily) -> None:
+        """Each topic group's backlog by state (or the topic, unreadable)."""
+        for name in self.client.topic_names():
+            try:
+                topic = self.client.open_existing_topic(name)
+            except LayoutError:
+                unreadable.add_metric([name], 1)
+                continue
+            if topic is None:
+                continue
+            for b in topic.backlog():
+                for state in STATES:
+                    groups.add_metric(
+                        [topic.name, b.group, b.queue, state], getattr(b.stats, state)
+                    )
 
 
 class Metrics:

@@ -43,6 +43,7 @@ from dynoq._core.keys import (
     QueueKeys,
     ShardKeys,
     TopicKeys,
+    flows_key,
     once_key,
     registry_key,
     result_key,
@@ -146,6 +147,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     flow = FlowKeys.of(p, "flow-1")
     add(flow.plan, "plan")
     add(flow.flow, "flow")
+    add(flows_key(p), "flows")
     return {k: frozenset(v) for k, v in out.items()}
 
 

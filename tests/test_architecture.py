@@ -231,7 +231,7 @@ def test_every_script_names_its_keys_in_its_header() -> None:
         | {f.name for f in dataclasses.fields(tasks.TaskKeys)}
         | {f.name for f in dataclasses.fields(streams.StreamKeys)}
         | {f.name for f in dataclasses.fields(keys.FlowKeys)}
-        | {"meta", "subs", "once"}  # once: flow-push's marker (keys.once_key)
+        | {"meta", "subs", "once", "flows"}  # keys.once_key, keys.flows_key
     )
     for script in lua.SCRIPTS.values():
         assert script.keys and set(script.keys) <= known, script.name

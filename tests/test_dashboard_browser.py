@@ -142,6 +142,53 @@ def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any, client: dyn
         consumer.stop(timeout=10)
 
 
+def test_a_flow_is_a_live_tree_of_its_calls(page: Any, client: dynoq.Client) -> None:
+    tasks = dynoq.Tasks(client, queue="flows")
+    gate = threading.Event()
+
+    @tasks.task(name="fetch")
+    def fetch(n: int) -> int:
+        gate.wait(30)
+        return n * 10
+
+    @tasks.task(name="total")
+    def total(xs: list[int]) -> int:
+        return sum(xs)
+
+    h = (tasks.chord([fetch.s(i) for i in range(3)], total.s()) | total.si([1, 2])).delay()
+    with (
+        tasks.worker(idle_wait=0.05, concurrency=4),
+        Running(client, DashboardConfig(port=0, interval=0.2)) as d,
+    ):
+        page.goto(d.url)
+        page.fill('input[name="id"]', h.id)  # the header's "open a flow by id"
+        page.press('input[name="id"]', "Enter")
+        page.wait_for_url("**/flow?id=**")
+        assert page.locator("#status").inner_text() == "running"
+        rows = page.locator("#members tr[data-m]")
+        assert rows.count() == 5
+        first = rows.nth(0)
+        assert "chain 0 / group 1" in first.inner_text() and "fetch" in first.inner_text()
+        assert "chain 0" in rows.nth(3).inner_text() and "total" in rows.nth(3).inner_text()
+        page.wait_for_function(  # the calls are taken: started, the rest pending
+            "() => [...document.querySelectorAll('#members [data-f=state]')]"
+            ".map((c) => c.textContent).join() === 'started,started,started,pending,pending'"
+        )
+        page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        gate.set()
+        page.wait_for_function(
+            "() => document.querySelector('#status').textContent === 'succeeded'"
+        )
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#members [data-f=state]')]"
+            ".every((c) => c.textContent === 'succeeded')"
+        )
+        assert page.evaluate("window.loadedOnce") is True
+        page.reload()
+        assert page.locator("#result").inner_text().strip() == "3"
+        assert page.goto(d.url + "flow?id=no-such-flow").status == 404
+
+
 def test_a_key_blocked_by_a_failing_message_shows_its_reason(
     page: Any, client: dynoq.Client
 ) -> None:

@@ -252,3 +252,31 @@ def test_a_queue_of_a_later_layout_is_named_and_the_others_still_read(client: dy
     for name in ("later", "news"):
         assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": name}) == 1
     assert reg.get_sample_value("dynoq_queue_unreadable", {"queue": "fine"}) is None
+
+
+def test_flows_are_counted_by_outcome(client: dynoq.Client) -> None:
+    reg = CollectorRegistry()
+    reg.register(QueueCollector(client))
+    tasks = dynoq.Tasks(client, queue="metered")
+
+    @tasks.task(name="one")
+    def one(x: int) -> int:
+        return x
+
+    @tasks.task(name="never", max_retries=0)
+    def never(x: int) -> int:
+        raise ValueError("never")
+
+    def count(outcome: str) -> float | None:
+        return reg.get_sample_value("dynoq_flows_total", {"outcome": outcome})
+
+    assert [count(o) for o in ("started", "succeeded", "failed", "cancelled")] == [0, 0, 0, 0]
+    ok = (one.s(1) | one.s()).delay()
+    bad = tasks.chord([one.s(1), never.s(2)], one.s()).delay()
+    stopped = (one.s(1) | one.s()).delay()
+    assert stopped.cancel()
+    with tasks.worker(idle_wait=0.05):
+        assert ok.result(timeout=20) == 1
+        with pytest.raises(dynoq.TaskFailed):
+            bad.result(timeout=20)
+    assert [count(o) for o in ("started", "succeeded", "failed", "cancelled")] == [3, 1, 1, 1]

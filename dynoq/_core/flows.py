@@ -33,9 +33,9 @@ from ..errors import (
 )
 from ..message import Message
 from . import codec, validate
-from .calls import Call, Cmd, text
+from .calls import Call, Cmd, pairs, text
 from .canvas import FLOW_FIELD, MAX_DEPTH, MAX_NODES, Leaf, Plan
-from .keys import FlowKeys, once_key
+from .keys import FlowKeys, flows_key, once_key
 from .lua import script
 from .queue import QueueOps
 from .retry import DeadLetter
@@ -44,6 +44,7 @@ from .tasks import TaskKeys
 _CREATE, _ADVANCE = script("flow-create"), script("flow-advance")
 _STATE, _PUSH = script("flow-state"), script("flow-push")
 _CANCEL, _MEMBERS = script("flow-cancel"), script("flow-members")
+_COUNT = script("flow-count")
 
 FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after that
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
@@ -157,6 +158,7 @@ class Step:
     value: Any = None
     leaves: tuple[tuple[int, Leaf], ...] = ()
     status: str = ""
+    ended_now: bool = False  # "succeeded" or "failed": this call ended the flow
 
 
 _ENDS = {0: "wait", 2: "succeeded", 3: "failed", -1: "gone"}
@@ -169,7 +171,7 @@ def advance(prefix: str, member: Member, value: bytes, limit: int, *, failed: bo
     def parse(reply: Sequence[Any]) -> Step:
         code = int(reply[0])
         if code in _ENDS:
-            return Step(_ENDS[code])
+            return Step(_ENDS[code], ended_now=len(reply) > 1 and int(reply[1]) == 1)
         if code == -2:
             return Step("stopped", status=text(reply[1]))
         pairs = reply[3:]
@@ -288,16 +290,26 @@ class FlowMember:
     """One task call of a flow: its ``leaf`` (its place in the plan), its message ``id``,
     its ``task``, and ``state``: "pending" (not started), "started" (pushed: its task's
     handle says more), "succeeded" or "failed"; ``size``: bytes of an ended call's value
-    (msgpack) as the flow keeps it."""
+    (msgpack) as the flow keeps it; ``path``: the chains and groups it is in, innermost
+    first (lib/flow.lua: "node,kind,index,size,next" each, ';' between)."""
 
     leaf: int
     id: str
     task: str
     state: str
     size: int
+    path: str = field(repr=False, compare=False)
     call: Leaf = field(repr=False, compare=False)
     input: Any = field(default=None, repr=False, compare=False)
     has_input: bool = field(default=False, repr=False, compare=False)
+
+
+    @property
+    def nesting(self) -> list[tuple[int, str]]:
+        """The chains and groups it is in, outermost first: (node, "chain" or "group")."""
+        kinds = {"c": "chain", "g": "group", "h": "group"}
+        levels = reversed(self.path.split(";")) if self.path else ()
+        return [(int(lv.split(",")[0]), kinds.get(lv.split(",")[1], "?")) for lv in levels]
 
 
 _MEMBER_STATES = {b"p": "pending", b"s": "started", b"d": "succeeded", b"x": "failed"}
@@ -311,20 +323,46 @@ def members(prefix: str, flow_id: str, limit: int, first: int = 0) -> Call:
     def parse(reply: Sequence[Any]) -> tuple[str | None, list[FlowMember]]:
         status = text(reply[0]) if reply[0] else None
         out = []
-        for i in range(2, len(reply), 5):
+        for i in range(2, len(reply), 6):
             leaf, call, code, given = int(reply[i]), reply[i + 1], reply[i + 2], reply[i + 3]
-            size = int(reply[i + 4])
+            size, path = int(reply[i + 4]), text(reply[i + 5])
             spec = Leaf.read(call, limit)
             state = _MEMBER_STATES.get(code if isinstance(code, bytes) else code.encode(), "?")
             value = codec.unpack(given, limit) if given else None
             out.append(
                 FlowMember(
-                    leaf, leaf_id(flow_id, leaf), spec.task, state, size, spec, value, bool(given)
+                    leaf,
+                    leaf_id(flow_id, leaf),
+                    spec.task,
+                    state,
+                    size,
+                    path,
+                    spec,
+                    value,
+                    bool(given),
                 )
             )
         return status, out
 
     return _MEMBERS.call(FlowKeys.of(prefix, flow_id), [first, MAX_NODES], parse)
+
+
+OUTCOMES = ("started", "succeeded", "failed", "cancelled")  # counted (lua/flow-count-1.lua)
+
+
+def count(prefix: str, what: str) -> Call:
+    """Count a flow's start or end (what Prometheus reads as dynoq_flows_total)."""
+    return _COUNT.call(SimpleNamespace(flows=flows_key(prefix)), [what])
+
+
+def counts(prefix: str) -> Cmd:
+    """Flows started and ended under a prefix: {outcome: count}, every outcome."""
+
+    def parse(reply: Any) -> dict[str, int]:
+        found = {text(k): int(v) for k, v in pairs(reply or [])}
+        return {what: found.get(what, 0) for what in OUTCOMES}
+
+    return Cmd(("HGETALL", flows_key(prefix)), parse)
 
 
 def pushed(ops: QueueOps, msg_id: str) -> Cmd:

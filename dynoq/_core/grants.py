@@ -106,6 +106,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "once": ("once:{*}:*",),  # a flow's task call was pushed (keys.once_key)
     "plan": ("flow:{*}:plan",),  # a flow's plan, and its state (keys.FlowKeys)
     "flow": ("flow:{*}:state",),
+    "flows": ("flows",),  # flows started and ended, by outcome (keys.flows_key)
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
 }

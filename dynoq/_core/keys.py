@@ -201,6 +201,12 @@ class FlowKeys:
         return cls(base + "plan", base + "state")
 
 
+def flows_key(prefix: str) -> str:
+    """How many flows started and ended under a prefix, by outcome (a hash:
+    lua/flow-count-1.lua): ``<prefix>:flows``."""
+    return f"{prefix}:flows"
+
+
 def registry_key(prefix: str) -> str:
     """The set of queue names under a prefix (the sweeper walks it)."""
     return f"{prefix}:queues"

@@ -28,7 +28,8 @@ ROLES: dict[str, Role] = {
     "producer": Role(
         "open queues and topics, push, ensure, publish, peek, stats; send "
         "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
-        "its message: the consumer's); transactional messages: prepare, "
+        "its message: the consumer's); start, read and cancel flows; "
+        "transactional messages: prepare, "
         "commit, roll back, and run their checker (RocketMQ's check-back "
         "asks the producer group)",
         _OPEN
@@ -41,6 +42,9 @@ ROLES: dict[str, Role] = {
             "flow-create",
             "flow-push",
             "flow-state",
+            "flow-members",
+            "flow-cancel",
+            "flow-count",
             "reschedule",
             "transaction-prepare",
             "transaction-settle",
@@ -59,7 +63,8 @@ ROLES: dict[str, Role] = {
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
-        "purge dead letters, schedules; run task workers, with kept results; prepare, "
+        "purge dead letters, schedules; run task workers, with kept results and the flows "
+        "they advance; prepare, "
         "commit and roll back transactional messages from a handler",
         _OPEN
         | {
@@ -82,6 +87,9 @@ ROLES: dict[str, Role] = {
             "flow-advance",
             "flow-push",
             "flow-state",
+            "flow-members",
+            "flow-cancel",
+            "flow-count",
             "remove",
             "reschedule",
             "replay",

@@ -52,8 +52,9 @@ async def start(app: App, client: Where, root: Node) -> FlowHandle:
         core.check_queue(q.ops)  # refused before anything is stored
     first = queues[plan.leaves[plan.roots[0]].queue]
     flow_id = core.new_flow_id()
-    await first.backend.run(core.create(first.ops.keys.prefix, flow_id, plan))
-    await _push(app, flow_id, [(leaf, plan.leaves[leaf]) for leaf in plan.roots], False, None)
+    await first.backend.run(core.create(client.prefix, flow_id, plan))
+    roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
+    await _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
     return FlowHandle(client, flow_id, app)
 
 
@@ -76,14 +77,22 @@ async def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = await queue.backend.run(call)
     if step.kind == "start":
         await _push(app, member.flow_id, step.leaves, True, step.value)
+    elif step.ended_now:
+        await queue.backend.run(core.count(queue.ops.keys.prefix, step.kind))
     return step
 
 
 async def _push(
-    app: App, flow_id: str, leaves: Sequence[tuple[int, Leaf]], given: bool, value: Any
+    app: App,
+    flow_id: str,
+    leaves: Sequence[tuple[int, Leaf]],
+    given: bool,
+    value: Any,
+    *also: Call,
 ) -> None:
-    """Push each of a flow's calls that starts, once (one round trip per server)."""
-    calls = []
+    """Push each of a flow's calls that starts, once, with ``also`` (one round trip per
+    server)."""
+    calls = list(also)
     backend = None
     for leaf, spec in leaves:
         q = await app.queue(spec.queue)
@@ -132,6 +141,7 @@ class FlowHandle:
         used). True if it was running."""
         if not await self._run(core.cancel(self._prefix, self.id)):
             return False
+        await self._run(core.count(self._prefix, "cancelled"))
         for m in await self.members():
             if m.state == "started":
                 q = await self._app.queue(m.call.queue)

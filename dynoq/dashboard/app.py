@@ -132,6 +132,8 @@ def _routes() -> list[BaseRoute]:
         Route("/queue/dead/replay", actions.replay, methods=["POST"]),
         Route("/queue/dead/purge", actions.purge, methods=["POST"]),
         Route("/topic", views.topic_page),
+        Route("/flow", views.flow_page),
+        Route("/api/flow", views.api_flow),
         Mount("/static", StaticFiles(packages=[("dynoq.dashboard", "static")]), name="static"),
     ]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core import inspect
+from .._core.jsontext import to_json
 from .._core.keys import registry_key, topic_registry_key
 from .._core.queue import QueueOps
 from .._core.topics import TopicOps
@@ -67,6 +68,36 @@ class Reader:
         self._queues: dict[str, QueueOps] = {}
         self._topics: dict[str, TopicOps] = {}
         self._lock = threading.Lock()
+
+    # -- workflows -----------------------------------------------------------------------
+
+    def flow(self, flow_id: str) -> dict[str, Any] | None:
+        """A flow as its page shows it (JSON-ready), or None when it is unknown."""
+        handle = self.client.flow(flow_id)
+        info = handle.info()
+        if info.status == "unknown":
+            return None
+        return {
+            "id": flow_id,
+            "status": info.status,
+            "calls": info.calls,
+            "ended": info.ended,
+            "result": to_json(info.result, indent=2) if info.status == "succeeded" else None,
+            "failure": None if info.failure is None else str(info.failure),
+            "members": [
+                {
+                    "leaf": m.leaf,
+                    "id": m.id,
+                    "task": m.task,
+                    "queue": m.call.queue,
+                    "state": m.state,
+                    "size": m.size,
+                    "depth": len(m.nesting),
+                    "within": " / ".join(f"{kind} {node}" for node, kind in m.nesting),
+                }
+                for m in handle.members()
+            ],
+        }
 
     # -- opening -------------------------------------------------------------------------
 

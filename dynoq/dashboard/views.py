@@ -349,6 +349,24 @@ def topic_page(request: Request) -> Response:
     )
 
 
+def _flow(request: Request) -> dict[str, Any]:
+    """The flow the query's ?id= names (404 when it is unknown here)."""
+    flow_id = request.query_params.get("id", "")
+    found = dash_of(request).reader.flow(flow_id) if flow_id else None
+    if found is None:
+        raise HTTPException(404, f"no flow {flow_id!r} under this prefix (or it ended long ago)")
+    return found
+
+
+def flow_page(request: Request) -> Response:
+    """A workflow: its status, result or failure, and its calls as a tree, live."""
+    return render(request, "flow.html", flow=_flow(request))
+
+
+def api_flow(request: Request) -> Response:
+    return JSONResponse(_flow(request))
+
+
 def confirm_page(request: Request) -> Response:
     """Ask before replaying or purging every dead letter of a queue."""
     d = dash_of(request)

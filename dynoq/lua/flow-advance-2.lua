@@ -10,7 +10,8 @@
   returns: {0} wait (nothing starts: a group it belongs to has members running)
            {1, node, value, leaf, call, leaf, call, ...} start node's entry leaves with
               value (msgpack) as their input: each leaf's id and plan record
-           {2} the flow succeeded (now or before), {3} it failed (now or before)
+           {2, now} the flow succeeded, {3, now} it failed (now: 1 by this call, 0
+              before)
            {-1} the flow or the leaf is unknown (expired, or never was)
            {-2, status} the flow no longer runs (cancelled)
   uses: lib/bounds.lua lib/flow.lua

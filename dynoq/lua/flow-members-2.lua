@@ -3,10 +3,10 @@
   a reconcile's push of a call never pushed: dynoq/_core/flows.py).
   KEYS[1] plan  KEYS[2] flow
   ARGV[1] the first leaf id to list  ARGV[2] at most how many leaf ids to look at
-  returns: {status, failure, leaf, call, state, input, size, leaf, ...}: state "p"
+  returns: {status, failure, leaf, call, state, input, size, path, leaf, ...}: state "p"
            pending (not started), "s" started, "d" ended, "x" failed; input (msgpack, or
            false: none) of a started call; size: bytes of an ended call's value (msgpack)
-           or 0; {false, false} for a flow unknown
+           or 0; path: its p:<leaf> (lib/flow.lua); {false, false} for a flow unknown
   uses: lib/bounds.lua
   flags: no-writes
 ]]
@@ -28,6 +28,7 @@ for leaf = first, math.min(first + count, MAX_BATCH) - 1 do
     end
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = leaf, call, state, input, size
+    out[n + 6] = redis.call('HGET', K.plan, 'p:' .. leaf) or ''
   end
 end
 return out

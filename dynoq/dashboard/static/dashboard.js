@@ -74,6 +74,13 @@
         if (src) fill(row, src);
       });
     }
+    if (data.members) {
+      const byLeaf = new Map(data.members.map((m) => [m.leaf, m]));
+      document.querySelectorAll("tr[data-m]").forEach((row) => {
+        const m = byLeaf.get(Number(row.dataset.m));
+        if (m) fill(row, { ...m, size: m.size || "-" });
+      });
+    }
     if (data.series) document.querySelectorAll("canvas.chart").forEach((c) => draw(c, data.series));
     status(data.error ? "last sample failed: " + data.error : "");
   }

@@ -12,7 +12,8 @@
   failure (the first failure's marker).
   flow_walk(plan, flow, leaf, value, failed)
     -> {0} wait, {1, node, value, leaf, call, ...} start node's entry leaves with value,
-       {2} ended (or {3} failed, now or before), {-1} unknown, {-2, status} not running
+       {2, now} succeeded (or {3, now} failed; now: 1 by this walk, 0 before), {-1}
+       unknown, {-2, status} not running
     Records the leaf's value once (HSETNX: a call told again walks with its first
     value; a call that ends after its flow ended is recorded too), then walks: a chain with a next step starts it; a group counts the member
     once and, complete, goes on with its members' values (a msgpack array); a failure
@@ -20,19 +21,19 @@
     root: the flow failed. A path longer than FLOW_PATH bytes or a group of MAX_BATCH
     members or more is refused as unknown: dynoq writes none (flows.py MAX_DEPTH,
     MAX_NODES), and so every call's work is bounded.
-  flow_end(plan, flow, status, field, value)  ends the flow: its status, its result or
-    failure (once), and its keys kept for `keep` ms from now
+  flow_end(plan, flow, status, field, value) -> 1 when it ended the flow now (0: before):
+    its status, its result or failure (once), and its keys kept for `keep` ms from now
   uses: lib/bounds.lua
 ]]
 local FLOW_PATH = 1024
 
 local function flow_end(plan, flow, status, field, value)
-  if redis.call('HSETNX', flow, field, value) == 1 then
-    local keep = redis.call('HGET', flow, 'keep')
-    redis.call('HSET', flow, 'status', status)
-    redis.call('PEXPIRE', flow, keep)
-    redis.call('PEXPIRE', plan, keep)
-  end
+  if redis.call('HSETNX', flow, field, value) == 0 then return 0 end
+  local keep = redis.call('HGET', flow, 'keep')
+  redis.call('HSET', flow, 'status', status)
+  redis.call('PEXPIRE', flow, keep)
+  redis.call('PEXPIRE', plan, keep)
+  return 1
 end
 
 -- a msgpack array of values already msgpack: its header, then the values as they are
@@ -93,10 +94,6 @@ local function flow_walk(plan, flow, leaf, value, failed)
       value = flow_array(values)
     end
   end
-  if failed then
-    flow_end(plan, flow, 'failed', 'failure', value)
-    return {3}
-  end
-  flow_end(plan, flow, 'succeeded', 'result', value)
-  return {2}
+  if failed then return {3, flow_end(plan, flow, 'failed', 'failure', value)} end
+  return {2, flow_end(plan, flow, 'succeeded', 'result', value)}
 end
