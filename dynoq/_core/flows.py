@@ -303,7 +303,6 @@ class FlowMember:
     input: Any = field(default=None, repr=False, compare=False)
     has_input: bool = field(default=False, repr=False, compare=False)
 
-
     @property
     def nesting(self) -> list[tuple[int, str]]:
         """The chains and groups it is in, outermost first: (node, "chain" or "group")."""
