@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 579ab3f5fc47e091: of the text below, an edit by hand does not match).
+# is stale; digest 7fc529d449f21f07: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -135,8 +135,20 @@ class FlowHandle:
     def members(self) -> list[FlowMember]:
         """Its task calls, in plan order: each one's id, task and state (pending,
         started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        _, found = self._run(core.members(self._prefix, self.id, self._limit))
-        return found  # type: ignore[no-any-return]
+        _, found = self._pages()
+        return found
+
+    def _pages(self) -> tuple[str | None, list[FlowMember]]:
+        """Its status and its calls, read a page of plan ids at a time: a page without a
+        call ends it (inner nodes are never a page's worth in a row: MAX_DEPTH)."""
+        status, found, first = None, [], 0
+        while first < canvas.MAX_NODES:
+            status, page = self._run(core.members(self._prefix, self.id, self._limit, first))
+            if not page:
+                break
+            found += page
+            first += core.MEMBERS_PAGE
+        return status, found
 
     def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
@@ -158,7 +170,7 @@ class FlowHandle:
         or is gone (removed, cleared, its queue deleted) fails, and a call that was
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
-        status, found = self._run(core.members(self._prefix, self.id, self._limit))
+        status, found = self._pages()
         settled = 0
         for m in found if status == "running" else ():
             if m.state != "started":

@@ -109,7 +109,7 @@ def _lua_maxima() -> dict[str, int]:
 def test_the_scripts_maxima_are_the_clients_constants() -> None:
     # One number per decision: a client that sends more per call than its scripts take
     # would be refused at its first long push.
-    from dynoq._core import bounds, group, keyed, settings, topics, transactions
+    from dynoq._core import bounds, canvas, group, keyed, settings, topics, transactions
 
     clients = {
         "MAX_BATCH": validate.MAX_BATCH,
@@ -128,6 +128,8 @@ def test_the_scripts_maxima_are_the_clients_constants() -> None:
         "MAX_KEY_CONCURRENCY": settings.MAX_KEY_CONCURRENCY,
         "MAX_RETRIES": settings.MAX_RETRIES,
         "MAX_RATE": settings.MAX_RATE,
+        "MAX_FLOW": canvas.MAX_NODES,
+        "MAX_GROUP": canvas.MAX_MEMBERS,
         "MAX_MS": validate.to_ms(validate.MAX_SECONDS),
         "EXACT": 2**53,
     }

@@ -83,10 +83,11 @@ def test_bad_flows_are_refused_with_nothing_stored(flavor: str) -> None:
         app.group(a.s(1))  # type: ignore[arg-type]
     with pytest.raises(InvalidType, match="signature"):
         a.s(1) | 42  # type: ignore[operator]
-    with pytest.raises(InvalidArgument, match="fewer than 1000 members"):
-        app.group([a.s(i) for i in range(1000)])
-    with pytest.raises(InvalidArgument, match="at most 1000 steps"):
-        canvas.plan(app.chain(*[app.group([a.s(i), a.s(i)]) for i in range(400)]))
+    with pytest.raises(InvalidArgument, match="at most 10000 members"):
+        app.group([a.s(i) for i in range(10_001)])
+    assert len(canvas.plan(app.chord([a.s(i) for i in range(10_000)], a.s())).leaves) == 10_001
+    with pytest.raises(InvalidArgument, match="at most 10100 steps"):
+        canvas.plan(app.chain(*[app.group([a.s(i), a.s(i)]) for i in range(4000)]))
     deep: Any = a.s(0)
     for _ in range(40):
         deep = app.group([deep, a.s(1)])

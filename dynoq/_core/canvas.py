@@ -20,8 +20,8 @@ import msgpack
 from ..errors import InvalidArgument, InvalidType, RecordError, TaskArgumentError
 from . import codec
 
-MAX_NODES = 1000  # steps of one flow, task calls and chains and groups (lib/bounds.lua
-# MAX_BATCH: a flow's plan is written by one call)
+MAX_NODES = 10_100  # steps of one flow: task calls, chains and groups (lib/bounds.lua MAX_FLOW)
+MAX_MEMBERS = 10_000  # members of one group (lib/bounds.lua MAX_GROUP)
 MAX_DEPTH = 32  # nesting of chains and groups
 FLOW_FIELD = "flow"  # a flow call's payload: {"task", "args", "kwargs", "flow": [id, leaf]}
 
@@ -116,8 +116,8 @@ def group(members: Iterable[Node], on_failure: str = "fail") -> Group:
     out = tuple(_check_node(m, "a group's member") for m in members)
     if not out:
         raise InvalidArgument("a group needs at least one member")
-    if len(out) >= MAX_NODES:
-        raise InvalidArgument(f"a group holds fewer than {MAX_NODES} members, got {len(out)}")
+    if len(out) > MAX_MEMBERS:
+        raise InvalidArgument(f"a group holds at most {MAX_MEMBERS} members, got {len(out)}")
     return Group(out, on_failure)
 
 

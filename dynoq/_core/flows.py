@@ -48,6 +48,7 @@ _COUNT = script("flow-count")
 
 FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after that
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
+MEMBERS_PAGE = 1000  # plan ids one flow-members call looks at (lib/bounds.lua MAX_BATCH)
 RECONCILE_EVERY = 1.0  # seconds between a waiting handle's reconciles (FlowHandle.result)
 
 # -- requests -------------------------------------------------------------------------------
@@ -315,9 +316,9 @@ _MEMBER_STATES = {b"p": "pending", b"s": "started", b"d": "succeeded", b"x": "fa
 
 
 def members(prefix: str, flow_id: str, limit: int, first: int = 0) -> Call:
-    """The calls of a flow from leaf ``first`` on, MAX_NODES at most (the plan numbers
-    them below that): the reply is (status, [FlowMember, ...]); status None for a
-    flow unknown."""
+    """The calls of a flow among the plan's ids ``first`` to ``first + MEMBERS_PAGE``
+    (a handle reads them page by page): the reply is (status, [FlowMember, ...]);
+    status None for a flow unknown."""
 
     def parse(reply: Sequence[Any]) -> tuple[str | None, list[FlowMember]]:
         status = text(reply[0]) if reply[0] else None
@@ -343,7 +344,7 @@ def members(prefix: str, flow_id: str, limit: int, first: int = 0) -> Call:
             )
         return status, out
 
-    return _MEMBERS.call(FlowKeys.of(prefix, flow_id), [first, MAX_NODES], parse)
+    return _MEMBERS.call(FlowKeys.of(prefix, flow_id), [first, MEMBERS_PAGE], parse)
 
 
 OUTCOMES = ("started", "succeeded", "failed", "cancelled")  # counted (lua/flow-count-1.lua)

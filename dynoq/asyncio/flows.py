@@ -132,8 +132,20 @@ class FlowHandle:
     async def members(self) -> list[FlowMember]:
         """Its task calls, in plan order: each one's id, task and state (pending,
         started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        _, found = await self._run(core.members(self._prefix, self.id, self._limit))
-        return found  # type: ignore[no-any-return]
+        _, found = await self._pages()
+        return found
+
+    async def _pages(self) -> tuple[str | None, list[FlowMember]]:
+        """Its status and its calls, read a page of plan ids at a time: a page without a
+        call ends it (inner nodes are never a page's worth in a row: MAX_DEPTH)."""
+        status, found, first = None, [], 0
+        while first < canvas.MAX_NODES:
+            status, page = await self._run(core.members(self._prefix, self.id, self._limit, first))
+            if not page:
+                break
+            found += page
+            first += core.MEMBERS_PAGE
+        return status, found
 
     async def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
@@ -155,7 +167,7 @@ class FlowHandle:
         or is gone (removed, cleared, its queue deleted) fails, and a call that was
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
-        status, found = await self._run(core.members(self._prefix, self.id, self._limit))
+        status, found = await self._pages()
         settled = 0
         for m in found if status == "running" else ():
             if m.state != "started":

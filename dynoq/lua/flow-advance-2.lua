@@ -17,7 +17,7 @@
   uses: lib/bounds.lua lib/flow.lua
   flags: allow-oom
 ]]
-if not (#KEYS == 2 and #ARGV == 3 and int(ARGV[1], 0, MAX_BATCH - 1)
+if not (#KEYS == 2 and #ARGV == 3 and int(ARGV[1], 0, MAX_FLOW - 1)
         and (ARGV[3] == '0' or ARGV[3] == '1')) then
   return BOUNDS
 end

@@ -10,9 +10,9 @@
   uses: lib/bounds.lua
   flags: none
 ]]
-if not (#KEYS == 2 and fits(#ARGV, 4, 2, 3 * MAX_BATCH) and int(ARGV[1], 1, MAX_MS)
-        and int(ARGV[2], 1, MAX_BATCH) and int(ARGV[3], 1, MAX_MS)
-        and #ARGV[4] <= 4 * MAX_BATCH) then
+if not (#KEYS == 2 and fits(#ARGV, 4, 2, 3 * MAX_FLOW) and int(ARGV[1], 1, MAX_MS)
+        and int(ARGV[2], 1, MAX_FLOW) and int(ARGV[3], 1, MAX_MS)
+        and #ARGV[4] <= 6 * MAX_FLOW) then
   return BOUNDS
 end
 if redis.call('EXISTS', K.flow) == 1 or redis.call('EXISTS', K.plan) == 1 then return 0 end

@@ -2,7 +2,8 @@
   record, and what became of it; with the input of each call started and not ended (for
   a reconcile's push of a call never pushed: dynoq/_core/flows.py).
   KEYS[1] plan  KEYS[2] flow
-  ARGV[1] the first leaf id to list  ARGV[2] at most how many leaf ids to look at
+  ARGV[1] the first leaf id to look at  ARGV[2] how many ids to look at (MAX_BATCH at
+  most: a handle reads a flow in pages)
   returns: {status, failure, leaf, call, state, input, size, path, leaf, ...}: state "p"
            pending (not started), "s" started, "d" ended, "x" failed; input (msgpack, or
            false: none) of a started call; size: bytes of an ended call's value (msgpack)
@@ -10,12 +11,12 @@
   uses: lib/bounds.lua
   flags: no-writes
 ]]
-local first, count = int(ARGV[1], 0, MAX_BATCH), int(ARGV[2], 1, MAX_BATCH)
+local first, count = int(ARGV[1], 0, MAX_FLOW), int(ARGV[2], 1, MAX_BATCH)
 if not (#KEYS == 2 and #ARGV == 2 and first and count) then return BOUNDS end
 local status, failure = unpack(redis.call('HMGET', K.flow, 'status', 'failure'))
 local out = {status, failure}
 if not status then return out end
-for leaf = first, math.min(first + count, MAX_BATCH) - 1 do
+for leaf = first, math.min(first + count, MAX_FLOW) - 1 do
   local call = redis.call('HGET', K.plan, 'l:' .. leaf)
   if call then
     local ended, node = unpack(redis.call('HMGET', K.flow, 'd:' .. leaf, 's:' .. leaf))

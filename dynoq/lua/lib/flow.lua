@@ -18,9 +18,9 @@
     value; a call that ends after its flow ended is recorded too), then walks: a chain with a next step starts it; a group counts the member
     once and, complete, goes on with its members' values (a msgpack array); a failure
     goes up until a group "h" takes its marker as the member's value, or it reaches the
-    root: the flow failed. A path longer than FLOW_PATH bytes or a group of MAX_BATCH
-    members or more is refused as unknown: dynoq writes none (flows.py MAX_DEPTH,
-    MAX_NODES), and so every call's work is bounded.
+    root: the flow failed. A path longer than FLOW_PATH bytes or a group of more than
+    MAX_GROUP members is refused as unknown: dynoq writes none (canvas.py MAX_DEPTH,
+    MAX_MEMBERS), and so every call's work is bounded.
   flow_end(plan, flow, status, field, value) -> 1 when it ended the flow now (0: before):
     its status, its result or failure (once), and its keys kept for `keep` ms from now
   uses: lib/bounds.lua
@@ -87,7 +87,7 @@ local function flow_walk(plan, flow, leaf, value, failed)
       end
       local count = tonumber(redis.call('HGET', flow, 'c:' .. node))
       size = tonumber(size)
-      if size > MAX_BATCH then return {-1} end
+      if size > MAX_GROUP then return {-1} end
       if count < size then return {0} end
       local values = {}
       for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
