@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 7fc529d449f21f07: of the text below, an edit by hand does not match).
+# is stale; digest 3814d678916794b8: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -78,10 +78,10 @@ def fail(app: App, queue: Queue, member: Member, marker: bytes) -> Step:
 
 def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = queue.backend.run(call)
-    if step.kind == "start":
-        _push(app, member.flow_id, step.leaves, True, step.value)
-    elif step.ended_now:
-        queue.backend.run(core.count(queue.ops.keys.prefix, step.kind))
+    opened = {spec.queue: (app.queue(spec.queue)).ops for _, spec in step.leaves}
+    calls, _ = core.follow(step, member.flow_id, queue.ops.keys.prefix, opened.get)
+    if calls:
+        queue.backend.run(Batch(calls))
     return step
 
 

@@ -52,6 +52,9 @@ class Message:
     # Set by a handler that wants something kept with the ack (a task's kept result):
     # (key, record, ms to keep it), written just before the ack, in its round trip.
     keep: tuple[str, bytes, int] | None = field(default=None, repr=False, compare=False)
+    # Set by a handler that wants something sent before the ack, and what its reply asks
+    # for (a flow's step that ended: dynoq._core.endings.Ending), one batch per round trip.
+    ending: Any = field(default=None, repr=False, compare=False)
     unreadable: str | None = field(default=None, compare=False)
 
 

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 7e5d5763582eceb1: of the text below, an edit by hand does not match).
+# is stale; digest 7343e8345507875b: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 # no asyncio: a sync app runs each task in a worker thread
 import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, overload
@@ -25,8 +26,10 @@ from ._core import canvas, failures, taskapp, validate
 from ._core import flows as flow_core
 from ._core import tasks as core
 from ._core.callables import call_sync
+from ._core.calls import Call
 from ._core.canvas import Chain, Group, Node, Signature
-from ._core.flows import Member
+from ._core.endings import Ending
+from ._core.flows import Member, Step
 from ._core.retry import RetryPolicy
 from ._core.taskapp import TaskOptions
 from .errors import InvalidArgument, PayloadTypeError
@@ -41,6 +44,7 @@ from .queue import Queue
 from .transactions import Half
 
 ASYNC = False
+log = logging.getLogger("dynoq.tasks")
 
 
 def _runner(fn: Callable[..., Any], in_thread: bool) -> Callable[..., Any]:
@@ -183,6 +187,21 @@ class Tasks:
         (``"continue"``)."""
         return canvas.chord(members, callback, on_failure)
 
+    def follow(self, flow_id: str, step: Step) -> list[Call]:
+        """What a flow's step that a worker's call ended asks to send (no I/O: the
+        worker opened every queue of the app when it started); a queue it did not
+        open is said in the log, and its calls left to a reconcile."""
+        known = {name: q.ops for name, q in self._queues.items()}
+        calls, unknown = flow_core.follow(step, flow_id, self._client().prefix, known.get)
+        for name in unknown:
+            log.warning(
+                "dynoq: flow %s's next step goes to queue %r, which this worker did not "
+                "open: the flow's reconcile (FlowHandle.result waits with one) pushes it",
+                flow_id,
+                name,
+            )
+        return calls
+
     def start_flow(self, root: Node) -> FlowHandle:
         """Start a flow (``root.delay()`` calls this); its handle."""
         return flows.start(self, self._client(), root)
@@ -237,6 +256,8 @@ class Tasks:
         client = self._client()
         made = []
         keeping = {o.queue for o in self.registry.options() if o.keep_ms}
+        for name in self.registry.queues():  # a flow's next step may go to any of them
+            self.queue(name)
         for name in self.registry.pick(queues):
             q = self.queue(name)
             if name in keeping:
@@ -438,17 +459,26 @@ class Runner:
     def __repr__(self) -> str:
         return f"<dynoq tasks of queue {self.queue!r}>"
 
+    def _ending(self, member: Member, value: Any) -> Ending:
+        """What tells a flow that its call returned ``value``, and pushes what starts."""
+        ops = self.ops
+        packed = flow_core.encode_value(value, ops.limit)
+        make = functools.partial(flow_core.advance_many, ops.keys.prefix, member.flow_id, ops.limit)
+        then = functools.partial(self.app.follow, member.flow_id)
+        return Ending(member.flow_id, (member.leaf, packed, False), make, then)
+
     def _step(
         self, msg: Message, member: Member, task: Task, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> Any:
-        """Run a flow's call, then tell its flow how it ended, before the ack (a call
-        run again walks the same path, and its next step is pushed once): its value,
-        or, when this failure dead-letters it, its failure."""
+        """Run a flow's call; its value goes to its flow with the ack, before it
+        (``Message.ending``: one round trip for a batch's calls, and one for what
+        starts; a call run again walks the same path, and its next step is pushed
+        once); a failure that dead-letters it goes to its flow now."""
         if args:  # its input: a chord that continues passes TaskFailed values on
             args = [flow_core.with_failures(args[0]), *args[1:]]
         try:
             value = task.run(*args, **kwargs)
-            flows.advance(self.app, self._queue, member, value)
+            msg.ending = self._ending(member, value)
         except Exception as exc:
             if failures.buries(msg, exc, self.policy, self.ops.settings.max_retries):
                 marker = flow_core.failure_marker(task.name, str(msg.id), exc)

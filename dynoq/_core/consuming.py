@@ -21,6 +21,7 @@ from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import validate
 from .calls import Batch, Call, Flow
+from .endings import endings
 from .failures import failure_call
 from .lua import script
 from .popping import quarantine
@@ -282,7 +283,13 @@ def settle(
     ``refill`` (count, visibility seconds), on a keyed queue when every message of one
     shard succeeded: the ack also delivers up to count more when no other key of the
     shard is ready (a hot key alone: ack and the key's next pop share a round trip);
-    they are in ``Tally.refilled``."""
+    they are in ``Tally.refilled``. What handled messages send before their ack (their
+    ``ending``: :mod:`dynoq._core.endings`) goes first, a round trip of its own."""
+    handled = yield from endings(ok)
+    if len(handled) < len(ok):  # an ending failed: its message goes back, to run again
+        sent = {id(m) for m in handled}
+        back = [*back, *(m for m in ok if id(m) not in sent)]
+    ok = handled
     kept = keeps(ok)
     took = (
         ops.kind.ack_and_take(ok, refill[0], validate.to_ms(refill[1]))
@@ -320,13 +327,21 @@ def settle_in_order(
     failure of the next one, which is then retried in place (blocking its shard) or
     dead-lettered, while the messages after it go back to their places unhandled (no
     attempt counted). Returns (tally, True when the shard now waits for a retry)."""
+    handled = yield from endings(msgs[:done])
+    ended = 0  # the handled prefix whose endings went out: order holds past none of them
+    while ended < len(handled) and handled[ended] is msgs[ended]:
+        ended += 1
+    back: Sequence[Message] = ()
+    if ended < done:  # one's ending failed: it and those after it go back, in order
+        error, done, back = None, ended, msgs[ended:]
     kept = keeps(msgs[:done])
     acking = ops.ack_calls(msgs[:done])
     acks = len(acking)
     calls: list[Call] = [*kept, *acking]
     if error is not None:
         calls.append(failure_call(ops, msgs[done], error, policy, consumer))
-        calls += [ops.nack_call(m, delay=0.0, mode="back") for m in msgs[done + 1 :]]
+        back = msgs[done + 1 :]
+    calls += [ops.nack_call(m, delay=0.0, mode="back") for m in back]
     replies = (yield Batch(calls))[len(kept) :]
     tally = Tally(handled=sum(replies[:acks]))
     blocked = False

@@ -17,7 +17,7 @@ run's values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -165,24 +165,58 @@ class Step:
 _ENDS = {0: "wait", 2: "succeeded", 3: "failed", -1: "gone"}
 
 
+def _step(reply: Sequence[Any], limit: int) -> Step:
+    """One call's reply of lua/flow-advance-2.lua."""
+    code = int(reply[0])
+    if code in _ENDS:
+        return Step(_ENDS[code], ended_now=len(reply) > 1 and int(reply[1]) == 1)
+    if code == -2:
+        return Step("stopped", status=text(reply[1]))
+    found = reply[3:]
+    leaves = tuple((int(found[i]), Leaf.read(found[i + 1], limit)) for i in range(0, len(found), 2))
+    return Step("start", int(reply[1]), codec.unpack(reply[2], limit), leaves)
+
+
+def advance_many(
+    prefix: str, flow_id: str, limit: int, ends: Sequence[tuple[int, bytes, bool]]
+) -> Call:
+    """Record the ends of calls of one flow, each (leaf, value or failure marker,
+    failed), and walk their paths, in one script call (lua/flow-advance-2.lua, MAX_BATCH
+    at most); the reply is a :class:`Step` per end, in order."""
+    args: list[Any] = []
+    for leaf, value, failed in ends:
+        args += [leaf, value, "1" if failed else "0"]
+    return _ADVANCE.call(
+        FlowKeys.of(prefix, flow_id), args, lambda reply: [_step(r, limit) for r in reply]
+    )
+
+
 def advance(prefix: str, member: Member, value: bytes, limit: int, *, failed: bool = False) -> Call:
-    """Record a call's value (or, ``failed``, its failure marker) and walk its path
-    (lua/flow-advance-2.lua); the reply is a :class:`Step`."""
+    """Record one call's value (or, ``failed``, its failure marker) and walk its path;
+    the reply is a :class:`Step`."""
+    call = advance_many(prefix, member.flow_id, limit, [(member.leaf, value, failed)])
+    call.parse = lambda reply: _step(reply[0], limit)
+    return call
 
-    def parse(reply: Sequence[Any]) -> Step:
-        code = int(reply[0])
-        if code in _ENDS:
-            return Step(_ENDS[code], ended_now=len(reply) > 1 and int(reply[1]) == 1)
-        if code == -2:
-            return Step("stopped", status=text(reply[1]))
-        pairs = reply[3:]
-        leaves = tuple(
-            (int(pairs[i]), Leaf.read(pairs[i + 1], limit)) for i in range(0, len(pairs), 2)
-        )
-        return Step("start", int(reply[1]), codec.unpack(reply[2], limit), leaves)
 
-    keys = FlowKeys.of(prefix, member.flow_id)
-    return _ADVANCE.call(keys, [member.leaf, value, "1" if failed else "0"], parse)
+def follow(
+    step: Step, flow_id: str, prefix: str, ops_of: Callable[[str], QueueOps | None]
+) -> tuple[list[Call], list[str]]:
+    """What a walk's step asks to send: the pushes of what starts (to the queues
+    ``ops_of`` knows), or the count of the flow's end; and the queues it does not know
+    (their calls are left to a reconcile: FlowHandle.reconcile)."""
+    if step.kind == "start":
+        calls, unknown = [], []
+        for leaf, spec in step.leaves:
+            ops = ops_of(spec.queue)
+            if ops is None:
+                unknown.append(spec.queue)
+            else:
+                calls.append(push(ops, flow_id, leaf, spec, True, step.value))
+        return calls, unknown
+    if step.ended_now:
+        return [count(prefix, step.kind)], []
+    return [], []
 
 
 def encode_value(value: Any, limit: int) -> bytes:

@@ -75,10 +75,10 @@ async def fail(app: App, queue: Queue, member: Member, marker: bytes) -> Step:
 
 async def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = await queue.backend.run(call)
-    if step.kind == "start":
-        await _push(app, member.flow_id, step.leaves, True, step.value)
-    elif step.ended_now:
-        await queue.backend.run(core.count(queue.ops.keys.prefix, step.kind))
+    opened = {spec.queue: (await app.queue(spec.queue)).ops for _, spec in step.leaves}
+    calls, _ = core.follow(step, member.flow_id, queue.ops.keys.prefix, opened.get)
+    if calls:
+        await queue.backend.run(Batch(calls))
     return step
 
 

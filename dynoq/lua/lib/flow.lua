@@ -9,7 +9,7 @@
   failure marker), ended (how many), g:<group>:<i> a group member's value, c:<group>
   how many ended, f:<node> a chain or group that failed, s:<leaf> the node whose start
   pushed the leaf (a pushed call), i:<node> the input that node started with, result,
-  failure (the first failure's marker).
+  failure (the first failure's marker), v:<group> a complete group's value.
   flow_walk(plan, flow, leaf, value, failed)
     -> {0} wait, {1, node, value, leaf, call, ...} start node's entry leaves with value,
        {2, now} succeeded (or {3, now} failed; now: 1 by this walk, 0 before), {-1}
@@ -75,23 +75,31 @@ local function flow_walk(plan, flow, leaf, value, failed)
     if not node then return {-1} end
     if failed and kind ~= 'h' then
       redis.call('HSETNX', flow, 'f:' .. node, value)  -- the chain or group failed
+    elseif kind == 'c' then
+      -- (a chain fails only by its step that runs: none after it ever started)
+      if nxt ~= '-1' then return flow_start(plan, flow, nxt, value) end
     elseif redis.call('HEXISTS', flow, 'f:' .. node) == 1 then
       return {0}  -- a member of a group that failed before: nothing more to do
-    elseif kind == 'c' then
-      if nxt ~= '-1' then return flow_start(plan, flow, nxt, value) end
     else
       failed = false  -- an "h" group takes a failure marker as its member's value
       local slot = 'g:' .. node .. ':'
+      local count
       if redis.call('HSETNX', flow, slot .. index, value) == 1 then
-        redis.call('HINCRBY', flow, 'c:' .. node, 1)
+        count = redis.call('HINCRBY', flow, 'c:' .. node, 1)
+      else
+        count = tonumber(redis.call('HGET', flow, 'c:' .. node))
       end
-      local count = tonumber(redis.call('HGET', flow, 'c:' .. node))
       size = tonumber(size)
       if size > MAX_GROUP then return {-1} end
       if count < size then return {0} end
-      local values = {}
-      for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
-      value = flow_array(values)
+      -- complete: its value is built once (a member told again reads it back)
+      value = redis.call('HGET', flow, 'v:' .. node)
+      if not value then
+        local values = {}
+        for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
+        value = flow_array(values)
+        redis.call('HSET', flow, 'v:' .. node, value)
+      end
     end
   end
   if failed then return {3, flow_end(plan, flow, 'failed', 'failure', value)} end

@@ -1,0 +1,212 @@
+"""Workflows against plain tasks, in the same run (ratios per round, then medians).
+
+    python -m benchmarks.bench_flows [--url redis://...] [--n 10000] [--repeats 5]
+        [--chords 200] [--celery-python /path/to/venv/bin/python]
+
+  group       a chord of N no-op tasks and its callback, started before the worker, against
+              the same N no-op tasks pushed as plain tasks (push_many): a worker of
+              concurrency 4 (batch "auto"), from its start to the callback's return (the
+              flow) or the N-th ack (plain): messages a second (goal: >= 0.8x)
+  callback    chords of 20 no-op members, one after another on a running worker: from the
+              last member's return to the callback's start, ms (goal: p99 <= 50 ms)
+  celery      with --celery-python (an interpreter with celery[redis]): Celery's chord of
+              the same N no-op tasks and a callback, Redis broker and result backend, a
+              thread-pool worker of concurrency 4 (benchmarks/celery_chord.py), on the same
+              server: the anchor
+Each round runs group's two sides back to back, in alternating order, on fresh prefixes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+import dynoq
+from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
+
+CHORD_MEMBERS = 20
+WORKER = {"concurrency": 4, "idle_wait": 0.05}
+
+
+def _prefix() -> str:
+    return f"bf-{uuid.uuid4().hex[:8]}"
+
+
+class Clock:
+    """Times noted by the tasks: each member's return, the callback's start."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ended: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+        self.calls = 0
+
+    def member(self, tag: str) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            self.calls += 1
+            self.ended[tag] = max(self.ended.get(tag, 0.0), now)
+
+    def callback(self, tag: str) -> None:
+        self.started.setdefault(tag, time.perf_counter())
+
+
+def _app(client: dynoq.Client, clock: Clock) -> dynoq.Tasks:
+    app = dynoq.Tasks(client, queue="f")
+
+    @app.task(name="noop")
+    def noop(i: int, tag: str = "") -> int:
+        clock.member(tag)
+        return i
+
+    @app.task(name="done")
+    def done(values: list[int], tag: str = "") -> int:
+        clock.callback(tag)
+        return len(values)
+
+    return app
+
+
+def plain(url: str, n: int) -> float:
+    """N plain no-op tasks, pushed first: messages a second, worker start to N-th ack."""
+    client = dynoq.connect(url, prefix=_prefix())
+    try:
+        app = _app(client, Clock())
+        q = app.queue("f")
+        for i in range(0, n, 5000):
+            q.push_many(
+                [{"task": "noop", "args": [j], "kwargs": {}} for j in range(i, min(n, i + 5000))]
+            )
+        worker = app.worker(**WORKER)
+        t0 = time.perf_counter()
+        worker.start()
+        while q.stats().total("acked") < n:
+            time.sleep(0.002)
+        spent = time.perf_counter() - t0
+        worker.stop()
+        return n / spent
+    finally:
+        drop_prefix(client.redis, client.prefix)
+        client.close()
+
+
+def group(url: str, n: int) -> float:
+    """A chord of N no-op members, started first: messages a second, worker start to the
+    callback's return."""
+    client = dynoq.connect(url, prefix=_prefix())
+    try:
+        clock = Clock()
+        app = _app(client, clock)
+        noop, done = app.get("noop"), app.get("done")
+        assert noop is not None and done is not None
+        h = app.chord([noop.s(i) for i in range(n)], done.s()).delay()
+        worker = app.worker(**WORKER)
+        t0 = time.perf_counter()
+        worker.start()
+        assert h.result(timeout=600) == n
+        spent = time.perf_counter() - t0
+        worker.stop()
+        return n / spent
+    finally:
+        drop_prefix(client.redis, client.prefix)
+        client.close()
+
+
+def callback_delays(url: str, chords: int) -> list[float]:
+    """Chords of CHORD_MEMBERS no-op members, one after another on a running worker: ms
+    from the last member's return to the callback's start, per chord."""
+    client = dynoq.connect(url, prefix=_prefix())
+    try:
+        clock = Clock()
+        app = _app(client, clock)
+        noop, done = app.get("noop"), app.get("done")
+        assert noop is not None and done is not None
+        out = []
+        with app.worker(**WORKER):
+            for c in range(chords):
+                tag = f"c{c}"
+                members = [noop.s(i, tag=tag) for i in range(CHORD_MEMBERS)]
+                h = app.chord(members, done.s(tag=tag)).delay()
+                assert h.result(timeout=60) == CHORD_MEMBERS
+                out.append((clock.started[tag] - clock.ended[tag]) * 1000)
+        return out
+    finally:
+        drop_prefix(client.redis, client.prefix)
+        client.close()
+
+
+def celery(python: str, url: str, n: int) -> float:
+    """Celery's chord of N no-op tasks (benchmarks/celery_chord.py): messages a second."""
+    script = Path(__file__).with_name("celery_chord.py")
+    db_url = url if url.count("/") > 2 else url.rstrip("/") + "/0"
+    run = subprocess.run(
+        [python, str(script), db_url, str(n)], capture_output=True, text=True, timeout=900
+    )
+    if run.returncode != 0:
+        raise SystemExit(f"celery_chord.py failed:\n{run.stderr[-2000:]}")
+    return float(json.loads(run.stdout.strip().splitlines()[-1])["rate"])
+
+
+def _percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--n", type=int, default=10_000)
+    p.add_argument("--chords", type=int, default=200)
+    p.add_argument("--celery-python", default=None)
+    args = p.parse_args()
+    with server_url(args.url) as url:
+        r = redis.Redis.from_url(url)
+        print(f"server {server_version(r)}, N={args.n}, repeats={args.repeats}")
+        rounds: list[dict[str, float]] = []
+        for i in range(args.repeats):
+            sides = [("plain", plain), ("group", group)]
+            if i % 2:
+                sides.reverse()
+            got = {name: fn(url, args.n) for name, fn in sides}
+            if args.celery_python:
+                got["celery"] = celery(args.celery_python, url, args.n)
+            rounds.append(got)
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in got.items()))
+        delays = callback_delays(url, args.chords)
+        rows: list[tuple[str, ...]] = [("figure", "median", "range", "ratio (range)")]
+        ratios = [x["group"] / x["plain"] for x in rounds]
+        for name in ("plain", "group", "celery"):
+            values = [x[name] for x in rounds if name in x]
+            if not values:
+                continue
+            rel = [x[name] / x["plain"] for x in rounds if name in x]
+            rows.append(
+                (
+                    f"{name} msgs/s",
+                    f"{median(values):,.0f}",
+                    f"{min(values):,.0f}-{max(values):,.0f}",
+                    f"{median(rel):.2f}x ({min(rel):.2f}-{max(rel):.2f})",
+                )
+            )
+        rows.append(
+            (
+                f"callback delay ms ({args.chords} chords of {CHORD_MEMBERS})",
+                f"{median(delays):.1f}",
+                f"p99 {_percentile(delays, 0.99):.1f}, max {max(delays):.1f}",
+                "",
+            )
+        )
+        print(table(rows))
+        print(f"group / plain: median {median(ratios):.2f}x (goal >= 0.8x)")
+        r.close()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
