@@ -116,7 +116,7 @@ def run(
             )
             chaos.start()
             try:
-                report.results.append((chord.result(timeout=300), chain.result(timeout=300)))
+                report.results.append((_wait(chord), _wait(chain)))
             finally:
                 stop.set()
                 chaos.join()
@@ -146,6 +146,19 @@ def run(
         server.close()
     out(render(report))  # type: ignore[operator]
     return report
+
+
+def _wait(handle: dynoq.FlowHandle) -> int:
+    """A flow's value, waiting through the server's restart (a wait that meets the
+    server away for longer than the client's retry window asks again)."""
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            return int(handle.result(timeout=max(1.0, deadline - time.monotonic())))
+        except dynoq.ConnectionFailed:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _chaos(
