@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 3814d678916794b8: of the text below, an edit by hand does not match).
+# is stale; digest 163027b28e5a0c45: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -124,7 +124,7 @@ class FlowHandle:
         info: FlowInfo = self._run(core.state(self._prefix, self.id, self._limit))
         return info
 
-    def _run(self, request: Call) -> Any:
+    def _run(self, request: Call | Batch) -> Any:
         return self._client.backend.run(request)
 
     def status(self) -> str:
@@ -171,13 +171,23 @@ class FlowHandle:
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
         status, found = self._pages()
+        started = [m for m in found if m.state == "started"] if status == "running" else []
         settled = 0
-        for m in found if status == "running" else ():
-            if m.state != "started":
-                continue
-            q = self._app.queue(m.call.queue)
-            shard = core_tasks.routing(q.ops, m.id, None)
-            info: TaskInfo = q.backend.run(core_tasks.state(q.ops, shard, m.id))
+        for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
+            settled += self._settle(started[page : page + core.MEMBERS_PAGE])
+        return settled
+
+    def _settle(self, started: list[FlowMember]) -> int:
+        """Reconcile these started calls: their states on their queues in one round trip,
+        then what each needs (rarely anything)."""
+        queues = [self._app.queue(m.call.queue) for m in started]
+        states = [
+            core_tasks.state(q.ops, core_tasks.routing(q.ops, m.id, None), m.id)
+            for q, m in zip(queues, started, strict=True)
+        ]
+        infos: list[TaskInfo] = self._run(Batch(states)) if states else []
+        settled = 0
+        for q, m, info in zip(queues, started, infos, strict=True):
             member = Member(self.id, m.leaf)
             if info.state is TaskState.DEAD or info.state is TaskState.CANCELLED:
                 why = info.failure.error if info.failure else f"it is {info.state.value}"
@@ -199,18 +209,20 @@ class FlowHandle:
         flow's value: a chain's last step's, a group's list, a chord's callback's.
         Raises TaskFailed (naming the first call that failed) when it failed,
         TaskCancelled when it was cancelled, ResultTimeout when it had not ended in
-        time, ResultNotKept when nothing is known of it. While it waits it reconciles
-        the flow once a second (:meth:`reconcile`), so it never waits for a call that
-        nobody runs."""
+        time, ResultNotKept when nothing is known of it. While it waits, when no call
+        of the flow ended for RECONCILE_EVERY seconds, it reconciles the flow
+        (:meth:`reconcile`), so it never waits for a call that nobody runs."""
         if timeout is not None:
             timeout = validate.check_seconds(timeout, "timeout")
         patience = Patience(timeout, now())
-        looked = now()
+        looked, ended = now(), -1
         while True:
             info = self.info()
             if info.status != "running":
                 return core.outcome(info)
-            if now() - looked >= RECONCILE_EVERY:
+            if info.ended != ended:  # it moves: nothing to reconcile
+                looked, ended = now(), info.ended
+            elif now() - looked >= RECONCILE_EVERY:
                 looked = now()
                 self.reconcile()
             wait = patience.nap(now())

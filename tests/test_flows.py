@@ -359,3 +359,51 @@ def test_a_malformed_flow_mark_is_dead_lettered_and_a_keyed_queue_refused(
 
     with pytest.raises(OrderedQueueError, match="message-group"):
         keyed.s(1).delay()
+
+
+@pytest.mark.sync_only
+def test_a_batch_s_endings_go_one_call_per_flow_and_a_failed_one_is_not_acked(
+    flavor: str,
+) -> None:
+    from dynoq._core.calls import Batch, Call
+    from dynoq._core.endings import Ending, endings
+    from dynoq._core.lua import script
+
+    made: list[list[Any]] = []
+
+    def make(parts: list[Any]) -> Call:
+        made.append(parts)
+        return Call(script("flow-state"), ["k1", "k2"], [])
+
+    def ending(flow: str, part: int) -> Ending:
+        return Ending(
+            flow, part, make, lambda answer: [Call(script("flow-count"), ["f"], [answer])]
+        )
+
+    msgs = [dynoq.Message(i, id=str(i)) for i in range(5)]
+    for m, name in zip(msgs, ["a", "b", "a", None, "b"], strict=True):
+        m.ending = None if name is None else ending(name, int(str(m.id)))
+    flow = endings(msgs)
+    first = flow.send(None)
+    assert isinstance(first, Batch) and made == [[0, 2], [1, 4]]  # one call per flow
+    second = flow.send([["x0", "x2"], dynoq.ConnectionFailed("gone")])  # flow b's failed
+    assert isinstance(second, Batch) and [c.args for c in second.calls] == [["x0"], ["x2"]]
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, dynoq.ServerError("no")])  # the push after message 2's failed
+    assert [m.id for m in done.value.value] == ["0", "3"]  # the others run again
+
+
+@pytest.mark.sync_only
+def test_a_step_to_a_queue_the_worker_does_not_know_is_pushed_by_the_reconcile(
+    setup: Setup, flavor: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    full, partial = dynoq.Tasks(setup.client), dynoq.Tasks(setup.client)
+    for app in (full, partial):
+        app.task(name="one", queue="q1")(lambda x: x)
+    full.task(name="cb", queue="q2")(lambda xs: sum(xs))
+    one, cb = full.get("one"), full.get("cb")
+    assert one is not None and cb is not None
+    h = full.chord([one.s(1), one.s(2)], cb.s()).delay()
+    with partial.worker(idle_wait=0.05), full.worker(queues=["q2"], idle_wait=0.05):
+        assert h.result(timeout=20) == 3  # pushed by the wait's reconcile
+    assert "did not open" in caplog.text and "'q2'" in caplog.text

@@ -39,7 +39,7 @@ from .keys import FlowKeys, flows_key, once_key
 from .lua import script
 from .queue import QueueOps
 from .retry import DeadLetter
-from .tasks import TaskKeys
+from .tasks import TaskKeys, by_id
 
 _CREATE, _ADVANCE = script("flow-create"), script("flow-advance")
 _STATE, _PUSH = script("flow-state"), script("flow-push")
@@ -49,7 +49,7 @@ _COUNT = script("flow-count")
 FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after that
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
 MEMBERS_PAGE = 1000  # plan ids one flow-members call looks at (lib/bounds.lua MAX_BATCH)
-RECONCILE_EVERY = 1.0  # seconds between a waiting handle's reconciles (FlowHandle.result)
+RECONCILE_EVERY = 1.0  # seconds without a call ending before a waiting handle reconciles
 
 # -- requests -------------------------------------------------------------------------------
 
@@ -107,16 +107,7 @@ def push(ops: QueueOps, flow_id: str, leaf: int, spec: Leaf, given: bool, value:
     keys["once"] = once_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, msg_id)
     return _PUSH.call(
         SimpleNamespace(**keys),
-        [
-            ops.epoch,
-            validate.to_ms(ops.settings.dedupe_window),
-            ops.wake,
-            out.id,
-            out.delay_ms,
-            out.priority,
-            out.body,
-            validate.to_ms(FLOW_TTL),
-        ],
+        [*by_id(ops, out), validate.to_ms(FLOW_TTL)],
         ops.checked(f"a flow's push to {ops.name!r}", lambda r: int(r) == 1),
     )
 

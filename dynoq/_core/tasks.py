@@ -254,23 +254,26 @@ def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
             "out, or use ordered=True"
         )
     check = ops.checked(f"a task's push to {ops.name!r}")
-    call = _PUSH.call(
-        TaskKeys.of(ops, ops.shard_for(out.routing), out.id),
-        [
-            ops.epoch,
-            validate.to_ms(ops.settings.dedupe_window),
-            ops.wake,
-            out.id,
-            out.delay_ms,
-            out.priority,
-            out.body,
-        ],
-        check,
-    )
+    call = _PUSH.call(TaskKeys.of(ops, ops.shard_for(out.routing), out.id), by_id(ops, out), check)
     if ops.settings.min_replicas:
         return ops.replicated([call], lambda replies: int(replies[0]) == 1)
     call.parse = ops.checked(f"a task's push to {ops.name!r}", lambda r: int(r) == 1)
     return call
+
+
+def by_id(ops: QueueOps, out: Outgoing) -> list[Any]:
+    """The ARGV of a push by id that checks a key of its own first (task-push-11.lua,
+    flow-push-11.lua): the queue's epoch, dedupe window and wake channel, then the
+    message."""
+    return [
+        ops.epoch,
+        validate.to_ms(ops.settings.dedupe_window),
+        ops.wake,
+        out.id,
+        out.delay_ms,
+        out.priority,
+        out.body,
+    ]
 
 
 def load_keep(ops: QueueOps) -> Batch:
