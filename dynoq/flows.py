@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 163027b28e5a0c45: of the text below, an edit by hand does not match).
+# is stale; digest 78f25627c06b4ac1: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -53,9 +53,8 @@ def start(app: App, client: Where, root: Node) -> FlowHandle:
     queues = {name: app.queue(name) for name in plan.queues()}
     for q in queues.values():
         core.check_queue(q.ops)  # refused before anything is stored
-    first = queues[plan.leaves[plan.roots[0]].queue]
     flow_id = core.new_flow_id()
-    first.backend.run(core.create(client.prefix, flow_id, plan))
+    client.backend.run(core.create(client.prefix, flow_id, plan))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
     return FlowHandle(client, flow_id, app)

@@ -50,9 +50,8 @@ async def start(app: App, client: Where, root: Node) -> FlowHandle:
     queues = {name: await app.queue(name) for name in plan.queues()}
     for q in queues.values():
         core.check_queue(q.ops)  # refused before anything is stored
-    first = queues[plan.leaves[plan.roots[0]].queue]
     flow_id = core.new_flow_id()
-    await first.backend.run(core.create(client.prefix, flow_id, plan))
+    await client.backend.run(core.create(client.prefix, flow_id, plan))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     await _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
     return FlowHandle(client, flow_id, app)
