@@ -111,11 +111,31 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
 
     refused = {name for name, s in SCRIPTS.items() if s.source.startswith("#!lua\n")}
     # transaction-prepare brings a message in; its commit does not (the record is stored): allow-oom
-    assert refused == {"push", "push-batch", "publish", "task-push", "transaction-prepare", "kpush"}
+    # A flow's start and its next step's push bring messages in; a call's end does not (the
+    # walk records values: a full server must still let a flow's calls end and drain)
+    assert refused == {
+        "push",
+        "push-batch",
+        "publish",
+        "task-push",
+        "transaction-prepare",
+        "kpush",
+        "flow-create",
+        "flow-push",
+    }
     read_only = {
         name for name, s in SCRIPTS.items() if s.source.startswith("#!lua flags=no-writes\n")
     }
-    assert read_only == {"due", "peek", "probe", "stats", "koldest", "task-state"}
+    assert read_only == {
+        "due",
+        "peek",
+        "probe",
+        "stats",
+        "koldest",
+        "task-state",
+        "flow-state",
+        "flow-members",
+    }
     assert all(
         s.source.startswith("#!lua flags=allow-oom\n")
         for name, s in SCRIPTS.items()
