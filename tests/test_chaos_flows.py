@@ -22,6 +22,6 @@ def test_a_chord_and_a_chain_push_their_next_step_once_through_kills_and_a_resta
 @pytest.mark.slow
 def test_the_checker_fails_on_a_planted_double_callback() -> None:
     report = chaos_flows.run(
-        runs=1, members=50, steps=5, every=0.5, seed=8, plant=True, out=lambda _: None
+        runs=1, members=20, steps=3, every=0.5, seed=8, plant=True, out=lambda _: None
     )
     assert report.failures() == ["callbacks pushed 3, not 2"], chaos_flows.render(report)

@@ -274,7 +274,8 @@ def test_cancel_stops_a_flow_and_takes_its_waiting_calls_back(setup: Setup) -> N
     assert setup.logged("add") == [[1, 2], [3, 3]] and setup.logged("total") == []
 
 
-def test_a_waiting_handle_ends_what_nobody_will_end(setup: Setup) -> None:
+@pytest.mark.sync_only  # each case waits a reconcile's second: the sync flavor's are enough
+def test_a_waiting_handle_ends_what_nobody_will_end(setup: Setup, flavor: str) -> None:
     add, total = setup.task("add"), setup.task("total")
     q = setup.client.queue(task_apps.QUEUE)
     # a call whose message is gone (removed): the flow fails, saying so
@@ -407,3 +408,10 @@ def test_a_step_to_a_queue_the_worker_does_not_know_is_pushed_by_the_reconcile(
     with partial.worker(idle_wait=0.05), full.worker(queues=["q2"], idle_wait=0.05):
         assert h.result(timeout=20) == 3  # pushed by the wait's reconcile
     assert "did not open" in caplog.text and "'q2'" in caplog.text
+
+
+@pytest.mark.sync_only
+def test_a_flow_id_never_starts_with_a_dash_nor_breaks_its_keys_tag(flavor: str) -> None:
+    ids = [core.new_flow_id() for _ in range(20_000)]
+    assert not any(i.startswith("-") or "}" in i or "{" in i for i in ids)
+    assert len(set(ids)) == len(ids)

@@ -55,8 +55,10 @@ RECONCILE_EVERY = 1.0  # seconds without a call ending before a waiting handle r
 
 
 def new_flow_id() -> str:
-    """A flow's id (no '}', so its keys' hash tag ends where it should)."""
-    return codec.new_id()
+    """A flow's id: random, with no '}' (its keys' hash tag ends where it should), never
+    starting with '-' (``dynoq flow ID`` would read it as an option)."""
+    flow_id = codec.new_id()
+    return "_" + flow_id[1:] if flow_id.startswith("-") else flow_id
 
 
 def check_flow_id(value: object) -> str:
