@@ -5,8 +5,8 @@ that a worker killed between the two runs the step again and is told the same.
 A handler sets ``Message.ending`` to an :class:`Ending`; the consumer's settle sends the
 endings of a handled batch in one round trip, then what their replies ask for (the pushes
 of what starts) in one more, then the acks: the per-message round trips a handler would
-make, one per batch instead. A message whose ending failed is not acked: its delivery
-expires and it runs again (its ending, recorded once, says the same again).
+make, one per batch instead. A message whose ending failed is not acked: the settle gives
+it back, and it runs again (its ending, recorded once, says the same again).
 """
 
 from __future__ import annotations
