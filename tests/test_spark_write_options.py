@@ -377,8 +377,10 @@ def test_max_rows_per_second_holds_across_tasks(
     spark: Any, sclient: dynoq.Client, how: str
 ) -> None:
     """200 rows in 2 partitions (2 tasks at once) at 100 rows a second: no second of the
-    server's enqueue times holds more than the rate plus one push (unthrottled, all 200
-    land within one)."""
+    server's enqueue times holds more than the rate plus one push per task (a task takes
+    its grant, then pushes: on a loaded machine each task's push may land up to a batch
+    late, in the next grant's second; seen in CI: 140). Unthrottled, all 200 land within
+    one."""
     q = sclient.queue("paced", shards=2)
     df = spark.range(0, 200, 1, 2).selectExpr("concat('r', id) AS id")
     write_with(
@@ -393,4 +395,4 @@ def test_max_rows_per_second_holds_across_tasks(
     times = sorted(m.enqueued_at for m in q.peek(300) if m.enqueued_at is not None)
     assert len(times) == 200
     busiest = max(sum(1 for t in times[i:] if t < start + 1.0) for i, start in enumerate(times))
-    assert busiest <= ROWS_PER_SECOND + BATCH, busiest
+    assert busiest <= ROWS_PER_SECOND + 2 * BATCH, busiest
