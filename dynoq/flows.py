@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 78f25627c06b4ac1: of the text below, an edit by hand does not match).
+# is stale; digest 14f888f194083d69: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -12,15 +12,15 @@ The asyncio shell is written by hand; the sync one is generated from it
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ._core import canvas, validate
 from ._core import flows as core
-from ._core import tasks as core_tasks
 from ._core.calls import Batch, Call
-from ._core.canvas import Leaf, Node
+from ._core.canvas import Node
 from ._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
+from ._core.queue import QueueOps
 from ._core.tasks import TaskInfo, TaskState
 from ._core.timeouts import Patience
 from .errors import ResultTimeout
@@ -50,13 +50,14 @@ def start(app: App, client: Where, root: Node) -> FlowHandle:
     """Store a flow's plan and push its first calls (through ``app``'s queues, on
     ``client``); its handle."""
     plan = canvas.plan(root)
-    queues = {name: app.queue(name) for name in plan.queues()}
-    for q in queues.values():
-        core.check_queue(q.ops)  # refused before anything is stored
+    opened = _opened(app, plan.queues())
+    for ops in opened.values():
+        core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
     client.backend.run(core.create(client.prefix, flow_id, plan))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
-    _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
+    calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
+    client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
     return FlowHandle(client, flow_id, app)
 
 
@@ -77,31 +78,16 @@ def fail(app: App, queue: Queue, member: Member, marker: bytes) -> Step:
 
 def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = queue.backend.run(call)
-    opened = {spec.queue: (app.queue(spec.queue)).ops for _, spec in step.leaves}
+    opened = _opened(app, {spec.queue for _, spec in step.leaves})
     calls, _ = core.follow(step, member.flow_id, queue.ops.keys.prefix, opened.get)
     if calls:
         queue.backend.run(Batch(calls))
     return step
 
 
-def _push(
-    app: App,
-    flow_id: str,
-    leaves: Sequence[tuple[int, Leaf]],
-    given: bool,
-    value: Any,
-    *also: Call,
-) -> None:
-    """Push each of a flow's calls that starts, once, with ``also`` (one round trip per
-    server)."""
-    calls = list(also)
-    backend = None
-    for leaf, spec in leaves:
-        q = app.queue(spec.queue)
-        backend = q.backend
-        calls.append(core.push(q.ops, flow_id, leaf, spec, given, value))
-    if backend is not None:
-        backend.run(Batch(calls))
+def _opened(app: App, names: Iterable[str]) -> dict[str, QueueOps]:
+    """These queues of the app, opened (each once): their ops by name."""
+    return {name: (app.queue(name)).ops for name in set(names)}
 
 
 class FlowHandle:
@@ -156,11 +142,17 @@ class FlowHandle:
         if not self._run(core.cancel(self._prefix, self.id)):
             return False
         self._run(core.count(self._prefix, "cancelled"))
-        for m in self.members():
-            if m.state == "started":
-                q = self._app.queue(m.call.queue)
-                shard = core_tasks.routing(q.ops, m.id, None)
-                q.backend.run(core_tasks.cancel(q.ops, shard, m.id, m.task, 0))
+        started = [m for m in self.members() if m.state == "started"]
+        opened = _opened(self._app, (m.call.queue for m in started))
+        for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
+            self._run(
+                Batch(
+                    [
+                        core.call_cancel(opened[m.call.queue], m.id, m.task)
+                        for m in started[page : page + core.MEMBERS_PAGE]
+                    ]
+                )
+            )
         return True
 
     def reconcile(self) -> int:
@@ -180,10 +172,7 @@ class FlowHandle:
         """Reconcile these started calls: their states on their queues in one round trip,
         then what each needs (rarely anything)."""
         queues = [self._app.queue(m.call.queue) for m in started]
-        states = [
-            core_tasks.state(q.ops, core_tasks.routing(q.ops, m.id, None), m.id)
-            for q, m in zip(queues, started, strict=True)
-        ]
+        states = [core.call_state(q.ops, m.id) for q, m in zip(queues, started, strict=True)]
         infos: list[TaskInfo] = self._run(Batch(states)) if states else []
         settled = 0
         for q, m, info in zip(queues, started, infos, strict=True):
@@ -198,8 +187,12 @@ class FlowHandle:
                 if q.backend.run(core.pushed(q.ops, m.id)):
                     gone = "its message is gone (removed, cleared, or its queue deleted)"
                     fail(self._app, q, member, core.failure_marker(m.task, m.id, None, gone))
-                else:
-                    _push(self._app, self.id, [(m.leaf, m.call)], m.has_input, m.input)
+                else:  # due to start and never pushed: pushed now (once, as always)
+                    leaves = [(m.leaf, m.call)]
+                    calls, _ = core.pushes(
+                        self.id, leaves, m.has_input, m.input, {m.call.queue: q.ops}.get
+                    )
+                    self._run(Batch(calls))
                 settled += 1
         return settled
 

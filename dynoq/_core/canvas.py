@@ -28,8 +28,19 @@ FLOW_FIELD = "flow"  # a flow call's payload: {"task", "args", "kwargs", "flow":
 Check = Callable[[Sequence[Any], Mapping[str, Any]], None]
 
 
+class Shape:
+    """What every shape of a flow does: ``a | b`` chains them, ``delay()`` starts it."""
+
+    def __or__(self, other: Node) -> Chain:
+        return chain(self, other)  # type: ignore[arg-type]  # (self is a Node)
+
+    def delay(self) -> Any:
+        """Start this flow; a FlowHandle (awaitable on dynoq.asyncio)."""
+        return _app(self).start_flow(self)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, eq=False)
-class Signature:
+class Signature(Shape):
     """A task call to make later, as a step of a flow (``task.s(...)``): the task's name
     and queue, the call's arguments, and whether it takes the previous step's result as
     its first argument (``task.si(...)``: immutable, it does not). ``app`` sends flows
@@ -43,29 +54,16 @@ class Signature:
     app: Any = field(repr=False)
     check: Check = field(repr=False)
 
-    def __or__(self, other: Node) -> Chain:
-        return chain(self, other)
-
-    def delay(self) -> Any:
-        """Start this flow; a FlowHandle (awaitable on dynoq.asyncio)."""
-        return self.app.start_flow(self)
-
 
 @dataclass(frozen=True, eq=False)
-class Chain:
+class Chain(Shape):
     """Steps run one after another; each result is the next step's first argument."""
 
     steps: tuple[Node, ...]
 
-    def __or__(self, other: Node) -> Chain:
-        return chain(self, other)
-
-    def delay(self) -> Any:
-        return _app(self).start_flow(self)
-
 
 @dataclass(frozen=True, eq=False)
-class Group:
+class Group(Shape):
     """Members run at once; the group's value is their results, in order. A member
     that fails (dead-lettered) fails the group (``on_failure="fail"``), or takes its
     place as a :class:`dynoq.TaskFailed` value (``"continue"``: a chord's callback
@@ -73,12 +71,6 @@ class Group:
 
     members: tuple[Node, ...]
     on_failure: str = "fail"
-
-    def __or__(self, other: Node) -> Chain:
-        return chain(self, other)
-
-    def delay(self) -> Any:
-        return _app(self).start_flow(self)
 
 
 Node = Signature | Chain | Group
@@ -177,6 +169,7 @@ class Plan:
     each node's entry leaves, and the root's."""
 
     leaves: dict[int, Leaf] = field(default_factory=dict)
+    records: dict[int, bytes] = field(default_factory=dict)  # each leaf's, packed once
     paths: dict[int, str] = field(default_factory=dict)
     entries: dict[int, list[int]] = field(default_factory=dict)
 
@@ -191,8 +184,8 @@ class Plan:
     def fields(self) -> list[bytes | str]:
         """The plan hash's field/value pairs (lua/flow-create-2.lua)."""
         out: list[bytes | str] = []
-        for leaf, spec in self.leaves.items():
-            out += [f"p:{leaf}", self.paths[leaf], f"l:{leaf}", spec.record()]
+        for leaf in self.leaves:
+            out += [f"p:{leaf}", self.paths[leaf], f"l:{leaf}", self.records[leaf]]
         for node, leaves in self.entries.items():
             if node not in self.leaves:
                 out += [f"e:{node}", ",".join(map(str, leaves))]
@@ -220,7 +213,7 @@ def plan(root: Node) -> Plan:
             node.check([None, *node.args] if takes and gets_input else node.args, node.kwargs)
             leaf = Leaf(node.task, node.queue, list(node.args), node.kwargs, takes)
             try:
-                leaf.record()
+                out.records[me] = leaf.record()
             except (TypeError, ValueError, OverflowError) as exc:
                 raise TaskArgumentError(
                     f"{node.task}(): an argument of this step cannot be sent ({exc}); "

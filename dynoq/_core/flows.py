@@ -32,7 +32,7 @@ from ..errors import (
     TaskFailed,
 )
 from ..message import Message
-from . import codec, validate
+from . import codec, tasks, validate
 from .calls import Call, Cmd, pairs, text
 from .canvas import FLOW_FIELD, MAX_DEPTH, MAX_NODES, Leaf, Plan
 from .keys import FlowKeys, flows_key, once_key
@@ -192,6 +192,25 @@ def advance(prefix: str, member: Member, value: bytes, limit: int, *, failed: bo
     return call
 
 
+def pushes(
+    flow_id: str,
+    leaves: Sequence[tuple[int, Leaf]],
+    given: bool,
+    value: Any,
+    ops_of: Callable[[str], QueueOps | None],
+) -> tuple[list[Call], list[str]]:
+    """The pushes of a flow's calls that start (``given``: with ``value`` as their
+    input), to the queues ``ops_of`` knows; and the queues it does not know."""
+    calls, unknown = [], []
+    for leaf, spec in leaves:
+        ops = ops_of(spec.queue)
+        if ops is None:
+            unknown.append(spec.queue)
+        else:
+            calls.append(push(ops, flow_id, leaf, spec, given, value))
+    return calls, unknown
+
+
 def follow(
     step: Step, flow_id: str, prefix: str, ops_of: Callable[[str], QueueOps | None]
 ) -> tuple[list[Call], list[str]]:
@@ -199,14 +218,7 @@ def follow(
     ``ops_of`` knows), or the count of the flow's end; and the queues it does not know
     (their calls are left to a reconcile: FlowHandle.reconcile)."""
     if step.kind == "start":
-        calls, unknown = [], []
-        for leaf, spec in step.leaves:
-            ops = ops_of(spec.queue)
-            if ops is None:
-                unknown.append(spec.queue)
-            else:
-                calls.append(push(ops, flow_id, leaf, spec, True, step.value))
-        return calls, unknown
+        return pushes(flow_id, step.leaves, True, step.value, ops_of)
     if step.ended_now:
         return [count(prefix, step.kind)], []
     return [], []
@@ -390,6 +402,17 @@ def counts(prefix: str) -> Cmd:
         return {what: found.get(what, 0) for what in OUTCOMES}
 
     return Cmd(("HGETALL", flows_key(prefix)), parse)
+
+
+def call_state(ops: QueueOps, msg_id: str) -> Call:
+    """The state of a flow's call on its queue (task-state: a flow's calls are routed by
+    their id); the reply is a TaskInfo."""
+    return tasks.state(ops, ops.shard_for(msg_id), msg_id)
+
+
+def call_cancel(ops: QueueOps, msg_id: str, task: str) -> Call:
+    """Take a flow's call off its queue if it has not started (task-cancel)."""
+    return tasks.cancel(ops, ops.shard_for(msg_id), msg_id, task, 0)
 
 
 def pushed(ops: QueueOps, msg_id: str) -> Cmd:

@@ -9,15 +9,15 @@ The asyncio shell is written by hand; the sync one is generated from it
 from __future__ import annotations
 
 import asyncio  # unasync: import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from .._core import canvas, validate
 from .._core import flows as core
-from .._core import tasks as core_tasks
 from .._core.calls import Batch, Call
-from .._core.canvas import Leaf, Node
+from .._core.canvas import Node
 from .._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
+from .._core.queue import QueueOps
 from .._core.tasks import TaskInfo, TaskState
 from .._core.timeouts import Patience
 from ..errors import ResultTimeout
@@ -47,13 +47,14 @@ async def start(app: App, client: Where, root: Node) -> FlowHandle:
     """Store a flow's plan and push its first calls (through ``app``'s queues, on
     ``client``); its handle."""
     plan = canvas.plan(root)
-    queues = {name: await app.queue(name) for name in plan.queues()}
-    for q in queues.values():
-        core.check_queue(q.ops)  # refused before anything is stored
+    opened = await _opened(app, plan.queues())
+    for ops in opened.values():
+        core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
     await client.backend.run(core.create(client.prefix, flow_id, plan))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
-    await _push(app, flow_id, roots, False, None, core.count(client.prefix, "started"))
+    calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
+    await client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
     return FlowHandle(client, flow_id, app)
 
 
@@ -74,31 +75,16 @@ async def fail(app: App, queue: Queue, member: Member, marker: bytes) -> Step:
 
 async def _walk(app: App, queue: Queue, member: Member, call: Call) -> Step:
     step: Step = await queue.backend.run(call)
-    opened = {spec.queue: (await app.queue(spec.queue)).ops for _, spec in step.leaves}
+    opened = await _opened(app, {spec.queue for _, spec in step.leaves})
     calls, _ = core.follow(step, member.flow_id, queue.ops.keys.prefix, opened.get)
     if calls:
         await queue.backend.run(Batch(calls))
     return step
 
 
-async def _push(
-    app: App,
-    flow_id: str,
-    leaves: Sequence[tuple[int, Leaf]],
-    given: bool,
-    value: Any,
-    *also: Call,
-) -> None:
-    """Push each of a flow's calls that starts, once, with ``also`` (one round trip per
-    server)."""
-    calls = list(also)
-    backend = None
-    for leaf, spec in leaves:
-        q = await app.queue(spec.queue)
-        backend = q.backend
-        calls.append(core.push(q.ops, flow_id, leaf, spec, given, value))
-    if backend is not None:
-        await backend.run(Batch(calls))
+async def _opened(app: App, names: Iterable[str]) -> dict[str, QueueOps]:
+    """These queues of the app, opened (each once): their ops by name."""
+    return {name: (await app.queue(name)).ops for name in set(names)}
 
 
 class FlowHandle:
@@ -153,11 +139,17 @@ class FlowHandle:
         if not await self._run(core.cancel(self._prefix, self.id)):
             return False
         await self._run(core.count(self._prefix, "cancelled"))
-        for m in await self.members():
-            if m.state == "started":
-                q = await self._app.queue(m.call.queue)
-                shard = core_tasks.routing(q.ops, m.id, None)
-                await q.backend.run(core_tasks.cancel(q.ops, shard, m.id, m.task, 0))
+        started = [m for m in await self.members() if m.state == "started"]
+        opened = await _opened(self._app, (m.call.queue for m in started))
+        for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
+            await self._run(
+                Batch(
+                    [
+                        core.call_cancel(opened[m.call.queue], m.id, m.task)
+                        for m in started[page : page + core.MEMBERS_PAGE]
+                    ]
+                )
+            )
         return True
 
     async def reconcile(self) -> int:
@@ -177,10 +169,7 @@ class FlowHandle:
         """Reconcile these started calls: their states on their queues in one round trip,
         then what each needs (rarely anything)."""
         queues = [await self._app.queue(m.call.queue) for m in started]
-        states = [
-            core_tasks.state(q.ops, core_tasks.routing(q.ops, m.id, None), m.id)
-            for q, m in zip(queues, started, strict=True)
-        ]
+        states = [core.call_state(q.ops, m.id) for q, m in zip(queues, started, strict=True)]
         infos: list[TaskInfo] = await self._run(Batch(states)) if states else []
         settled = 0
         for q, m, info in zip(queues, started, infos, strict=True):
@@ -195,8 +184,12 @@ class FlowHandle:
                 if await q.backend.run(core.pushed(q.ops, m.id)):
                     gone = "its message is gone (removed, cleared, or its queue deleted)"
                     await fail(self._app, q, member, core.failure_marker(m.task, m.id, None, gone))
-                else:
-                    await _push(self._app, self.id, [(m.leaf, m.call)], m.has_input, m.input)
+                else:  # due to start and never pushed: pushed now (once, as always)
+                    leaves = [(m.leaf, m.call)]
+                    calls, _ = core.pushes(
+                        self.id, leaves, m.has_input, m.input, {m.call.queue: q.ops}.get
+                    )
+                    await self._run(Batch(calls))
                 settled += 1
         return settled
 

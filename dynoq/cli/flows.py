@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from .._core import tasks as core_tasks
-from .._core.flows import FlowMember
+from .._core.calls import Batch
+from .._core.flows import MEMBERS_PAGE, FlowMember, call_state
 from .._core.jsontext import to_json
 from .._core.tasks import TaskInfo
 from .base import EXIT_FAILURE, JSON_OPTION, Env, cli, pass_env
@@ -30,7 +30,7 @@ def flow(env: Env, flow_id: str, as_json: bool) -> None:
     if info.status == "unknown":
         click.echo(f"flow {flow_id!r} is unknown (ended longer ago than it is kept, or never was)")
         sys.exit(EXIT_FAILURE)
-    rows = [_member(client, m) for m in handle.members()]
+    rows = _rows(client, handle.members())
     report: dict[str, Any] = {
         "id": flow_id,
         "status": info.status,
@@ -62,21 +62,28 @@ def flow(env: Env, flow_id: str, as_json: bool) -> None:
     )
 
 
-def _member(client: Any, m: FlowMember) -> dict[str, Any]:
-    """One call as the command shows it: a started call's state is its task's, read from
-    its queue (waiting, delayed, running, retrying, dead...)."""
-    state, attempts = m.state, None
-    if m.state == "started":
-        q = client.open_existing(m.call.queue)
-        if q is not None:
-            shard = q.ops.shard_for(m.id)
-            task: TaskInfo = q.backend.run(core_tasks.state(q.ops, shard, m.id))
-            state, attempts = f"started: {task.state.value}", task.attempts
-    return {
-        "leaf": m.leaf,
-        "id": m.id,
-        "task": m.task,
-        "state": state,
-        "attempts": attempts,
-        "size": m.size,
-    }
+def _rows(client: Any, members: list[FlowMember]) -> list[dict[str, Any]]:
+    """Each call as the command shows it: a started call's state is its task's, read
+    from its queue (waiting, delayed, running, retrying, dead...), a page of them a
+    round trip."""
+    queues = {name: client.open_existing(name) for name in {m.call.queue for m in members}}
+    started = [m for m in members if m.state == "started" and queues[m.call.queue]]
+    tasks: dict[str, TaskInfo] = {}
+    for page in range(0, len(started), MEMBERS_PAGE):
+        part = started[page : page + MEMBERS_PAGE]
+        reads = [call_state(queues[m.call.queue].ops, m.id) for m in part]
+        tasks.update(zip((m.id for m in part), client.backend.run(Batch(reads)), strict=True))
+    rows = []
+    for m in members:
+        task = tasks.get(m.id)
+        rows.append(
+            {
+                "leaf": m.leaf,
+                "id": m.id,
+                "task": m.task,
+                "state": m.state if task is None else f"started: {task.state.value}",
+                "attempts": None if task is None else task.attempts,
+                "size": m.size,
+            }
+        )
+    return rows
