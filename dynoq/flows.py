@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 14f888f194083d69: of the text below, an edit by hand does not match).
+# is stale; digest 82959d38e3d1e9d1: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from ._core import canvas, validate
 from ._core import flows as core
+from ._core import reconcile as reconciling
 from ._core.calls import Batch, Call
 from ._core.canvas import Node
 from ._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
 from ._core.queue import QueueOps
-from ._core.tasks import TaskInfo, TaskState
 from ._core.timeouts import Patience
 from .errors import ResultTimeout
 from .backend import Backend
@@ -54,7 +54,9 @@ def start(app: App, client: Where, root: Node) -> FlowHandle:
     for ops in opened.values():
         core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
-    client.backend.run(core.create(client.prefix, flow_id, plan))
+    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
+    track = core.track(client.prefix, "start", flow_id)
+    client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
@@ -124,16 +126,12 @@ class FlowHandle:
         return found
 
     def _pages(self) -> tuple[str | None, list[FlowMember]]:
-        """Its status and its calls, read a page of plan ids at a time: a page without a
-        call ends it (inner nodes are never a page's worth in a row: MAX_DEPTH)."""
-        status, found, first = None, [], 0
-        while first < canvas.MAX_NODES:
-            status, page = self._run(core.members(self._prefix, self.id, self._limit, first))
-            if not page:
-                break
-            found += page
-            first += core.MEMBERS_PAGE
-        return status, found
+        """Its status and its calls (a page of plan ids a round trip)."""
+        found: tuple[str | None, list[FlowMember]]
+        found = self._client.backend.drive(
+            reconciling.read_members(self._prefix, self.id, self._limit)
+        )
+        return found
 
     def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
@@ -141,7 +139,7 @@ class FlowHandle:
         used). True if it was running."""
         if not self._run(core.cancel(self._prefix, self.id)):
             return False
-        self._run(core.count(self._prefix, "cancelled"))
+        self._run(Batch(core.ended(self._prefix, self.id, "cancelled")))
         started = [m for m in self.members() if m.state == "started"]
         opened = _opened(self._app, (m.call.queue for m in started))
         for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
@@ -162,38 +160,13 @@ class FlowHandle:
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
         status, found = self._pages()
-        started = [m for m in found if m.state == "started"] if status == "running" else []
-        settled = 0
-        for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
-            settled += self._settle(started[page : page + core.MEMBERS_PAGE])
-        return settled
-
-    def _settle(self, started: list[FlowMember]) -> int:
-        """Reconcile these started calls: their states on their queues in one round trip,
-        then what each needs (rarely anything)."""
-        queues = [self._app.queue(m.call.queue) for m in started]
-        states = [core.call_state(q.ops, m.id) for q, m in zip(queues, started, strict=True)]
-        infos: list[TaskInfo] = self._run(Batch(states)) if states else []
-        settled = 0
-        for q, m, info in zip(queues, started, infos, strict=True):
-            member = Member(self.id, m.leaf)
-            if info.state is TaskState.DEAD or info.state is TaskState.CANCELLED:
-                why = info.failure.error if info.failure else f"it is {info.state.value}"
-                kind = info.failure.error_type if info.failure else "DeadLetter"
-                marker = core.failure_marker(m.task, m.id, None, f"{kind}: {why}")
-                fail(self._app, q, member, marker)
-                settled += 1
-            elif info.state is TaskState.UNKNOWN:
-                if q.backend.run(core.pushed(q.ops, m.id)):
-                    gone = "its message is gone (removed, cleared, or its queue deleted)"
-                    fail(self._app, q, member, core.failure_marker(m.task, m.id, None, gone))
-                else:  # due to start and never pushed: pushed now (once, as always)
-                    leaves = [(m.leaf, m.call)]
-                    calls, _ = core.pushes(
-                        self.id, leaves, m.has_input, m.input, {m.call.queue: q.ops}.get
-                    )
-                    self._run(Batch(calls))
-                settled += 1
+        if status != "running":
+            return 0
+        # every queue of the flow, opened: a failure's walk may start a step on any
+        opened = _opened(self._app, (m.call.queue for m in found))
+        settled: int = self._client.backend.drive(
+            reconciling.settle(self._prefix, self.id, self._limit, status, found, opened.get)
+        )
         return settled
 
     def result(self, timeout: float | None = None) -> Any:

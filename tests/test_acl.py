@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 import dynoq
 from dynoq import acl
 from dynoq._core import byid, grants, validate
+from dynoq._core import flows as flows_core
 from dynoq._core.keys import (
     FlowKeys,
     QueueKeys,
@@ -47,6 +48,7 @@ from dynoq._core.keys import (
     once_key,
     registry_key,
     result_key,
+    running_flows_key,
     topic_registry_key,
 )
 from dynoq._core.lua import SCRIPTS
@@ -148,6 +150,7 @@ def universe(p: str) -> dict[str, frozenset[str]]:
     add(flow.plan, "plan")
     add(flow.flow, "flow")
     add(flows_key(p), "flows")
+    add(running_flows_key(p), "running")
     return {k: frozenset(v) for k, v in out.items()}
 
 
@@ -414,7 +417,10 @@ def test_each_role_does_its_whole_job_and_is_refused_nothing(
 
 
 def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
-    server: Any, admin: redis.Redis, user: Callable[[str, str], str]
+    server: Any,
+    admin: redis.Redis,
+    user: Callable[[str, str], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The operations of message groups (ordered="key"), transactional messages and
     tasks, each done by the role docs/security.md gives it, refused nothing: a role gets
@@ -484,6 +490,23 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
         with running.worker(concurrency=1):
             assert now.result(timeout=10) == 42
         assert running.handle("t2", task="double").cancel()
+        # flows: started and cancelled by the producer, advanced by the consumer's worker;
+        # one whose call is lost where no worker saw it, ended by the sweeper's looks
+        total = sending.task(name="total")(sum)
+        running.task(name="total")(sum)
+        chord = sending.chord([double.s(1), double.s(2)], total.s()).delay()
+        with running.worker(concurrency=1):
+            assert chord.result(timeout=10) == 6
+        # (cancelling one takes its waiting calls off their queues: the consumer's)
+        assert running.flow((double.s(1) | double.s()).delay().id).cancel()
+        monkeypatch.setattr(flows_core, "FIRST_LOOK", 0.0)
+        lost = (double.s(1) | double.s()).delay()
+        assert consumer.queue("tasks").remove(f"{lost.id}.1")
+        looking = clients["sweeper"].sweeper(refresh_interval=0.05)
+        for _ in range(3):
+            time.sleep(0.06)
+            assert looking.run_once().errors == 0
+        assert lost.status() == "failed"
     finally:
         for c in clients.values():
             c.close()

@@ -10,6 +10,7 @@ members at once; refusals that store nothing.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from task_setup import Setup, setups
 import dynoq
 from dynoq._core import canvas
 from dynoq._core import flows as core
-from dynoq._core.keys import FlowKeys
+from dynoq._core.keys import FlowKeys, running_flows_key
 from dynoq.errors import InvalidArgument, InvalidType, OrderedQueueError
 
 FLAVORS = ("sync", "async")
@@ -303,6 +304,103 @@ def test_a_waiting_handle_ends_what_nobody_will_end(setup: Setup, flavor: str) -
     setup.worker()
     assert late.result(timeout=20) == 6
     assert setup.logged("add") == [[3, 3]] and setup.logged("total") == []
+
+
+@pytest.mark.sync_only  # the sweeper's look is one core flow (its asyncio shell generated)
+def test_the_sweeper_ends_what_nobody_will_end(
+    setup: Setup, flavor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same three losses as above, with no handle waiting: a sweeper's looks end them.
+    monkeypatch.setattr(core, "FIRST_LOOK", 0.0)  # looked at from its start (default 2 s)
+    add, total = setup.task("add"), setup.task("total")
+    q = setup.client.queue(task_apps.QUEUE)
+    running = running_flows_key(setup.client.prefix)
+    gone = setup.start(add.s(1, 2) | add.s(3))
+    assert q.remove(f"{gone.id}.1")
+    dead = setup.start(setup.app.chord([add.s(1, 1), add.s(2, 2)], total.s()))
+    for m in q.pop(2, wait=0.2):
+        setup.client.backend.run(q.ops.nack_call(m, delay=0.0, mode="dead"))
+    late = setup.start(add.s(5, 5) | add.s(3))
+    [first] = q.pop(1, wait=0.2)
+    member = core.member_of(first)
+    assert member is not None
+    setup.client.backend.run(
+        core.advance(setup.client.prefix, member, core.encode_value(10, q.ops.limit), q.ops.limit)
+    )
+    q.ack(first)  # its next step was told, never pushed
+    ids = {gone.id, dead.id, late.id}
+    assert {x.decode() for x in setup.client.redis.zrange(running, 0, -1)} == ids
+    sweeper = setup.client.sweeper(refresh_interval=0.05)
+    # a look records each flow's progress; the next, finding none, reconciles
+    settled = 0
+    for _ in range(3):
+        time.sleep(0.06)
+        settled += sweeper.run_once().flow_calls
+    assert settled == 4  # the removed call, both dead ones, the one never pushed
+    assert gone.status() == "failed" and dead.status() == "failed"
+    with pytest.raises(dynoq.TaskFailed, match="its message is gone"):
+        gone.result(timeout=1)
+    with pytest.raises(dynoq.TaskFailed, match="DeadLetter"):
+        dead.result(timeout=1)
+    assert [m.id for m in q.peek(10)] == [f"{late.id}.2"]  # pushed by the sweeper
+    setup.worker()
+    assert late.result(timeout=20) == 13
+    time.sleep(0.06)
+    sweeper.run_once()  # ended flows leave the set (their enders took them off already)
+    assert setup.client.redis.zcard(running) == 0
+    assert setup.logged("total") == []
+
+
+@pytest.mark.sync_only
+def test_the_running_flows_set_holds_only_running_flows(setup: Setup, flavor: str) -> None:
+    add = setup.task("add")
+    running = running_flows_key(setup.client.prefix)
+    r = setup.client.redis
+    # an entry older than a flow's lifetime (its ender died, no sweeper ran) is dropped
+    # by the next start; one of a flow that is gone, by a sweeper's look
+    r.zadd(running, {"ancient": 1, "vanished": time.time() * 1000})
+    done = setup.start(add.s(1, 2) | add.s(3))
+    cancelled = setup.start(add.s(1, 2) | add.s(3))
+    assert r.zscore(running, "ancient") is None
+    assert {x.decode() for x in r.zrange(running, 0, -1)} == {done.id, cancelled.id, "vanished"}
+    assert cancelled.cancel()
+    assert r.zscore(running, cancelled.id) is None
+    setup.worker()
+    assert done.result(timeout=20) == 6
+    wait_for(lambda: r.zscore(running, done.id) is None, timeout=5, what="its end")
+    assert r.zrange(running, 0, -1) == [b"vanished"]
+    sweeper = setup.client.sweeper(refresh_interval=0.05)
+    sweeper.run_once()
+    assert r.zcard(running) == 0
+
+
+@pytest.mark.sync_only
+def test_a_sweeper_hammering_a_healthy_flow_changes_nothing(setup: Setup, flavor: str) -> None:
+    # Reconciling races each call's own worker: a call's first end counts and a call is
+    # pushed once, so a flow that runs well ends as it would have, every call run once.
+    add, total, slow = setup.task("add"), setup.task("total"), setup.task("slow")
+    h = setup.start(
+        setup.app.chord([slow.si(0.3), *[add.s(i, i) for i in range(20)]], total.si([1]))
+    )
+    chain = setup.start(add.s(0, 1) | add.s(1) | add.s(1) | add.s(1))
+    stop = threading.Event()
+
+    def sweep() -> None:
+        sweeper = setup.client.sweeper(refresh_interval=0.001)
+        while not stop.is_set():
+            sweeper.run_once()
+
+    sweepers = [threading.Thread(target=sweep) for _ in range(2)]
+    for t in sweepers:
+        t.start()
+    try:
+        setup.worker()
+        assert h.result(timeout=30) == 1 and chain.result(timeout=30) == 4
+    finally:
+        stop.set()
+        for t in sweepers:
+            t.join()
+    assert len(setup.logged("add")) == 24 and setup.logged("total") == [[[1]]]
 
 
 def test_a_hostile_plan_is_not_walked(setup: Setup) -> None:

@@ -35,7 +35,7 @@ from ..message import Message
 from . import codec, tasks, validate
 from .calls import Call, Cmd, pairs, text
 from .canvas import FLOW_FIELD, MAX_DEPTH, MAX_NODES, Leaf, Plan
-from .keys import FlowKeys, flows_key, once_key
+from .keys import FlowKeys, flows_key, once_key, running_flows_key
 from .lua import script
 from .queue import QueueOps
 from .retry import DeadLetter
@@ -44,12 +44,13 @@ from .tasks import TaskKeys, by_id
 _CREATE, _ADVANCE = script("flow-create"), script("flow-advance")
 _STATE, _PUSH = script("flow-state"), script("flow-push")
 _CANCEL, _MEMBERS = script("flow-cancel"), script("flow-members")
-_COUNT = script("flow-count")
+_COUNT, _TRACK = script("flow-count"), script("flow-track")
 
 FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after that
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
 MEMBERS_PAGE = 1000  # plan ids one flow-members call looks at (lib/bounds.lua MAX_BATCH)
 RECONCILE_EVERY = 1.0  # seconds without a call ending before a waiting handle reconciles
+FIRST_LOOK = 2.0  # seconds from a flow's start to a sweeper's first look at it
 
 # -- requests -------------------------------------------------------------------------------
 
@@ -215,12 +216,12 @@ def follow(
     step: Step, flow_id: str, prefix: str, ops_of: Callable[[str], QueueOps | None]
 ) -> tuple[list[Call], list[str]]:
     """What a walk's step asks to send: the pushes of what starts (to the queues
-    ``ops_of`` knows), or the count of the flow's end; and the queues it does not know
-    (their calls are left to a reconcile: FlowHandle.reconcile)."""
+    ``ops_of`` knows), or the count of the flow's end (and its leaving the running
+    flows); and the queues it does not know (their calls are left to a reconcile)."""
     if step.kind == "start":
         return pushes(flow_id, step.leaves, True, step.value, ops_of)
     if step.ended_now:
-        return [count(prefix, step.kind)], []
+        return ended(prefix, flow_id, step.kind), []
     return [], []
 
 
@@ -392,6 +393,25 @@ OUTCOMES = ("started", "succeeded", "failed", "cancelled")  # counted (lua/flow-
 def count(prefix: str, what: str) -> Call:
     """Count a flow's start or end (what Prometheus reads as dynoq_flows_total)."""
     return _COUNT.call(SimpleNamespace(flows=flows_key(prefix)), [what])
+
+
+def ended(prefix: str, flow_id: str, outcome: str) -> list[Call]:
+    """What the process that ended a flow sends after: its count by ``outcome``, and its
+    leaving the running flows a sweeper looks at."""
+    return [count(prefix, outcome), track(prefix, "end", flow_id)]
+
+
+def track(prefix: str, what: str, flow_id: str, seconds: float = 0.0) -> Call:
+    """The running flows a sweeper looks at (lua/flow-track-1.lua): ``what`` "start" (a
+    flow starts: first looked at FIRST_LOOK seconds from now, its plan stored by then;
+    entries older than a flow's lifetime are dropped), "end", or "next" (looked at: the
+    next look ``seconds`` from now)."""
+    if what == "start":
+        times = [validate.to_ms(FIRST_LOOK), validate.to_ms(FLOW_TTL)]
+    else:
+        times = [validate.to_ms(seconds), 0]
+    key = SimpleNamespace(running=running_flows_key(prefix))
+    return _TRACK.call(key, [what, flow_id, *times], lambda r: int(r) == 1)
 
 
 def counts(prefix: str) -> Cmd:

@@ -107,6 +107,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "plan": ("flow:{*}:plan",),  # a flow's plan, and its state (keys.FlowKeys)
     "flow": ("flow:{*}:state",),
     "flows": ("flows",),  # flows started and ended, by outcome (keys.flows_key)
+    "running": ("flows:running",),  # the flows running, for the sweeper (keys.running_flows_key)
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
 }

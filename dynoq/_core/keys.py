@@ -207,6 +207,12 @@ def flows_key(prefix: str) -> str:
     return f"{prefix}:flows"
 
 
+def running_flows_key(prefix: str) -> str:
+    """The flows running under a prefix, scored by when a sweeper looks at each next (a
+    sorted set: lua/flow-track-1.lua): ``<prefix>:flows:running``."""
+    return f"{prefix}:flows:running"
+
+
 def registry_key(prefix: str) -> str:
     """The set of queue names under a prefix (the sweeper walks it)."""
     return f"{prefix}:queues"

@@ -28,7 +28,8 @@ ROLES: dict[str, Role] = {
     "producer": Role(
         "open queues and topics, push, ensure, publish, peek, stats; send "
         "tasks, read and reschedule them (dynoq.Tasks; cancelling one deletes "
-        "its message: the consumer's); start, read and cancel flows; "
+        "its message: the consumer's); start and read flows (cancelling one: the "
+        "consumer's); "
         "transactional messages: prepare, "
         "commit, roll back, and run their checker (RocketMQ's check-back "
         "asks the producer group)",
@@ -43,8 +44,8 @@ ROLES: dict[str, Role] = {
             "flow-push",
             "flow-state",
             "flow-members",
-            "flow-cancel",
             "flow-count",
+            "flow-track",
             "reschedule",
             "transaction-prepare",
             "transaction-settle",
@@ -64,7 +65,7 @@ ROLES: dict[str, Role] = {
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
         "purge dead letters, schedules; run task workers, with kept results and the flows "
-        "they advance; prepare, "
+        "they advance; cancel tasks and flows; prepare, "
         "commit and roll back transactional messages from a handler",
         _OPEN
         | {
@@ -90,6 +91,7 @@ ROLES: dict[str, Role] = {
             "flow-members",
             "flow-cancel",
             "flow-count",
+            "flow-track",
             "remove",
             "reschedule",
             "replay",
@@ -125,7 +127,8 @@ ROLES: dict[str, Role] = {
     "sweeper": Role(
         "requeue expired deliveries, promote due messages, trim acked ids, fire schedules, "
         "reap consumer-group members (a gone broadcasting member's queue: an admin's "
-        "sweeper)",
+        "sweeper), reconcile running flows (end a call lost where no worker saw it, push "
+        "one whose pusher died)",
         frozenset(
             {
                 "due",
@@ -136,6 +139,13 @@ ROLES: dict[str, Role] = {
                 "subscription",
                 "schedule-fire",
                 "krequeue",
+                "task-state",
+                "flow-state",
+                "flow-members",
+                "flow-advance",
+                "flow-push",
+                "flow-count",
+                "flow-track",
             }
         ),
     ),

@@ -25,13 +25,14 @@ from ..errors import (
     PermissionDenied,
     QueueGone,
 )
-from . import logs, validate
+from . import codec, logs, validate
 from .bounds import CALL_SHARDS, SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, pairs, server_time
 from .group import reap
 from .lua import script
 from .opening import queue_names, read_queue
 from .queue import QueueOps
+from .reconcile import look
 from .retry import backoff
 from .schedules import ScheduleOps
 from .settings import QueueSettings, TopicSettings
@@ -86,6 +87,7 @@ class SweepReport:
     queues: dict[str, QueueSweep] = field(default_factory=dict)
     errors: int = 0  # queues whose sweep failed (logged; retried next pass)
     passes: int = 0
+    flow_calls: int = 0  # flows' calls a reconcile ended or pushed (reconcile.look)
 
     def total(self) -> QueueSweep:
         out = QueueSweep()
@@ -95,16 +97,20 @@ class SweepReport:
 
     @property
     def busy(self) -> bool:
-        return any(s.busy for s in self.queues.values())
+        return self.flow_calls > 0 or any(s.busy for s in self.queues.values())
 
     def add(self, other: SweepReport) -> None:
         for name, s in other.queues.items():
             self.queues.setdefault(name, QueueSweep()).add(s)
         self.errors += other.errors
         self.passes += other.passes
+        self.flow_calls += other.flow_calls
 
     def summary(self) -> str:
-        return f"{self.total().summary()} queues={len(self.queues)} passes={self.passes}"
+        return (
+            f"{self.total().summary()} flow_calls={self.flow_calls} "
+            f"queues={len(self.queues)} passes={self.passes}"
+        )
 
 
 class SweepObserver(Protocol):
@@ -287,6 +293,7 @@ class Sweeps:
         self.partial: SweepReport | None = None  # what a pass cut short by an outage did
         self._next_refresh = 0.0
         self._warned: dict[str, float] = {}
+        self._flows_seen: dict[str, int] = {}  # reconcile.look's memory
 
     def run_once(self) -> Flow[SweepReport]:
         """One pass; raises ConnectionFailed when Redis is away (what the pass did until
@@ -315,6 +322,14 @@ class Sweeps:
                 if not done.busy:
                     del report.queues[name]
                 self._failed(report, f"queue {name!r}", exc)
+        yield from self._sweep_topics(report, refresh)
+        if refresh:  # the running flows: each looked at every refresh_interval
+            yield from self._look_at_flows(report)
+        if self.observer is not None:
+            self.observer.record_sweep(report)
+        return report
+
+    def _sweep_topics(self, report: SweepReport, refresh: bool) -> Flow[None]:
         for name, topic in list(self.topics.items()):
             try:
                 swept = yield from sweep_topic(
@@ -335,9 +350,25 @@ class Sweeps:
                 self._kept(name, swept.members_kept)
             if swept.members_removed:
                 report.queues.setdefault(name, QueueSweep()).reaped += swept.members_removed
-        if self.observer is not None:
-            self.observer.record_sweep(report)
-        return report
+
+    def _look_at_flows(self, report: SweepReport) -> Flow[None]:
+        try:
+            settled, failed = yield from look(
+                self.prefix,
+                codec.DEFAULT_MAX_PAYLOAD_BYTES,
+                self.queues.get,
+                self._flows_seen,
+                self.refresh_interval,
+            )
+        except ConnectionFailed:
+            self.partial = report
+            raise
+        except DynoqError as exc:
+            self._failed(report, "the running flows", exc)
+            return
+        report.flow_calls += settled
+        for flow_id, why in failed:
+            self._failed(report, f"flow {flow_id!r}", why)
 
     def take_partial(self) -> SweepReport | None:
         partial, self.partial = self.partial, None

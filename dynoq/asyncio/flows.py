@@ -14,11 +14,11 @@ from typing import Any, Protocol
 
 from .._core import canvas, validate
 from .._core import flows as core
+from .._core import reconcile as reconciling
 from .._core.calls import Batch, Call
 from .._core.canvas import Node
 from .._core.flows import RECONCILE_EVERY, FlowInfo, FlowMember, Member, Step
 from .._core.queue import QueueOps
-from .._core.tasks import TaskInfo, TaskState
 from .._core.timeouts import Patience
 from ..errors import ResultTimeout
 from .backend import AsyncBackend
@@ -51,7 +51,9 @@ async def start(app: App, client: Where, root: Node) -> FlowHandle:
     for ops in opened.values():
         core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
-    await client.backend.run(core.create(client.prefix, flow_id, plan))
+    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
+    track = core.track(client.prefix, "start", flow_id)
+    await client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     await client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
@@ -121,16 +123,12 @@ class FlowHandle:
         return found
 
     async def _pages(self) -> tuple[str | None, list[FlowMember]]:
-        """Its status and its calls, read a page of plan ids at a time: a page without a
-        call ends it (inner nodes are never a page's worth in a row: MAX_DEPTH)."""
-        status, found, first = None, [], 0
-        while first < canvas.MAX_NODES:
-            status, page = await self._run(core.members(self._prefix, self.id, self._limit, first))
-            if not page:
-                break
-            found += page
-            first += core.MEMBERS_PAGE
-        return status, found
+        """Its status and its calls (a page of plan ids a round trip)."""
+        found: tuple[str | None, list[FlowMember]]
+        found = await self._client.backend.drive(
+            reconciling.read_members(self._prefix, self.id, self._limit)
+        )
+        return found
 
     async def cancel(self) -> bool:
         """Stop the flow: nothing of it starts any more, and each call pushed and not
@@ -138,7 +136,7 @@ class FlowHandle:
         used). True if it was running."""
         if not await self._run(core.cancel(self._prefix, self.id)):
             return False
-        await self._run(core.count(self._prefix, "cancelled"))
+        await self._run(Batch(core.ended(self._prefix, self.id, "cancelled")))
         started = [m for m in await self.members() if m.state == "started"]
         opened = await _opened(self._app, (m.call.queue for m in started))
         for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
@@ -159,38 +157,13 @@ class FlowHandle:
         due to start but never pushed (its pusher died) is pushed. Returns how many
         calls it settled. ``result()`` runs it while it waits."""
         status, found = await self._pages()
-        started = [m for m in found if m.state == "started"] if status == "running" else []
-        settled = 0
-        for page in range(0, len(started), core.MEMBERS_PAGE):  # one round trip a page
-            settled += await self._settle(started[page : page + core.MEMBERS_PAGE])
-        return settled
-
-    async def _settle(self, started: list[FlowMember]) -> int:
-        """Reconcile these started calls: their states on their queues in one round trip,
-        then what each needs (rarely anything)."""
-        queues = [await self._app.queue(m.call.queue) for m in started]
-        states = [core.call_state(q.ops, m.id) for q, m in zip(queues, started, strict=True)]
-        infos: list[TaskInfo] = await self._run(Batch(states)) if states else []
-        settled = 0
-        for q, m, info in zip(queues, started, infos, strict=True):
-            member = Member(self.id, m.leaf)
-            if info.state is TaskState.DEAD or info.state is TaskState.CANCELLED:
-                why = info.failure.error if info.failure else f"it is {info.state.value}"
-                kind = info.failure.error_type if info.failure else "DeadLetter"
-                marker = core.failure_marker(m.task, m.id, None, f"{kind}: {why}")
-                await fail(self._app, q, member, marker)
-                settled += 1
-            elif info.state is TaskState.UNKNOWN:
-                if await q.backend.run(core.pushed(q.ops, m.id)):
-                    gone = "its message is gone (removed, cleared, or its queue deleted)"
-                    await fail(self._app, q, member, core.failure_marker(m.task, m.id, None, gone))
-                else:  # due to start and never pushed: pushed now (once, as always)
-                    leaves = [(m.leaf, m.call)]
-                    calls, _ = core.pushes(
-                        self.id, leaves, m.has_input, m.input, {m.call.queue: q.ops}.get
-                    )
-                    await self._run(Batch(calls))
-                settled += 1
+        if status != "running":
+            return 0
+        # every queue of the flow, opened: a failure's walk may start a step on any
+        opened = await _opened(self._app, (m.call.queue for m in found))
+        settled: int = await self._client.backend.drive(
+            reconciling.settle(self._prefix, self.id, self._limit, status, found, opened.get)
+        )
         return settled
 
     async def result(self, timeout: float | None = None) -> Any:
