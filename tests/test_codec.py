@@ -129,7 +129,7 @@ _BODY = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=700, deadline=None)
 @given(
     header=_HEADER, body=_BODY, attempts=st.sampled_from([0, 1, 2]) | st.integers(-(2**64), 2**70)
 )
@@ -183,7 +183,7 @@ def test_any_stored_reason_or_delivery_state_reads_without_an_error(raw: bytes) 
     assert 0 <= delivered.attempts_of(raw) <= codec.MAX_ATTEMPTS
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=700, deadline=None)
 @given(body=_BODY | _JUNK.map(lambda v: _packed([v])))
 def test_msgspec_reads_a_body_as_msgpack_does_or_leaves_it_to_msgpack(body: bytes) -> None:
     """codec.read_common (msgspec) gives what msgpack gives, or None (msgpack reads it):

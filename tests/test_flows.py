@@ -63,8 +63,13 @@ def test_a_plan_gives_each_call_its_path_and_each_node_its_entries(flavor: str) 
     assert plan.roots == [1] and plan.entries[2] == [4, 6] and plan.entries[3] == [4]
     assert plan.leaves[1].args == [1] and plan.leaves[1].takes_input
     assert plan.leaves[7].args == [9] and not plan.leaves[7].takes_input
-    # a group's members all start at once: a flow that is one group starts every member
-    assert canvas.plan(app.group([a.s(1), b.s(2)])).roots == [1, 2]
+    # a group's members all start at once: a flow that is one group starts every member;
+    # a group of task calls alone is an "l" ("m": on_failure="continue"), whose members'
+    # values are their calls' (stored once)
+    calls = canvas.plan(app.group([a.s(1), b.s(2)]))
+    assert calls.roots == [1, 2] and calls.paths == {1: "0,l,0,2,-1", 2: "0,l,1,2,-1"}
+    lenient = canvas.plan(app.chord([a.s(1), b.s(2)], c.s(), on_failure="continue"))
+    assert lenient.paths[3] == "1,m,1,2,-1;0,c,0,2,4"
     # chains splice: (a | b) | c is one chain of three
     assert len(canvas.chain(a.s(1) | b.s(), c.s()).steps) == 3
 
@@ -422,6 +427,14 @@ def test_a_hostile_plan_is_not_walked(setup: Setup) -> None:
         core.advance(setup.client.prefix, core.Member(h.id, 1), b"\x01", limit)
     )
     assert step.kind == "gone"
+    # a group of calls whose entries name more members than its size, or that is not
+    # the call's own group (its first level)
+    for path, entries in (("9,l,0,1,-1", "1,1,1"), ("8,c,0,2,-1;9,l,0,1,-1", "1")):
+        r.hset(keys.plan, mapping={"p:1": path, "e:9": entries})
+        step = setup.client.backend.run(
+            core.advance(setup.client.prefix, core.Member(h.id, 1), b"\x01", limit)
+        )
+        assert step.kind == "gone"
 
 
 def test_flow_keys_are_the_flows_own(setup: Setup) -> None:

@@ -225,8 +225,11 @@ def plan(root: Node) -> Plan:
         is_chain = isinstance(node, Chain)
         if isinstance(node, Chain):
             children, kind = node.steps, "c"
-        else:  # "h": a group whose failed members pass on as markers
-            children, kind = node.members, "g" if node.on_failure == "fail" else "h"
+        else:  # "h": a group whose failed members pass on as markers; "l" and "m": the
+            # two of a group of task calls alone (lib/flow.lua: values stored once)
+            children = node.members
+            calls = all(isinstance(child, Signature) for child in children)
+            kind = ("l" if calls else "g") if node.on_failure == "fail" else ("m" if calls else "h")
         # a chain's first step gets the chain's input, the others the step before's value
         kids = [
             walk(child, depth + 1, True if is_chain and i else gets_input)

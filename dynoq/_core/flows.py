@@ -16,7 +16,6 @@ run's values.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -106,10 +105,9 @@ def push(ops: QueueOps, flow_id: str, leaf: int, spec: Leaf, given: bool, value:
     msg_id = leaf_id(flow_id, leaf)
     out = ops.prepare(Message(spec.payload(flow_id, leaf, given, value), id=msg_id))
     shard = ops.shard_for(out.routing)
-    keys = dataclasses.asdict(TaskKeys.of(ops, shard, msg_id))
-    keys["once"] = once_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, msg_id)
+    once = once_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, msg_id)
     return _PUSH.call(
-        SimpleNamespace(**keys),
+        SimpleNamespace(**vars(TaskKeys.of(ops, shard, msg_id)), once=once),
         [*by_id(ops, out), validate.to_ms(FLOW_TTL)],
         ops.checked(f"a flow's push to {ops.name!r}", lambda r: int(r) == 1),
     )
@@ -347,7 +345,7 @@ class FlowMember:
     @property
     def nesting(self) -> list[tuple[int, str]]:
         """The chains and groups it is in, outermost first: (node, "chain" or "group")."""
-        kinds = {"c": "chain", "g": "group", "h": "group"}
+        kinds = {"c": "chain", "g": "group", "h": "group", "l": "group", "m": "group"}
         levels = reversed(self.path.split(";")) if self.path else ()
         return [(int(lv.split(",")[0]), kinds.get(lv.split(",")[1], "?")) for lv in levels]
 

@@ -25,8 +25,13 @@ for i = 1, #ARGV, 3 do
     return BOUNDS
   end
 end
-local out = {}
+local fields = {}
+for i = 1, #ARGV, 3 do fields[#fields + 1] = 'p:' .. ARGV[i] end
+local paths = redis.call('HMGET', K.plan, unpack(fields))
+local ctx, out = flow_open(K.plan, K.flow), {}
 for i = 1, #ARGV, 3 do
-  out[#out + 1] = flow_walk(K.plan, K.flow, ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1')
+  local n = #out + 1
+  out[n] = flow_walk(ctx, ARGV[i], paths[n], ARGV[i + 1], ARGV[i + 2] == '1')
 end
+flow_close(ctx)
 return out

@@ -3,21 +3,27 @@
   ancestor, innermost first, ';' between, each "node,kind,index,size,next": kind "c" a
   chain (next: the step after this one, -1 for none), "g" a group that fails when a
   member fails, "h" a group whose failed members become failure markers (a chord's
-  on_failure="continue"); l:<leaf> its call (msgpack); e:<node> a chain's or group's
-  entry leaves ("1,4,7"). Its state hash holds status (running, succeeded, failed,
+  on_failure="continue"), "l" and "m" the same two of a group whose members are all
+  task calls (its members' values are their d:<leaf>, in e:<node>'s order: each is
+  stored once); l:<leaf> its call (msgpack); e:<node> a chain's or group's entry
+  leaves ("1,4,7"). Its state hash holds status (running, succeeded, failed,
   cancelled), keep (ms to keep it once ended), d:<leaf> an ended call's value (or its
-  failure marker), ended (how many), g:<group>:<i> a group member's value, c:<group>
-  how many ended, f:<node> a chain or group that failed, s:<leaf> the node whose start
+  failure marker), ended (how many), g:<group>:<i> a "g" or "h" group member's value,
+  c:<group> how many ended, f:<node> a chain or group that failed, s:<leaf> the node whose start
   pushed the leaf (a pushed call), i:<node> the input that node started with, result,
   failure (the first failure's marker), v:<group> a complete group's value.
-  flow_walk(plan, flow, leaf, value, failed)
+  flow_open(plan, flow) -> a walk's context: one call's ends share its reads of the
+    status, each group's count and each node's failure (a call is atomic: what it read
+    stays true but for its own writes, which update the context); flow_close(ctx)
+    writes what the walks counted (ended, each group's count)
+  flow_walk(ctx, leaf, path, value, failed) (path: the plan's p:<leaf>)
     -> {0} wait, {1, node, value, leaf, call, ...} start node's entry leaves with value,
        {2, now} succeeded (or {3, now} failed; now: 1 by this walk, 0 before), {-1}
        unknown, {-2, status} not running
     Records the leaf's value once (HSETNX: a call told again walks with its first
     value; a call that ends after its flow ended is recorded too), then walks: a chain with a next step starts it; a group counts the member
     once and, complete, goes on with its members' values (a msgpack array); a failure
-    goes up until a group "h" takes its marker as the member's value, or it reaches the
+    goes up until a group "h" or "m" takes its marker as the member's value, or it reaches the
     root: the flow failed. A path longer than FLOW_PATH bytes or a group of more than
     MAX_GROUP members is refused as unknown: dynoq writes none (canvas.py MAX_DEPTH,
     MAX_MEMBERS), and so every call's work is bounded.
@@ -55,14 +61,46 @@ local function flow_start(plan, flow, node, value)
   return out
 end
 
-local function flow_walk(plan, flow, leaf, value, failed)
-  local status = redis.call('HGET', flow, 'status')
+local function flow_open(plan, flow)
+  return {plan = plan, flow = flow, status = redis.call('HGET', flow, 'status'), ended = 0,
+          counts = {}, failed = {}}
+end
+
+local function flow_close(ctx)
+  if ctx.ended > 0 then redis.call('HINCRBY', ctx.flow, 'ended', ctx.ended) end
+  for node, count in pairs(ctx.counts) do
+    if count.new then redis.call('HSET', ctx.flow, 'c:' .. node, count.n) end
+  end
+end
+
+-- a group's count as this call sees it (read once, counted here, written by flow_close)
+local function flow_count(ctx, node)
+  local count = ctx.counts[node]
+  if not count then
+    count = {n = tonumber(redis.call('HGET', ctx.flow, 'c:' .. node) or 0), new = false}
+    ctx.counts[node] = count
+  end
+  return count
+end
+
+-- whether a chain or group failed (read once; this call's failures set it)
+local function flow_failed(ctx, node)
+  local failed = ctx.failed[node]
+  if failed == nil then
+    failed = redis.call('HEXISTS', ctx.flow, 'f:' .. node) == 1
+    ctx.failed[node] = failed
+  end
+  return failed
+end
+
+local function flow_walk(ctx, leaf, path, value, failed)
+  local plan, flow, status = ctx.plan, ctx.flow, ctx.status
   if not status then return {-1} end
-  local path = redis.call('HGET', plan, 'p:' .. leaf)
   if not path or #path > FLOW_PATH then return {-1} end
   -- the call's end is recorded even in a flow that ended (its members list says so)
-  if redis.call('HSETNX', flow, 'd:' .. leaf, value) == 1 then
-    redis.call('HINCRBY', flow, 'ended', 1)
+  local fresh = redis.call('HSETNX', flow, 'd:' .. leaf, value) == 1
+  if fresh then
+    ctx.ended = ctx.ended + 1
     if failed then redis.call('HSET', flow, 'x:' .. leaf, '1') end
   else
     value = redis.call('HGET', flow, 'd:' .. leaf)  -- told again: the first end counts
@@ -70,38 +108,54 @@ local function flow_walk(plan, flow, leaf, value, failed)
   end
   if status == 'failed' then return {3} end
   if status ~= 'running' and status ~= 'succeeded' then return {-2, status} end
+  local first = string.match(path, '^[^;]*')
   for level in string.gmatch(path, '[^;]+') do
-    local node, kind, index, size, nxt = string.match(level, '^(%d+),([cgh]),(%d+),(%d+),(-?%d+)$')
+    local node, kind, index, size, nxt = string.match(level, '^(%d+),([cghlm]),(%d+),(%d+),(-?%d+)$')
     if not node then return {-1} end
-    if failed and kind ~= 'h' then
+    -- a member of a group of calls is the leaf itself: its place in it, the first level
+    local calls = kind == 'l' or kind == 'm'
+    if calls and level ~= first then return {-1} end
+    if failed and kind ~= 'h' and kind ~= 'm' then
       redis.call('HSETNX', flow, 'f:' .. node, value)  -- the chain or group failed
+      ctx.failed[node] = true
     elseif kind == 'c' then
       -- (a chain fails only by its step that runs: none after it ever started)
       if nxt ~= '-1' then return flow_start(plan, flow, nxt, value) end
-    elseif redis.call('HEXISTS', flow, 'f:' .. node) == 1 then
+    elseif flow_failed(ctx, node) then
       return {0}  -- a member of a group that failed before: nothing more to do
     else
-      failed = false  -- an "h" group takes a failure marker as its member's value
+      failed = false  -- an "h" or "m" group takes a failure marker as its member's value
       local slot = 'g:' .. node .. ':'
-      local count
-      if redis.call('HSETNX', flow, slot .. index, value) == 1 then
-        count = redis.call('HINCRBY', flow, 'c:' .. node, 1)
-      else
-        count = tonumber(redis.call('HGET', flow, 'c:' .. node))
+      local count = flow_count(ctx, node)
+      -- counted once: its value recorded now (d:<leaf> of a group of calls), or not
+      if (calls and fresh) or (not calls and redis.call('HSETNX', flow, slot .. index, value) == 1) then
+        count.n, count.new = count.n + 1, true
       end
       size = tonumber(size)
       if size > MAX_GROUP then return {-1} end
-      if count < size then return {0} end
+      if count.n < size then return {0} end
       -- complete: its value is built once (a member told again reads it back)
       value = redis.call('HGET', flow, 'v:' .. node)
       if not value then
         local values = {}
-        for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
+        if calls then
+          for member in string.gmatch(redis.call('HGET', plan, 'e:' .. node) or '', '%d+') do
+            local v = #values < size and redis.call('HGET', flow, 'd:' .. member)
+            if not v then return {-1} end  -- not the plan dynoq wrote
+            values[#values + 1] = v
+          end
+          if #values ~= size then return {-1} end
+        else
+          for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
+        end
         value = flow_array(values)
         redis.call('HSET', flow, 'v:' .. node, value)
       end
     end
   end
-  if failed then return {3, flow_end(plan, flow, 'failed', 'failure', value)} end
-  return {2, flow_end(plan, flow, 'succeeded', 'result', value)}
+  local outcome, field, code = 'succeeded', 'result', 2
+  if failed then outcome, field, code = 'failed', 'failure', 3 end
+  local ended = flow_end(plan, flow, outcome, field, value)
+  if ended == 1 then ctx.status = outcome end
+  return {code, ended}
 end
