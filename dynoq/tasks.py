@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 7343e8345507875b: of the text below, an edit by hand does not match).
+# is stale; digest 9f1946bc18815a17: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -44,6 +44,7 @@ from .queue import Queue
 from .transactions import Half
 
 ASYNC = False
+HOOKS_KEPT = 1000  # flows a runner keeps the ending hooks of (all forgotten when over)
 log = logging.getLogger("dynoq.tasks")
 
 
@@ -191,6 +192,8 @@ class Tasks:
         """What a flow's step that a worker's call ended asks to send (no I/O: the
         worker opened every queue of the app when it started); a queue it did not
         open is said in the log, and its calls left to a reconcile."""
+        if step.kind != "start" and not step.ended_now:
+            return []  # most steps: a group's member that waits for the others
         known = {name: q.ops for name, q in self._queues.items()}
         calls, unknown = flow_core.follow(step, flow_id, self._client().prefix, known.get)
         for name in unknown:
@@ -455,17 +458,22 @@ class Runner:
         self.ops = queue.ops
         self._queue = queue
         self.queue = queue.name
+        self._hooks: dict[str, tuple[Any, Any]] = {}  # a flow's Ending make and then
 
     def __repr__(self) -> str:
         return f"<dynoq tasks of queue {self.queue!r}>"
 
     def _ending(self, member: Member, value: Any) -> Ending:
         """What tells a flow that its call returned ``value``, and pushes what starts."""
-        ops = self.ops
+        ops, flow_id = self.ops, member.flow_id
         packed = flow_core.encode_value(value, ops.limit)
-        make = functools.partial(flow_core.advance_many, ops.keys.prefix, member.flow_id, ops.limit)
-        then = functools.partial(self.app.follow, member.flow_id)
-        return Ending(member.flow_id, (member.leaf, packed, False), make, then)
+        hooks = self._hooks.get(flow_id)
+        if hooks is None:  # made once a flow (a group's members share them)
+            if len(self._hooks) >= HOOKS_KEPT:
+                self._hooks.clear()
+            make = functools.partial(flow_core.advance_many, ops.keys.prefix, flow_id, ops.limit)
+            hooks = self._hooks[flow_id] = (make, functools.partial(self.app.follow, flow_id))
+        return Ending(flow_id, (member.leaf, packed, False), *hooks)
 
     def _step(
         self, msg: Message, member: Member, task: Task, args: Sequence[Any], kwargs: dict[str, Any]

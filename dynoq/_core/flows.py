@@ -155,11 +155,14 @@ class Step:
 
 
 _ENDS = {0: "wait", 2: "succeeded", 3: "failed", -1: "gone"}
+_WAIT = Step("wait")  # most replies: one shared
 
 
 def _step(reply: Sequence[Any], limit: int) -> Step:
     """One call's reply of lua/flow-advance-2.lua."""
     code = int(reply[0])
+    if code == 0:
+        return _WAIT
     if code in _ENDS:
         return Step(_ENDS[code], ended_now=len(reply) > 1 and int(reply[1]) == 1)
     if code == -2:
