@@ -9,6 +9,10 @@
               flow) or the N-th ack (plain): messages a second (goal: >= 0.8x)
   callback    chords of 20 no-op members, one after another on a running worker: from the
               last member's return to the callback's start, ms (goal: p99 <= 50 ms)
+  server      the server's time a member: flow-advance of a group's members in calls of
+              100 (their ends recorded and walked), against ack_many of the same
+              messages in calls of 100: microseconds of EVALSHA a message (INFO
+              commandstats, before and after: a shared server's other clients count too)
   celery      with --celery-python (an interpreter with celery[redis]): Celery's chord of
               the same N no-op tasks and a callback, Redis broker and result backend, a
               thread-pool worker of concurrency 4 (benchmarks/celery_chord.py), on the same
@@ -30,6 +34,7 @@ import redis
 
 import dynoq
 from benchmarks.common import drop_prefix, median, parser, server_url, server_version, table
+from dynoq._core import flows as flows_core
 
 CHORD_MEMBERS = 20
 WORKER = {"concurrency": 4, "idle_wait": 0.05}
@@ -142,6 +147,45 @@ def callback_delays(url: str, chords: int) -> list[float]:
         client.close()
 
 
+def _evalsha_usec(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
+
+
+def server_cost(url: str, n: int) -> tuple[float, float]:
+    """Server microseconds a member of a group of N: its end's flow-advance (calls of
+    100), and its message's ack (ack_many of 100)."""
+    client = dynoq.connect(url, prefix=_prefix())
+    r = client.redis
+    try:
+        app = _app(client, Clock())
+        noop, done = app.get("noop"), app.get("done")
+        assert noop is not None and done is not None
+        h = app.chord([noop.s(i) for i in range(n)], done.s()).delay()
+        q = app.queue("f")
+        msgs: list[dynoq.Message] = []
+        while len(msgs) < n:
+            msgs += q.pop(1000)
+        value = flows_core.encode_value(0, q.ops.limit)
+        ends = []
+        for m in msgs:
+            member = flows_core.member_of(m)
+            assert member is not None
+            ends.append((member.leaf, value, False))
+        before = _evalsha_usec(r)
+        for i in range(0, n, 100):
+            client.backend.run(
+                flows_core.advance_many(client.prefix, h.id, q.ops.limit, ends[i : i + 100])
+            )
+        walked = _evalsha_usec(r)
+        for i in range(0, n, 100):
+            q.ack_many(msgs[i : i + 100])
+        acked = _evalsha_usec(r)
+        return (walked - before) / n, (acked - walked) / n
+    finally:
+        drop_prefix(r, client.prefix)
+        client.close()
+
+
 def celery(python: str, url: str, n: int) -> float:
     """Celery's chord of N no-op tasks (benchmarks/celery_chord.py): messages a second."""
     script = Path(__file__).with_name("celery_chord.py")
@@ -179,6 +223,7 @@ def main() -> None:
             rounds.append(got)
             print(f"round {i + 1}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in got.items()))
         delays = callback_delays(url, args.chords)
+        costs = [server_cost(url, args.n) for _ in range(args.repeats)]
         rows: list[tuple[str, ...]] = [("figure", "median", "range", "ratio (range)")]
         ratios = [x["group"] / x["plain"] for x in rounds]
         for name in ("plain", "group", "celery"):
@@ -199,6 +244,23 @@ def main() -> None:
                 f"callback delay ms ({args.chords} chords of {CHORD_MEMBERS})",
                 f"{median(delays):.1f}",
                 f"p99 {_percentile(delays, 0.99):.1f}, max {max(delays):.1f}",
+                "",
+            )
+        )
+        walks, acks = [c[0] for c in costs], [c[1] for c in costs]
+        rows.append(
+            (
+                "server us a member: flow-advance",
+                f"{median(walks):.2f}",
+                f"{min(walks):.2f}-{max(walks):.2f}",
+                f"{median([w / a for w, a in costs]):.2f}x the ack's",
+            )
+        )
+        rows.append(
+            (
+                "server us a message: ack",
+                f"{median(acks):.2f}",
+                f"{min(acks):.2f}-{max(acks):.2f}",
                 "",
             )
         )
