@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 82959d38e3d1e9d1: of the text below, an edit by hand does not match).
+# is stale; digest 7acb1d133ae24cfd: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -46,9 +46,11 @@ class Where(Protocol):
     def queue(self, name: str) -> Queue: ...
 
 
-def start(app: App, client: Where, root: Node) -> FlowHandle:
+def start(app: App, client: Where, root: Node, keep_result: float | None = None) -> FlowHandle:
     """Store a flow's plan and push its first calls (through ``app``'s queues, on
-    ``client``); its handle."""
+    ``client``), its state and result kept ``keep_result`` seconds once it ended (None:
+    a day); its handle."""
+    keep = core.check_keep(keep_result)  # refused before anything is stored
     plan = canvas.plan(root)
     opened = _opened(app, plan.queues())
     for ops in opened.values():
@@ -56,7 +58,7 @@ def start(app: App, client: Where, root: Node) -> FlowHandle:
     flow_id = core.new_flow_id()
     # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
     track = core.track(client.prefix, "start", flow_id)
-    client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan)]))
+    client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))

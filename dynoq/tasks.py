@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 9f1946bc18815a17: of the text below, an edit by hand does not match).
+# is stale; digest 7cddddfe63536f34: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -205,9 +205,10 @@ class Tasks:
             )
         return calls
 
-    def start_flow(self, root: Node) -> FlowHandle:
-        """Start a flow (``root.delay()`` calls this); its handle."""
-        return flows.start(self, self._client(), root)
+    def start_flow(self, root: Node, *, keep_result: float | None = None) -> FlowHandle:
+        """Start a flow (``root.delay()`` calls this); its handle. ``keep_result``:
+        seconds its state and result are kept once it ended (default a day)."""
+        return flows.start(self, self._client(), root, keep_result)
 
     def flow(self, id: str) -> FlowHandle:
         """A handle on the flow of this id, from any process."""

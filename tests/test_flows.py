@@ -311,6 +311,24 @@ def test_a_waiting_handle_ends_what_nobody_will_end(setup: Setup, flavor: str) -
     assert setup.logged("add") == [[3, 3]] and setup.logged("total") == []
 
 
+@pytest.mark.sync_only  # (start_flow's keep_result is one line of the shared shell)
+def test_a_flow_is_kept_for_its_keep_result_once_it_ended(setup: Setup, flavor: str) -> None:
+    add = setup.task("add")
+    for bad, error in ((0, InvalidArgument), (-1, InvalidArgument), ("1", InvalidType)):
+        with pytest.raises(error, match="keep_result"):
+            (add.s(1, 2) | add.s(3)).delay(keep_result=bad)
+    assert setup.client.redis.keys(f"{setup.prefix}:flow:*") == []  # nothing stored
+    setup.worker()
+    brief = (add.s(1, 2) | add.s(3)).delay(keep_result=0.5)
+    kept = (add.s(1, 2) | add.s(3)).delay()
+    assert brief.result(timeout=20) == 6 and kept.result(timeout=20) == 6
+    state = FlowKeys.of(setup.prefix, kept.id).flow
+    assert setup.client.redis.pttl(state) > (core.FLOW_KEEP - 60) * 1000  # a day
+    wait_for(lambda: brief.status() == "unknown", timeout=5, what="the brief flow's expiry")
+    with pytest.raises(dynoq.ResultNotKept):
+        brief.result(timeout=1)
+
+
 @pytest.mark.sync_only  # the sweeper's look is one core flow (its asyncio shell generated)
 def test_the_sweeper_ends_what_nobody_will_end(
     setup: Setup, flavor: str, monkeypatch: pytest.MonkeyPatch

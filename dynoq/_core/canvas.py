@@ -34,9 +34,10 @@ class Shape:
     def __or__(self, other: Node) -> Chain:
         return chain(self, other)  # type: ignore[arg-type]  # (self is a Node)
 
-    def delay(self) -> Any:
-        """Start this flow; a FlowHandle (awaitable on dynoq.asyncio)."""
-        return _app(self).start_flow(self)  # type: ignore[arg-type]
+    def delay(self, *, keep_result: float | None = None) -> Any:
+        """Start this flow; a FlowHandle (awaitable on dynoq.asyncio). ``keep_result``:
+        seconds its state and result are kept once it ended (default a day)."""
+        return _app(self).start_flow(self, keep_result=keep_result)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, eq=False)

@@ -74,14 +74,23 @@ def leaf_id(flow_id: str, leaf: int) -> str:
     return f"{flow_id}.{leaf}"
 
 
-def create(prefix: str, flow_id: str, p: Plan) -> Call:
-    """Store a flow's plan (lua/flow-create-2.lua); the reply is True when stored."""
+def check_keep(keep_result: float | None) -> float:
+    """Seconds a flow's state and result are kept once it ended: ``keep_result`` (at
+    least a millisecond), or FLOW_KEEP when None."""
+    if keep_result is None:
+        return FLOW_KEEP
+    return validate.check_seconds(keep_result, "keep_result", minimum=0.001)
+
+
+def create(prefix: str, flow_id: str, p: Plan, keep: float = FLOW_KEEP) -> Call:
+    """Store a flow's plan (lua/flow-create-2.lua), its state kept ``keep`` seconds
+    once it ended; the reply is True when stored."""
     return _CREATE.call(
         FlowKeys.of(prefix, flow_id),
         [
             validate.to_ms(FLOW_TTL),
             len(p.leaves),
-            validate.to_ms(FLOW_KEEP),
+            max(1, validate.to_ms(keep)),
             ",".join(map(str, p.roots)),
             *p.fields(),
         ],

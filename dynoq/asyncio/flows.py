@@ -43,9 +43,13 @@ class Where(Protocol):
     async def queue(self, name: str) -> Queue: ...
 
 
-async def start(app: App, client: Where, root: Node) -> FlowHandle:
+async def start(
+    app: App, client: Where, root: Node, keep_result: float | None = None
+) -> FlowHandle:
     """Store a flow's plan and push its first calls (through ``app``'s queues, on
-    ``client``); its handle."""
+    ``client``), its state and result kept ``keep_result`` seconds once it ended (None:
+    a day); its handle."""
+    keep = core.check_keep(keep_result)  # refused before anything is stored
     plan = canvas.plan(root)
     opened = await _opened(app, plan.queues())
     for ops in opened.values():
@@ -53,7 +57,7 @@ async def start(app: App, client: Where, root: Node) -> FlowHandle:
     flow_id = core.new_flow_id()
     # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
     track = core.track(client.prefix, "start", flow_id)
-    await client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan)]))
+    await client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     await client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))

@@ -202,9 +202,10 @@ class Tasks:
             )
         return calls
 
-    async def start_flow(self, root: Node) -> FlowHandle:
-        """Start a flow (``root.delay()`` calls this); its handle."""
-        return await flows.start(self, self._client(), root)
+    async def start_flow(self, root: Node, *, keep_result: float | None = None) -> FlowHandle:
+        """Start a flow (``root.delay()`` calls this); its handle. ``keep_result``:
+        seconds its state and result are kept once it ended (default a day)."""
+        return await flows.start(self, self._client(), root, keep_result)
 
     def flow(self, id: str) -> FlowHandle:
         """A handle on the flow of this id, from any process."""
