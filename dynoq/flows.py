@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 7acb1d133ae24cfd: of the text below, an edit by hand does not match).
+# is stale; digest ff2f1af1310acbcd: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -61,7 +61,9 @@ def start(app: App, client: Where, root: Node, keep_result: float | None = None)
     client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
-    client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
+    calls = [core.count(client.prefix, "started"), *calls]
+    for i in range(0, len(calls), core.PUSHES_PAGE):  # pipelines of a bounded size
+        client.backend.run(Batch(calls[i : i + core.PUSHES_PAGE]))
     return FlowHandle(client, flow_id, app)
 
 

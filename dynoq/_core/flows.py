@@ -48,6 +48,7 @@ _COUNT, _TRACK = script("flow-count"), script("flow-track")
 FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after that
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
 MEMBERS_PAGE = 1000  # plan ids one flow-members call looks at (lib/bounds.lua MAX_BATCH)
+PUSHES_PAGE = 1000  # a start's pushes one pipeline sends (the first meets NOSCRIPT alone)
 RECONCILE_EVERY = 1.0  # seconds without a call ending before a waiting handle reconciles
 FIRST_LOOK = 2.0  # seconds from a flow's start to a sweeper's first look at it
 

@@ -60,7 +60,9 @@ async def start(
     await client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
-    await client.backend.run(Batch([core.count(client.prefix, "started"), *calls]))
+    calls = [core.count(client.prefix, "started"), *calls]
+    for i in range(0, len(calls), core.PUSHES_PAGE):  # pipelines of a bounded size
+        await client.backend.run(Batch(calls[i : i + core.PUSHES_PAGE]))
     return FlowHandle(client, flow_id, app)
 
 
