@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import ConnectionFailed, DynoqError
 from . import validate
-from .calls import Batch, Cmd, Flow, server_time, text
+from .calls import Batch, Cmd, Flow, server_time
 from .canvas import MAX_NODES
 from .flows import (
     MEMBERS_PAGE,
@@ -20,6 +20,7 @@ from .flows import (
     FlowMember,
     Member,
     call_state,
+    check_flow_id,
     fail,
     failure_marker,
     follow,
@@ -116,6 +117,14 @@ def reconcile(
     return (yield from settle(prefix, flow_id, limit, status, found, ops_of))
 
 
+def _flow_id(raw: bytes | str) -> str | None:
+    """A running flow's id as the set holds it, or None: no flow has it."""
+    try:
+        return check_flow_id(raw.decode() if isinstance(raw, bytes) else raw)
+    except (DynoqError, UnicodeDecodeError):
+        return None
+
+
 def look(
     prefix: str,
     limit: int,
@@ -131,14 +140,17 @@ def look(
     the flows whose reconcile failed (each looked at again later), with why."""
     now = yield server_time()
     key = running_flows_key(prefix)
-    due = yield Cmd(
-        ("ZRANGEBYSCORE", key, "-inf", validate.to_ms(now), "LIMIT", 0, LOOK_PAGE),
-        lambda ids: [text(i) for i in ids],
-    )
-    if not due:
+    found = yield Cmd(("ZRANGEBYSCORE", key, "-inf", validate.to_ms(now), "LIMIT", 0, LOOK_PAGE))
+    if not found:
         return 0, []
-    infos: list[FlowInfo] = yield Batch([state(prefix, flow_id, limit) for flow_id in due])
-    settled, failed, after = 0, [], []
+    # an id no flow has (planted by a raw ZADD: its role may write the set) is dropped
+    planted = [raw for raw in found if _flow_id(raw) is None]
+    due = [flow_id for raw in found if (flow_id := _flow_id(raw)) is not None]
+    infos: list[FlowInfo] = (
+        (yield Batch([state(prefix, flow_id, limit) for flow_id in due])) if due else []
+    )
+    settled, failed = 0, []
+    after = [track(prefix, "end", flow_id) for flow_id in planted]
     if len(seen) > SEEN_CAP:
         seen.clear()  # a look or two later than it would have been: no harm
     for info in infos:
