@@ -37,6 +37,7 @@ FILES = {
     "dynoq/asyncio/topic.py": "dynoq/topic.py",
     "dynoq/asyncio/tasks.py": "dynoq/tasks.py",
     "dynoq/asyncio/handles.py": "dynoq/handles.py",
+    "dynoq/asyncio/taskruns.py": "dynoq/taskruns.py",
     "dynoq/asyncio/flows.py": "dynoq/flows.py",
     "dynoq/asyncio/transactions.py": "dynoq/transactions.py",
     "dynoq/asyncio/checker.py": "dynoq/checker.py",
