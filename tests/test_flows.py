@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import task_apps
 from helpers import wait_for
-from task_setup import Setup, setups
+from task_setup import Setup, Synced, setups
 
 import dynoq
 from dynoq._core import canvas
@@ -343,7 +343,6 @@ def test_a_flow_is_kept_for_its_keep_result_once_it_ended(setup: Setup, flavor: 
         brief.result(timeout=1)
 
 
-@pytest.mark.sync_only  # the sweeper's look is one core flow (its asyncio shell generated)
 def test_the_sweeper_ends_what_nobody_will_end(
     setup: Setup, flavor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -367,7 +366,11 @@ def test_the_sweeper_ends_what_nobody_will_end(
     q.ack(first)  # its next step was told, never pushed
     ids = {gone.id, dead.id, late.id}
     assert {x.decode() for x in setup.client.redis.zrange(running, 0, -1)} == ids
-    sweeper = setup.client.sweeper(refresh_interval=0.05)
+    sweeper = (
+        setup.client.sweeper(refresh_interval=0.05)
+        if flavor == "sync"
+        else Synced(setup._own.sweeper(refresh_interval=0.05), setup.loop)
+    )
     # a look records each flow's progress; the next, finding none, reconciles
     settled = 0
     for _ in range(3):
