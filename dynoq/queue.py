@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 3b4c64c4e22bd047: of the text below, an edit by hand does not match).
+# is stale; digest f18d82b9150e7e4d: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -311,12 +311,15 @@ class Queue:
         *,
         every: float | None = None,
         cron: str | None = None,
+        tz: str | None = None,
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
     ) -> float:
         """Push ``payload`` again and again: every ``every`` seconds, or on a ``cron``
-        expression (5 fields, UTC), exactly one occurrence per tick however many
+        expression (5 fields, in the IANA time zone ``tz``: default UTC; across a
+        daylight-saving change a time skipped runs once at the jump, and a time repeated
+        once, its first), exactly one occurrence per tick however many
         consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
         headers carry ``dynoq.schedule`` and ``dynoq.tick``. The next occurrence is pushed
         when the current one is delivered (or by the sweeper); a tick up to a second late
@@ -324,7 +327,14 @@ class Queue:
         existing id replaces it. Returns the first tick (seconds, server clock)."""
         return self.backend.drive(
             ScheduleOps(self.ops).schedule(
-                id, payload, every=every, cron=cron, priority=priority, key=key, headers=headers
+                id,
+                payload,
+                every=every,
+                cron=cron,
+                tz=tz,
+                priority=priority,
+                key=key,
+                headers=headers,
             )
         )
 

@@ -3,12 +3,15 @@ sweepers, no drift, missed ticks skipped, unschedule, bad input."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import threading
 import time
+import zoneinfo
 from collections import Counter
 
+import msgpack
 import pytest
 
 import dynoq
@@ -34,6 +37,83 @@ def test_ticks_come_from_the_definition() -> None:
     assert nxt > t and (nxt // 1000) % 300 == 0 and nxt - t <= 300_000
     assert cron.next_tick(nxt, nxt + 300_400) == nxt + 300_000  # late, not skipped
     assert cron.next_tick(nxt, nxt + 302_000) == nxt + 600_000
+
+
+BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
+
+
+def _ticks(s: Schedule, start: dt.datetime, n: int) -> list[dt.datetime]:
+    """The next n ticks of ``s`` from ``start``, each from the one before (as firing
+    goes: the pop that delivers a tick asks for the next), in Berlin's wall time."""
+    ms, out = round(start.timestamp() * 1000), []
+    for _ in range(n):
+        ms = s.next_tick(ms, ms)
+        out.append(dt.datetime.fromtimestamp(ms / 1000, BERLIN))
+    return out
+
+
+def test_cron_in_a_time_zone_across_both_2026_dst_changes() -> None:
+    # A fake clock: next_tick is given the time. Europe/Berlin springs forward on 29 March
+    # 2026 (02:00 -> 03:00) and falls back on 25 October (03:00 -> 02:00).
+    daily = Schedule("r", None, "30 2 * * *", None, 0, None, None, None, 0.0, "Europe/Berlin")
+    spring = _ticks(daily, dt.datetime(2026, 3, 27, 12, tzinfo=BERLIN), 4)
+    assert [t.strftime("%m-%d %H:%M %Z") for t in spring] == [
+        "03-28 02:30 CET",
+        "03-29 03:00 CEST",  # 02:30 never comes: it runs once, at the jump
+        "03-30 02:30 CEST",
+        "03-31 02:30 CEST",
+    ]
+    autumn = _ticks(daily, dt.datetime(2026, 10, 23, 12, tzinfo=BERLIN), 4)
+    assert [t.strftime("%m-%d %H:%M %Z") for t in autumn] == [
+        "10-24 02:30 CEST",
+        "10-25 02:30 CEST",  # 02:30 comes twice: it runs once, the first time
+        "10-26 02:30 CET",
+        "10-27 02:30 CET",
+    ]
+    report = Schedule("m", None, "0 9 * * *", None, 0, None, None, None, 0.0, "Europe/Berlin")
+    hours = {t.hour for t in _ticks(report, dt.datetime(2026, 3, 20, tzinfo=BERLIN), 230)}
+    assert hours == {9}  # 09:00 Berlin time all year, whatever UTC says
+    utc = Schedule("u", None, "30 2 * * *", None, 0, None, None, None, 0.0)
+    assert {t.astimezone(dt.timezone.utc).hour for t in _ticks(utc, spring[0], 10)} == {2}
+
+
+def test_a_schedule_keeps_its_time_zone(client: dynoq.Client) -> None:
+    q = client.queue("zoned", shards=2)
+    first = q.schedule("report", "r", cron="0 9 * * *", tz="Europe/Berlin")
+    q.schedule("utc", "u", cron="0 9 * * *")
+    zoned, utc = q.schedules()
+    assert (zoned.tz, utc.tz) == ("Europe/Berlin", None)
+    local = dt.datetime.fromtimestamp(first, BERLIN)
+    assert (local.hour, local.minute) == (9, 0)
+    for bad in ("Mars/Olympus", "../../etc/passwd", "", "x" * 100):
+        with pytest.raises(dynoq.InvalidArgument):
+            q.schedule("bad", 1, cron="0 9 * * *", tz=bad)
+    with pytest.raises(dynoq.InvalidArgument, match="tz= goes with cron="):
+        q.schedule("bad", 1, every=60, tz="Europe/Berlin")
+    assert [s.id for s in q.schedules()] == ["report", "utc"]
+
+
+@pytest.mark.sync_only
+def test_a_definition_dynoq_did_not_write_fires_nothing_and_stops_no_pop(
+    client: dynoq.Client, flavor: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    q = client.queue("planted", shards=1)
+    q.schedule("tick", "t", every=0.2)
+    sched = q.ops.shard_keys[0].sched
+    for spec in (
+        [None, "0 9 * * *", 0, 0, None, None, "t", "Nope/Nope"],  # a zone that is none
+        [None, "not cron", 0, 0, None, None, "t"],
+        ["ten", None, 0, 0, None, None, "t"],
+        [1, 2, 3],
+    ):
+        client.redis.hset(sched, "tick", msgpack.packb(spec))
+        time.sleep(0.25)
+        got = q.pop(1, wait=1)  # delivered: its next tick is not
+        assert len(got) == 1 and got[0].payload == "t"
+        q.ack(got[0])
+        assert q.size() == 0
+        q.schedule("tick", "t", every=0.2)  # a good definition again, for the next case
+    assert "cannot be read" in caplog.text
 
 
 @pytest.mark.slow

@@ -18,7 +18,9 @@ the server's.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
+import zoneinfo
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ from .calls import Batch, Cmd, Flow, pairs, server_time, text
 from .lua import script
 from .queue import QueueOps
 
+log = logging.getLogger("dynoq.schedules")
 SCHEDULE, TICK = "dynoq.schedule", "dynoq.tick"  # headers of an occurrence
 MAX_SCHEDULES = 10_000  # per shard
 # A tick this late is pushed late rather than skipped: a pause of a second must not lose
@@ -54,6 +57,7 @@ class Schedule:
     headers: dict[str, Any] | None
     last_tick: float | None
     anchor: float  # when it was scheduled: `every` ticks are anchor + k * every
+    tz: str | None = None  # the IANA time zone of `cron` (None: UTC)
 
     def next_tick(self, after_ms: int, now_ms: int) -> int:
         """The first tick after ``after_ms`` that is at most ``MISFIRE_GRACE_MS`` in the
@@ -63,23 +67,43 @@ class Schedule:
             every_ms, anchor_ms = round(self.every * 1000), round(self.anchor * 1000)
             return anchor_ms + (math.floor((start - anchor_ms) / every_ms) + 1) * every_ms
         assert self.cron is not None
-        after = dt.datetime.fromtimestamp(start / 1000, dt.timezone.utc)
+        # cronsim walks wall-clock times in the zone: a time skipped by a spring-forward
+        # runs once at the jump, one repeated by a fall-back once (its first)
+        after = dt.datetime.fromtimestamp(start / 1000, zone(self.tz))
         return round(next(cronsim.CronSim(self.cron, after)).timestamp() * 1000)
 
 
-def check_when(every: object, cron: object) -> tuple[float | None, str | None]:
+def zone(tz: str | None) -> dt.tzinfo:
+    """The time zone of an IANA name (None: UTC)."""
+    return dt.timezone.utc if tz is None else zoneinfo.ZoneInfo(tz)
+
+
+def check_when(
+    every: object, cron: object, tz: object = None
+) -> tuple[float | None, str | None, str | None]:
     """Exactly one of ``every`` (seconds, at least 1 ms) and ``cron`` (a 5-field cron
-    expression, evaluated in UTC)."""
+    expression, in the IANA time zone ``tz``: default UTC; only with cron)."""
     if (every is None) == (cron is None):
         raise InvalidArgument("give exactly one of every= (seconds) and cron= (an expression)")
     if every is not None:
-        return validate.check_seconds(every, "every", minimum=0.001), None
+        if tz is not None:
+            raise InvalidArgument("tz= goes with cron= (every= counts seconds, in no zone)")
+        return validate.check_seconds(every, "every", minimum=0.001), None, None
     expr = validate.check_text(cron, "cron")
+    if tz is not None:
+        tz = validate.check_text(tz, "tz", max_length=64)
+        try:
+            zone(tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise InvalidArgument(
+                f"tz {tz!r} is not a time zone: give an IANA name (Europe/Berlin, "
+                "America/New_York, UTC)"
+            ) from None
     try:
-        next(cronsim.CronSim(expr, dt.datetime.now(dt.timezone.utc)))
+        next(cronsim.CronSim(expr, dt.datetime.now(zone(tz))))
     except (cronsim.CronSimError, StopIteration, ValueError) as exc:
         raise InvalidArgument(f"cron {expr!r} is invalid: {exc}") from None
-    return None, expr
+    return None, expr, tz
 
 
 class ScheduleOps:
@@ -109,6 +133,7 @@ class ScheduleOps:
         *,
         every: float | None = None,
         cron: str | None = None,
+        tz: str | None = None,
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
@@ -120,7 +145,7 @@ class ScheduleOps:
             raise InvalidArgument(
                 "a schedule id may not contain '@' (its occurrences' ids are <schedule id>@<tick>)"
             )
-        every, cron = check_when(every, cron)
+        every, cron, tz = check_when(every, cron, tz)
         if self.q.settings.keyed:
             raise OrderedQueueError(
                 "recurring messages are not supported on a queue with "
@@ -139,7 +164,8 @@ class ScheduleOps:
             raise InvalidArgument(f"at most {MAX_SCHEDULES} schedules per shard")
         yield from self._forget(sched_id)  # a replaced schedule starts afresh
         now = yield server_time()
-        spec = [every, cron, now, priority, key, headers, payload]
+        # (a zone stored only when given: a schedule without one reads as before)
+        spec = [every, cron, now, priority, key, headers, payload, *([tz] if tz else [])]
         yield Batch([Cmd(("HSET", keys.sched, sched_id, msgpack.packb(spec, use_bin_type=True)))])
         s = _decode(sched_id, spec, None)
         tick = s.next_tick(round(now * 1000), round(now * 1000))
@@ -179,12 +205,18 @@ class ScheduleOps:
         )
         if raw is None:
             return 0
-        s = _decode(sched_id, msgpack.unpackb(raw, raw=False), mark)
         now_ms = round((yield server_time()) * 1000)
         after = round(float(mark)) if mark is not None else now_ms
         if after > now_ms:
             return 0  # the latest occurrence is still waiting for its tick
-        return int((yield self._fire(s, shard, s.next_tick(after, now_ms))))
+        try:
+            s = _decode(sched_id, msgpack.unpackb(raw, raw=False), mark)
+            tick = s.next_tick(after, now_ms)
+        except (ValueError, TypeError, cronsim.CronSimError, zoneinfo.ZoneInfoNotFoundError):
+            # a definition dynoq did not write: it fires nothing, and stops no pop
+            log.warning("schedule %r of queue %r cannot be read: not fired", sched_id, self.q.name)
+            return 0
+        return int((yield self._fire(s, shard, tick)))
 
     def fire_due(self, shard: int) -> Flow[int]:
         """The sweeper's step: fire the next tick of every schedule of ``shard`` whose
@@ -254,7 +286,7 @@ class ScheduleOps:
 
 
 def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
-    every, cron, anchor, priority, key, headers, payload = spec
+    every, cron, anchor, priority, key, headers, payload, *more = spec
     return Schedule(
         sched_id,
         every,
@@ -265,6 +297,7 @@ def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
         headers,
         None if mark is None else float(mark) / 1000,
         float(anchor),
+        more[0] if more else None,
     )
 
 

@@ -310,12 +310,15 @@ class Queue:
         *,
         every: float | None = None,
         cron: str | None = None,
+        tz: str | None = None,
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
     ) -> float:
         """Push ``payload`` again and again: every ``every`` seconds, or on a ``cron``
-        expression (5 fields, UTC), exactly one occurrence per tick however many
+        expression (5 fields, in the IANA time zone ``tz``: default UTC; across a
+        daylight-saving change a time skipped runs once at the jump, and a time repeated
+        once, its first), exactly one occurrence per tick however many
         consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
         headers carry ``dynoq.schedule`` and ``dynoq.tick``. The next occurrence is pushed
         when the current one is delivered (or by the sweeper); a tick up to a second late
@@ -323,7 +326,14 @@ class Queue:
         existing id replaces it. Returns the first tick (seconds, server clock)."""
         return await self.backend.drive(
             ScheduleOps(self.ops).schedule(
-                id, payload, every=every, cron=cron, priority=priority, key=key, headers=headers
+                id,
+                payload,
+                every=every,
+                cron=cron,
+                tz=tz,
+                priority=priority,
+                key=key,
+                headers=headers,
             )
         )
 

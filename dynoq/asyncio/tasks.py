@@ -391,20 +391,22 @@ class Task:
         *,
         every: float | None = None,
         cron: str | None = None,
+        tz: str | None = None,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         id: str | None = None,
         key: str | None = None,
     ) -> float:
         """Run this call again and again: ``every`` seconds or on a ``cron`` expression
-        (UTC), one run per tick however many workers run (the queue's schedules, see
-        ``Queue.schedule``). ``id``: the schedule's (default the task's name: give one
-        per schedule when a task has several). Returns the first tick (server clock)."""
+        (in the IANA time zone ``tz``, default UTC), one run per tick however many
+        workers run (the queue's schedules, see ``Queue.schedule``). ``id``: the
+        schedule's (default the task's name: give one per schedule when a task has
+        several). Returns the first tick (server clock)."""
         payload, key = self._call(args, kwargs, key)
         q = await self.app.queue(self.options.queue)
         try:
             return await q.schedule(
-                self.name if id is None else id, payload, every=every, cron=cron, key=key
+                self.name if id is None else id, payload, every=every, cron=cron, tz=tz, key=key
             )
         except PayloadTypeError as exc:
             raise self._refusal(payload, q, exc) from None

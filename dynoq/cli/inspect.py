@@ -297,6 +297,7 @@ def schedules(env: Env, queue: str, as_json: bool) -> None:
             "id": s.id,
             "every": s.every,
             "cron": s.cron,
+            "tz": s.tz,
             "payload": s.payload,
             "priority": s.priority,
             "key": s.key,
@@ -313,7 +314,7 @@ def schedules(env: Env, queue: str, as_json: bool) -> None:
         [
             [
                 r["id"],
-                f"{r['every']:g}s" if r["every"] else r["cron"],
+                f"{r['every']:g}s" if r["every"] else f"{r['cron']} ({r['tz'] or 'UTC'})",
                 "-" if r["last_tick"] is None else f"{r['last_tick']:.3f}",
                 to_json(r["payload"]),
             ]
