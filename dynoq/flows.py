@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/flows.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest ff2f1af1310acbcd: of the text below, an edit by hand does not match).
+# is stale; digest 7ff8d85c648e646e: of the text below, an edit by hand does not match).
 """Workflows: start a chain, group or chord of tasks, advance it when one of its calls
 returns, and the handle of a started flow (DESIGN.md §3.8).
 
@@ -56,9 +56,12 @@ def start(app: App, client: Where, root: Node, keep_result: float | None = None)
     for ops in opened.values():
         core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
-    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
-    track = core.track(client.prefix, "start", flow_id)
-    client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
+    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds;
+    # the create's parts one after the other (the last makes the flow run)
+    first, *more = core.create(client.prefix, flow_id, plan, keep)
+    client.backend.run(Batch([core.track(client.prefix, "start", flow_id), first]))
+    for part in more:
+        client.backend.run(part)
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     calls = [core.count(client.prefix, "started"), *calls]
@@ -123,17 +126,21 @@ class FlowHandle:
         it is kept, or never was)."""
         return (self.info()).status
 
-    def members(self) -> list[FlowMember]:
-        """Its task calls, in plan order: each one's id, task and state (pending,
-        started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        _, found = self._pages()
-        return found
+    def members(self, limit: int | None = None) -> list[FlowMember]:
+        """Its task calls, in plan order (the first ``limit``; None: all): each one's id,
+        task and state (pending, started, succeeded, failed); ``tasks.handle(m.id)``
+        says more of one started."""
+        if limit is not None:
+            limit = validate.check_int(limit, "limit", low=1)
+        _, found = self._pages(limit)
+        return found if limit is None else found[:limit]
 
-    def _pages(self) -> tuple[str | None, list[FlowMember]]:
-        """Its status and its calls (a page of plan ids a round trip)."""
+    def _pages(self, most: int | None = None) -> tuple[str | None, list[FlowMember]]:
+        """Its status and its calls (the first ``most`` or so; a page of plan ids a
+        round trip)."""
         found: tuple[str | None, list[FlowMember]]
         found = self._client.backend.drive(
-            reconciling.read_members(self._prefix, self.id, self._limit)
+            reconciling.read_members(self._prefix, self.id, self._limit, most)
         )
         return found
 

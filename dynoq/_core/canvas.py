@@ -20,8 +20,11 @@ import msgpack
 from ..errors import InvalidArgument, InvalidType, RecordError, TaskArgumentError
 from . import codec
 
-MAX_NODES = 10_100  # steps of one flow: task calls, chains and groups (lib/bounds.lua MAX_FLOW)
-MAX_MEMBERS = 10_000  # members of one group (lib/bounds.lua MAX_GROUP)
+MAX_NODES = 100_100  # steps of one flow: task calls, chains and groups (lib/bounds.lua MAX_FLOW)
+MAX_MEMBERS = 100_000  # members of one group (lib/bounds.lua MAX_GROUP)
+# calls a step after a flow's first starts at once (one walk marks and returns them all:
+# lib/flow.lua flow_start); a flow's first calls are written in bounded steps, any number
+MAX_STARTS = 10_000
 MAX_DEPTH = 32  # nesting of chains and groups
 FLOW_FIELD = "flow"  # a flow call's payload: {"task", "args", "kwargs", "flow": [id, leaf]}
 
@@ -193,6 +196,16 @@ class Plan:
         return out
 
 
+def _check_starts(entries: list[int]) -> None:
+    """A step after a flow's first starts at most MAX_STARTS calls."""
+    if len(entries) > MAX_STARTS:
+        raise InvalidArgument(
+            f"a step after a flow's first starts at most {MAX_STARTS} calls at once (this "
+            f"one starts {len(entries)}): a larger group must be where the flow starts (a "
+            "chord of it, then what follows)"
+        )
+
+
 def plan(root: Node) -> Plan:
     """Number the tree in pre-order and write its plan. Arguments are checked against
     each task's function, counting the input a step takes (not the flow's first steps,
@@ -239,6 +252,8 @@ def plan(root: Node) -> Plan:
         for i, kid in enumerate(kids):
             after = kids[i + 1] if is_chain and i + 1 < len(kids) else -1
             level[kid] = (me, f"{me},{kind},{i},{len(kids)},{after}")
+            if is_chain and i:
+                _check_starts(out.entries[kid])
         starting = kids[:1] if is_chain else kids
         out.entries[me] = [leaf for kid in starting for leaf in out.entries[kid]]
         return me

@@ -39,6 +39,7 @@ from .lua import script
 from .queue import QueueOps
 from .retry import DeadLetter
 from .tasks import TaskKeys, by_id
+from .validate import MAX_BATCH
 
 _CREATE, _ADVANCE = script("flow-create"), script("flow-advance")
 _STATE, _PUSH = script("flow-state"), script("flow-push")
@@ -49,6 +50,7 @@ FLOW_TTL = 7 * 86400.0  # seconds a flow may run; its plan and state go after th
 FLOW_KEEP = 86400.0  # seconds its state and result are kept once it ended
 MEMBERS_PAGE = 1000  # plan ids one flow-members call looks at (lib/bounds.lua MAX_BATCH)
 PUSHES_PAGE = 1000  # a start's pushes one pipeline sends (the first meets NOSCRIPT alone)
+CREATE_FIELDS = 2000  # plan fields one flow-create call writes (lib/bounds.lua 2 * MAX_BATCH)
 RECONCILE_EVERY = 1.0  # seconds without a call ending before a waiting handle reconciles
 FIRST_LOOK = 2.0  # seconds from a flow's start to a sweeper's first look at it
 
@@ -83,20 +85,28 @@ def check_keep(keep_result: float | None) -> float:
     return validate.check_seconds(keep_result, "keep_result", minimum=0.001)
 
 
-def create(prefix: str, flow_id: str, p: Plan, keep: float = FLOW_KEEP) -> Call:
-    """Store a flow's plan (lua/flow-create-2.lua), its state kept ``keep`` seconds
-    once it ended; the reply is True when stored."""
-    return _CREATE.call(
-        FlowKeys.of(prefix, flow_id),
-        [
-            validate.to_ms(FLOW_TTL),
-            len(p.leaves),
-            max(1, validate.to_ms(keep)),
-            ",".join(map(str, p.roots)),
-            *p.fields(),
-        ],
-        lambda r: int(r) == 1,
-    )
+def create(prefix: str, flow_id: str, p: Plan, keep: float = FLOW_KEEP) -> list[Call]:
+    """Store a flow's plan (lua/flow-create-2.lua), its state kept ``keep`` seconds once
+    it ended: calls to send one after the other (each a part of at most CREATE_FIELDS
+    fields and MAX_BATCH first calls; the last makes the flow run); each reply is True
+    when stored."""
+    fields, roots = p.fields(), p.roots
+    parts = max(1, -(-len(fields) // (2 * CREATE_FIELDS)), -(-len(roots) // MAX_BATCH))
+    head = [validate.to_ms(FLOW_TTL), len(p.leaves), max(1, validate.to_ms(keep))]
+    keys = FlowKeys.of(prefix, flow_id)
+    return [
+        _CREATE.call(
+            keys,
+            [
+                *head,
+                ",".join(map(str, roots[i * MAX_BATCH : (i + 1) * MAX_BATCH])),
+                "1" if i == parts - 1 else "0",
+                *fields[i * 2 * CREATE_FIELDS : (i + 1) * 2 * CREATE_FIELDS],
+            ],
+            lambda r: int(r) == 1,
+        )
+        for i in range(parts)
+    ]
 
 
 def check_queue(ops: QueueOps) -> None:

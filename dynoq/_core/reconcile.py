@@ -39,12 +39,14 @@ SEEN_CAP = 100_000  # flows a sweeper remembers the progress of (forgets all whe
 
 
 def read_members(
-    prefix: str, flow_id: str, limit: int
+    prefix: str, flow_id: str, limit: int, most: int | None = None
 ) -> Flow[tuple[str | None, list[FlowMember]]]:
-    """A flow's status and its calls, read a page of plan ids at a time: a page without a
-    call ends it (inner nodes are never a page's worth in a row: MAX_DEPTH)."""
-    status, found, first = None, [], 0
-    while first < MAX_NODES:
+    """A flow's status and its calls (the first ``most`` or so: whole pages), read a page
+    of plan ids at a time: a page without a call ends it (inner nodes are never a page's
+    worth in a row: MAX_DEPTH)."""
+    status, first = None, 0
+    found: list[FlowMember] = []
+    while first < MAX_NODES and (most is None or len(found) < most):
         status, page = yield members(prefix, flow_id, limit, first)
         if not page:
             break

@@ -55,9 +55,12 @@ async def start(
     for ops in opened.values():
         core.check_queue(ops)  # refused before anything is stored
     flow_id = core.new_flow_id()
-    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds
-    track = core.track(client.prefix, "start", flow_id)
-    await client.backend.run(Batch([track, core.create(client.prefix, flow_id, plan, keep)]))
+    # tracked with its create: a starter that dies after it leaves a flow a sweeper finds;
+    # the create's parts one after the other (the last makes the flow run)
+    first, *more = core.create(client.prefix, flow_id, plan, keep)
+    await client.backend.run(Batch([core.track(client.prefix, "start", flow_id), first]))
+    for part in more:
+        await client.backend.run(part)
     roots = [(leaf, plan.leaves[leaf]) for leaf in plan.roots]
     calls, _ = core.pushes(flow_id, roots, False, None, opened.get)
     calls = [core.count(client.prefix, "started"), *calls]
@@ -122,17 +125,21 @@ class FlowHandle:
         it is kept, or never was)."""
         return (await self.info()).status
 
-    async def members(self) -> list[FlowMember]:
-        """Its task calls, in plan order: each one's id, task and state (pending,
-        started, succeeded, failed); ``tasks.handle(m.id)`` says more of one started."""
-        _, found = await self._pages()
-        return found
+    async def members(self, limit: int | None = None) -> list[FlowMember]:
+        """Its task calls, in plan order (the first ``limit``; None: all): each one's id,
+        task and state (pending, started, succeeded, failed); ``tasks.handle(m.id)``
+        says more of one started."""
+        if limit is not None:
+            limit = validate.check_int(limit, "limit", low=1)
+        _, found = await self._pages(limit)
+        return found if limit is None else found[:limit]
 
-    async def _pages(self) -> tuple[str | None, list[FlowMember]]:
-        """Its status and its calls (a page of plan ids a round trip)."""
+    async def _pages(self, most: int | None = None) -> tuple[str | None, list[FlowMember]]:
+        """Its status and its calls (the first ``most`` or so; a page of plan ids a
+        round trip)."""
         found: tuple[str | None, list[FlowMember]]
         found = await self._client.backend.drive(
-            reconciling.read_members(self._prefix, self.id, self._limit)
+            reconciling.read_members(self._prefix, self.id, self._limit, most)
         )
         return found
 

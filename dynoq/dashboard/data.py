@@ -27,6 +27,8 @@ from ..topic import Topic
 MAX_SAMPLED_SHARDS = 8192  # shards whose stats one sample reads, over every queue
 SHARD_PAGE = 100  # shards one queue page lists
 LIST = 20  # entries of each list on a queue page
+FLOW_MEMBERS = 1000  # calls a flow's page lists (its counts say how many it makes)
+FLOW_RESULT_CHARS = 20_000  # of a flow's result the page shows
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,16 @@ class Reader:
         info = handle.info()
         if info.status == "unknown":
             return None
+        result = to_json(info.result, indent=2) if info.status == "succeeded" else None
+        if result is not None and len(result) > FLOW_RESULT_CHARS:  # a group of 100,000
+            result = result[:FLOW_RESULT_CHARS] + "\n... (dynoq flow ID --json: all of it)"
         return {
             "id": flow_id,
             "status": info.status,
             "calls": info.calls,
             "ended": info.ended,
-            "result": to_json(info.result, indent=2) if info.status == "succeeded" else None,
+            "shown": min(info.calls, FLOW_MEMBERS),
+            "result": result,
             "failure": None if info.failure is None else str(info.failure),
             "members": [
                 {
@@ -95,7 +101,7 @@ class Reader:
                     "depth": len(m.nesting),
                     "within": " / ".join(f"{kind} {node}" for node, kind in m.nesting),
                 }
-                for m in handle.members()
+                for m in handle.members(limit=FLOW_MEMBERS)
             ],
         }
 

@@ -4,8 +4,8 @@
   chain (next: the step after this one, -1 for none), "g" a group that fails when a
   member fails, "h" a group whose failed members become failure markers (a chord's
   on_failure="continue"), "l" and "m" the same two of a group whose members are all
-  task calls (its members' values are their d:<leaf>, in e:<node>'s order: each is
-  stored once); l:<leaf> its call (msgpack); e:<node> a chain's or group's entry
+  task calls (its members' values are their d:<leaf>, the leaves numbered after it:
+  each is stored once); l:<leaf> its call (msgpack); e:<node> a chain's or group's entry
   leaves ("1,4,7"). Its state hash holds status (running, succeeded, failed,
   cancelled), keep (ms to keep it once ended), d:<leaf> an ended call's value (or its
   failure marker), ended (how many), g:<group>:<i> a "g" or "h" group member's value,
@@ -45,8 +45,28 @@ end
 -- a msgpack array of values already msgpack: its header, then the values as they are
 local function flow_array(values)
   local n = #values
-  if n < 16 then return string.char(0x90 + n) .. table.concat(values) end
-  return string.char(0xdc, math.floor(n / 256), n % 256) .. table.concat(values)
+  local head
+  if n < 16 then
+    head = string.char(0x90 + n)
+  elseif n < 65536 then
+    head = string.char(0xdc, math.floor(n / 256), n % 256)
+  else
+    head = string.char(0xdd, 0, math.floor(n / 65536), math.floor(n / 256) % 256, n % 256)
+  end
+  return head .. table.concat(values)
+end
+
+-- the values of these fields, read 1,000 a command; nil if one is missing
+local function flow_gather(flow, fields)
+  local values = {}
+  for i = 1, #fields, 1000 do
+    local got = redis.call('HMGET', flow, unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #got do
+      if not got[j] then return nil end
+      values[#values + 1] = got[j]
+    end
+  end
+  return values
 end
 
 local function flow_start(plan, flow, node, value)
@@ -137,17 +157,12 @@ local function flow_walk(ctx, leaf, path, value, failed)
       -- complete: its value is built once (a member told again reads it back)
       value = redis.call('HGET', flow, 'v:' .. node)
       if not value then
-        local values = {}
-        if calls then
-          for member in string.gmatch(redis.call('HGET', plan, 'e:' .. node) or '', '%d+') do
-            local v = #values < size and redis.call('HGET', flow, 'd:' .. member)
-            if not v then return {-1} end  -- not the plan dynoq wrote
-            values[#values + 1] = v
-          end
-          if #values ~= size then return {-1} end
-        else
-          for i = 0, size - 1 do values[i + 1] = redis.call('HGET', flow, slot .. i) end
-        end
+        -- a group of calls' members are the leaves after it (canvas.plan numbers them)
+        local fields, prefix, base = {}, slot, 0
+        if calls then prefix, base = 'd:', tonumber(node) + 1 end
+        for i = 0, size - 1 do fields[i + 1] = prefix .. (base + i) end
+        local values = flow_gather(flow, fields)
+        if not values then return {-1} end
         value = flow_array(values)
         redis.call('HSET', flow, 'v:' .. node, value)
       end
