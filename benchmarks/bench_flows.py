@@ -13,6 +13,10 @@
               100 (their ends recorded and walked), against ack_many of the same
               messages in calls of 100: microseconds of EVALSHA a message (INFO
               commandstats, before and after: a shared server's other clients count too)
+  large       with --large N,N,...: a chord of each N started and run once: the start's
+              seconds (plan, parts, pushes), the members' msgs/s, and the longest script
+              call (SLOWLOG; a private server only: it sets slowlog-log-slower-than):
+              the call that gathers the group's value
   celery      with --celery-python (an interpreter with celery[redis]): Celery's chord of
               the same N no-op tasks and a callback, Redis broker and result backend, a
               thread-pool worker of concurrency 4 (benchmarks/celery_chord.py), on the same
@@ -186,6 +190,34 @@ def server_cost(url: str, n: int) -> tuple[float, float]:
         client.close()
 
 
+def large(url: str, n: int) -> tuple[float, float, float]:
+    """A chord of N no-op members: the start's seconds, members' msgs/s, and the longest
+    script call in ms (SLOWLOG)."""
+    client = dynoq.connect(url, prefix=_prefix())
+    r = client.redis
+    try:
+        r.config_set("slowlog-log-slower-than", 1000)
+        r.slowlog_reset()
+        app = _app(client, Clock())
+        noop, done = app.get("noop"), app.get("done")
+        assert noop is not None and done is not None
+        shape = app.chord([noop.s(i) for i in range(n)], done.s())
+        t0 = time.perf_counter()
+        h = shape.delay()
+        started = time.perf_counter() - t0
+        worker = app.worker(**WORKER)
+        t0 = time.perf_counter()
+        worker.start()
+        assert h.result(timeout=900) == n
+        ran = time.perf_counter() - t0
+        worker.stop()
+        longest = max((e["duration"] for e in r.slowlog_get(128)), default=0) / 1000
+        return started, n / ran, longest
+    finally:
+        drop_prefix(r, client.prefix)
+        client.close()
+
+
 def celery(python: str, url: str, n: int) -> float:
     """Celery's chord of N no-op tasks (benchmarks/celery_chord.py): messages a second."""
     script = Path(__file__).with_name("celery_chord.py")
@@ -208,6 +240,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--chords", type=int, default=200)
     p.add_argument("--celery-python", default=None)
+    p.add_argument("--large", default="", help="chord sizes to start and run once: 10000,100000")
     args = p.parse_args()
     with server_url(args.url) as url:
         r = redis.Redis.from_url(url)
@@ -266,6 +299,15 @@ def main() -> None:
         )
         print(table(rows))
         print(f"group / plain: median {median(ratios):.2f}x (goal >= 0.8x)")
+        sizes = [int(x) for x in args.large.split(",") if x]
+        if sizes:
+            big: list[tuple[str, ...]] = [
+                ("chord of", "start s", "members msgs/s", "longest call ms")
+            ]
+            for n in sizes:
+                started, rate, longest = large(url, n)
+                big.append((f"{n:,}", f"{started:.2f}", f"{rate:,.0f}", f"{longest:.1f}"))
+            print(table(big))
         r.close()
     sys.stdout.flush()
 
