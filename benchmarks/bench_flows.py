@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -65,6 +66,14 @@ class Clock:
 
     def callback(self, tag: str) -> None:
         self.started.setdefault(tag, time.perf_counter())
+
+
+def _chord_tasks(client: dynoq.Client, clock: Clock) -> tuple[dynoq.Tasks, Any, Any]:
+    """The app, and its member and callback tasks."""
+    app = _app(client, clock)
+    noop, done = app.get("noop"), app.get("done")
+    assert noop is not None and done is not None
+    return app, noop, done
 
 
 def _app(client: dynoq.Client, clock: Clock) -> dynoq.Tasks:
@@ -112,9 +121,7 @@ def group(url: str, n: int) -> float:
     client = dynoq.connect(url, prefix=_prefix())
     try:
         clock = Clock()
-        app = _app(client, clock)
-        noop, done = app.get("noop"), app.get("done")
-        assert noop is not None and done is not None
+        app, noop, done = _chord_tasks(client, clock)
         h = app.chord([noop.s(i) for i in range(n)], done.s()).delay()
         worker = app.worker(**WORKER)
         t0 = time.perf_counter()
@@ -134,9 +141,7 @@ def callback_delays(url: str, chords: int) -> list[float]:
     client = dynoq.connect(url, prefix=_prefix())
     try:
         clock = Clock()
-        app = _app(client, clock)
-        noop, done = app.get("noop"), app.get("done")
-        assert noop is not None and done is not None
+        app, noop, done = _chord_tasks(client, clock)
         out = []
         with app.worker(**WORKER):
             for c in range(chords):
@@ -161,9 +166,7 @@ def server_cost(url: str, n: int) -> tuple[float, float]:
     client = dynoq.connect(url, prefix=_prefix())
     r = client.redis
     try:
-        app = _app(client, Clock())
-        noop, done = app.get("noop"), app.get("done")
-        assert noop is not None and done is not None
+        app, noop, done = _chord_tasks(client, Clock())
         h = app.chord([noop.s(i) for i in range(n)], done.s()).delay()
         q = app.queue("f")
         msgs: list[dynoq.Message] = []
@@ -198,9 +201,7 @@ def large(url: str, n: int) -> tuple[float, float, float]:
     try:
         r.config_set("slowlog-log-slower-than", 1000)
         r.slowlog_reset()
-        app = _app(client, Clock())
-        noop, done = app.get("noop"), app.get("done")
-        assert noop is not None and done is not None
+        app, noop, done = _chord_tasks(client, Clock())
         shape = app.chord([noop.s(i) for i in range(n)], done.s())
         t0 = time.perf_counter()
         h = shape.delay()
