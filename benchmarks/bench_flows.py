@@ -13,7 +13,8 @@
               100 (their ends recorded and walked), against ack_many of the same
               messages in calls of 100: microseconds of EVALSHA a message (INFO
               commandstats, before and after: a shared server's other clients count too)
-  large       with --large N,N,...: a chord of each N started and run once: the start's
+  large       with --large N,N,...: a chord of each N (at most dynoq's limit, 10,000
+              members) started and run once: the start's
               seconds (plan, parts, pushes), the members' msgs/s, and the longest script
               call (SLOWLOG; a private server only: it sets slowlog-log-slower-than):
               the call that gathers the group's value

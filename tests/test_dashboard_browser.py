@@ -18,6 +18,7 @@ import dynoq
 from dynoq._core import byid
 from dynoq.consumer import Consumer
 from dynoq.dashboard import DashboardConfig, Running
+from dynoq.dashboard.data import FLOW_MEMBERS
 
 pytestmark = pytest.mark.skipif(
     chromium() is None,
@@ -187,6 +188,15 @@ def test_a_flow_is_a_live_tree_of_its_calls(page: Any, client: dynoq.Client) -> 
         page.reload()
         assert page.locator("#result").inner_text().strip() == "3"
         assert page.goto(d.url + "flow?id=no-such-flow").status == 404
+        # a larger flow (its calls on a queue no worker takes): the page lists the first
+        # FLOW_MEMBERS and says so
+        idle = dynoq.Tasks(client, queue="idle-flows")
+        step = idle.task(name="step")(lambda n: n)
+        big = idle.group([step.s(i) for i in range(FLOW_MEMBERS + 100)]).delay()
+        page.goto(d.url + f"flow?id={big.id}")
+        assert page.locator("#members tr[data-m]").count() == FLOW_MEMBERS
+        shown = page.locator("#shown").inner_text()
+        assert f"the first {FLOW_MEMBERS} of {FLOW_MEMBERS + 100} calls" in shown
 
 
 def test_a_key_blocked_by_a_failing_message_shows_its_reason(

@@ -20,10 +20,14 @@ import msgpack
 from ..errors import InvalidArgument, InvalidType, RecordError, TaskArgumentError
 from . import codec
 
-MAX_NODES = 100_100  # steps of one flow: task calls, chains and groups (lib/bounds.lua MAX_FLOW)
-MAX_MEMBERS = 100_000  # members of one group (lib/bounds.lua MAX_GROUP)
+MAX_NODES = 10_100  # steps of one flow: task calls, chains and groups (lib/bounds.lua MAX_FLOW)
+# Members of one group (lib/bounds.lua MAX_GROUP): the call that ends its last member
+# gathers their values, 1.5-3 µs a member (15-22 ms at 10,000, 55-72 at 25,000, 220-335
+# at 100,000: benchmarks/RESULTS.md), and no call may hold the server past ~50 ms
+# (DESIGN §2.14): a larger group waits for a gather in pages.
+MAX_MEMBERS = 10_000
 # calls a step after a flow's first starts at once (one walk marks and returns them all:
-# lib/flow.lua flow_start); a flow's first calls are written in bounded steps, any number
+# lib/flow.lua flow_start); a flow's first calls are written in bounded steps
 MAX_STARTS = 10_000
 MAX_DEPTH = 32  # nesting of chains and groups
 FLOW_FIELD = "flow"  # a flow call's payload: {"task", "args", "kwargs", "flow": [id, leaf]}

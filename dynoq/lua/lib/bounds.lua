@@ -47,7 +47,7 @@ local MAX_TAGS, MAX_TAG_BYTES = 64, 512
 local MAX_FILTER_BYTES = 1 + MAX_TAGS * (MAX_TAG_BYTES + 1)  -- "|a|b|": a publish's filter
 local MAX_PRIORITY, MAX_KEY_CONCURRENCY, MAX_RETRIES, MAX_RATE = 99, 1000, 1000000, 1000000000
 local MAX_MS, EXACT = 3153600000000, 9007199254740992
-local MAX_FLOW, MAX_GROUP = 100100, 100000
+local MAX_FLOW, MAX_GROUP = 10100, 10000
 
 local function int(v, lo, hi)
   local n = tonumber(v)
