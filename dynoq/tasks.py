@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest fe0e93a25e0cf291: of the text below, an edit by hand does not match).
+# is stale; digest e2b6bbd6c02deb67: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -29,6 +29,7 @@ from ._core.callables import call_sync
 from ._core.calls import Call
 from ._core.canvas import Chain, Group, Node, Signature
 from ._core.flows import Step
+from ._core.queue import QueueOps
 from ._core.retry import RetryPolicy
 from ._core.taskapp import TaskOptions
 from .errors import InvalidArgument, PayloadTypeError
@@ -191,10 +192,7 @@ class Tasks:
         """What a flow's step that a worker's call ended asks to send (no I/O: the
         worker opened every queue of the app when it started); a queue it did not
         open is said in the log, and its calls left to a reconcile."""
-        if step.kind != "start" and not step.ended_now:
-            return []  # most steps: a group's member that waits for the others
-        known = {name: q.ops for name, q in self._queues.items()}
-        calls, unknown = flow_core.follow(step, flow_id, self._client().prefix, known.get)
+        calls, unknown = flow_core.follow(step, flow_id, self._client().prefix, self._ops_of)
         for name in unknown:
             log.warning(
                 "dynoq: flow %s's next step goes to queue %r, which this worker did not "
@@ -203,6 +201,11 @@ class Tasks:
                 name,
             )
         return calls
+
+    def _ops_of(self, name: str) -> QueueOps | None:
+        """An opened queue's ops (a step's queue this app opened), or None."""
+        q = self._queues.get(name)
+        return None if q is None else q.ops
 
     def start_flow(self, root: Node, *, keep_result: float | None = None) -> FlowHandle:
         """Start a flow (``root.delay()`` calls this); its handle. ``keep_result``:
