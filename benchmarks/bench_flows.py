@@ -77,6 +77,23 @@ def _chord_tasks(client: dynoq.Client, clock: Clock) -> tuple[dynoq.Tasks, Any, 
     return app, noop, done
 
 
+def _run_chord(client: dynoq.Client, n: int) -> tuple[float, float]:
+    """A chord of N no-op members: seconds to start it, and from a worker's start to
+    the callback's return."""
+    app, noop, done = _chord_tasks(client, Clock())
+    shape = app.chord([noop.s(i) for i in range(n)], done.s())
+    t0 = time.perf_counter()
+    h = shape.delay()
+    started = time.perf_counter() - t0
+    worker = app.worker(**WORKER)
+    t0 = time.perf_counter()
+    worker.start()
+    assert h.result(timeout=900) == n
+    ran = time.perf_counter() - t0
+    worker.stop()
+    return started, ran
+
+
 def _app(client: dynoq.Client, clock: Clock) -> dynoq.Tasks:
     app = dynoq.Tasks(client, queue="f")
 
@@ -121,16 +138,8 @@ def group(url: str, n: int) -> float:
     callback's return."""
     client = dynoq.connect(url, prefix=_prefix())
     try:
-        clock = Clock()
-        app, noop, done = _chord_tasks(client, clock)
-        h = app.chord([noop.s(i) for i in range(n)], done.s()).delay()
-        worker = app.worker(**WORKER)
-        t0 = time.perf_counter()
-        worker.start()
-        assert h.result(timeout=600) == n
-        spent = time.perf_counter() - t0
-        worker.stop()
-        return n / spent
+        _, ran = _run_chord(client, n)
+        return n / ran
     finally:
         drop_prefix(client.redis, client.prefix)
         client.close()
@@ -202,17 +211,7 @@ def large(url: str, n: int) -> tuple[float, float, float]:
     try:
         r.config_set("slowlog-log-slower-than", 1000)
         r.slowlog_reset()
-        app, noop, done = _chord_tasks(client, Clock())
-        shape = app.chord([noop.s(i) for i in range(n)], done.s())
-        t0 = time.perf_counter()
-        h = shape.delay()
-        started = time.perf_counter() - t0
-        worker = app.worker(**WORKER)
-        t0 = time.perf_counter()
-        worker.start()
-        assert h.result(timeout=900) == n
-        ran = time.perf_counter() - t0
-        worker.stop()
+        started, ran = _run_chord(client, n)
         longest = max((e["duration"] for e in r.slowlog_get(128)), default=0) / 1000
         return started, n / ran, longest
     finally:
