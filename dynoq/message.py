@@ -88,6 +88,7 @@ class QueueStats:
     queue: str
     shards: tuple[ShardStats, ...]
     keys: int = 0  # ordered="key": keys with messages waiting or in flight (else 0)
+    paused: bool = False  # Queue.pause(): nothing is delivered until Queue.resume()
 
     @property
     def ready(self) -> int:

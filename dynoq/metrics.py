@@ -105,6 +105,11 @@ class QueueCollector(Collector):
                 "or ended each one)",
                 labels=["outcome"],
             ),
+            GaugeMetricFamily(
+                "dynoq_queue_paused",
+                "1 while a queue is paused (Queue.pause: nothing is delivered), else 0",
+                labels=["queue"],
+            ),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -112,7 +117,7 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, groups, oldest, up, decided, unreadable, flows = self._families()
+        depth, groups, oldest, up, decided, unreadable, flows, paused = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
             now = self.client.server_time()  # the clock the records' timestamps are on
@@ -139,6 +144,7 @@ class QueueCollector(Collector):
                 oldest.add_metric([name], max(0.0, *waiting) if waiting else 0.0)
                 for outcome in ("committed", "rolled_back"):
                     decided.add_metric([name, outcome], stats.total(outcome))
+                paused.add_metric([name], int(stats.paused))
             if self.queues is None:
                 self._topics(groups, unreadable)
             counted = self.client.backend.run(flow_counts(self.client.prefix))
@@ -149,7 +155,7 @@ class QueueCollector(Collector):
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, groups, oldest, up, decided, unreadable, flows]
+        return [depth, groups, oldest, up, decided, unreadable, flows, paused]
 
     def _topics(self, groups: GaugeMetricFamily, unreadable: GaugeMetricFamily) -> None:
         """Each topic group's backlog by state (or the topic, unreadable)."""

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest f18d82b9150e7e4d: of the text below, an edit by hand does not match).
+# is stale; digest 9de46fe52985040c: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -295,6 +295,22 @@ class Queue:
     def clear(self) -> None:
         """Delete every message of the queue (its settings stay)."""
         self.backend.run(self.ops.clear())
+
+    def pause(self) -> bool:
+        """Stop deliveries, server side, until :meth:`resume`: pops deliver nothing (an
+        idle consumer costs what it costs on an empty queue), pushes are kept, messages
+        in flight may still be acked. It holds across restarts of every process. False if
+        the queue was paused already."""
+        return self.backend.run(self.ops.pause(True))  # type: ignore[no-any-return]
+
+    def resume(self) -> bool:
+        """Deliver again after :meth:`pause`, waking the queue's consumers at once. False
+        if the queue was not paused."""
+        return self.backend.run(self.ops.pause(False))  # type: ignore[no-any-return]
+
+    def paused(self) -> bool:
+        """Whether the queue is paused."""
+        return self.backend.run(self.ops.paused())  # type: ignore[no-any-return]
 
     def requeue_expired(self) -> int:
         """Give back every delivery whose visibility ran out, over all shards (Dyno's

@@ -80,6 +80,24 @@ def test_stats_table_and_json(run: Any, client: dynoq.Client) -> None:
     assert "all" in per_shard  # the total row under the per-shard rows
 
 
+def test_queue_pause_and_resume(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("jobs", shards=2)
+    q.push("a")
+    assert "'jobs' paused" in ok(run("queue", "pause", "jobs"))
+    assert json.loads(ok(run("queue", "pause", "jobs", "--json"))) == {
+        "queue": "jobs",
+        "paused": True,
+        "changed": False,
+    }
+    assert q.paused() and q.pop() == []
+    assert "jobs (paused)" in ok(run("stats"))
+    assert json.loads(ok(run("stats", "jobs", "--json")))["queues"][0]["paused"] is True
+    assert "'jobs' resumed" in ok(run("queue", "resume", "jobs"))
+    assert "was not paused" in ok(run("queue", "resume", "jobs"))
+    assert json.loads(ok(run("stats", "--json")))["queues"][0]["paused"] is False
+    assert [m.payload for m in q.pop()] == ["a"]
+
+
 def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) -> None:
     client.queue("known")
     for args in (
@@ -89,6 +107,8 @@ def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) 
         ["replay", "nope"],
         ["purge-dead", "nope"],
         ["push", "nope", "1"],
+        ["queue", "pause", "nope"],
+        ["queue", "resume", "nope"],
     ):
         failed(run(*args), EXIT_FAILURE, "no queue 'nope'", "known")
     assert client.queue_names() == ["known"]

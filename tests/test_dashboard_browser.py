@@ -143,6 +143,35 @@ def test_open_a_dead_letter_replay_it_and_see_it_consumed(page: Any, client: dyn
         consumer.stop(timeout=10)
 
 
+def test_pause_a_queue_from_its_page_and_resume_it(page: Any, client: dynoq.Client) -> None:
+    q = client.queue("mail", shards=2)
+    handled: list[str] = []
+    consumer: Consumer = client.consumer(q, lambda m: handled.append(str(m.payload)), idle_wait=0.1)
+    consumer.start()
+    try:
+        with Running(client, DashboardConfig(port=0, allow_actions=True, interval=0.2)) as d:
+            page.goto(d.url + "queue?q=mail")
+            assert page.locator("#paused").count() == 0
+            page.locator("#pause").click()
+            page.wait_for_selector("p.done")
+            assert page.locator("p.done").inner_text() == "paused"
+            assert "Paused" in page.locator("#paused").inner_text()
+            assert q.paused()
+            q.push("held")
+            page.wait_for_timeout(500)
+            assert handled == [] and q.size() == 1
+            assert page.locator("#pause").inner_text() == "Resume deliveries"
+            page.locator("#pause").click()
+            page.wait_for_url("**done=resumed**")
+            assert page.locator("#paused").count() == 0 and not q.paused()
+            wait_for(lambda: handled == ["held"], what="the held message delivered on resume")
+        with Running(client, DashboardConfig(port=0)) as read_only:  # no button without actions
+            page.goto(read_only.url + "queue?q=mail")
+            assert page.locator("#pause").count() == 0
+    finally:
+        consumer.stop(timeout=10)
+
+
 def test_a_flow_is_a_live_tree_of_its_calls(page: Any, client: dynoq.Client) -> None:
     tasks = dynoq.Tasks(client, queue="flows")
     gate = threading.Event()

@@ -49,6 +49,9 @@ def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
     assert age is not None and age >= 0
     q.push("more")  # read again on the next scrape, not cached
     assert total("ready") == 4
+    assert reg.get_sample_value("dynoq_queue_paused", {"queue": "depth"}) == 0
+    q.pause()
+    assert reg.get_sample_value("dynoq_queue_paused", {"queue": "depth"}) == 1
 
 
 def test_collector_reads_a_queue_created_anew_again(make_client: Any) -> None:

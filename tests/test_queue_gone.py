@@ -70,6 +70,9 @@ def every_operation(q: Any, popped: dynoq.Message) -> dict[str, Callable[[], Any
         "schedule": lambda: q.schedule("tick", {"t": 1}, every=60),
         "unschedule": lambda: q.unschedule("tick"),
         "schedules": lambda: q.schedules(),
+        "pause": lambda: q.pause(),
+        "resume": lambda: q.resume(),
+        "paused": lambda: q.paused(),
     }
 
 

@@ -62,7 +62,7 @@ class Keyed(Kind):
         super().__init__(opened, shard_keys, settings, limit, wake)
         self.conc = settings.key_concurrency or 1
         # a probe reads the keys that may deliver where others read ready
-        self.probe_keys = [[k.kturn, k.delayed, k.unack, k.epoch] for k in shard_keys]
+        self.probe_keys = [[k.kturn, k.delayed, k.unack, k.epoch, k.control] for k in shard_keys]
 
     # -- producing and consuming --------------------------------------------------------
 
@@ -121,7 +121,7 @@ class Keyed(Kind):
         self, msgs: Sequence[Message], count: int, vis_ms: int
     ) -> tuple[Call, list[Message]] | None:
         """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
-        messages when that is fair (kack-12.lua): the call, and the list its reply's
+        messages when that is fair (kack-13.lua): the call, and the list its reply's
         messages are put in once it has run (the caller quarantines the unreadable
         ones). None when ``msgs`` span shards, or are more than one call carries."""
         shards = {m.shard for m in msgs}

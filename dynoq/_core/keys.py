@@ -49,6 +49,10 @@ class ShardKeys:
     # every script that reads or writes the shard refuses a caller that opened another
     # (lib/refusal.lua gone()). A topic's group queues share their topic shard's.
     epoch: str
+    # The queue's job controls, a hash: `paused` -> since when (ms) while the queue is
+    # paused (lua/pause-2.lua), read by the scripts that deliver (lua/lib/paused.lua). Not
+    # data: clearing the queue keeps it.
+    control: str
     # Message groups (ordered="key", lua/lib/keyed.lua): waiting messages chained per key
     # in push order, keys that may deliver by turn, per-key state, per-key fences.
     kwait: str

@@ -74,7 +74,7 @@ class Kind(ABC):
         self.push_keys = [self.PUSH.key_list(k) for k in shard_keys]
         self.pop_keys = [self.POP.key_list(k) for k in shard_keys]
         self.ack_keys = [self.ACK.key_list(k) for k in shard_keys]
-        # what a probe reads of each shard (probe-4.lua: the keys that may deliver)
+        # what a probe reads of each shard (probe-5.lua: the keys that may deliver)
         self.probe_keys = [_PROBE.key_list(k) for k in shard_keys]
 
     # -- producing and consuming --------------------------------------------------------
@@ -219,9 +219,9 @@ class Plain(Kind):
     ) -> Call:
         """Up to ``count`` messages of priority ``ceiling`` or a lower value (any on an
         ordered queue: it delivers in push order) and, naming ``others`` (one server
-        only), no higher than what they may deliver (pop-11.lua)."""
+        only), no higher than what they may deliver (pop-12.lua)."""
         keys = self.pop_keys[shard]
-        if others:  # ready, delayed, unack: read, their epochs not checked (pop-11.lua)
+        if others:  # ready, delayed, unack: read, their epochs not checked (pop-12.lua)
             keys = keys + [k for s in others for k in self.probe_keys[s][:3]]
         return Call(
             _POP,

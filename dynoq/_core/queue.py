@@ -30,7 +30,7 @@ from .plain import Kind, Plain
 from .settings import QueueSettings
 
 _EXTEND, _PROBE, _CLEAR = script("extend"), script("probe"), script("clear")
-_RESCHEDULE = script("reschedule")
+_RESCHEDULE, _PAUSE = script("reschedule"), script("pause")
 
 
 class QueueOps(Opened):
@@ -266,7 +266,7 @@ class QueueOps(Opened):
         """One read-only look at ``shards`` (one server: a cluster's keys must share a
         slot): a rank per shard (see popping.py), then the ms until something may be
         deliverable (-1: unknown); QueueGone when a shard is not this queue's any more.
-        See probe-4.lua."""
+        See probe-5.lua."""
         probe_keys = self.kind.probe_keys
         return Call(
             _PROBE,
@@ -281,6 +281,8 @@ class QueueOps(Opened):
         n = len(self.shard_keys)
 
         def parse(replies: list[Any]) -> QueueStats:
+            paused = any(int(p) for p in replies[-n:])
+            replies = replies[:-n]
             for i, r in enumerate(replies[:n]):
                 self.refused(r, f"stats of shard {i} of {self.name!r}")
             out = []
@@ -308,7 +310,7 @@ class QueueOps(Opened):
                     )
                 )
             counted = replies[3 * n : 4 * n]  # a keyed queue's keys, per shard
-            return QueueStats(self.name, tuple(out), sum(int(c) for c in counted))
+            return QueueStats(self.name, tuple(out), sum(int(c) for c in counted), paused)
 
         calls: list[Call | Cmd] = [self.kind.stats_call(k) for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
@@ -318,7 +320,29 @@ class QueueOps(Opened):
             for c in (Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))
         ]
         calls += self.kind.stats_extra()
+        calls += [Cmd(("HEXISTS", k.control, "paused")) for k in self.shard_keys]
         return Batch(calls, parse=parse)
+
+    def pause(self, on: bool) -> Batch:
+        """Pause (``on``) or resume every shard (lua/pause-2.lua); the result: whether
+        any shard changed."""
+        flag = "1" if on else "0"
+        what = "pause" if on else "resume"
+        return Batch(
+            [
+                _PAUSE.call(k, [self.epoch, flag, self.wake], self.parser(what, i, int))
+                for i, k in enumerate(self.shard_keys)
+            ],
+            parse=any,
+        )
+
+    def paused(self) -> Batch:
+        """Whether the queue is paused: any shard is (a pause cut short by a lost
+        connection half-way shows, and ``pause``/``resume`` finish it)."""
+        calls = [*self.epoch_checks(range(len(self.shard_keys)), f"paused of {self.name!r}")]
+        calls += [Cmd(("HEXISTS", k.control, "paused")) for k in self.shard_keys]
+        n = len(self.shard_keys)
+        return Batch(calls, parse=lambda replies: any(int(r) for r in replies[-n:]))
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server

@@ -64,8 +64,8 @@ ROLES: dict[str, Role] = {
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
-        "purge dead letters, schedules; run task workers, with kept results and the flows "
-        "they advance; cancel tasks and flows; prepare, "
+        "purge dead letters, schedules, pause and resume; run task workers, with kept "
+        "results and the flows they advance; cancel tasks and flows; prepare, "
         "commit and roll back transactional messages from a handler",
         _OPEN
         | {
@@ -96,6 +96,7 @@ ROLES: dict[str, Role] = {
             "reschedule",
             "replay",
             "purge-dead",
+            "pause",
             "lease-acquire",
             "lease-renew",
             "lease-release",
@@ -154,8 +155,9 @@ ROLES: dict[str, Role] = {
         frozenset({"stats", "koldest", "peek"}),
     ),
     "dashboard-actions": Role(
-        "the dashboard's, and replay or purge dead letters (--allow-actions)",
-        frozenset({"stats", "koldest", "peek", "replay", "purge-dead", "kreplay"}),
+        "the dashboard's, and replay or purge dead letters, pause and resume queues "
+        "(--allow-actions)",
+        frozenset({"stats", "koldest", "peek", "replay", "purge-dead", "kreplay", "pause"}),
     ),
 }
 

@@ -254,7 +254,9 @@ class TopicOps(Opened):
             for s in range(self.settings.shards):
                 k = keys.shard(s)
                 # UNLINK: a group's queue may be large; the server frees it in the background.
-                cmds.append(Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.kfence, k.counts)))
+                cmds.append(
+                    Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.kfence, k.counts, k.control))
+                )
         return Batch(cmds, parse=lambda _: None)
 
     def target_queue(self, target: str) -> QueueOps:

@@ -295,6 +295,22 @@ class Queue:
         """Delete every message of the queue (its settings stay)."""
         await self.backend.run(self.ops.clear())
 
+    async def pause(self) -> bool:
+        """Stop deliveries, server side, until :meth:`resume`: pops deliver nothing (an
+        idle consumer costs what it costs on an empty queue), pushes are kept, messages
+        in flight may still be acked. It holds across restarts of every process. False if
+        the queue was paused already."""
+        return await self.backend.run(self.ops.pause(True))  # type: ignore[no-any-return]
+
+    async def resume(self) -> bool:
+        """Deliver again after :meth:`pause`, waking the queue's consumers at once. False
+        if the queue was not paused."""
+        return await self.backend.run(self.ops.pause(False))  # type: ignore[no-any-return]
+
+    async def paused(self) -> bool:
+        """Whether the queue is paused."""
+        return await self.backend.run(self.ops.paused())  # type: ignore[no-any-return]
+
     async def requeue_expired(self) -> int:
         """Give back every delivery whose visibility ran out, over all shards (Dyno's
         processUnacks); returns how many went back or to the dead letters. The sweeper

@@ -124,7 +124,29 @@ def push(
 
 @cli.group("queue")
 def queue_group() -> None:
-    """Create queues."""
+    """Create, pause and resume queues."""
+
+
+@queue_group.command("pause")
+@click.argument("name")
+@JSON_OPTION
+@pass_env
+def queue_pause(env: Env, name: str, as_json: bool) -> None:
+    """Stop deliveries of queue NAME until resumed (pushes are kept; in flight may end)."""
+    changed = env.queue(name).pause()
+    said = "paused" if changed else "was paused already"
+    emit(as_json, {"queue": name, "paused": True, "changed": changed}, f"{name!r} {said}")
+
+
+@queue_group.command("resume")
+@click.argument("name")
+@JSON_OPTION
+@pass_env
+def queue_resume(env: Env, name: str, as_json: bool) -> None:
+    """Deliver queue NAME's messages again after a pause."""
+    changed = env.queue(name).resume()
+    said = "resumed" if changed else "was not paused"
+    emit(as_json, {"queue": name, "paused": False, "changed": changed}, f"{name!r} {said}")
 
 
 @queue_group.command("create")

@@ -86,10 +86,11 @@ def _queue_table(rows: list[dict[str, Any]], per_shard: bool) -> tuple[list[str]
     header = ["queue", "shard", "ready", "delayed", "in flight", "dead", "oldest waiting"]
     table: list[list[str]] = []
     for r in rows:
+        name = r["queue"] + (" (paused)" if r["paused"] else "")
         for s in r["shards"] if per_shard else []:
             table.append(
                 [
-                    r["queue"],
+                    name,
                     str(s["shard"]),
                     str(s["ready"]),
                     str(s["delayed"]),
@@ -100,7 +101,7 @@ def _queue_table(rows: list[dict[str, Any]], per_shard: bool) -> tuple[list[str]
             )
         table.append(
             [
-                r["queue"],
+                name,
                 "all" if per_shard else str(len(r["shards"])),
                 str(r["ready"]),
                 str(r["delayed"]),

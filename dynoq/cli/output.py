@@ -48,6 +48,7 @@ def stats_json(queue: Queue, stats: QueueStats, now: float) -> dict[str, Any]:
     return {
         "queue": queue.name,
         "ordered": queue.settings.ordered,
+        "paused": stats.paused,
         "ready": stats.ready,
         "delayed": stats.delayed,
         "in_flight": stats.unacked,

@@ -1,4 +1,5 @@
-"""The dashboard's only writes: replay dead letters (one, or all) and purge them.
+"""The dashboard's only writes: replay dead letters (one, or all) and purge them; pause
+and resume a queue.
 
 Each is refused (403) unless the dashboard runs with ``--allow-actions`` and the form
 carries the CSRF token of the browser's cookie (auth.Csrf); replaying all and purging
@@ -69,6 +70,19 @@ async def purge(request: Request) -> Response:
     _confirmed(form, name)
     n = await run_in_threadpool(dash_of(request).reader.purge, q)
     return _back(request, link("/queue/dead", q=name, done=f"purged {n} dead letter(s)"))
+
+
+async def pause(request: Request) -> Response:
+    """Pause the queue (``on=1``) or resume it (``on=0``)."""
+    form = await _checked_form(request)
+    on = form.get("on")
+    if on not in ("0", "1"):
+        raise InvalidArgument("say whether to pause (on=1) or resume (on=0)")
+    name, q = await run_in_threadpool(queue_of, request)
+    changed = await run_in_threadpool(dash_of(request).reader.pause, q, on == "1")
+    state = "paused" if on == "1" else "resumed"
+    done = state if changed else f"was {state} already"
+    return _back(request, link("/queue", q=name, done=done))
 
 
 def _back(request: Request, url: str) -> Response:

@@ -131,6 +131,7 @@ def _routes() -> list[BaseRoute]:
         Route("/queue/dead/confirm", views.confirm_page),
         Route("/queue/dead/replay", actions.replay, methods=["POST"]),
         Route("/queue/dead/purge", actions.purge, methods=["POST"]),
+        Route("/queue/pause", actions.pause, methods=["POST"]),
         Route("/topic", views.topic_page),
         Route("/flow", views.flow_page),
         Route("/api/flow", views.api_flow),

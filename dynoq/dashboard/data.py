@@ -246,6 +246,10 @@ class Reader:
     def purge(self, q: Queue) -> int:
         return q.purge_dead()
 
+    def pause(self, q: Queue, on: bool) -> bool:
+        """Pause (``on``) or resume the queue; whether it changed."""
+        return q.pause() if on else q.resume()
+
 
 def stats_row(stats: Any) -> dict[str, int]:
     """The four counts of a QueueStats or ShardStats as the pages show them."""

@@ -186,6 +186,7 @@ def queue_page(request: Request) -> Response:
         key_list=LIST,
         prepared=d.reader.prepared(q) if stats.prepared else [],
         merged=min(q.settings.shards, inspect.MAX_MERGED_SHARDS),
+        done=request.query_params.get("done"),
     )
 
 
