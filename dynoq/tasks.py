@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest e2b6bbd6c02deb67: of the text below, an edit by hand does not match).
+# is stale; digest 0d6ff98fb3654800: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -398,6 +398,7 @@ class Task:
         every: float | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        overlap: str = "allow",
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         id: str | None = None,
@@ -405,14 +406,21 @@ class Task:
     ) -> float:
         """Run this call again and again: ``every`` seconds or on a ``cron`` expression
         (in the IANA time zone ``tz``, default UTC), one run per tick however many
-        workers run (the queue's schedules, see ``Queue.schedule``). ``id``: the
+        workers run (the queue's schedules, see ``Queue.schedule``); ``overlap="skip"``:
+        no run starts while the last one waits or runs. ``id``: the
         schedule's (default the task's name: give one per schedule when a task has
         several). Returns the first tick (server clock)."""
         payload, key = self._call(args, kwargs, key)
         q = self.app.queue(self.options.queue)
         try:
             return q.schedule(
-                self.name if id is None else id, payload, every=every, cron=cron, tz=tz, key=key
+                self.name if id is None else id,
+                payload,
+                every=every,
+                cron=cron,
+                tz=tz,
+                overlap=overlap,
+                key=key,
             )
         except PayloadTypeError as exc:
             raise self._refusal(payload, q, exc) from None

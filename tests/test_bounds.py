@@ -147,6 +147,7 @@ def _exercise(client: dynoq.Client) -> None:
     from dynoq._core import tasks as core_tasks
     from dynoq._core.batches import Attempt, BatchOps
     from dynoq._core.group import GroupOps, LeaseOps, reap
+    from dynoq._core.schedules import ScheduleOps
     from dynoq._core.streams import StreamOps
     from dynoq._core.sweeper import sweep_queue
 
@@ -165,8 +166,14 @@ def _exercise(client: dynoq.Client) -> None:
     q.peek(5)  # peek
     q.stats()  # stats
     q.requeue_expired()  # requeue
+    q.pause()  # pause
+    q.resume()
     client.queue("hostile-idle", shards=2).pop(1)  # pop, then a probe of the other shard
     q.schedule("tick", "tick", every=60)  # schedule-fire
+    q.schedule("tock", "tock", every=60, overlap="skip")
+    tocks = ScheduleOps(q.ops)
+    drive(tocks.delivered(Message("tock", id="tock@1"), "tock", tocks.home("tock", None)))
+    #                                                                     schedule-start
     member = GroupOps(q.ops.keys, "g", "m1", 10.0)
     run(member.heartbeat())  # group-heartbeat
     run(member.take(10, 1.0, 1))  # rate-take

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import logging
 import os
 import threading
 import time
@@ -207,4 +208,101 @@ def test_bad_schedules_are_refused(client: dynoq.Client) -> None:
             call()
     with pytest.raises(dynoq.PayloadTypeError):
         q.schedule("x", {1, 2}, every=1)
+    assert q.schedules() == [] and q.size() == 0
+
+
+def _occurrence(q: dynoq.Queue, wait: float = 3.0) -> dynoq.Message | None:
+    got = q.pop(1, wait=wait)
+    return got[0] if got else None
+
+
+def test_overlap_skip_skips_an_occurrence_while_the_last_one_runs(
+    client: dynoq.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "dynoq.schedules")
+    q = client.queue("reports", shards=2)
+    q.schedule("report", "r", every=0.4, overlap="skip")
+    assert [s.overlap for s in q.schedules()] == ["skip"]
+    first = _occurrence(q)
+    assert first is not None  # runs (held: not acked)
+    time.sleep(0.45)
+    assert q.pop(1, wait=0.6) == []  # the next tick came: skipped, first still runs
+    assert "skipped" in caplog.text
+    assert q.stats().unacked == 1 and q.ack(first)
+    after = _occurrence(q)
+    assert after is not None and after.id != first.id
+    assert after.headers is not None and first.headers is not None
+    assert after.headers["dynoq.tick"] - first.headers["dynoq.tick"] >= 800  # one skipped
+    # a redelivery of the occurrence that runs runs again
+    assert q.extend(after, 0)  # its visibility ends: it goes back
+    again = _occurrence(q)
+    assert again is not None and again.id == after.id and again.attempts == 2
+    q.ack(again)
+
+
+def test_overlap_allow_runs_occurrences_side_by_side(client: dynoq.Client) -> None:
+    q = client.queue("reports", shards=2)
+    q.schedule("report", "r", every=0.4)  # overlap="allow", the default
+    assert [s.overlap for s in q.schedules()] == ["allow"]
+    first = _occurrence(q)
+    time.sleep(0.45)
+    second = _occurrence(q)
+    assert first is not None and second is not None and first.id != second.id
+
+
+def test_overlap_skip_lets_the_next_run_once_the_last_is_dead_or_unscheduled(
+    client: dynoq.Client,
+) -> None:
+    q = client.queue("reports", shards=1, max_retries=0)
+    q.schedule("report", "r", every=0.3, overlap="skip")
+    first = _occurrence(q)
+    assert first is not None
+    q.nack(first)  # no retries left: dead-lettered, it runs no more
+    assert q.stats().dead == 1
+    assert _occurrence(q) is not None  # the next tick runs
+    control = q.ops.shard_keys[0].control
+    assert client.redis.hexists(control, "run:report")
+    assert q.unschedule("report")
+    assert not client.redis.hexists(control, "run:report")
+
+
+@pytest.mark.slow
+def test_overlap_skip_never_runs_two_at_once_across_consumers(
+    real_url: str, prefix: str, real_client: dynoq.Client
+) -> None:
+    clients = [dynoq.connect(real_url, prefix=prefix) for _ in range(2)]
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    def handle(msg: dynoq.Message) -> None:
+        start = time.monotonic()
+        time.sleep(0.5)  # longer than the schedule's step: the next ticks come meanwhile
+        with lock:
+            spans.append((start, time.monotonic()))
+
+    q = real_client.queue("slow", shards=2)
+    consumers = [c.consumer("slow", handle, idle_wait=0.05, lease_ttl=2) for c in clients]
+    try:
+        for c in consumers:
+            c.start()
+        q.schedule("slow", "s", every=0.15, overlap="skip")
+        time.sleep(2.5)
+        q.unschedule("slow")
+    finally:
+        for c in consumers:
+            c.stop(10)
+        for c in clients:
+            c.close()
+    spans.sort()
+    assert len(spans) >= 3
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end - 0.01, spans  # none started while another ran
+    assert q.stats().total("acked") > len(spans)  # the skipped ones, acked unhandled
+
+
+def test_bad_overlap_is_refused_and_stores_nothing(client: dynoq.Client) -> None:
+    q = client.queue("reports", shards=2)
+    for bad in ("queue", "", None, 1):
+        with pytest.raises(dynoq.InvalidArgument, match="overlap"):
+            q.schedule("x", 1, every=1, overlap=bad)  # type: ignore[arg-type]
     assert q.schedules() == [] and q.size() == 0

@@ -337,10 +337,17 @@ class Planner:
         if unreadable:
             msgs = yield from quarantine(self.ops, msgs, consumer)
         if kind.recurring:
+            skipped: list[Message] = []
             for m in msgs:  # a recurring message's occurrence: push the next one now
                 sched = occurrence_of(m) if m.headers else None  # most have no headers
-                if sched is not None:
-                    yield from ScheduleOps(self.ops).fire_next(sched, shard)
+                if sched is not None and not (
+                    yield from ScheduleOps(self.ops).delivered(m, sched, shard)
+                ):
+                    skipped.append(m)  # overlap="skip": the last occurrence still runs
+            if skipped:
+                yield Batch(self.ops.ack_calls(skipped))
+                gone = {id(m) for m in skipped}
+                msgs = [m for m in msgs if id(m) not in gone]
         return msgs, rest, hint, seen
 
     def probed(self, shards: Sequence[int]) -> Flow[tuple[dict[int, int], float]]:

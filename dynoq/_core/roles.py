@@ -106,6 +106,7 @@ ROLES: dict[str, Role] = {
             "subscription",
             "rate-take",
             "schedule-fire",
+            "schedule-start",
             # message groups (ordered="key"): lua/lib/keyed.lua
             "kpush",
             "kpop",
@@ -118,7 +119,7 @@ ROLES: dict[str, Role] = {
         {
             **_REGISTER,
             "HSET": frozenset({"sched"}),
-            "HDEL": frozenset({"sched"}),
+            "HDEL": frozenset({"sched", "control"}),
             "ZREM": frozenset({"marks"}),
         },
         frozenset({"PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"}),

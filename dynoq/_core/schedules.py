@@ -40,7 +40,8 @@ MAX_SCHEDULES = 10_000  # per shard
 # A tick this late is pushed late rather than skipped: a pause of a second must not lose
 # an occurrence, an outage of an hour must not replay it (bounded: grace / every at most).
 MISFIRE_GRACE_MS = 1000
-_FIRE = script("schedule-fire")
+_FIRE, _START = script("schedule-fire"), script("schedule-start")
+OVERLAPS = ("allow", "skip")  # what an occurrence does while the last one waits or runs
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Schedule:
     last_tick: float | None
     anchor: float  # when it was scheduled: `every` ticks are anchor + k * every
     tz: str | None = None  # the IANA time zone of `cron` (None: UTC)
+    overlap: str = "allow"  # "skip": no occurrence runs while the last one waits or runs
 
     def next_tick(self, after_ms: int, now_ms: int) -> int:
         """The first tick after ``after_ms`` that is at most ``MISFIRE_GRACE_MS`` in the
@@ -76,6 +78,12 @@ class Schedule:
 def zone(tz: str | None) -> dt.tzinfo:
     """The time zone of an IANA name (None: UTC)."""
     return dt.timezone.utc if tz is None else zoneinfo.ZoneInfo(tz)
+
+
+def check_overlap(overlap: object) -> str:
+    if overlap not in OVERLAPS:
+        raise InvalidArgument(f"overlap must be one of {', '.join(map(repr, OVERLAPS))}")
+    return str(overlap)
 
 
 def check_when(
@@ -134,6 +142,7 @@ class ScheduleOps:
         every: float | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        overlap: str = "allow",
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
@@ -146,6 +155,7 @@ class ScheduleOps:
                 "a schedule id may not contain '@' (its occurrences' ids are <schedule id>@<tick>)"
             )
         every, cron, tz = check_when(every, cron, tz)
+        overlap = check_overlap(overlap)
         if self.q.settings.keyed:
             raise OrderedQueueError(
                 "recurring messages are not supported on a queue with "
@@ -164,8 +174,10 @@ class ScheduleOps:
             raise InvalidArgument(f"at most {MAX_SCHEDULES} schedules per shard")
         yield from self._forget(sched_id)  # a replaced schedule starts afresh
         now = yield server_time()
-        # (a zone stored only when given: a schedule without one reads as before)
-        spec = [every, cron, now, priority, key, headers, payload, *([tz] if tz else [])]
+        # (a zone and an overlap stored only when given: a schedule without them reads as
+        # before, at every version)
+        spec = [every, cron, now, priority, key, headers, payload]
+        spec += [tz, overlap] if overlap != "allow" else [tz] if tz else []
         yield Batch([Cmd(("HSET", keys.sched, sched_id, msgpack.packb(spec, use_bin_type=True)))])
         s = _decode(sched_id, spec, None)
         tick = s.next_tick(round(now * 1000), round(now * 1000))
@@ -199,24 +211,53 @@ class ScheduleOps:
     def fire_next(self, sched_id: str, shard: int) -> Flow[int]:
         """Push the next occurrence once the latest one pushed has come due (never further
         ahead); returns 1 when this call pushed it."""
+        _, fired = yield from self._fire_next(sched_id, shard)
+        return fired
+
+    def delivered(self, msg: Message, sched_id: str, shard: int) -> Flow[bool]:
+        """A pop delivered an occurrence of schedule ``sched_id``: push the next one (see
+        :meth:`fire_next`) and say whether this one runs: False on an overlap="skip"
+        schedule while the last occurrence that ran still waits or runs."""
+        s, _ = yield from self._fire_next(sched_id, shard)
+        if s is None or s.overlap != "skip":
+            return True
+        running = yield _START.call(
+            self.q.shard_keys[shard],
+            [self.q.epoch, sched_id, msg.id],
+            self.q.checked(f"schedule {sched_id!r} on {self.q.name!r}"),
+        )
+        if running == 1:
+            return True
+        log.info(
+            "schedule %r of queue %r: occurrence %s skipped, %s still waits or runs",
+            sched_id,
+            self.q.name,
+            msg.id,
+            text(running),
+        )
+        return False
+
+    def _fire_next(self, sched_id: str, shard: int) -> Flow[tuple[Schedule | None, int]]:
+        """The schedule (None: gone, or unreadable) and whether its next occurrence was
+        pushed by this call (1) or not (0)."""
         keys = self.q.shard_keys[shard]
         raw, mark = yield Batch(
             [Cmd(("HGET", keys.sched, sched_id)), Cmd(("ZSCORE", keys.marks, sched_id))]
         )
         if raw is None:
-            return 0
+            return None, 0
         now_ms = round((yield server_time()) * 1000)
         after = round(float(mark)) if mark is not None else now_ms
-        if after > now_ms:
-            return 0  # the latest occurrence is still waiting for its tick
         try:
             s = _decode(sched_id, msgpack.unpackb(raw, raw=False), mark)
             tick = s.next_tick(after, now_ms)
         except (ValueError, TypeError, cronsim.CronSimError, zoneinfo.ZoneInfoNotFoundError):
             # a definition dynoq did not write: it fires nothing, and stops no pop
             log.warning("schedule %r of queue %r cannot be read: not fired", sched_id, self.q.name)
-            return 0
-        return int((yield self._fire(s, shard, tick)))
+            return None, 0
+        if after > now_ms:
+            return s, 0  # the latest occurrence is still waiting for its tick
+        return s, int((yield self._fire(s, shard, tick)))
 
     def fire_due(self, shard: int) -> Flow[int]:
         """The sweeper's step: fire the next tick of every schedule of ``shard`` whose
@@ -249,7 +290,13 @@ class ScheduleOps:
             if raw is None:
                 continue
             found = True
-            yield Batch([Cmd(("HDEL", keys.sched, sched_id)), Cmd(("ZREM", keys.marks, sched_id))])
+            yield Batch(
+                [
+                    Cmd(("HDEL", keys.sched, sched_id)),
+                    Cmd(("ZREM", keys.marks, sched_id)),
+                    Cmd(("HDEL", keys.control, f"run:{sched_id}")),  # overlap="skip"'s
+                ]
+            )
             if mark is not None:  # the pending occurrence, if it is still waiting
                 occurrence = self.occurrence_id(sched_id, round(float(mark)), shard)
                 yield script("remove").call(
@@ -287,6 +334,7 @@ class ScheduleOps:
 
 def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
     every, cron, anchor, priority, key, headers, payload, *more = spec
+    more += [None, "allow"][len(more) :]
     return Schedule(
         sched_id,
         every,
@@ -297,7 +345,8 @@ def _decode(sched_id: str, spec: list[Any], mark: Any) -> Schedule:
         headers,
         None if mark is None else float(mark) / 1000,
         float(anchor),
-        more[0] if more else None,
+        more[0],
+        "skip" if more[1] == "skip" else "allow",
     )
 
 
@@ -307,4 +356,4 @@ def occurrence_of(msg: Message) -> str | None:
     return h.get(SCHEDULE) if h and isinstance(h.get(SCHEDULE), str) else None
 
 
-__all__ = ["Schedule", "ScheduleOps", "check_when", "occurrence_of"]
+__all__ = ["Schedule", "ScheduleOps", "check_overlap", "check_when", "occurrence_of"]

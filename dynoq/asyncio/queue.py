@@ -327,6 +327,7 @@ class Queue:
         every: float | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        overlap: str = "allow",
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
@@ -334,12 +335,15 @@ class Queue:
         """Push ``payload`` again and again: every ``every`` seconds, or on a ``cron``
         expression (5 fields, in the IANA time zone ``tz``: default UTC; across a
         daylight-saving change a time skipped runs once at the jump, and a time repeated
-        once, its first), exactly one occurrence per tick however many
-        consumers and sweepers run. An occurrence's id is ``<id>@<tick ms>`` and its
-        headers carry ``dynoq.schedule`` and ``dynoq.tick``. The next occurrence is pushed
-        when the current one is delivered (or by the sweeper); a tick up to a second late
-        is pushed late, ticks missed for longer (nothing ran) are skipped. Scheduling an
-        existing id replaces it. Returns the first tick (seconds, server clock)."""
+        once, its first), exactly one occurrence per tick however many consumers and
+        sweepers run. ``overlap="skip"``: an occurrence delivered while the last one that
+        ran still waits or runs (a retry included) is skipped (acked unhandled, logged);
+        "allow" (the default) runs them side by side. An occurrence's id is
+        ``<id>@<tick ms>`` and its headers carry ``dynoq.schedule`` and ``dynoq.tick``.
+        The next occurrence is pushed when the current one is delivered (or by the
+        sweeper); a tick up to a second late is pushed late, ticks missed for longer
+        (nothing ran) are skipped. Scheduling an existing id replaces it. Returns the
+        first tick (seconds, server clock)."""
         return await self.backend.drive(
             ScheduleOps(self.ops).schedule(
                 id,
@@ -347,6 +351,7 @@ class Queue:
                 every=every,
                 cron=cron,
                 tz=tz,
+                overlap=overlap,
                 priority=priority,
                 key=key,
                 headers=headers,

@@ -395,6 +395,7 @@ class Task:
         every: float | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        overlap: str = "allow",
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         id: str | None = None,
@@ -402,14 +403,21 @@ class Task:
     ) -> float:
         """Run this call again and again: ``every`` seconds or on a ``cron`` expression
         (in the IANA time zone ``tz``, default UTC), one run per tick however many
-        workers run (the queue's schedules, see ``Queue.schedule``). ``id``: the
+        workers run (the queue's schedules, see ``Queue.schedule``); ``overlap="skip"``:
+        no run starts while the last one waits or runs. ``id``: the
         schedule's (default the task's name: give one per schedule when a task has
         several). Returns the first tick (server clock)."""
         payload, key = self._call(args, kwargs, key)
         q = await self.app.queue(self.options.queue)
         try:
             return await q.schedule(
-                self.name if id is None else id, payload, every=every, cron=cron, tz=tz, key=key
+                self.name if id is None else id,
+                payload,
+                every=every,
+                cron=cron,
+                tz=tz,
+                overlap=overlap,
+                key=key,
             )
         except PayloadTypeError as exc:
             raise self._refusal(payload, q, exc) from None

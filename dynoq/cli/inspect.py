@@ -299,6 +299,7 @@ def schedules(env: Env, queue: str, as_json: bool) -> None:
             "every": s.every,
             "cron": s.cron,
             "tz": s.tz,
+            "overlap": s.overlap,
             "payload": s.payload,
             "priority": s.priority,
             "key": s.key,
@@ -311,11 +312,12 @@ def schedules(env: Env, queue: str, as_json: bool) -> None:
         return
     print_table(
         f"recurring messages of {queue!r}",
-        ["id", "every / cron", "last tick", "payload"],
+        ["id", "every / cron", "overlap", "last tick", "payload"],
         [
             [
                 r["id"],
                 f"{r['every']:g}s" if r["every"] else f"{r['cron']} ({r['tz'] or 'UTC'})",
+                r["overlap"],
                 "-" if r["last_tick"] is None else f"{r['last_tick']:.3f}",
                 to_json(r["payload"]),
             ]
