@@ -16,6 +16,7 @@ import dynoq.asyncio
 
 QUEUE, ORDERED, TIMED = "tq", "tq-ordered", "tq-timed"
 GATE_WAIT = 30.0  # seconds a gated task waits for its gate at most
+THROTTLE = (4, 1.0)  # the rate limit of task "throttled", its own on the shared queue
 
 
 def _step_key(key: str, n: int) -> str:
@@ -57,6 +58,11 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
     def mul(x: int, y: int) -> int:
         log("mul", x, y)
         return x * y
+
+    @app.task(name="throttled", rate_limit=THROTTLE)
+    def throttled(x: int) -> int:
+        log("throttled", x, time.time())
+        return x
 
     @app.task(name="total")
     def total(xs: list[int]) -> int:  # a chord's callback: logs each run
@@ -170,6 +176,11 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def mul(x: int, y: int) -> int:
         await log("mul", x, y)
         return x * y
+
+    @app.task(name="throttled", rate_limit=THROTTLE)
+    async def throttled(x: int) -> int:
+        await log("throttled", x, time.time())
+        return x
 
     @app.task(name="total")
     async def total(xs: list[int]) -> int:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import dynoq
 from dynoq._core import validate
-from dynoq._core.keys import QueueKeys, registry_key
+from dynoq._core.keys import QueueKeys, RateKeys, registry_key
 
 # Names built from separators, the words of the key scheme and a few characters: what a
 # collision needs (e.g. group "g" and group "g:ttl", prefix "a:queue" and queue "queue:b").
@@ -35,6 +35,10 @@ TOKENS = [
     "groupwake",
     "ready",
     "msgs",
+    "rate",
+    "state",
+    "task",
+    "%3A",
 ]
 NAME = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=4).map("".join)
 
@@ -56,7 +60,12 @@ def _roles(prefix: str, queue: str, group: str) -> dict[str, tuple[object, ...]]
         for f in dataclasses.fields(keys):
             out[getattr(keys, f.name)] = ("shard", prefix, queue, shard, f.name)
     g = q.group(group)
+    task = RateKeys.task(prefix, queue, group)  # the third name as a task's too
     roles: list[tuple[str, tuple[object, ...]]] = [
+        (g.rate, ("rate", prefix, queue, group)),
+        (g.rate_state, ("rate_state", prefix, queue, group)),
+        (task.rate, ("task rate", prefix, queue, group)),
+        (task.rate_state, ("task rate_state", prefix, queue, group)),
         (q.meta, ("meta", prefix, queue)),
         (q.groups, ("groups", prefix, queue)),
         (registry_key(prefix), ("registry", prefix)),
@@ -125,3 +134,15 @@ def test_nested_names_of_the_old_trial_are_refused() -> None:
         dynoq.connect("memory://nested", prefix="a:b")
     with dynoq.connect("memory://nested", prefix="a") as c, pytest.raises(dynoq.InvalidArgument):
         c.queue("b:c")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12))
+@example("t", "t:state")  # a name ending like another's state key
+def test_two_task_names_never_share_a_rate_key(t1: str, t2: str) -> None:
+    # A task's name is any text (':' and braces too): its rate keys hold it encoded.
+    a, b = RateKeys.task("p", "q", t1), RateKeys.task("p", "q", t2)
+    keys_a, keys_b = {a.rate, a.rate_state}, {b.rate, b.rate_state}
+    assert len(keys_a) == 2
+    assert (keys_a & keys_b == set()) == (t1 != t2)
+    assert all(k.startswith("p:rate:{task:q}:") and k.count("{") == 1 for k in keys_a)

@@ -32,6 +32,7 @@ from task_setup import FAST, Setup, Synced, setups
 
 import dynoq
 import dynoq.asyncio
+from benchmarks.bench_rate_limit import busiest
 from dynoq._core import taskapp
 from dynoq._core import tasks as core
 from dynoq._core.keys import shard_of
@@ -115,9 +116,9 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     app.task(name="a", queue="q1", timeout=10, rate_limit=(5, 1))(lambda: None)
     app.task(name="b", queue="q1")(lambda: None)  # takes the queue's
     app.task(name="c", queue="q1", timeout=10)(lambda: None)  # agrees
+    app.task(name="r", queue="q1", rate_limit=(6, 1))(lambda: None)  # a rate is a task's own
     for options, what in (
         ({"timeout": 20}, "timeout"),
-        ({"rate_limit": (6, 1)}, "rate_limit"),
         ({"ordered": True}, None),
     ):
         if what is None:
@@ -132,7 +133,7 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     app.task(name="f", queue="q2")(lambda: None)
     base = dynoq.ConsumerSettings(retry_delays=(7,), max_retries=9, consume_timeout=60)
     s1 = app.registry.consumer_settings("q1", base, ordered=True)
-    assert (s1.consume_timeout, s1.rate_limit) == (10, (5, 1.0))
+    assert (s1.consume_timeout, s1.rate_limit) == (10, None)  # tasks' rates: each its own
     s2 = app.registry.consumer_settings("q2", base, ordered=False)
     assert (s2.consume_timeout, s2.rate_limit) == (60, None)
     policy = s2.retry_delays
@@ -603,6 +604,25 @@ def test_recurring_tasks(setup: Setup) -> None:
     wait_for(lambda: len(setup.logged("record")) >= 2, what="two ticks")
     assert record.unschedule() is True and record.unschedule() is False
     assert setup.logged("record")[0] == ["tick", [], "s"]
+
+
+def test_a_task_rate_limit_is_its_own_across_workers(setup: Setup) -> None:
+    # "throttled" shares its queue with "record": the limit holds its calls (two workers
+    # together: enforced in Redis), and never holds back the other task's.
+    q = setup.client.queue(task_apps.QUEUE)
+    for i in range(10):
+        setup.task("throttled").delay(i)
+        setup.task("record").delay(i)
+    setup.worker()
+    setup.worker()
+    wait_for(lambda: len(setup.logged("record")) == 10, timeout=20, what="the other task's calls")
+    assert len(setup.logged("throttled")) < 10  # 4 a second: not all done yet
+    wait_for(lambda: len(setup.logged("throttled")) == 10, timeout=30, what="every limited call")
+    times = [t for _, t in setup.logged("throttled")]
+    count, period = task_apps.THROTTLE
+    assert busiest(times, period) <= count + 1, sorted(times)
+    assert sorted(x for x, _ in setup.logged("throttled")) == list(range(10))
+    assert q.stats().dead == 0 and q.stats().total("retried") == 0  # waited: no attempt used
 
 
 def test_a_task_timeout_is_its_queue_consumers_consume_timeout(setup: Setup) -> None:

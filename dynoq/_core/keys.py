@@ -170,6 +170,15 @@ class RateKeys:
         base = f"{prefix}:rate:{{spark:{name}}}:write"
         return cls(base, base + ":state")
 
+    @classmethod
+    def task(cls, prefix: str, queue: str, task: str) -> RateKeys:
+        """A task's own rate limit, shared by every worker running it:
+        ``<prefix>:rate:{task:<queue>}:<task, percent-encoded>``. A queue name holds no
+        ':', so no consumer group's or Spark write's key is one of these, and the
+        encoded name holds none either, so no task's state key is another task's log."""
+        base = f"{prefix}:rate:{{task:{queue}}}:{member_token(task)}"
+        return cls(base, base + ":state")
+
 
 def result_key(prefix: str, queue: str, shard: int, task_id: str) -> str:
     """A task's kept state and result (a string with a TTL: dynoq.Tasks' keep_result):

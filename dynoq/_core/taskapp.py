@@ -37,10 +37,11 @@ class TaskOptions:
     or a factor in seconds), ``retry_backoff_max`` and ``retry_jitter``: exponential
     backoff in its place (Celery's names); ``timeout``: seconds one
     run may take (its queue consumer's consume_timeout); ``rate_limit``: (count, period
-    seconds) of its queue's consumer group; ``key``: a function of the call's arguments
-    giving the ordering key; ``keep_result``: seconds its end state and return value are
-    kept (0: nothing kept, no cost); ``ordered``: passed to the queue when it is first
-    opened; ``run_in_thread``: a sync function of an asyncio app runs in a thread."""
+    seconds): its own calls, across every worker (``Runner``); ``key``: a function of
+    the call's arguments giving the ordering key; ``keep_result``: seconds its end state
+    and return value are kept (0: nothing kept, no cost); ``ordered``: passed to the
+    queue when it is first opened; ``run_in_thread``: a sync function of an asyncio app
+    runs in a thread."""
 
     name: str
     queue: str
@@ -180,12 +181,11 @@ class Arguments:
 class QueueSpec:
     """What a task queue's consumer takes from its tasks (one consumer runs them all):
     the first task that names one of these decides it, and another that names a different
-    value is refused when it is declared."""
+    value is refused when it is declared. (A rate limit is each task's own.)"""
 
     name: str
     ordered: bool | str | None = None
     timeout: float | None = None
-    rate_limit: tuple[int, float] | None = None
     decided_by: dict[str, str] = field(default_factory=dict)  # option -> task name
     tasks: list[str] = field(default_factory=list)
 
@@ -214,11 +214,7 @@ class Registry(Generic[T]):
         if len(self._tasks) >= MAX_TASKS:
             raise InvalidArgument(f"an app holds at most {MAX_TASKS} tasks")
         spec = self._queues.get(options.queue) or QueueSpec(options.queue)
-        wanted = {
-            "ordered": options.ordered,
-            "timeout": options.timeout,
-            "rate_limit": options.rate_limit,
-        }
+        wanted = {"ordered": options.ordered, "timeout": options.timeout}
         for what, value in wanted.items():
             have = getattr(spec, what)
             if value is not None and have is not None and value != have:
@@ -283,10 +279,10 @@ class Registry(Generic[T]):
     def consumer_settings(
         self, queue: str, base: ConsumerSettings, ordered: bool
     ) -> ConsumerSettings:
-        """The settings of ``queue``'s consumer: ``base`` (the worker's options), with its
-        tasks' timeout and rate limit, and a retry policy that picks each task's own
-        (retry_delays or retry_backoff, and max_retries; a task that sets none of them
-        takes the worker's)."""
+        """The settings of ``queue``'s consumer: ``base`` (the worker's options; its rate
+        limit, if any, the whole queue's), with its tasks' timeout, and a retry policy
+        that picks each task's own (retry_delays or retry_backoff, and max_retries; a task
+        that sets none of them takes the worker's)."""
         default = RetryPolicy.make(base.retry_delays, ordered=ordered, max_retries=base.max_retries)
         policies = {o.name: o.retry_policy(default) for o in self.options()}
         own = {name: policy for name, policy in policies.items() if policy is not None}
@@ -296,7 +292,6 @@ class Registry(Generic[T]):
             retry_delays=TaskRetries(default.delays, default.max_retries, own),
             max_retries=None,
             consume_timeout=spec.timeout or base.consume_timeout,
-            rate_limit=spec.rate_limit or base.rate_limit,
         )
 
 

@@ -1,6 +1,7 @@
 """The handler of a task queue's consumer (a worker of :class:`dynoq.asyncio.Tasks`):
-it runs each message's task, hands a flow's call's value to its flow before the ack
-(:mod:`dynoq._core.endings`), and leaves what a task keeps with its message.
+it runs each message's task (within the task's own rate limit), hands a flow's call's
+value to its flow before the ack (:mod:`dynoq._core.endings`), and leaves what a task
+keeps with its message.
 
 The asyncio shell is written by hand; the sync one is generated from it
 (scripts/unasync.py).
@@ -9,16 +10,18 @@ The asyncio shell is written by hand; the sync one is generated from it
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .._core import failures, taskapp
+from .._core import failures, rates, taskapp
 from .._core import flows as flow_core
 from .._core import tasks as core
 from .._core.calls import Call
 from .._core.endings import Ending
 from .._core.flows import Member, Step
-from .._core.retry import RetryPolicy
+from .._core.keys import RateKeys
+from .._core.retry import RateLimited, RetryPolicy
 from ..message import Message
 from . import flows
 from .queue import Queue
@@ -31,6 +34,7 @@ class Runnable(Protocol):
 
     name: str
     keep_ms: int
+    rate_limit: tuple[int, float] | None
 
     async def run(self, *args: Any, **kwargs: Any) -> Any: ...
 
@@ -56,6 +60,7 @@ class Runner:
         self._queue = queue
         self.queue = queue.name
         self._hooks: dict[str, tuple[Any, Any]] = {}  # a flow's Ending make and then
+        self._limits: dict[str, tuple[RateKeys, rates.RateLimit]] = {}  # by task name
 
     def __repr__(self) -> str:
         return f"<dynoq.asyncio tasks of queue {self.queue!r}>"
@@ -96,9 +101,28 @@ class Runner:
             raise
         return value
 
+    async def _permit(self, task: Runnable, limit: tuple[int, float]) -> None:
+        """A permit of the task's own rate limit for the call about to start (one round
+        trip: taken right before the call, it is fresh, lua/rate-take-2.lua), or
+        RateLimited: the message comes back when a permit may be free, spread over a
+        period so that the refused ones do not all come back at once."""
+        found = self._limits.get(task.name)
+        if found is None:
+            keys = RateKeys.task(self.ops.keys.prefix, self.queue, task.name)
+            found = self._limits[task.name] = (keys, rates.RateLimit(limit))
+        keys, rl = found
+        granted, wait = await self._queue.backend.run(rates.take(keys, rl.count, rl.window, 1))
+        if not granted:
+            raise RateLimited(
+                wait + random.random() * rl.period,
+                f"task {task.name!r} is rate limited ({rl.count} per {rl.period:g}s)",
+            )
+
     async def __call__(self, msg: Message) -> None:
         name, args, kwargs = core.call_of(msg)
         task = self.registry.runnable(name)
+        if task.rate_limit is not None:
+            await self._permit(task, task.rate_limit)
         member = flow_core.member_of(msg)
         if member is None:
             value = await task.run(*args, **kwargs)

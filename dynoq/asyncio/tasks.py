@@ -126,9 +126,11 @@ class Tasks:
         max_retries caps it); retry_backoff: exponential delays in place of retry_delays
         (True: 1, 2, 4, ... s; a number: that factor), at most retry_backoff_max seconds
         (default 600), each a random draw from 0 to that with retry_jitter (default True:
-        Celery's full jitter); timeout: seconds one run may take, and rate_limit: (count,
-        period seconds), both for the whole queue (its consumer's consume_timeout and
-        rate_limit: a task that needs its own goes on its own queue); key: a function of
+        Celery's full jitter); timeout: seconds one run may take (for the whole queue: its
+        consumer's consume_timeout; a task that needs its own goes on its own queue);
+        rate_limit: (count, period seconds), this task's calls across every worker (a
+        call over it goes back, with no attempt used, until a permit is free); key: a
+        function of
         the call's arguments giving its ordering key (ordered queues); keep_result:
         seconds its end state and return value are kept (0: nothing kept, no cost);
         ordered: the queue's setting when this app first opens it; run_in_thread: a sync
@@ -309,6 +311,7 @@ class Task:
         self.options = options
         self.name = options.name
         self.keep_ms = options.keep_ms
+        self.rate_limit = options.rate_limit  # its own, across every worker
         self._arguments = taskapp.Arguments(options.name, fn)
         self.run = _runner(fn, options.run_in_thread)
 
