@@ -133,9 +133,7 @@ def queue_group() -> None:
 @pass_env
 def queue_pause(env: Env, name: str, as_json: bool) -> None:
     """Stop deliveries of queue NAME until resumed (pushes are kept; in flight may end)."""
-    changed = env.queue(name).pause()
-    said = "paused" if changed else "was paused already"
-    emit(as_json, {"queue": name, "paused": True, "changed": changed}, f"{name!r} {said}")
+    _pause(env, name, as_json, on=True)
 
 
 @queue_group.command("resume")
@@ -144,9 +142,18 @@ def queue_pause(env: Env, name: str, as_json: bool) -> None:
 @pass_env
 def queue_resume(env: Env, name: str, as_json: bool) -> None:
     """Deliver queue NAME's messages again after a pause."""
-    changed = env.queue(name).resume()
-    said = "resumed" if changed else "was not paused"
-    emit(as_json, {"queue": name, "paused": False, "changed": changed}, f"{name!r} {said}")
+    _pause(env, name, as_json, on=False)
+
+
+def _pause(env: Env, name: str, as_json: bool, *, on: bool) -> None:
+    q = env.queue(name)
+    changed = q.pause() if on else q.resume()
+    done, already = ("paused", "was paused already") if on else ("resumed", "was not paused")
+    emit(
+        as_json,
+        {"queue": name, "paused": on, "changed": changed},
+        f"{name!r} {done if changed else already}",
+    )
 
 
 @queue_group.command("create")
