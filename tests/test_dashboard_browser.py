@@ -157,6 +157,13 @@ def test_pause_a_queue_from_its_page_and_resume_it(page: Any, client: dynoq.Clie
             assert page.locator("p.done").inner_text() == "paused"
             assert "Paused" in page.locator("#paused").inner_text()
             assert q.paused()
+
+            def overview_marks_it() -> bool:  # at the sampler's next look
+                page.goto(d.url)
+                return "paused" in page.locator('tr[data-q="mail"]').first.inner_text()
+
+            wait_for(overview_marks_it, what="the overview marking the queue paused")
+            page.goto(d.url + "queue?q=mail")
             q.push("held")
             page.wait_for_timeout(500)
             assert handled == [] and q.size() == 1

@@ -114,6 +114,7 @@ def overview_data(d: Dash) -> dict[str, Any]:
                 "mode": s.mode,
                 "shards": s.shards,
                 "ordered": s.ops.settings.ordered,
+                "paused": st.paused,
                 "oldest": None if not oldest else round(snap.at - min(oldest), 3),
                 "per_shard": shards,
                 **stats_row(st),
