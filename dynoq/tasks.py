@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/tasks.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 388d5526328c4ac1: of the text below, an edit by hand does not match).
+# is stale; digest 63bdca164cebe20b: of the text below, an edit by hand does not match).
 """Tasks: call a function later, on any worker (Celery's, RQ's and arq's ``.delay()``),
 as a thin layer on the queue.
 
@@ -131,9 +131,8 @@ class Tasks:
         (default 600), each a random draw from 0 to that with retry_jitter (default True:
         Celery's full jitter); timeout: seconds one run may take (for the whole queue: its
         consumer's consume_timeout; a task that needs its own goes on its own queue);
-        rate_limit: (count, period seconds), this task's calls across every worker (a
-        call over it goes back, with no attempt used, until a permit is free); key: a
-        function of
+        rate_limit: (count, period seconds), this task's calls across every worker (one
+        over it goes back, no attempt used, until a permit is free); key: a function of
         the call's arguments giving its ordering key (ordered queues); keep_result:
         seconds its end state and return value are kept (0: nothing kept, no cost);
         ordered: the queue's setting when this app first opens it; run_in_thread: a sync

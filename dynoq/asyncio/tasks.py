@@ -128,9 +128,8 @@ class Tasks:
         (default 600), each a random draw from 0 to that with retry_jitter (default True:
         Celery's full jitter); timeout: seconds one run may take (for the whole queue: its
         consumer's consume_timeout; a task that needs its own goes on its own queue);
-        rate_limit: (count, period seconds), this task's calls across every worker (a
-        call over it goes back, with no attempt used, until a permit is free); key: a
-        function of
+        rate_limit: (count, period seconds), this task's calls across every worker (one
+        over it goes back, no attempt used, until a permit is free); key: a function of
         the call's arguments giving its ordering key (ordered queues); keep_result:
         seconds its end state and return value are kept (0: nothing kept, no cost);
         ordered: the queue's setting when this app first opens it; run_in_thread: a sync
