@@ -415,3 +415,30 @@ def test_redis_errors_surface_as_dynoq_errors_not_retried(
         c.redis.pipeline(transaction=False).lpush(key, 1).execute()
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         c.redis.lpush(key, 1)
+
+
+@pytest.mark.sync_only
+def test_a_connection_another_task_closed_is_a_dropped_connection(flavor: str) -> None:
+    # redis.asyncio 5.0 (the floor) writes on a connection a topology refresh closed while
+    # a resharding went on: AttributeError from its missing writer, nothing sent. The
+    # batch is sent again, as after a dropped connection; any other AttributeError is a
+    # bug and raised.
+    import asyncio
+
+    from dynoq.asyncio.backend.cluster import _send
+    from dynoq.backend.cluster import _Call, _Sent, is_transient
+
+    class Node:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        async def execute_pipeline(self, commands: Any) -> None:
+            raise self.error
+
+    closed = _Sent(Node(AttributeError("'NoneType' object has no attribute 'writelines'")), [])
+    closed.calls.append(_Call(("PING",), {}))
+    asyncio.run(_send(closed, []))
+    assert isinstance(closed.error, redis.ConnectionError) and is_transient(closed.error)
+    other = _Sent(Node(AttributeError("'Node' object has no attribute 'x'")), [])
+    with pytest.raises(AttributeError):
+        asyncio.run(_send(other, []))

@@ -161,6 +161,14 @@ async def _send(batch: _Sent, waits: list[tuple[int, int]]) -> None:
         commands.append(PipelineCommand(len(commands), "WAIT", *step))
     try:
         await batch.node.execute_pipeline(commands)
+    except AttributeError as exc:
+        if "'NoneType'" not in str(exc):
+            raise
+        # redis.asyncio 5.0 writes on a connection another task closed meanwhile (a
+        # topology refresh during a resharding disconnects a node's connections): its
+        # writer is gone, nothing was sent. Sent again, as a dropped connection is.
+        batch.error = redis.ConnectionError(f"connection closed while in use ({exc})")
+        return
     except Exception as exc:  # noqa: BLE001 - decided on by batch_rounds
         batch.error = exc
         return
