@@ -281,7 +281,7 @@ class QueueOps(Opened):
         n = len(self.shard_keys)
 
         def parse(replies: list[Any]) -> QueueStats:
-            paused = any(int(p) for p in replies[-n:])
+            paused = _any_paused(replies[-n:])
             replies = replies[:-n]
             for i, r in enumerate(replies[:n]):
                 self.refused(r, f"stats of shard {i} of {self.name!r}")
@@ -320,7 +320,7 @@ class QueueOps(Opened):
             for c in (Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))
         ]
         calls += self.kind.stats_extra()
-        calls += [Cmd(("HEXISTS", k.control, "paused")) for k in self.shard_keys]
+        calls += self._paused_reads()
         return Batch(calls, parse=parse)
 
     def pause(self, on: bool) -> Batch:
@@ -339,10 +339,13 @@ class QueueOps(Opened):
     def paused(self) -> Batch:
         """Whether the queue is paused: any shard is (a pause cut short by a lost
         connection half-way shows, and ``pause``/``resume`` finish it)."""
-        calls = [*self.epoch_checks(range(len(self.shard_keys)), f"paused of {self.name!r}")]
-        calls += [Cmd(("HEXISTS", k.control, "paused")) for k in self.shard_keys]
         n = len(self.shard_keys)
-        return Batch(calls, parse=lambda replies: any(int(r) for r in replies[-n:]))
+        checks = self.epoch_checks(range(n), f"paused of {self.name!r}")
+        return Batch([*checks, *self._paused_reads()], parse=lambda r: _any_paused(r[-n:]))
+
+    def _paused_reads(self) -> list[Cmd]:
+        """Each shard's pause flag (lua/pause-2.lua), read with :func:`_any_paused`."""
+        return [Cmd(("HEXISTS", k.control, "paused")) for k in self.shard_keys]
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
@@ -364,6 +367,11 @@ def _mode(out: codec.Outgoing) -> str:
 
 def _first(reply: list[Any]) -> int:
     return int(reply[0])
+
+
+def _any_paused(flags: Sequence[Any]) -> bool:
+    """A queue is paused when any shard is (a pause cut short half-way shows)."""
+    return any(int(f) for f in flags)
 
 
 def _sum_of_sums(replies: list[list[Any]]) -> int:
