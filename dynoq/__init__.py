@@ -13,6 +13,7 @@ from importlib.metadata import version as _version
 
 from ._core.canvas import Chain, Group, Signature
 from ._core.flows import FlowInfo
+from ._core.logcontext import current_message
 from ._core.tasks import TaskInfo, TaskState
 from ._core.topics import Subscription
 from .checker import Checker
@@ -21,6 +22,7 @@ from .consumer import Consumer, Middleware
 from .consumer.many import Consumers
 from .errors import (
     AwaitableReturned,
+    Cancelled,
     ConnectionFailed,
     DynoqError,
     GroupConflict,
@@ -69,6 +71,7 @@ _logging.getLogger("dynoq").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AwaitableReturned",
+    "Cancelled",
     "Chain",
     "Checker",
     "Client",
@@ -126,4 +129,5 @@ __all__ = [
     "TopicSettings",
     "Transaction",
     "connect",
+    "current_message",
 ]

@@ -110,6 +110,13 @@ class ConsumeTimeout(DynoqError):
     as failed (retried or dead-lettered; on an ordered shard once the call has returned)."""
 
 
+class Cancelled(DynoqError):
+    """Raised in a handler by ``msg.progress()`` / ``msg.heartbeat()`` once its message was
+    cancelled while it ran (``q.cancel(id)``, ``TaskHandle.cancel()``): stop and let it
+    propagate (the message ends "cancelled", never retried; whatever the handler does
+    after hearing it, it no longer runs again)."""
+
+
 class ReplicationError(DynoqError):
     """Fewer replicas than asked for confirmed a write (``WAIT``)."""
 
@@ -157,7 +164,8 @@ class TaskFailed(DynoqError):
 
 
 class TaskCancelled(TaskFailed):
-    """``TaskHandle.result()`` of a task that was cancelled before it ran."""
+    """``TaskHandle.result()`` of a task that was cancelled (before it ran, or while it
+    ran)."""
 
 
 class ResultNotKept(DynoqError):

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/handles.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 51374379a15a7e9c: of the text below, an edit by hand does not match).
+# is stale; digest aef9c18080e1e5a1: of the text below, an edit by hand does not match).
 """A sent task's handle: its state, its result, and what can be done about it, from any
 process (``tasks.handle(id)``). The decisions are in :mod:`dynoq._core.tasks`. The
 asyncio shell is written by hand; the sync one is generated from it (scripts/unasync.py).
@@ -108,9 +108,22 @@ class TaskHandle:
         info = self.info()
         return info.state
 
+    def progress(self) -> Any:
+        """What the task's function last reported while it runs
+        (``dynoq.current_message().progress(value)``), or None (none reported, or it no
+        longer runs: progress is cleared when it ends)."""
+        where = self._place()
+        if where is None:
+            return None
+        found = where[0].get(self.id)
+        return None if found is None else found.progress()
+
     def cancel(self) -> bool:
-        """Take the task off its queue if it has not started: it will never run (True).
-        False if it runs, ended or is unknown (nothing changes then)."""
+        """Cancel the task: one that waits never runs; one that runs is asked to stop (its
+        function sees ``dynoq.current_message().cancelled`` within a second; a coroutine
+        is cancelled; ``progress()`` / ``heartbeat()`` raise dynoq.Cancelled). Either ends
+        "cancelled" (``result()`` raises TaskCancelled when it keeps results), never
+        retried. False if it ended or is unknown (nothing changes then)."""
         where = self._place()
         if where is None:
             return False

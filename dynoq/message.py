@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import Cancelled, InvalidArgument, InvalidType
+
+MAX_PROGRESS = 1024  # bytes of one progress report, as JSON text (lua/lib/bounds.lua)
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,10 @@ class Message:
     result to keep with the ack, see dynoq.Tasks). ``unreadable`` says why a stored
     record cannot be read (a message of ``peek``, ``get`` or ``dead`` only: its payload,
     key, headers and tag are then None; a pop never delivers one, it dead-letters it).
+
+    A handler that runs long tells how far it got with :meth:`progress` and hears a
+    cancel (``q.cancel(id)``) in :attr:`cancelled`, or as ``dynoq.Cancelled`` from
+    :meth:`progress` and :meth:`heartbeat`.
     """
 
     payload: Any
@@ -56,6 +67,73 @@ class Message:
     # for (a flow's step that ended: dynoq._core.endings.Ending), one batch per round trip.
     ending: Any = field(default=None, repr=False, compare=False)
     unreadable: str | None = field(default=None, compare=False)
+    # A consumer's side of a delivery that runs (Steer): made at the first progress report
+    # or the consumer's first look at a long delivery, not for every message.
+    steer: Steer | None = field(default=None, repr=False, compare=False)
+    # The progress its handler last reported (JSON text): kept while it runs (q.get, peek).
+    reported: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this delivery was cancelled while it runs: stop; it ends "cancelled"
+        whatever the handler does next (a consumer learns it within a second)."""
+        return self.steer is not None and self.steer.cancelled
+
+    def progress(self, value: Any = _UNSET) -> Any:
+        """``msg.progress(value)``: report how far the handler got, a number or a small
+        dict (JSON, at most 1,024 bytes; InvalidArgument or InvalidType otherwise), kept
+        with the delivery while it runs (the consumer sends the latest within a second;
+        ``q.get(id)``, ``TaskHandle.progress()``, ``dynoq peek``, the dashboard). Raises
+        dynoq.Cancelled once the message was cancelled. ``msg.progress()``: the last
+        value reported (what a ``q.get`` or ``peek`` read: None when none was)."""
+        if value is _UNSET:
+            return None if self.reported is None else json.loads(self.reported)
+        text = progress_text(value)
+        if self.steer is None:
+            self.steer = Steer()
+        self.steer.check()
+        self.reported = self.steer.pending = text
+        return value
+
+    def heartbeat(self) -> None:
+        """Raise dynoq.Cancelled once the message was cancelled (a sync handler that runs
+        long calls it now and then; its delivery stays invisible on its own)."""
+        if self.steer is not None:
+            self.steer.check()
+
+
+class Steer:
+    """What a consumer and the handler of one running delivery share: the cancel the
+    consumer heard, and the progress the handler reported and not yet sent."""
+
+    __slots__ = ("cancelled", "pending")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.pending: str | None = None
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise Cancelled("this message was cancelled while its handler ran: stop")
+
+
+def progress_text(value: Any) -> str:
+    """A progress report as JSON text, or a typed error naming what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+        raise InvalidType(f"progress must be a number or a dict, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgument(f"progress must be a finite number, got {value!r}")
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"progress must be JSON (numbers, text, lists, dicts): {exc}") from (
+            None
+        )
+    if len(text.encode()) > MAX_PROGRESS:
+        raise InvalidArgument(
+            f"progress must be at most {MAX_PROGRESS} bytes as JSON, got {len(text.encode())}"
+        )
+    return text
 
 
 @dataclass(frozen=True)
@@ -79,6 +157,7 @@ class ShardStats:
     prepared: int = 0
     committed: int = 0
     rolled_back: int = 0
+    cancelled: int = 0  # cancelled (waiting, or while running: DESIGN §3.9)
 
 
 @dataclass(frozen=True)
@@ -118,7 +197,7 @@ class QueueStats:
 
     def total(self, count: str) -> int:
         """A cumulative count summed over the shards: pushed, acked, retried, expired,
-        dead_lettered, committed or rolled_back."""
+        dead_lettered, committed, rolled_back or cancelled."""
         return sum(getattr(s, count) for s in self.shards)
 
 

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 8a0cefd984ccb902: of the text below, an edit by hand does not match).
+# is stale; digest d641d382196f8e0a: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -251,8 +251,17 @@ class Queue:
         """Delete a message wherever it is (waiting, in flight or dead); False if unknown."""
         return self.backend.drive(byid.remove(self.ops, id))
 
+    def cancel(self, id: str) -> bool:
+        """Cancel a message: one that waits is taken off at once; one that runs is asked to
+        stop (its handler sees ``msg.cancelled`` within a second, a coroutine handler is
+        cancelled, ``msg.progress()`` / ``msg.heartbeat()`` raise dynoq.Cancelled). Either
+        ends "cancelled": counted in ``stats()``, never delivered again, not a dead
+        letter. False when it neither waits nor runs (ended, dead-lettered or unknown)."""
+        return self.backend.drive(byid.cancel(self.ops, id))
+
     def get(self, id: str) -> Message | None:
-        """The stored message with its attempts so far, or None."""
+        """The stored message with its attempts so far and, while it runs, the progress its
+        handler reported (``msg.progress()``), or None."""
         return self.backend.drive(byid.get(self.ops, id))
 
     def contains(self, id: str) -> bool:

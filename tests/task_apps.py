@@ -116,6 +116,15 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("gated", name, "end")
         return name
 
+    @app.task(name="steps", keep_result=30)
+    def steps(limit: int) -> int:  # reports progress until cancelled (or done)
+        msg = dynoq.current_message()
+        assert msg is not None
+        for i in range(limit):
+            msg.progress({"step": i})
+            time.sleep(0.02)
+        return limit
+
     @app.task(name="slow")
     def slow(seconds: float) -> None:
         log("slow", seconds, "start")
@@ -166,6 +175,15 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def record(x: Any, *rest: Any, tag: Any = None) -> Any:
         await log("record", x, list(rest), tag)
         return x
+
+    @app.task(name="steps", keep_result=30)
+    async def steps(limit: int) -> int:  # a coroutine: cancelled where it awaits
+        msg = dynoq.asyncio.current_message()
+        assert msg is not None
+        for i in range(limit):
+            msg.progress({"step": i})
+            await asyncio.sleep(0.02)
+        return limit
 
     @app.task(name="add", keep_result=30)
     async def add(x: int, y: int) -> int:

@@ -130,6 +130,7 @@ def test_the_scripts_maxima_are_the_clients_constants() -> None:
         "MAX_RATE": settings.MAX_RATE,
         "MAX_FLOW": canvas.MAX_NODES,
         "MAX_GROUP": canvas.MAX_MEMBERS,
+        "MAX_PROGRESS": dynoq.message.MAX_PROGRESS,
         "MAX_MS": validate.to_ms(validate.MAX_SECONDS),
         "EXACT": 2**53,
     }
@@ -158,6 +159,10 @@ def _exercise(client: dynoq.Client) -> None:
     q.ack_many(got[:3])  # ack
     q.nack(got[3])  # nack
     q.extend(got[4], 30)  # extend
+    from dynoq._core.steering import look
+
+    got[4].progress(1)
+    q.backend.drive(look(q.ops, [got[4]]))  # steer
     run(q.ops.nack_call(got[5], delay=0.0, mode="dead"))
     q.replay_dead([got[5].id or ""])  # replay
     q.purge_dead()  # purge-dead

@@ -98,6 +98,25 @@ def test_queue_pause_and_resume(run: Any, client: dynoq.Client) -> None:
     assert [m.payload for m in q.pop()] == ["a"]
 
 
+def test_cancel_and_get_with_progress(run: Any, client: dynoq.Client) -> None:
+    from dynoq._core.steering import look
+
+    q = client.queue("jobs", shards=2)
+    q.push("a", id="waits", delay=60)
+    q.push("b", id="runs")
+    [m] = [x for x in q.pop(2) if x.id == "runs"]
+    m.progress({"rows": 12})
+    q.backend.drive(look(q.ops, [m]))
+    shown = json.loads(ok(run("get", "jobs", "runs", "--json")))
+    assert shown[0]["progress"] == {"rows": 12} and shown[0]["attempts"] == 1
+    assert '{"rows":12}' in ok(run("get", "jobs", "runs"))  # the table's progress column
+    assert "'waits' cancelled" in ok(run("cancel", "jobs", "waits"))
+    assert json.loads(ok(run("cancel", "jobs", "runs", "--json")))["cancelled"] is True
+    failed(run("cancel", "jobs", "waits"), EXIT_FAILURE, "neither waits nor runs")
+    failed(run("get", "jobs", "waits"), EXIT_FAILURE, "no message 'waits'")
+    assert q.nack(m) is False and q.stats().total("cancelled") == 2
+
+
 def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) -> None:
     client.queue("known")
     for args in (
@@ -109,6 +128,8 @@ def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) 
         ["push", "nope", "1"],
         ["queue", "pause", "nope"],
         ["queue", "resume", "nope"],
+        ["cancel", "nope", "x"],
+        ["get", "nope", "x"],
     ):
         failed(run(*args), EXIT_FAILURE, "no queue 'nope'", "known")
     assert client.queue_names() == ["known"]

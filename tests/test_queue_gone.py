@@ -39,6 +39,14 @@ def wipe(client: Any, prefix: str, *, only: Callable[[str], bool] = lambda k: Tr
             client.redis.unlink(key)
 
 
+def look(q: Any, popped: dynoq.Message) -> Any:
+    """What a consumer's upkeep sends for a delivery that runs long (_core/steering.py)."""
+    from dynoq._core import steering
+
+    popped.progress(50)
+    return q.backend.drive(steering.look(q.ops, [popped]))
+
+
 def every_operation(q: Any, popped: dynoq.Message) -> dict[str, Callable[[], Any]]:
     """Every Queue operation that reads or writes the queue's keys."""
     return {
@@ -73,6 +81,9 @@ def every_operation(q: Any, popped: dynoq.Message) -> dict[str, Callable[[], Any
         "pause": lambda: q.pause(),
         "resume": lambda: q.resume(),
         "paused": lambda: q.paused(),
+        "cancel": lambda: q.cancel("m1"),
+        "cancel while it runs": lambda: q.cancel(popped.id),
+        "a consumer's look (progress, cancels)": lambda: look(q, popped),
     }
 
 
@@ -108,6 +119,7 @@ def test_an_ordered_queue_refuses_its_by_key_paths_too(
         "nack": lambda: q.nack(popped),
         "get": lambda: q.get("m2"),
         "remove": lambda: q.remove("m2"),
+        "cancel": lambda: q.cancel("m2"),
     }.items():
         with pytest.raises(dynoq.QueueGone):
             op()
@@ -142,6 +154,9 @@ def test_a_keyed_queue_refuses_its_reads_of_keys_too(
         "get": lambda: q.get("m1"),
         "contains": lambda: q.contains("m1"),
         "remove": lambda: q.remove("m1"),
+        "cancel": lambda: q.cancel("m1"),
+        "cancel while it runs": lambda: q.cancel(popped.id),
+        "a consumer's look (progress, cancels)": lambda: look(q, popped),
         "requeue_expired": lambda: q.requeue_expired(),
         "dead": lambda: q.dead(),
         "replay_dead": lambda: q.replay_dead(),

@@ -362,10 +362,32 @@ def test_cancel_before_it_runs_and_reschedule(setup: Setup) -> None:
     assert setup.logged("record") == [["moved", [], None]]
     running = setup.task("gated").delay("g2")
     wait_for(lambda: running.status() == "running", what="running")
-    assert running.cancel() is False and running.reschedule(delay=5) is False  # it runs
+    assert running.reschedule(delay=5) is False  # it runs
+    assert running.cancel() is True  # asked to stop: it ends cancelled, whatever it returns
+    time.sleep(1.2)  # its worker hears it meanwhile (a second at most)
     setup.open_gate("g2")
-    assert running.result(timeout=20) == "g2"
+    with pytest.raises(dynoq.TaskCancelled):
+        running.result(timeout=20)
+    assert running.status() == "cancelled" and running.cancel() is False
     assert add.delay(1, 2).result(timeout=20) == 3
+
+
+def test_a_running_task_reports_progress_and_is_cancelled(setup: Setup) -> None:
+    steps = setup.task("steps")
+    h = steps.delay(3000)  # a minute of steps
+    setup.worker()
+    wait_for(lambda: h.progress() is not None, what="its progress")
+    assert h.progress()["step"] >= 0 and h.status() == "running"
+    asked = time.monotonic()
+    assert h.cancel() is True
+    with pytest.raises(dynoq.TaskCancelled):
+        h.result(timeout=20)
+    assert time.monotonic() - asked < 5  # (heard within a second; the rest: polling)
+    wait_for(lambda: h.status() == "cancelled", what="cancelled")
+    assert h.progress() is None  # cleared with its end
+    q = setup.client.queue(task_apps.QUEUE)
+    assert q.stats().total("cancelled") == 1 and q.stats().dead == 0
+    assert steps.delay(3).result(timeout=20) == 3  # the worker goes on
 
 
 def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> None:

@@ -139,6 +139,7 @@ class InFlightBatch:
         "calling",
         "cut",
         "lapsed",
+        "looked",
         "msgs",
         "overran",
         "permits",
@@ -148,6 +149,7 @@ class InFlightBatch:
         "settling",
         "shard",
         "started",
+        "watch",
     )
 
     def __init__(self, msgs: list[Message], shard: int | None, now: float, permits: int) -> None:
@@ -155,6 +157,10 @@ class InFlightBatch:
         self.shard = shard
         self.permits = permits  # flow-control permits it holds (concurrent queues)
         self.started = now  # for extending slow batches (restarts when extended)
+        self.looked = now  # the consumer's last look at it (_core/steering.py)
+        # asyncio: the worker's consume_timeout watch (events.Watch), which also cuts a
+        # coroutine handler short when its message was cancelled (None: not that path)
+        self.watch: Any = None
         self.lapsed = False  # an extension found a delivery no longer in flight
         self.call_started = math.inf  # when the running handler call began (inf: none)
         self.calling: Sequence[Message] = ()  # the messages of that call
@@ -199,6 +205,26 @@ class DeliveryState:
 
     def finish(self, worker: int) -> None:
         self._by_worker.pop(worker, None)
+
+    def interrupt(self, msgs: Sequence[Message]) -> None:
+        """Cut short the coroutine handler calls running on ``msgs`` (asyncio: each
+        batch's watch knows the message its call runs on)."""
+        for b in self._by_worker.values():
+            if b.watch is not None:
+                for m in msgs:
+                    b.watch.interrupt(m)
+
+    def to_look(self, now: float, every: float) -> list[Message]:
+        """The messages to look at now (dynoq._core.steering): of each batch in flight
+        ``every`` seconds since its last look (its clock restarts), those not yet handled
+        (the running one and those after it)."""
+        out: list[Message] = []
+        for b in self._by_worker.values():
+            if b.abandoned or b.settling or now - b.looked < every:
+                continue
+            b.looked = now
+            out += b.mine[len(b.results) :]
+        return out
 
     def slow(self, now: float, older_than: float) -> list[InFlightBatch]:
         """The batches started (or last extended) more than ``older_than`` seconds ago,

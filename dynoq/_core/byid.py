@@ -14,7 +14,7 @@ from itertools import repeat
 
 from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
-from . import codec, delivered, validate
+from . import codec, delivered, steering, validate
 from .calls import Batch, Cmd, Flow
 from .queue import QueueOps
 
@@ -121,6 +121,15 @@ def remove(ops: QueueOps, msg_id: str) -> Flow[bool]:
     return bool((yield ops.kind.remove_call(shard, msg_id)))
 
 
+def cancel(ops: QueueOps, msg_id: str) -> Flow[bool]:
+    """Cancel a message: one that waits is taken off (it never runs), one that runs is
+    asked to stop (its handler hears it: Message.cancelled), and either ends "cancelled"
+    (counted, never delivered again). False when it neither waits nor runs."""
+    msg_id = validate.check_id(msg_id)
+    [shard] = yield from locate(ops, [msg_id])
+    return bool((yield ops.kind.remove_call(shard, msg_id, "cancel")))
+
+
 def get(ops: QueueOps, msg_id: str) -> Flow[Message | None]:
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(ops, [msg_id])
@@ -138,16 +147,19 @@ def stored(ops: QueueOps, where: Sequence[tuple[int, str]]) -> Flow[list[Message
         keys = ops.shard_keys[shard]
         reads += [Cmd(("HGET", getattr(keys, f), msg_id)) for f in fields]
         reads.append(Cmd(("ZSCORE", keys.unack, msg_id)))
+        reads.append(Cmd(("HGET", keys.control, f"p:{msg_id}")))
     raw = (yield Batch([*checks, *reads]))[len(checks) :]
     out: list[Message | None] = []
     for k, (shard, msg_id) in enumerate(where):
-        record, state, why, in_flight = raw[4 * k : 4 * k + 4]
+        record, state, why, in_flight, progress = raw[5 * k : 5 * k + 5]
         if record is None:
             out.append(None)
             continue
         attempts = delivered.attempts_of(state, in_flight is not None)
         m = codec.readable(msg_id, record, shard, attempts, limit=ops.limit)
         m.failure = codec.failure(why)
+        if in_flight is not None:
+            m.reported = steering.progress(progress)
         out.append(m)
     return out
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import allocation
-from ..errors import ConsumeTimeout, InvalidArgument, InvalidType
+from ..errors import Cancelled, ConsumeTimeout, InvalidArgument, InvalidType
 from ..message import ConsumerStats, Message
 from . import validate
 from .calls import Batch, Call, Flow
@@ -285,6 +285,9 @@ def settle(
     shard is ready (a hot key alone: ack and the key's next pop share a round trip);
     they are in ``Tally.refilled``. What handled messages send before their ack (their
     ``ending``: :mod:`dynoq._core.endings`) goes first, a round trip of its own."""
+    if any(m.cancelled for m in ok):  # it ended well, but too late: it ends cancelled
+        failed = [*failed, *((m, cancelled()) for m in ok if m.cancelled)]
+        ok = [m for m in ok if not m.cancelled]
     handled = yield from endings(ok)
     if len(handled) < len(ok):  # an ending failed: its message goes back, to run again
         sent = {id(m) for m in handled}
@@ -304,7 +307,7 @@ def settle(
     replies = (yield Batch(calls))[len(kept) :]
     tally = Tally(
         handled=sum(replies[:acks]),
-        failed=sum(not isinstance(e, RateLimited) for _, e in failed),
+        failed=sum(not isinstance(e, RateLimited) and not m.cancelled for m, e in failed),
         refilled=took[1] if took else [],
     )
     for given, buried in replies[acks : acks + len(failed)]:
@@ -326,7 +329,11 @@ def settle_in_order(
     """Ordered queues: the first ``done`` messages succeeded; ``error`` (if any) is the
     failure of the next one, which is then retried in place (blocking its shard) or
     dead-lettered, while the messages after it go back to their places unhandled (no
-    attempt counted). Returns (tally, True when the shard now waits for a retry)."""
+    attempt counted). Returns (tally, True when the shard now waits for a retry). A
+    message cancelled while it ran ends there, as a failure would (it ends cancelled)."""
+    heard = next((i for i in range(done) if msgs[i].cancelled), None)
+    if heard is not None:
+        error, done = cancelled(), heard
     handled = yield from endings(msgs[:done])
     ended = 0  # the handled prefix whose endings went out: order holds past none of them
     while ended < len(handled) and handled[ended] is msgs[ended]:
@@ -347,10 +354,15 @@ def settle_in_order(
     blocked = False
     if error is not None:
         given, buried = replies[acks]
-        tally.failed = 0 if isinstance(error, RateLimited) else 1
+        tally.failed = 0 if isinstance(error, RateLimited) or msgs[done].cancelled else 1
         tally.retried, tally.dead_lettered = given, buried
         blocked = given > 0
     return tally, blocked
+
+
+def cancelled() -> Cancelled:
+    """The outcome of a handler call whose message was cancelled while it ran."""
+    return Cancelled("the message was cancelled while its handler ran: it ends cancelled")
 
 
 def timed_out(timeout: float) -> ConsumeTimeout:

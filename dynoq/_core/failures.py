@@ -21,8 +21,8 @@ def nack_mode(msg: Message, error: BaseException, policy: RetryPolicy) -> tuple[
     gives it back, Retry(delay) picks the delay, anything else takes the policy's next
     delay; past the policy's own max_retries it is dead-lettered. The policy is the
     message's own (``policy.of``: a task's, on a task queue)."""
-    if isinstance(error, DeadLetter):
-        return "dead", 0.0
+    if isinstance(error, DeadLetter) or msg.cancelled:
+        return "dead", 0.0  # a cancelled one: its nack ends it cancelled (lua/lib/control.lua)
     if isinstance(error, RateLimited):
         return "back", error.delay
     policy = policy.of(msg)
@@ -47,6 +47,9 @@ def on_failure(
     """:func:`nack_mode`, logged: a failure past the policy's retries, or one that is
     retried (Retry, RateLimited and DeadLetter say what they want: not logged here)."""
     mode, delay = nack_mode(msg, error, policy)
+    if msg.cancelled:
+        log.info("dynoq: message %s of %r was cancelled while it ran", msg.id, queue)
+        return mode, delay
     if isinstance(error, (DeadLetter, RateLimited)) or (
         mode == "retry" and isinstance(error, Retry)
     ):

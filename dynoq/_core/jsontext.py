@@ -109,6 +109,7 @@ def message_json(m: Message) -> dict[str, Any]:
         "deliver_at": m.deliver_at,
         "enqueued_at": m.enqueued_at,
         "unreadable": m.unreadable,
+        "progress": m.progress(),
         "failure": None
         if f is None
         else {

@@ -225,12 +225,12 @@ class Keyed(Kind):
 
     # -- by id and whole queue ----------------------------------------------------------
 
-    def remove_call(self, shard: int, msg_id: str) -> Call:
+    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
         return Call(
             _KREMOVE,
             _KREMOVE.key_list(self.shard_keys[shard]),
-            [self.epoch, msg_id, self.wake, self.conc],
-            self.opened.checked(f"remove from {self.name!r}", bool),
+            [self.epoch, msg_id, self.wake, self.conc, mode],
+            self.opened.checked(f"{mode} on {self.name!r}", int),
         )
 
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:

@@ -25,6 +25,14 @@ def done(token: Token[tuple[str, Message] | None]) -> None:
     DELIVERY.reset(token)
 
 
+def current_message() -> Message | None:
+    """The message whose handler runs here (in this thread or task), or None: a task's
+    function reports progress or hears a cancel through it
+    (``dynoq.current_message().progress(50)``)."""
+    current = DELIVERY.get()
+    return None if current is None else current[1]
+
+
 def trace_id(msg: Message) -> str | None:
     """The W3C trace id of the message's ``traceparent`` header, if it carries one."""
     headers = msg.headers

@@ -137,8 +137,10 @@ class Kind(ABC):
     # -- by id and whole queue ----------------------------------------------------------
 
     @abstractmethod
-    def remove_call(self, shard: int, msg_id: str) -> Call:
-        """Delete a message wherever it is; reply: true when it was there."""
+    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
+        """Delete a message wherever it is (reply: 1 when it was there, else 0), or
+        (``mode`` "cancel") cancel it: 1 it waited and is cancelled, 2 it runs and is asked
+        to stop, 0 neither."""
 
     @abstractmethod
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:
@@ -336,11 +338,11 @@ class Plain(Kind):
             if not int(reply[2]):
                 return back, buried
 
-    def remove_call(self, shard: int, msg_id: str) -> Call:
+    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
         return _REMOVE.call(
             self.shard_keys[shard],
-            [self.epoch, msg_id, self.wake],
-            self.opened.checked(f"remove from {self.name!r}"),
+            [self.epoch, msg_id, self.wake, mode],
+            self.opened.checked(f"{mode} on {self.name!r}", int),
         )
 
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:

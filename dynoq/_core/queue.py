@@ -289,7 +289,7 @@ class QueueOps(Opened):
             # a keyed shard: the oldest head of its next keys to serve (koldest-3.lua) too
             heads = replies[4 * n :] or [-1] * n
             for i, r in enumerate(replies[:n]):
-                committed, rolled_back = (int(c or 0) for c in replies[n + 2 * i + 1])
+                committed, rolled_back, cancelled = (int(c or 0) for c in replies[n + 2 * i + 1])
                 oldest = min((t for t in (int(r[4]), int(heads[i])) if t >= 0), default=-1)
                 out.append(
                     ShardStats(
@@ -307,6 +307,7 @@ class QueueOps(Opened):
                         prepared=int(replies[n + 2 * i]),
                         committed=committed,
                         rolled_back=rolled_back,
+                        cancelled=cancelled,
                     )
                 )
             counted = replies[3 * n : 4 * n]  # a keyed queue's keys, per shard
@@ -314,10 +315,12 @@ class QueueOps(Opened):
 
         calls: list[Call | Cmd] = [self.kind.stats_call(k) for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
+        # (and the counts added since: transactions' ends, cancels)
+        counts = ("committed", "rolled_back", "cancelled")
         calls += [
             c
             for k in self.shard_keys
-            for c in (Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, "committed", "rolled_back")))
+            for c in (Cmd(("ZCARD", k.half)), Cmd(("HMGET", k.counts, *counts)))
         ]
         calls += self.kind.stats_extra()
         calls += self._paused_reads()

@@ -63,7 +63,8 @@ ROLES: dict[str, Role] = {
     ),
     "consumer": Role(
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
-        "subscriptions; and a queue's operations by id: remove, reschedule, replay, "
+        "subscriptions, progress and cancels of running messages; and a queue's "
+        "operations by id: remove, cancel, reschedule, replay, "
         "purge dead letters, schedules, pause and resume; run task workers, with kept "
         "results and the flows they advance; cancel tasks and flows; prepare, "
         "commit and roll back transactional messages from a handler",
@@ -77,6 +78,7 @@ ROLES: dict[str, Role] = {
             "nack",
             "extend",
             "requeue",
+            "steer",
             "transaction-prepare",
             "transaction-settle",
             "transaction-publish",

@@ -299,11 +299,7 @@ class ScheduleOps:
             )
             if mark is not None:  # the pending occurrence, if it is still waiting
                 occurrence = self.occurrence_id(sched_id, round(float(mark)), shard)
-                yield script("remove").call(
-                    keys,
-                    [self.q.epoch, occurrence, self.q.wake],
-                    self.q.checked(f"unschedule on {self.q.name!r}"),
-                )
+                yield self.q.kind.remove_call(shard, occurrence)
         return found
 
     def schedules(self) -> Flow[list[Schedule]]:

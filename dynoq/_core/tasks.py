@@ -223,6 +223,7 @@ class TaskKeys:
     why: str
     result: str
     epoch: str
+    control: str
 
     @classmethod
     def of(cls, ops: QueueOps, shard: int, task_id: str) -> TaskKeys:
@@ -240,6 +241,7 @@ class TaskKeys:
             k.why,
             result_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, task_id),
             k.epoch,
+            k.control,
         )
 
 
@@ -292,13 +294,14 @@ def load_keep(ops: QueueOps) -> Batch:
 
 
 def cancel(ops: QueueOps, shard: int, task_id: str, task: str | None, keep_ms: int) -> Call:
-    """Take a waiting task off its queue (task-cancel-7.lua); the reply is True when it
-    was waiting, and is now cancelled (QueueGone when the queue is gone)."""
+    """Take a waiting task off its queue, or ask a running one to stop (task-cancel-10.lua);
+    the reply is True when it was waiting (now cancelled) or runs (now asked to stop: it
+    ends cancelled), False otherwise (QueueGone when the queue is gone)."""
     record = kept_record(_CANCELLED, task or "", None, ops.limit) if keep_ms else b""
     return _CANCEL.call(
         TaskKeys.of(ops, shard, task_id),
         [ops.epoch, task_id, keep_ms, record, ops.wake],
-        ops.checked(f"a task's cancel on {ops.name!r}", lambda r: int(r) == 1),
+        ops.checked(f"a task's cancel on {ops.name!r}", lambda r: int(r) > 0),
     )
 
 

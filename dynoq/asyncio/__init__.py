@@ -20,6 +20,7 @@ The keys, records, scripts and decisions are the sync package's (``dynoq._core``
 and asyncio clients work on the same queues. See docs/asyncio.md.
 """
 
+from .._core.logcontext import current_message
 from .._core.middleware import Middleware
 from .checker import Checker
 from .client import Client, connect
@@ -49,4 +50,5 @@ __all__ = [
     "Topic",
     "Transaction",
     "connect",
+    "current_message",
 ]

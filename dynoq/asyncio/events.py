@@ -85,9 +85,12 @@ class Watch:
         self.started = self.loop.time()
         self.fired = False
         self._timer: asyncio.TimerHandle | None = None
+        self.running: object = None  # the message the current call runs on
+        self.heard = False  # the current call was cut short: its message was cancelled
 
-    def start(self) -> None:
+    def start(self, running: object = None) -> None:
         self.started = self.loop.time()
+        self.running = running
         if self._timer is None:
             self._timer = self.loop.call_at(self.started + self.seconds, self._check)
 
@@ -111,7 +114,25 @@ class Watch:
             raise asyncio.CancelledError
         return True
 
+    def interrupt(self, msg: object) -> None:
+        """Cut the current call short if it runs on ``msg`` (its message was cancelled)."""
+        if msg is self.running and not self.heard:
+            self.heard = True
+            self.task.cancel()
+
+    def cancelled_here(self) -> bool:
+        """Whether the call just ended was cut short by :meth:`interrupt` (its cancellation
+        is taken back, as :meth:`overran` does); the watch then runs on nothing."""
+        self.running = None
+        if not self.heard:
+            return False
+        self.heard = False
+        if sys.version_info >= (3, 11) and self.task.uncancel() > 0:
+            raise asyncio.CancelledError
+        return True
+
     def close(self) -> None:
+        self.running = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

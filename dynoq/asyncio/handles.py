@@ -107,9 +107,22 @@ class TaskHandle:
         info = await self.info()
         return info.state
 
+    async def progress(self) -> Any:
+        """What the task's function last reported while it runs
+        (``dynoq.current_message().progress(value)``), or None (none reported, or it no
+        longer runs: progress is cleared when it ends)."""
+        where = await self._place()
+        if where is None:
+            return None
+        found = await where[0].get(self.id)
+        return None if found is None else found.progress()
+
     async def cancel(self) -> bool:
-        """Take the task off its queue if it has not started: it will never run (True).
-        False if it runs, ended or is unknown (nothing changes then)."""
+        """Cancel the task: one that waits never runs; one that runs is asked to stop (its
+        function sees ``dynoq.current_message().cancelled`` within a second; a coroutine
+        is cancelled; ``progress()`` / ``heartbeat()`` raise dynoq.Cancelled). Either ends
+        "cancelled" (``result()`` raises TaskCancelled when it keeps results), never
+        retried. False if it ended or is unknown (nothing changes then)."""
         where = await self._place()
         if where is None:
             return False

@@ -250,8 +250,17 @@ class Queue:
         """Delete a message wherever it is (waiting, in flight or dead); False if unknown."""
         return await self.backend.drive(byid.remove(self.ops, id))
 
+    async def cancel(self, id: str) -> bool:
+        """Cancel a message: one that waits is taken off at once; one that runs is asked to
+        stop (its handler sees ``msg.cancelled`` within a second, a coroutine handler is
+        cancelled, ``msg.progress()`` / ``msg.heartbeat()`` raise dynoq.Cancelled). Either
+        ends "cancelled": counted in ``stats()``, never delivered again, not a dead
+        letter. False when it neither waits nor runs (ended, dead-lettered or unknown)."""
+        return await self.backend.drive(byid.cancel(self.ops, id))
+
     async def get(self, id: str) -> Message | None:
-        """The stored message with its attempts so far, or None."""
+        """The stored message with its attempts so far and, while it runs, the progress its
+        handler reported (``msg.progress()``), or None."""
         return await self.backend.drive(byid.get(self.ops, id))
 
     async def contains(self, id: str) -> bool:

@@ -122,6 +122,21 @@ def push(
     emit(as_json, {"queue": queue, "id": pushed}, pushed)
 
 
+@cli.command()
+@click.argument("queue")
+@click.argument("msg_id", metavar="ID")
+@JSON_OPTION
+@pass_env
+def cancel(env: Env, queue: str, msg_id: str, as_json: bool) -> None:
+    """Cancel message ID of QUEUE: taken off if it waits; if it runs, its handler is asked
+    to stop (it ends cancelled, never retried)."""
+    done = env.queue(queue).cancel(msg_id)
+    if done or as_json:
+        emit(as_json, {"queue": queue, "id": msg_id, "cancelled": done}, f"{msg_id!r} cancelled")
+    if not done:  # exit 1
+        raise CliError(f"{msg_id!r} neither waits nor runs in {queue!r}: nothing cancelled")
+
+
 @cli.group("queue")
 def queue_group() -> None:
     """Create, pause and resume queues."""

@@ -12,6 +12,7 @@ from .._core.topics import GroupBacklog
 from ..topic import Topic
 from .base import (
     JSON_OPTION,
+    CliError,
     Env,
     cli,
     pass_env,
@@ -153,6 +154,20 @@ def peek(env: Env, queue: str, count: int, as_json: bool) -> None:
     """The next deliverable messages, in delivery order (nothing is claimed)."""
     q = env.queue(queue)
     show_messages(f"next in {queue!r}", q.peek(count), as_json)
+
+
+@cli.command("get")
+@click.argument("queue")
+@click.argument("msg_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_env
+def get_message(env: Env, queue: str, msg_id: str, as_json: bool) -> None:
+    """One message of QUEUE by id: its attempts, why it failed, and while it runs the
+    progress its handler reported."""
+    found = env.queue(queue).get(msg_id)
+    if found is None:
+        raise CliError(f"no message {msg_id!r} in {queue!r}")
+    show_messages(f"{msg_id!r} in {queue!r}", [found], as_json)
 
 
 @cli.command()

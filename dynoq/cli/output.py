@@ -75,6 +75,10 @@ def show_messages(title: str, msgs: list[Message], as_json: bool) -> None:
         ]
         for m in msgs
     ]
+    if any(m.reported is not None for m in msgs):  # running: how far each got
+        header.append("progress")
+        for row, m in zip(rows, msgs, strict=True):
+            row.append(m.reported or "-")
     if any(m.failure for m in msgs):  # dead letters: why each one failed
         header += ["failed with", "by"]
         for row, m in zip(rows, msgs, strict=True):

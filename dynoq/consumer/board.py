@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .._core.board import BoardState, DeliveryState, InFlightBatch, Results, begin
 from ..message import Message
@@ -167,6 +167,14 @@ class Deliveries:
     def begin(self, batch: InFlightBatch) -> bool:
         with self._lock:
             return begin(batch, time.monotonic())
+
+    def interrupt(self, msgs: Sequence[Message]) -> None:
+        """A thread cannot be cut short: its handler hears the cancel from
+        msg.cancelled, msg.progress() and msg.heartbeat()."""
+
+    def to_look(self, now: float, every: float) -> list[Message]:
+        with self._lock:
+            return self._state.to_look(now, every)
 
     def slow(self, now: float, older_than: float) -> list[InFlightBatch]:
         with self._lock:

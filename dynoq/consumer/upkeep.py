@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 51812d17c37753c9: of the text below, an edit by hand does not match).
+# is stale; digest 45fde2050453e14a: of the text below, an edit by hand does not match).
 """The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
 rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
 calls past consume_timeout (Workers.enforce_timeouts).
@@ -19,6 +19,7 @@ import time
 from .._core.board import extended
 from .._core.consuming import CHANNEL_TICK, UpkeepClock
 from .._core.sizing import STALLED
+from .._core.steering import LOOK_EVERY, look
 from ..errors import DynoqError, LeaseLost, QueueGone
 from ..retry import backoff
 from ..backend.wakeup import Subscription
@@ -72,6 +73,7 @@ class Upkeep:
                         self._acquire()
                     self._workers.enforce_timeouts()
                     self._extend_slow()
+                    self._look()
                     self._hand_back_stalled()
                     failures = 0
                 except QueueGone as exc:
@@ -162,6 +164,17 @@ class Upkeep:
             for rest, handled in self.shared.deliveries.stalled(time.monotonic(), STALLED):
                 with contextlib.suppress(DynoqError):  # they expire and come again
                     self._processor.give_back(rest, handled)
+
+    def _look(self) -> None:
+        """Send the progress of long deliveries and hear their cancels (_core/steering.py):
+        a coroutine handler whose message was cancelled is cut short."""
+        s = self.shared
+        msgs = s.deliveries.to_look(time.monotonic(), LOOK_EVERY)
+        if msgs:
+            heard = s.queue.backend.drive(look(s.queue.ops, msgs))
+            if heard:
+                log.info("dynoq: %d running message(s) of %r cancelled", len(heard), s.queue.name)
+                s.deliveries.interrupt(heard)
 
     def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).

@@ -18,6 +18,7 @@
            fence, ...} (take > 0; score as kpop-14.lua returns it); or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
         lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua lib/acks.lua lib/paused.lua
+        lib/control.lua
   flags: allow-oom
 ]]
 local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
@@ -54,6 +55,7 @@ local acked = bulk('ZREM', K.unack, good)
 bulk('HDEL', K.msgs, good)
 if states then bulk('HDEL', K.dlv, good) end
 if reasons then bulk('HDEL', K.why, good) end
+forget(K.control, good)
 -- each acked message frees a slot of its key
 local order, freed = {}, {}
 for k in ipairs(good) do

@@ -33,7 +33,7 @@
            GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
         lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua lib/hint.lua
-        lib/paused.lua
+        lib/paused.lua lib/bulk.lua lib/control.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -53,8 +53,7 @@ if ordered and token == '' and redis.call('EXISTS', K.lease) == 1 then return LE
 local now = now_ms()
 
 -- Deliveries whose visibility ran out go back (or to the dead set): bounded work.
-local back = give_back(K.unack, K.delayed, K.dlv, K.dead, K.why, K.counts, now, now, 100,
-                       max_retries)
+local back = give_back(K, now, now, 100, max_retries)
 if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
 
 -- Promote what is due (a message given back keeps its saved place).

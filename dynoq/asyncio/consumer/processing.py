@@ -103,7 +103,7 @@ class Processor:
                 and not tracing.active()
                 and self.gate is None
             ):
-                seconds, refused = await self._bare(msgs, results, gone), False
+                seconds, refused = await self._bare(msgs, results, gone, batch), False
             else:
                 seconds, refused = await self._one_by_one(msgs, results, gone)
         except asyncio.CancelledError:
@@ -187,9 +187,16 @@ class Processor:
         flow = consuming.settle(self.queue.ops, ok, failed, self.plan.retry, self.me, back=rest)
         self.stats.add_tally(await asyncio.shield(self.queue.backend.drive(flow)))
 
-    async def _bare(self, msgs: list[Message], results: Results, gone: Callable[[], bool]) -> float:
+    async def _bare(
+        self,
+        msgs: list[Message],
+        results: Results,
+        gone: Callable[[], bool],
+        batch: InFlightBatch | None = None,
+    ) -> float:
         # The no-middleware fast path: one clock read and one consume_timeout timer per
-        # batch (Python 3.11+; a timer per call before).
+        # batch (Python 3.11+; a timer per call before), which also cuts a call short when
+        # its message is cancelled (the upkeep hears it: batch.watch).
         t0 = time.perf_counter()
         if sys.version_info < (3, 11):
             for msg in msgs:
@@ -205,23 +212,44 @@ class Processor:
                 finally:
                     logcontext.done(token)
             return time.perf_counter() - t0
+        await self._watched(msgs, results, gone, batch)
+        return time.perf_counter() - t0
+
+    async def _watched(
+        self,
+        msgs: list[Message],
+        results: Results,
+        gone: Callable[[], bool],
+        batch: InFlightBatch | None,
+    ) -> None:
+        """_bare's calls on 3.11+: one Watch for the batch."""
         handler, timeout, queue = self.invoker.handler, self.invoker.timeout, self.queue.name
         watch = Watch(timeout)
+        if batch is not None:
+            batch.watch = watch
         try:
             for msg in msgs:
                 if gone():
                     break
-                watch.start()
+                watch.start(msg)
                 token = logcontext.handling(queue, msg)
                 try:
                     await handler(msg)
+                    if watch.heard and watch.cancelled_here():  # it swallowed the cancel
+                        results.append((msg, consuming.cancelled()))
+                        continue
                 except asyncio.CancelledError:
+                    if watch.cancelled_here():
+                        results.append((msg, consuming.cancelled()))
+                        continue
                     if not watch.overran():
                         raise
                     await self.invoker.overran(None, (msg,))
                     results.append((msg, consuming.timed_out(timeout)))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
                     error: Exception = exc
+                    if watch.heard:  # cut short, it raised something else
+                        watch.cancelled_here()
                     if watch.overran():
                         await self.invoker.overran(None, (msg,))
                         error = consuming.timed_out(timeout)
@@ -236,7 +264,6 @@ class Processor:
                     logcontext.done(token)
         finally:
             watch.close()
-        return time.perf_counter() - t0
 
     async def orderly(self, msgs: list[Message]) -> bool:
         """In order; a failing message blocks the shard and is retried in place (the

@@ -16,6 +16,7 @@ import time
 from ..._core.board import extended
 from ..._core.consuming import CHANNEL_TICK, UpkeepClock
 from ..._core.sizing import STALLED
+from ..._core.steering import LOOK_EVERY, look
 from ...errors import DynoqError, LeaseLost, QueueGone
 from ...retry import backoff
 from ..backend.wakeup import Subscription
@@ -69,6 +70,7 @@ class Upkeep:
                         await self._acquire()
                     self._workers.enforce_timeouts()
                     await self._extend_slow()
+                    await self._look()
                     await self._hand_back_stalled()
                     failures = 0
                 except QueueGone as exc:
@@ -159,6 +161,17 @@ class Upkeep:
             for rest, handled in self.shared.deliveries.stalled(time.monotonic(), STALLED):
                 with contextlib.suppress(DynoqError):  # they expire and come again
                     await self._processor.give_back(rest, handled)
+
+    async def _look(self) -> None:
+        """Send the progress of long deliveries and hear their cancels (_core/steering.py):
+        a coroutine handler whose message was cancelled is cut short."""
+        s = self.shared
+        msgs = s.deliveries.to_look(time.monotonic(), LOOK_EVERY)
+        if msgs:
+            heard = await s.queue.backend.drive(look(s.queue.ops, msgs))
+            if heard:
+                log.info("dynoq: %d running message(s) of %r cancelled", len(heard), s.queue.name)
+                s.deliveries.interrupt(heard)
 
     async def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).

@@ -1,8 +1,10 @@
 --[[ lib/kexpire: what a keyed shard (lib/keyed.lua) gives back, bounded: by a pop (kpop)
   and by the sweeper's step (krequeue).
   uses: lib/bulk.lua lib/delivery.lua lib/why.lua lib/keyed.lua lib/kstore.lua lib/klinks.lua
+        lib/control.lua
   kexpire(K, now, limit, max_retries, conc) -> given back, dead-lettered, looked at:
-    deliveries whose visibility ran out go back at the head of their key, whose fence
+    deliveries whose visibility ran out go back at the head of their key (one asked to
+    stop ends cancelled, lib/control.lua, and its key moves on), whose fence
     (kfence) rises: whoever takes it next takes the key over; past max_retries they are
     dead-lettered (why: "x"). Both are counted in `counts`, as lib/expire.lua counts them
   kpromote(K, now, limit, conc) -> how many retries that fell due went back at the head
@@ -31,10 +33,15 @@ local function kexpire(K, now, limit, max_retries, conc)
   local kfence, unack, dlv, dead, why = K.kfence, K.unack, K.dlv, K.dead, K.why
   local items = redis.call('ZRANGEBYSCORE', unack, '-inf', now, 'LIMIT', 0, limit)
   local back, buried = 0, 0
+  local steered = #items > 0 and redis.call('EXISTS', K.control) == 1
   for _, m in ipairs(kbacklog(K.msgs, items)) do
     local id, key, seq = m[1], m[2], m[3]
     redis.call('ZREM', unack, id)
-    if key then
+    if steered and key and asked(K.control, id) then
+      cancelled(K.msgs, dlv, why, K.counts, K.control, id)
+      kfree(K, key, conc, 0)
+    elseif key then
+      if steered then redis.call('HDEL', K.control, 'p:' .. id) end
       local d = redis.call('HGET', dlv, id)
       -- A first delivery has no state (lib/ktake.lua): it gets one, so that the next
       -- delivery counts it and its token (its unack score) no longer matches.

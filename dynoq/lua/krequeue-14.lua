@@ -3,7 +3,7 @@
   retries, and retries that fell due go back at the head of their key.
   KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] kfence
   KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
-  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch
+  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch  KEYS[14] control
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] max retries  ARGV[3] limit  ARGV[4] wake channel  ARGV[5] key_concurrency
   returns: {given back, dead-lettered, 1 if more remain else 0}, or GONE
@@ -12,7 +12,7 @@
 ]]
 local max_retries, limit = int(ARGV[2], 0, MAX_RETRIES), int(ARGV[3], 1, EXPIRE_LIMIT)
 local conc = int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
-if not (#KEYS == 13 and #ARGV == 5 and max_retries and limit and conc) then return BOUNDS end
+if not (#KEYS == 14 and #ARGV == 5 and max_retries and limit and conc) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 local now = now_ms()
