@@ -167,6 +167,7 @@ def _exercise(client: dynoq.Client) -> None:
     q.replay_dead([got[5].id or ""])  # replay
     q.purge_dead()  # purge-dead
     q.remove(q.push("gone"))  # remove
+    q.cancel(q.push("cancelled"))  # cancel
     q.reschedule(q.push("later"), delay=5)  # reschedule
     q.peek(5)  # peek
     q.stats()  # stats
@@ -216,6 +217,7 @@ def _exercise(client: dynoq.Client) -> None:
     keyed.ack(kgot[0])  # kack
     keyed.nack(kgot[1])  # knack
     keyed.remove(kgot[2].id or "")  # kremove
+    keyed.cancel(keyed.push("cancelled", key="kc"))  # kcancel
     keyed.requeue_expired()  # krequeue
     run(keyed.ops.nack_call(kgot[3], delay=0.0, mode="dead"))
     keyed.replay_dead()  # kreplay

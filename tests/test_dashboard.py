@@ -142,7 +142,15 @@ def test_read_only_by_default(embedded_client: dynoq.Client) -> None:
             headers={"Cookie": cookie},
         )
         assert r.status == 403
-    assert s.orders.stats().dead == 1
+        s.orders.push("stays", id="stays", delay=60)
+        r = http(
+            dash.url + "queue/cancel?q=orders",
+            method="POST",
+            data={"csrf": token, "id": "stays"},
+            headers={"Cookie": cookie},
+        )
+        assert r.status == 403
+    assert s.orders.stats().dead == 1 and s.orders.get("stays") is not None
 
 
 def _csrf_of_any(reply: Reply) -> tuple[str, str]:
@@ -181,6 +189,23 @@ def test_actions_need_a_valid_csrf_token_and_a_confirmation(embedded_client: dyn
             r = http(replay, method="POST", data=data, headers=headers)
             assert r.status == 403, (data, headers, r.status)
         assert q.stats().dead == 1
+        q.push("stays", id="stays", delay=60)
+        cancel = dash.url + "queue/cancel?q=orders"
+        for data, headers in [
+            ({"id": "stays"}, {"Cookie": cookie}),  # no token
+            ({"id": "stays", "csrf": altered}, {"Cookie": cookie}),
+        ]:
+            assert http(cancel, method="POST", data=data, headers=headers).status == 403
+        assert q.get("stays") is not None
+        r = http(
+            cancel, method="POST", data={"csrf": token, "id": "stays"}, headers={"Cookie": cookie}
+        )
+        assert r.status == 303 and "cancelled+stays" in r.headers["location"]
+        assert q.get("stays") is None
+        r = http(
+            cancel, method="POST", data={"csrf": token, "id": "stays"}, headers={"Cookie": cookie}
+        )
+        assert r.status == 303 and "nothing+was+cancelled" in r.headers["location"]
         r = http(
             dash.url + "queue/dead/purge?q=orders",
             method="POST",

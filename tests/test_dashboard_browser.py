@@ -6,6 +6,7 @@ actions are refused read-only, without a valid CSRF token and from another site.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -335,3 +336,45 @@ def test_actions_refused_read_only_without_csrf_and_cross_site(
         page.locator("#confirm").click()
         assert "type the queue" in page.locator("#error").inner_text()
     assert s.orders.stats().dead == 1
+
+
+def test_see_a_running_messages_progress_and_cancel_it_from_its_page(
+    page: Any, client: dynoq.Client
+) -> None:
+    q = client.queue("exports", shards=1)
+    heard = threading.Event()
+
+    def handle(m: dynoq.Message) -> None:
+        try:
+            for i in range(3000):
+                m.progress({"rows": i})
+                time.sleep(0.02)
+        except dynoq.Cancelled:
+            heard.set()
+            raise
+
+    q.push("big", id="big")
+    consumer: Consumer = client.consumer(q, handle, idle_wait=0.1)
+    consumer.start()
+    try:
+        with Running(client, DashboardConfig(port=0, allow_actions=True, interval=0.2)) as d:
+
+            def progress_shown() -> bool:
+                page.goto(d.url + "queue/message?q=exports&id=big")
+                return page.locator("#progress").count() == 1
+
+            wait_for(progress_shown, what="the running message's progress on its page")
+            assert '"rows"' in page.locator("#progress").inner_text()
+            assert page.locator("#cancel").inner_text() == "Ask its handler to stop"
+            page.locator("#cancel").click()
+            page.wait_for_url("**done=cancelled**")
+            assert heard.wait(5)
+            wait_for(lambda: q.stats().total("cancelled") == 1, what="it ended cancelled")
+            page.goto(d.url + "queue/message?q=exports&id=big")
+            assert "no message" in page.content()  # gone: it ended
+        with Running(client, DashboardConfig(port=0)) as read_only:  # no button without actions
+            q.push("waits", id="waits", delay=60)
+            page.goto(read_only.url + "queue/message?q=exports&id=waits")
+            assert page.locator("#cancel").count() == 0 and page.locator("#progress").count() == 0
+    finally:
+        consumer.stop(timeout=10)

@@ -446,3 +446,38 @@ def test_worker_checker_usage_errors(embedded_server: Any, prefix: str) -> None:
     url = f"redis://{embedded_server.host}:{embedded_server.port}/0"
     p = _start(url, prefix, "--checker", "worker_handlers:check_even")  # no --queue
     assert p.wait(30) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ordered", [False, "key"])
+def test_a_cancelled_message_is_never_delivered_again_when_its_worker_is_killed(
+    real_url: str, real_client: dynoq.Client, ordered: Any
+) -> None:
+    # DESIGN §3.9: SIGKILL the worker right after the cancel. Its delivery expires (nobody
+    # extends it), and what gives it back ends it cancelled instead.
+    client = real_client
+    q = client.queue("jobs", shards=1, ordered=ordered, unack_timeout=1.0)
+    q.push("long", id="long", key="k")
+    q.push("after", id="after", key="k")
+    args = ("worker_handlers:slow", "--queue", "jobs", "--batch-size", "1", "--concurrency", "1")
+    log = f"{client.prefix}:log"
+    first = _start(real_url, client.prefix, *args, sleep=30.0)
+    try:
+        wait_for(lambda: client.redis.llen(log) >= 1, timeout=20, what="the long call")
+        assert client.redis.lindex(log, 0).decode().endswith("|long")
+        assert q.cancel("long") is True
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+    second = _start(real_url, client.prefix, *args, sleep=0.0)
+    try:
+        wait_for(lambda: q.stats().total("acked") == 1, timeout=30, what="the next message")
+        time.sleep(1.5)  # well past the killed delivery's visibility
+        handled = [x.decode().split("|")[1] for x in client.redis.lrange(log, 0, -1)]
+        assert handled == ["long", "after"]  # the cancelled one ran once, never again
+        stats = q.stats()
+        assert stats.total("cancelled") == 1 and stats.dead == 0 and q.get("long") is None
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(15)

@@ -127,7 +127,7 @@ def cancel(ops: QueueOps, msg_id: str) -> Flow[bool]:
     (counted, never delivered again). False when it neither waits nor runs."""
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(ops, [msg_id])
-    return bool((yield ops.kind.remove_call(shard, msg_id, "cancel")))
+    return bool((yield ops.kind.cancel_call(shard, msg_id)))
 
 
 def get(ops: QueueOps, msg_id: str) -> Flow[Message | None]:

@@ -24,6 +24,7 @@ from .settings import QueueSettings
 
 _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), script("knack")
 _KREMOVE, _KREQUEUE, _KREPLAY = script("kremove"), script("krequeue"), script("kreplay")
+_KCANCEL = script("kcancel")
 _KCLEAR, _KOLDEST, _STATS = script("kclear"), script("koldest"), script("stats")
 MAX_KEYS_REPORT = 1000  # keys one `dynoq keys` report lists at most
 # Deliveries one krequeue call gives back (each about 40 µs of the server's time: a call
@@ -225,12 +226,19 @@ class Keyed(Kind):
 
     # -- by id and whole queue ----------------------------------------------------------
 
-    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
+    def remove_call(self, shard: int, msg_id: str) -> Call:
         return Call(
             _KREMOVE,
             _KREMOVE.key_list(self.shard_keys[shard]),
-            [self.epoch, msg_id, self.wake, self.conc, mode],
-            self.opened.checked(f"{mode} on {self.name!r}", int),
+            [self.epoch, msg_id, self.wake, self.conc],
+            self.opened.checked(f"remove from {self.name!r}", bool),
+        )
+
+    def cancel_call(self, shard: int, msg_id: str) -> Call:
+        return _KCANCEL.call(
+            self.shard_keys[shard],
+            [self.epoch, msg_id, self.wake, self.conc],
+            self.opened.checked(f"cancel on {self.name!r}", int),
         )
 
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:

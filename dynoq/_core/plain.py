@@ -30,6 +30,7 @@ ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _REQUEUE, _PROBE, _STATS = script("requeue"), script("probe"), script("stats")
 _REMOVE, _REPLAY, _PEEK = script("remove"), script("replay"), script("peek")
+_CANCEL = script("cancel")
 # A pop's reply as the planner reads it: the messages (unreadable ones among them say why:
 # ``Message.unreadable``), the shard's rank after it (-1: not looked at, the batch was
 # full), the ms until something may be deliverable when nothing was (-1: unknown), the
@@ -137,10 +138,13 @@ class Kind(ABC):
     # -- by id and whole queue ----------------------------------------------------------
 
     @abstractmethod
-    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
-        """Delete a message wherever it is (reply: 1 when it was there, else 0), or
-        (``mode`` "cancel") cancel it: 1 it waited and is cancelled, 2 it runs and is asked
-        to stop, 0 neither."""
+    def remove_call(self, shard: int, msg_id: str) -> Call:
+        """Delete a message wherever it is; reply: true when it was there."""
+
+    @abstractmethod
+    def cancel_call(self, shard: int, msg_id: str) -> Call:
+        """Cancel a message (reply: 1 it waited and is cancelled, 2 it runs and is asked to
+        stop, 0 neither)."""
 
     @abstractmethod
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:
@@ -338,11 +342,18 @@ class Plain(Kind):
             if not int(reply[2]):
                 return back, buried
 
-    def remove_call(self, shard: int, msg_id: str, mode: str = "remove") -> Call:
+    def remove_call(self, shard: int, msg_id: str) -> Call:
         return _REMOVE.call(
             self.shard_keys[shard],
-            [self.epoch, msg_id, self.wake, mode],
-            self.opened.checked(f"{mode} on {self.name!r}", int),
+            [self.epoch, msg_id, self.wake],
+            self.opened.checked(f"remove from {self.name!r}"),
+        )
+
+    def cancel_call(self, shard: int, msg_id: str) -> Call:
+        return _CANCEL.call(
+            self.shard_keys[shard],
+            [self.epoch, msg_id],
+            self.opened.checked(f"cancel on {self.name!r}", int),
         )
 
     def replay_call(self, shard: int, ids: Sequence[str], parse: Callable[[Any], Any]) -> Call:

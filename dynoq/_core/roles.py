@@ -95,6 +95,7 @@ ROLES: dict[str, Role] = {
             "flow-count",
             "flow-track",
             "remove",
+            "cancel",
             "reschedule",
             "replay",
             "purge-dead",
@@ -116,6 +117,7 @@ ROLES: dict[str, Role] = {
             "knack",
             "krequeue",
             "kremove",
+            "kcancel",
             "kreplay",
         },
         {
@@ -158,9 +160,21 @@ ROLES: dict[str, Role] = {
         frozenset({"stats", "koldest", "peek"}),
     ),
     "dashboard-actions": Role(
-        "the dashboard's, and replay or purge dead letters, pause and resume queues "
-        "(--allow-actions)",
-        frozenset({"stats", "koldest", "peek", "replay", "purge-dead", "kreplay", "pause"}),
+        "the dashboard's, and replay or purge dead letters, pause and resume queues, "
+        "cancel messages (--allow-actions)",
+        frozenset(
+            {
+                "stats",
+                "koldest",
+                "peek",
+                "replay",
+                "purge-dead",
+                "kreplay",
+                "pause",
+                "cancel",
+                "kcancel",
+            }
+        ),
     ),
 }
 

@@ -1,5 +1,5 @@
 """The dashboard's only writes: replay dead letters (one, or all) and purge them; pause
-and resume a queue.
+and resume a queue; cancel a message.
 
 Each is refused (403) unless the dashboard runs with ``--allow-actions`` and the form
 carries the CSRF token of the browser's cookie (auth.Csrf); replaying all and purging
@@ -83,6 +83,21 @@ async def pause(request: Request) -> Response:
     state = "paused" if on == "1" else "resumed"
     done = state if changed else f"was {state} already"
     return _back(request, link("/queue", q=name, done=done))
+
+
+async def cancel(request: Request) -> Response:
+    """Cancel the message named by ``id``: off the queue if it waits, asked to stop if it
+    runs (q.cancel)."""
+    form = await _checked_form(request)
+    msg_id = form.get("id")
+    if not isinstance(msg_id, str) or not msg_id:
+        raise InvalidArgument("name the message to cancel (id)")
+    name, q = await run_in_threadpool(queue_of, request)
+    done = await run_in_threadpool(dash_of(request).reader.cancel, q, msg_id)
+    if not done:
+        said = "it neither waits nor runs: nothing was cancelled"
+        return _back(request, link("/queue/message", q=name, id=msg_id, done=said))
+    return _back(request, link("/queue", q=name, done=f"cancelled {msg_id}"))
 
 
 def _back(request: Request, url: str) -> Response:

@@ -132,6 +132,7 @@ def _routes() -> list[BaseRoute]:
         Route("/queue/dead/replay", actions.replay, methods=["POST"]),
         Route("/queue/dead/purge", actions.purge, methods=["POST"]),
         Route("/queue/pause", actions.pause, methods=["POST"]),
+        Route("/queue/cancel", actions.cancel, methods=["POST"]),
         Route("/topic", views.topic_page),
         Route("/flow", views.flow_page),
         Route("/api/flow", views.api_flow),

@@ -246,6 +246,10 @@ class Reader:
     def purge(self, q: Queue) -> int:
         return q.purge_dead()
 
+    def cancel(self, q: Queue, msg_id: str) -> bool:
+        """Cancel a message (a running one: its handler is asked to stop)."""
+        return q.cancel(msg_id)
+
     def pause(self, q: Queue, on: bool) -> bool:
         """Pause (``on``) or resume the queue; whether it changed."""
         return q.pause() if on else q.resume()
