@@ -155,6 +155,11 @@ def _sync(client: dynoq.Client | None) -> dynoq.Tasks:
         log("sleepy", seconds)
         time.sleep(seconds)
 
+    @app.task(name="patient", queue=TIMED, timeout=10, max_retries=0, keep_result=30)
+    def patient(seconds: float) -> float:  # sleepy's queue, a timeout of its own
+        time.sleep(seconds)
+        return seconds
+
     return app
 
 
@@ -282,6 +287,11 @@ def _async(client: dynoq.asyncio.Client | None) -> dynoq.asyncio.Tasks:
     async def sleepy(seconds: float) -> None:
         await log("sleepy", seconds)
         await asyncio.sleep(seconds)
+
+    @app.task(name="patient", queue=TIMED, timeout=10, max_retries=0, keep_result=30)
+    async def patient(seconds: float) -> float:  # sleepy's queue, a timeout of its own
+        await asyncio.sleep(seconds)
+        return seconds
 
     return app
 

@@ -225,11 +225,19 @@ def test_progress_is_cleared_when_the_delivery_ends(client: dynoq.Client) -> Non
     assert q.get("b") is None
 
 
-def test_a_coroutine_handler_is_cancelled_at_once(real_url: str, prefix: str) -> None:
+class _Hooks(dynoq.Middleware):
+    """A middleware: the consumer then calls its handler through its Invoker."""
+
+
+@pytest.mark.parametrize("shape", ["fast path", "ordered", "middleware"])
+def test_a_coroutine_handler_is_cancelled_at_once(real_url: str, prefix: str, shape: str) -> None:
+    options: dict[str, Any] = {"ordered": True} if shape == "ordered" else {}
+    hooks = {"middleware": [_Hooks()]} if shape == "middleware" else {}
+
     async def main() -> tuple[list[Any], float]:
         client = dynoq.asyncio.connect(real_url, prefix=prefix)
         try:
-            q = await client.queue("coro", shards=1)
+            q = await client.queue("coro", shards=1, **options)
             events: list[Any] = []
             started = asyncio.Event()
 
@@ -246,7 +254,7 @@ def test_a_coroutine_handler_is_cancelled_at_once(real_url: str, prefix: str) ->
 
             await q.push("long", id="long")
             await q.push("after")
-            c = client.consumer(q, handle, **FAST)
+            c = client.consumer(q, handle, **FAST, **hooks)
             await c.start()
             await asyncio.wait_for(started.wait(), 10)
             asked = time.monotonic()

@@ -355,18 +355,25 @@ def test_overdue_keeps_an_ordered_batch_with_its_worker() -> None:
     ordered, concurrent = (InFlightBatch([Message(i)], 0, 0.0, 0) for i in range(2))
     state.start(1, ordered)
     state.start(2, concurrent)
-    assert state.overdue(100.0, 1.0, ordered=True) == []  # no call runs: nothing is late
+
+    def one_second(msgs: Any) -> float:  # every call's timeout (a task's: its own)
+        return 1.0
+
+    assert state.overdue(100.0, one_second, ordered=True) == []  # no call runs: none late
     ordered.call_started = concurrent.call_started = 10.0
-    assert state.overdue(10.5, 1.0, ordered=True) == []  # within the timeout
-    assert [w for w, _ in state.overdue(12.0, 1.0, ordered=True)] == [1, 2]
+    assert state.overdue(10.5, one_second, ordered=True) == []  # within the timeout
+    assert [w for w, _ in state.overdue(12.0, one_second, ordered=True)] == [1, 2]
     assert ordered.overran and not ordered.abandoned  # its worker settles it later
-    assert state.overdue(99.0, 1.0, ordered=True) == []  # once
+    assert state.overdue(99.0, one_second, ordered=True) == []  # once
     assert state.slow(99.0, 1.0) == [ordered, concurrent]  # still extended
     assert state.settle(1)  # the worker may settle it when the call returns
     other = InFlightBatch([Message(9)], None, 0.0, 1)
     state.start(3, other)
     other.call_started = 10.0
-    [(_, late)] = state.overdue(12.0, 1.0, ordered=False)
+    other.calling = other.msgs
+    by_call: dict[int, float] = {9: 5.0}  # its message's own timeout: 5 s
+    assert state.overdue(12.0, lambda ms: by_call[ms[0].payload], ordered=False) == []
+    [(_, late)] = state.overdue(15.5, lambda ms: by_call[ms[0].payload], ordered=False)
     assert late.overran and late.abandoned and not state.settle(3)  # the watchdog's now
 
 

@@ -114,26 +114,25 @@ def test_declaring_tasks_names_and_refusals(flavor: str) -> None:
 def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None:
     app = dynoq.Tasks(None)
     app.task(name="a", queue="q1", timeout=10, rate_limit=(5, 1))(lambda: None)
-    app.task(name="b", queue="q1")(lambda: None)  # takes the queue's
-    app.task(name="c", queue="q1", timeout=10)(lambda: None)  # agrees
+    app.task(name="b", queue="q1")(lambda: None)  # takes the worker's timeout
+    app.task(name="c", queue="q1", timeout=20)(lambda: None)  # a timeout is a task's own
     app.task(name="r", queue="q1", rate_limit=(6, 1))(lambda: None)  # a rate is a task's own
-    for options, what in (
-        ({"timeout": 20}, "timeout"),
-        ({"ordered": True}, None),
-    ):
-        if what is None:
-            app.task(name="d", queue="q1", **options)(lambda: None)  # the first to say
-            continue
-        with pytest.raises(InvalidArgument, match=f"{what}.*task 'a'.*queue of its own"):
-            app.task(name="x", queue="q1", **options)(lambda: None)
-    with pytest.raises(InvalidArgument, match="ordered"):
+    app.task(name="d", queue="q1", ordered=True)(lambda: None)  # the first to say
+    with pytest.raises(InvalidArgument, match="ordered.*task 'd'.*queue of its own"):
         app.task(name="y", queue="q1", ordered=False)(lambda: None)
-    assert app.get("x") is None and app.get("y") is None
+    assert app.get("y") is None
     app.task(name="e", queue="q2", max_retries=3, retry_delays=(1, 2))(lambda: None)
     app.task(name="f", queue="q2")(lambda: None)
     base = dynoq.ConsumerSettings(retry_delays=(7,), max_retries=9, consume_timeout=60)
     s1 = app.registry.consumer_settings("q1", base, ordered=True)
-    assert (s1.consume_timeout, s1.rate_limit) == (10, None)  # tasks' rates: each its own
+    assert (s1.consume_timeout, s1.rate_limit) == (60, None)  # tasks' own: in the policy
+    timeouts = s1.retry_delays
+    assert isinstance(timeouts, taskapp.TaskRetries) and timeouts.has_timeouts()
+
+    def timeout(name: str) -> float | None:
+        return timeouts.of(dynoq.Message({"task": name, "args": [], "kwargs": {}})).timeout
+
+    assert (timeout("a"), timeout("b"), timeout("c")) == (10, None, 20)
     s2 = app.registry.consumer_settings("q2", base, ordered=False)
     assert (s2.consume_timeout, s2.rate_limit) == (60, None)
     policy = s2.retry_delays
@@ -647,15 +646,20 @@ def test_a_task_rate_limit_is_its_own_across_workers(setup: Setup) -> None:
     assert q.stats().dead == 0 and q.stats().total("retried") == 0  # waited: no attempt used
 
 
-def test_a_task_timeout_is_its_queue_consumers_consume_timeout(setup: Setup) -> None:
-    sleepy = setup.task("sleepy")
+def test_a_task_timeout_is_its_own(setup: Setup) -> None:
+    # Two tasks of one queue (one consumer runs both) with timeouts of 0.3 s and 10 s:
+    # each call is held to its own task's.
+    sleepy, patient = setup.task("sleepy"), setup.task("patient")
     h = sleepy.delay(1.5)
+    p = patient.delay(1.0)
     w = setup.worker(queues=[task_apps.TIMED])
-    assert [c.settings.consume_timeout for c in w.consumers] == [0.3]
+    assert [c.settings.consume_timeout > 1 for c in w.consumers] == [True]  # the worker's
     wait_for(lambda: h.status() == "dead", timeout=20, what="dead by its timeout")
     failure = h.info().failure
     assert failure is not None and failure.error_type == "ConsumeTimeout"
+    assert "0.3s" in failure.error
     assert h.info().attempts == 1  # its own max_retries=0, not the worker's
+    assert p.result(timeout=20) == 1.0  # past sleepy's 0.3 s, within its own 10 s
 
 
 @pytest.mark.sync_only

@@ -10,7 +10,7 @@ this state with a ``threading.Condition``, the asyncio one with an ``asyncio.Con
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..message import Message
@@ -257,18 +257,20 @@ class DeliveryState:
         return out
 
     def overdue(
-        self, now: float, timeout: float, *, ordered: bool
+        self, now: float, timeout_of: Callable[[Sequence[Message]], float], *, ordered: bool
     ) -> list[tuple[int, InFlightBatch]]:
-        """The batches whose running handler call started more than ``timeout`` seconds
-        ago and that are not being settled: marked overran, and (concurrent queues)
-        abandoned, for the caller to settle now."""
+        """The batches whose running handler call started more than its timeout ago
+        (``timeout_of`` its messages: consuming.Plan.timeout_of) and that are not being
+        settled: marked overran, and (concurrent queues) abandoned, for the caller to
+        settle now."""
         out = []
         for worker, batch in self._by_worker.items():
             if (
                 not batch.overran
                 and not batch.abandoned
                 and not batch.settling
-                and now - batch.call_started > timeout
+                and batch.call_started < now
+                and now - batch.call_started > timeout_of(batch.calling)
             ):
                 batch.overran = True
                 batch.abandoned = not ordered

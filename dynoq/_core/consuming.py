@@ -54,6 +54,17 @@ class Plan:
     visibility: float  # seconds a popped message stays invisible
     max_retries: int
 
+    def timeout_of(self, msgs: Sequence[Message]) -> float:
+        """Seconds one handler call on ``msgs`` may take: their first message's own (a
+        task's ``timeout``: RetryPolicy.timeout), else consume_timeout."""
+        own = self.retry.of(msgs[0]).timeout if msgs else None
+        return self.settings.consume_timeout if own is None else own
+
+    @property
+    def own_timeouts(self) -> bool:
+        """Whether a message may have a timeout of its own (a task queue's)."""
+        return self.retry.has_timeouts()
+
     @property
     def lease_margin(self) -> float:
         """Seconds a shard lease must have left for its holder to pop or call a handler:

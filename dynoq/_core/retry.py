@@ -85,10 +85,13 @@ class RetryPolicy:
     """The delay before each retry: ``delays[n - 1]`` after the n-th failed delivery,
     the last delay repeated once the schedule is spent; past ``max_retries`` retries (when
     set) a failed message is dead-lettered instead (RocketMQ's maxReconsumeTimes: the
-    consumer's own limit; the queue's max_retries still applies in Redis)."""
+    consumer's own limit; the queue's max_retries still applies in Redis). ``timeout``:
+    seconds one handler call of such a message may take (None: the consumer's
+    consume_timeout; a task's own ``timeout``)."""
 
     delays: tuple[float, ...]
     max_retries: int | None = None
+    timeout: float | None = None
 
     @classmethod
     def make(
@@ -110,6 +113,10 @@ class RetryPolicy:
         """The policy for one failed message: this one. A subclass may pick one per
         message (a task queue's consumer takes each task's own: dynoq.Tasks)."""
         return self
+
+    def has_timeouts(self) -> bool:
+        """Whether a message's policy may carry a timeout (``of`` picks per message)."""
+        return self.timeout is not None
 
     def spent(self, attempts: int) -> bool:
         """Whether a message that failed its ``attempts``-th delivery has used up this
@@ -156,7 +163,7 @@ def backoff_policy(
         factor = validate.check_seconds(backoff, "retry_backoff", minimum=0.001)
     cap = 600.0 if maximum is None else validate.check_seconds(maximum, "retry_backoff_max")
     spread = validate.check_bool(True if jitter is None else jitter, "retry_jitter")
-    return Backoff((), max_retries, factor, cap, spread)
+    return Backoff((), max_retries, factor=factor, maximum=cap, jitter=spread)
 
 
 BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0  # seconds

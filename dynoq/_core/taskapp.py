@@ -35,8 +35,9 @@ class TaskOptions:
     """A task's options, validated. ``queue``: where its messages go; ``retry_delays`` /
     ``max_retries``: its own retry policy (None: the worker's), or ``retry_backoff`` (True
     or a factor in seconds), ``retry_backoff_max`` and ``retry_jitter``: exponential
-    backoff in its place (Celery's names); ``timeout``: seconds one
-    run may take (its queue consumer's consume_timeout); ``rate_limit``: (count, period
+    backoff in its place (Celery's names); ``timeout``: seconds one run may take (its
+    own, whatever the other tasks of its queue take; None: the worker's consume_timeout;
+    RetryPolicy.timeout); ``rate_limit``: (count, period
     seconds): its own calls, across every worker (``Runner``); ``key``: a function of
     the call's arguments giving the ordering key; ``keep_result``: seconds its end state
     and return value are kept (0: nothing kept, no cost); ``ordered``: passed to the
@@ -101,12 +102,13 @@ class TaskOptions:
         """This task's own retry policy (None: it takes ``default``, the worker's)."""
         retries = default.max_retries if self.max_retries is None else self.max_retries
         if self.retry_backoff is not False:
-            return backoff_policy(
+            policy = backoff_policy(
                 self.retry_backoff, self.retry_backoff_max, self.retry_jitter, retries
             )
-        if self.retry_delays is None and self.max_retries is None:
+            return dataclasses.replace(policy, timeout=self.timeout)
+        if self.retry_delays is None and self.max_retries is None and self.timeout is None:
             return None
-        return RetryPolicy(self.retry_delays or default.delays, retries)
+        return RetryPolicy(self.retry_delays or default.delays, retries, self.timeout)
 
     @property
     def keep_ms(self) -> int:
@@ -181,11 +183,11 @@ class Arguments:
 class QueueSpec:
     """What a task queue's consumer takes from its tasks (one consumer runs them all):
     the first task that names one of these decides it, and another that names a different
-    value is refused when it is declared. (A rate limit is each task's own.)"""
+    value is refused when it is declared. (A rate limit and a timeout are each task's
+    own.)"""
 
     name: str
     ordered: bool | str | None = None
-    timeout: float | None = None
     decided_by: dict[str, str] = field(default_factory=dict)  # option -> task name
     tasks: list[str] = field(default_factory=list)
 
@@ -214,7 +216,7 @@ class Registry(Generic[T]):
         if len(self._tasks) >= MAX_TASKS:
             raise InvalidArgument(f"an app holds at most {MAX_TASKS} tasks")
         spec = self._queues.get(options.queue) or QueueSpec(options.queue)
-        wanted = {"ordered": options.ordered, "timeout": options.timeout}
+        wanted = {"ordered": options.ordered}
         for what, value in wanted.items():
             have = getattr(spec, what)
             if value is not None and have is not None and value != have:
@@ -280,18 +282,16 @@ class Registry(Generic[T]):
         self, queue: str, base: ConsumerSettings, ordered: bool
     ) -> ConsumerSettings:
         """The settings of ``queue``'s consumer: ``base`` (the worker's options; its rate
-        limit, if any, the whole queue's), with its tasks' timeout, and a retry policy
-        that picks each task's own (retry_delays or retry_backoff, and max_retries; a task
-        that sets none of them takes the worker's)."""
+        limit, if any, the whole queue's), with a retry policy that picks each task's own
+        (retry_delays or retry_backoff, max_retries, and its timeout; a task that sets
+        none of them takes the worker's)."""
         default = RetryPolicy.make(base.retry_delays, ordered=ordered, max_retries=base.max_retries)
         policies = {o.name: o.retry_policy(default) for o in self.options()}
         own = {name: policy for name, policy in policies.items() if policy is not None}
-        spec = self.spec(queue)
         return dataclasses.replace(
             base,
-            retry_delays=TaskRetries(default.delays, default.max_retries, own),
+            retry_delays=TaskRetries(default.delays, default.max_retries, by_task=own),
             max_retries=None,
-            consume_timeout=spec.timeout or base.consume_timeout,
         )
 
 
@@ -325,6 +325,9 @@ class TaskRetries(RetryPolicy):
     """A task queue's retry policy: each task's own (``by_task``), else this one's."""
 
     by_task: Mapping[str, RetryPolicy] = field(default_factory=dict)
+
+    def has_timeouts(self) -> bool:
+        return self.timeout is not None or any(p.timeout is not None for p in self.by_task.values())
 
     def of(self, msg: Message) -> RetryPolicy:
         payload = msg.payload

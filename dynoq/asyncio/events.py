@@ -88,9 +88,15 @@ class Watch:
         self.running: object = None  # the message the current call runs on
         self.heard = False  # the current call was cut short: its message was cancelled
 
-    def start(self, running: object = None) -> None:
+    def start(self, running: object = None, seconds: float | None = None) -> None:
+        """A call begins (on ``running``); ``seconds``: its own timeout, when it has one."""
         self.started = self.loop.time()
         self.running = running
+        if seconds is not None and seconds != self.seconds:
+            self.seconds = seconds
+            if self._timer is not None:  # armed for another timeout: arm it for this one
+                self._timer.cancel()
+                self._timer = None
         if self._timer is None:
             self._timer = self.loop.call_at(self.started + self.seconds, self._check)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .._core.board import BoardState, DeliveryState, InFlightBatch, Results, begin
 from ..message import Message
@@ -185,10 +185,10 @@ class Deliveries:
             return self._state.stalled(now, after)
 
     def overdue(
-        self, now: float, timeout: float, *, ordered: bool
+        self, now: float, timeout_of: Callable[[Sequence[Message]], float], *, ordered: bool
     ) -> list[tuple[int, InFlightBatch]]:
         with self._lock:
-            return self._state.overdue(now, timeout, ordered=ordered)
+            return self._state.overdue(now, timeout_of, ordered=ordered)
 
     def abandon_all(self, keep: int | None = None) -> list[tuple[int, InFlightBatch]]:
         with self._lock:

@@ -32,5 +32,9 @@ class Invoker:
             except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
                 error = exc
 
+    def interrupt(self, msgs: Sequence[Message]) -> None:
+        """A thread cannot be cut short: its handler hears the cancel from
+        msg.cancelled, msg.progress() and msg.heartbeat()."""
+
 
 __all__ = ["CallableHooks", "Invoker", "Middleware", "chain"]

@@ -225,7 +225,7 @@ class Processor:
             return ABANDONED
         if batch.overran:  # the call that ran over is the last one made
             done, short = last, False
-            error = consuming.timed_out(self.plan.settings.consume_timeout)
+            error = consuming.timed_out(self.plan.timeout_of(batch.calling))
         with tracing.span("ack", self.queue.name, ids=[m.id for m in msgs[:done] if m.id]):
             tally, blocked = self.queue.backend.drive(
                 consuming.settle_in_order(
@@ -257,7 +257,7 @@ class Processor:
         batch is settled by its worker when the call returns: see ``orderly``.)"""
         rest = batch.mine[len(batch.results) :]
         running = rest if self.batch_handler else rest[:1]
-        error = consuming.timed_out(self.plan.settings.consume_timeout)
+        error = consuming.timed_out(self.plan.timeout_of(running))
         self.give_back(
             [] if self.batch_handler else rest[1:],
             [*batch.unsettled, *((m, error) for m in running)],

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 45fde2050453e14a: of the text below, an edit by hand does not match).
+# is stale; digest 27a99aa216b90f30: of the text below, an edit by hand does not match).
 """The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
 rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
 calls past consume_timeout (Workers.enforce_timeouts).
@@ -175,6 +175,7 @@ class Upkeep:
             if heard:
                 log.info("dynoq: %d running message(s) of %r cancelled", len(heard), s.queue.name)
                 s.deliveries.interrupt(heard)
+                self._processor.invoker.interrupt(heard)
 
     def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).

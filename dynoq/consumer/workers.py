@@ -109,7 +109,8 @@ class Workers:
         return not any(t.is_alive() for t in threads)
 
     def enforce_timeouts(self) -> None:
-        """Every batch whose running handler call went past consume_timeout: replace its
+        """Every batch whose running handler call went past its timeout (consume_timeout,
+        or its task's own: Plan.timeout_of): replace its
         stuck worker (up to the cap of calls left running). Concurrent queues: settle
         it now, the running message failed. Ordered shards: it stays in flight (and
         extended) with its worker, which settles it when the call returns, so nothing
@@ -117,10 +118,9 @@ class Workers:
         this at every look of its loop.)"""
         s = self.shared
         settings = s.plan.settings
-        timeout = settings.consume_timeout
         # A keyed queue's call too: its key stays blocked while the call may still run.
         held = s.plan.ordered or s.queue.ops.keyed
-        overdue = s.deliveries.overdue(time.monotonic(), timeout, ordered=held)
+        overdue = s.deliveries.overdue(time.monotonic(), s.plan.timeout_of, ordered=held)
         for worker, batch in overdue:
             s.stats.add(timed_out=1)
             left = self.retire(worker)
@@ -128,7 +128,7 @@ class Workers:
                 log,
                 s.queue.name,
                 batch.calling,
-                timeout,
+                s.plan.timeout_of(batch.calling),
                 left=left,
                 cap=settings.concurrency,
                 shard=batch.shard if s.plan.ordered else None,

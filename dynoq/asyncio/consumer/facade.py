@@ -177,6 +177,7 @@ class Consumer:
             threads=2 * self.settings.concurrency if self._in_thread else 0,
             timeout=self.settings.consume_timeout,
             name=f"dynoq-{queue.name}",
+            timeout_of=plan.timeout_of if plan.own_timeouts else None,
         )
         self._workers = Workers(
             self._shared,

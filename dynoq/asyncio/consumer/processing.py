@@ -223,15 +223,15 @@ class Processor:
         batch: InFlightBatch | None,
     ) -> None:
         """_bare's calls on 3.11+: one Watch for the batch."""
-        handler, timeout, queue = self.invoker.handler, self.invoker.timeout, self.queue.name
-        watch = Watch(timeout)
+        handler, queue, own = self.invoker.handler, self.queue.name, self.invoker.timeout_of
+        watch = Watch(self.invoker.timeout)
         if batch is not None:
             batch.watch = watch
         try:
             for msg in msgs:
                 if gone():
                     break
-                watch.start(msg)
+                watch.start(msg, None if own is None else own((msg,)))
                 token = logcontext.handling(queue, msg)
                 try:
                     await handler(msg)
@@ -245,19 +245,19 @@ class Processor:
                     if not watch.overran():
                         raise
                     await self.invoker.overran(None, (msg,))
-                    results.append((msg, consuming.timed_out(timeout)))
+                    results.append((msg, consuming.timed_out(watch.seconds)))
                 except Exception as exc:  # noqa: BLE001 - the failure is data for retries
                     error: Exception = exc
                     if watch.heard:  # cut short, it raised something else
                         watch.cancelled_here()
                     if watch.overran():
                         await self.invoker.overran(None, (msg,))
-                        error = consuming.timed_out(timeout)
+                        error = consuming.timed_out(watch.seconds)
                     results.append((msg, error))
                 else:
                     if watch.overran():  # it swallowed the cancellation, but ran over
                         await self.invoker.overran(None, (msg,))
-                        results.append((msg, consuming.timed_out(timeout)))
+                        results.append((msg, consuming.timed_out(watch.seconds)))
                     else:
                         results.append((msg, None))
                 finally:

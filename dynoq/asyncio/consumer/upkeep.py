@@ -172,6 +172,7 @@ class Upkeep:
             if heard:
                 log.info("dynoq: %d running message(s) of %r cancelled", len(heard), s.queue.name)
                 s.deliveries.interrupt(heard)
+                self._processor.invoker.interrupt(heard)
 
     async def _extend_slow(self) -> None:
         # Keep slow handlers' messages invisible to others (and ordered shards blocked).

@@ -89,11 +89,12 @@ class Workers:
         if (not ordered or me in self._tasks) and self._abandoned.take():
             left = self._abandoned.count
             s.stats.add(abandoned=1)
+        seconds = s.plan.timeout_of(msgs)
         consuming.overran(
             log,
             s.queue.name,
             msgs,
-            settings.consume_timeout,
+            seconds,
             left=left,
             cap=settings.concurrency,
             shard=msgs[0].shard if s.plan.ordered and msgs else None,
@@ -102,9 +103,7 @@ class Workers:
         t0 = time.monotonic()
 
         def returned(_: object = None) -> None:
-            consuming.returned(
-                log, s.queue.name, msgs, settings.consume_timeout + time.monotonic() - t0
-            )
+            consuming.returned(log, s.queue.name, msgs, seconds + time.monotonic() - t0)
             self._left_running.discard(call)
             if left is not None:
                 self._abandoned.returned()
