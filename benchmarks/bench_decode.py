@@ -38,7 +38,7 @@ KIND = dynoq.connect("memory://").queue("decode", shards=1).ops  # a concurrent 
 def sides(payload: Any) -> dict[str, Callable[[], object]]:
     body = msgpack.packb([payload], use_bin_type=True)
     record = b"lzxq3k1a,0,0," + body
-    # A pop reply as pop-12.lua makes it: 1, what is left, the batch's score, then id,
+    # A pop reply as pop-13.lua makes it: 1, what is left, the batch's score, then id,
     # record, attempts a message
     reply = [1, 0, b"1717428451738.25", *[b"abcdefghijklmnop", record, 1] * 100]
     kind = KIND.kind

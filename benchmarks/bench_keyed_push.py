@@ -1,4 +1,4 @@
-"""What a keyed push (ordered="key", lua/kpush-13.lua) costs the server, guarantee by
+"""What a keyed push (ordered="key", lua/kpush-14.lua) costs the server, guarantee by
 guarantee, against the raw message-group push of benchmarks/raw_groups.py, in one run.
 
     python -m benchmarks.bench_keyed_push [--url redis://...] [--keys 10000] [--per-key 10]

@@ -9,8 +9,8 @@ cpu, user + sys) over the calls, in µs a call; steps are cumulative (each adds 
 to the one above), so the "adds" column accounts for the difference between one raw
 EVALSHA and dynoq's push:
   raw                 HSET msgs + ZADD ready (bench_core's raw single push), 2 KEYS 3 ARGV
-  dynoq's arguments   the same body, called with push-10.lua's 10 KEYS and 8 ARGV
-  + shared pieces     the lib/ pieces push-10.lua includes (their functions are defined
+  dynoq's arguments   the same body, called with push-11.lua's 11 KEYS and 8 ARGV
+  + shared pieces     the lib/ pieces push-11.lua includes (their functions are defined
                       again at every EVALSHA: a Function library defines them once)
   + epoch check       GET epoch (lib/refusal.lua gone())
   + server clock      TIME (lib/clock.lua)
@@ -19,9 +19,9 @@ EVALSHA and dynoq's push:
   + wake check        EXISTS ready (whether a waiter needs a PUBLISH)
   + count             HINCRBY counts pushed
   + HSETNX            ensure's HSETNX for HSET (push() of a made id is an ensure)
-  dynoq push          push-10.lua itself (the record built in Lua, the tables, the
+  dynoq push          push-11.lua itself (the record built in Lua, the tables, the
                       outcome reply)
-  dynoq push FCALL    push-10.lua as a Redis Function (FUNCTION LOAD; the pieces are
+  dynoq push FCALL    push-11.lua as a Redis Function (FUNCTION LOAD; the pieces are
                       defined once, at load)
 Rounds interleave the variants; medians of --repeats rounds. "in call" is what INFO
 commandstats gives the EVALSHA (or FCALL): the time inside the call, at µs resolution;

@@ -29,7 +29,8 @@ class Failure:
 
 @dataclass
 class Message:
-    """A message: what you send (first six fields) and, once popped, how it was delivered.
+    """A message: what you send (first seven fields, and ``expires``) and, once popped,
+    how it was delivered.
 
     ``token`` and ``lease`` are opaque: they tie an ack, nack or extend to this one
     delivery, so a stale ack cannot remove a newer delivery. ``fence`` (a consumer's
@@ -72,6 +73,9 @@ class Message:
     steer: Steer | None = field(default=None, repr=False, compare=False)
     # The progress its handler last reported (JSON text): kept while it runs (q.get, peek).
     reported: str | None = field(default=None, repr=False, compare=False)
+    # Seconds after its push (a commit's, a publish's) by which it must be delivered, else
+    # it is dead-lettered as expired (None: never). Last: the fields before are positional.
+    expires: float | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -158,6 +162,7 @@ class ShardStats:
     committed: int = 0
     rolled_back: int = 0
     cancelled: int = 0  # cancelled (waiting, or while running: DESIGN §3.9)
+    lapsed: int = 0  # not delivered before their expiry: dead-lettered (counted in dead too)
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ class QueueStats:
 
     def total(self, count: str) -> int:
         """A cumulative count summed over the shards: pushed, acked, retried, expired,
-        dead_lettered, committed, rolled_back or cancelled."""
+        dead_lettered, committed, rolled_back, cancelled or lapsed."""
         return sum(getattr(s, count) for s in self.shards)
 
 

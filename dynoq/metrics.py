@@ -110,6 +110,13 @@ class QueueCollector(Collector):
                 "1 while a queue is paused (Queue.pause: nothing is delivered), else 0",
                 labels=["queue"],
             ),
+            CounterMetricFamily(
+                "dynoq_queue_ended",
+                "Messages that ended neither acked nor failed, by how: cancelled "
+                "(Queue.cancel), expired (not delivered before the expiry of its push: "
+                "dead-lettered), since each shard was created",
+                labels=["queue", "how"],
+            ),
         )
 
     def describe(self) -> Iterable[Metric]:
@@ -117,7 +124,7 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, groups, oldest, up, decided, unreadable, flows, paused = self._families()
+        depth, groups, oldest, up, decided, unreadable, flows, paused, ended = self._families()
         try:
             names = self.queues if self.queues is not None else self.client.queue_names()
             now = self.client.server_time()  # the clock the records' timestamps are on
@@ -145,6 +152,8 @@ class QueueCollector(Collector):
                 for outcome in ("committed", "rolled_back"):
                     decided.add_metric([name, outcome], stats.total(outcome))
                 paused.add_metric([name], int(stats.paused))
+                ended.add_metric([name, "cancelled"], stats.total("cancelled"))
+                ended.add_metric([name, "expired"], stats.total("lapsed"))
             if self.queues is None:
                 self._topics(groups, unreadable)
             counted = self.client.backend.run(flow_counts(self.client.prefix))
@@ -155,7 +164,7 @@ class QueueCollector(Collector):
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, groups, oldest, up, decided, unreadable, flows, paused]
+        return [depth, groups, oldest, up, decided, unreadable, flows, paused, ended]
 
     def _topics(self, groups: GaugeMetricFamily, unreadable: GaugeMetricFamily) -> None:
         """Each topic group's backlog by state (or the topic, unreadable)."""

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/topic.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 9b5f7497e8777f75: of the text below, an edit by hand does not match).
+# is stale; digest 38a9fb5f13e7c651: of the text below, an edit by hand does not match).
 """A topic: publish/subscribe with consumer groups (RocketMQ's model; see _core.topics).
 
 Every subscribed group gets every message whose tag matches its expression; a clustering
@@ -53,10 +53,13 @@ class Topic:
         key: str | None = None,
         tag: str | None = None,
         headers: dict[str, Any] | None = None,
+        expires: float | None = None,
     ) -> str:
         """Publish a message to every subscribed group whose tags match ``tag``; return
         its id. Arguments and errors as ``Queue.push``; ``tag``: 1-128 characters without
-        whitespace or '|'. An id already waiting in a group's queue adds nothing there."""
+        whitespace or '|'. An id already waiting in a group's queue adds nothing there.
+        ``expires``: each group's copy not delivered within that many seconds is
+        dead-lettered there."""
         with tracing.span("publish", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(
                 Message(
@@ -67,6 +70,7 @@ class Topic:
                     key=key,
                     headers=tracing.inject(headers),
                     tag=tag,
+                    expires=expires,
                 )
             )
             self.backend.drive(self.ops.publish([out]))

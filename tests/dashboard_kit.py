@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dynoq
-from dynoq._core import codec
+from dynoq._core import reasons
 from dynoq._core.group import GroupOps, LeaseOps
 
 LEASE_TOKEN = "worker-9:leasehost:5ecre7random"  # the part after the last ':' fences
@@ -107,7 +107,7 @@ def scene(client: dynoq.Client) -> Scene:
     try:
         raise ValueError("card declined by the bank")
     except ValueError as exc:
-        why = codec.why(exc, "billing-worker-1")
+        why = reasons.why(exc, "billing-worker-1")
     orders.backend.run(orders.ops.nack_call(doomed, delay=0.0, mode="dead", why=why))
     flying = [m.id for m in orders.pop(2, visibility=300)]
     for member, shards in (("billing-a", [0, 1]), ("billing-b", [2, 3])):

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,11 @@ def test_cancel_and_get_with_progress(run: Any, client: dynoq.Client) -> None:
     failed(run("cancel", "jobs", "waits"), EXIT_FAILURE, "neither waits nor runs")
     failed(run("get", "jobs", "waits"), EXIT_FAILURE, "no message 'waits'")
     assert q.nack(m) is False and q.stats().total("cancelled") == 2
+    q.push("stale", expires=0.05)
+    time.sleep(0.1)
+    q.requeue_expired()
+    [row] = json.loads(ok(run("stats", "jobs", "--json")))["queues"]
+    assert (row["cancelled"], row["expired"], row["dead"]) == (2, 1, 1)
 
 
 def test_unknown_queue_fails_and_is_not_created(run: Any, client: dynoq.Client) -> None:

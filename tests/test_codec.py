@@ -11,7 +11,7 @@ from helpers import nested
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynoq._core import codec, delivered, jsontext, validate
+from dynoq._core import codec, delivered, jsontext, reasons, validate
 from dynoq._core.keys import QueueKeys, shard_of
 from dynoq.dashboard import format as dash
 from dynoq.errors import RecordError
@@ -175,7 +175,7 @@ def test_any_record_decodes_to_what_dynoq_writes_or_to_a_record_error(
     ).map(lambda t: b",".join(t))
 )
 def test_any_stored_reason_or_delivery_state_reads_without_an_error(raw: bytes) -> None:
-    f = codec.failure(raw)
+    f = reasons.failure(raw)
     assert f is None or all(
         type(t) is str for t in (f.error_type, f.error, f.traceback, f.consumer)
     )

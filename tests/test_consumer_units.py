@@ -144,7 +144,7 @@ def fetch(ops: QueueOps, count: int, shards: list[int], **options: Any) -> Any:
 
 def _popped(shard: int, n: int) -> list[Any]:
     """A pop script's reply with ``n`` messages of ``shard`` (first deliveries of a
-    concurrent queue: their token is the batch's unack score, lua/pop-12.lua)."""
+    concurrent queue: their token is the batch's unack score, lua/pop-13.lua)."""
     reply: list[Any] = [1, -1, b"1764100000123.5"]
     for i in range(n):
         reply += [f"m{shard}-{i}".encode(), b"0,0,0," + msgpack.packb(["x"]), 1]

@@ -61,7 +61,7 @@ def test_a_pause_is_kept_by_the_server_across_clients(
 
 
 def test_a_paused_queue_pops_across_shards_nothing(client: dynoq.Client) -> None:
-    # one pop looks at several shards on one server (pop-12.lua's other shards)
+    # one pop looks at several shards on one server (pop-13.lua's other shards)
     q = client.queue("spread", shards=8)
     q.push_many(range(40))
     q.pause()
@@ -97,7 +97,7 @@ def test_a_consumer_idles_while_paused_and_wakes_on_resume(
 def test_a_pause_inside_a_handler_stops_the_next_delivery_of_a_hot_key(
     client: dynoq.Client, consumers: list[Any]
 ) -> None:
-    # A keyed ack takes the next messages of a hot key in its reply (kack-13.lua): not
+    # A keyed ack takes the next messages of a hot key in its reply (kack-14.lua): not
     # while the queue is paused.
     q = client.queue("hot", shards=1, ordered="key")
     seen: list[Any] = []

@@ -22,7 +22,7 @@ from dashboard_kit import LEASE_TOKEN, Reply, http, scene
 from helpers import dead_letter, delete_prefix, wait_for
 
 import dynoq
-from dynoq._core import codec
+from dynoq._core import reasons
 from dynoq.cli import cli
 from dynoq.dashboard import DashboardConfig, Running
 from dynoq.errors import InvalidArgument
@@ -487,7 +487,7 @@ def test_a_keyed_queue_page_shows_its_busiest_and_blocked_keys(client: dynoq.Cli
     # A consumer's failed handler, as settle records it (the public nack gives no reason)
     q.backend.run(
         q.ops.nack_call(
-            bad, delay=600, mode="retry", why=codec.why(ValueError("card <declined>"), "me")
+            bad, delay=600, mode="retry", why=reasons.why(ValueError("card <declined>"), "me")
         )
     )
     with Running(client, DashboardConfig(port=0, interval=0.1)) as dash:

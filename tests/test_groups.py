@@ -27,7 +27,7 @@ from test_consumer_procs import Procs
 
 import dynoq
 from dynoq import KeyState, Message
-from dynoq._core import codec, inspect, lua
+from dynoq._core import inspect, lua, reasons
 from dynoq._core.calls import Cmd
 from dynoq._core.keyed import parse_state
 from dynoq.cli import EXIT_USAGE, cli
@@ -709,7 +709,7 @@ def test_cli_keys_lists_the_busiest_and_the_blocked_keys(
     bad = next(m for m in got if m.key == "bad")
     # A consumer's failed handler, as settle records it (the public nack gives no reason)
     q.backend.run(
-        q.ops.nack_call(bad, delay=60, mode="retry", why=codec.why(ValueError("boom"), "me"))
+        q.ops.nack_call(bad, delay=60, mode="retry", why=reasons.why(ValueError("boom"), "me"))
     )
 
     def run(*args: str) -> Any:

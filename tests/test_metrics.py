@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,17 @@ def test_collector_reads_depths_on_scrape(client: dynoq.Client) -> None:
     assert reg.get_sample_value("dynoq_queue_paused", {"queue": "depth"}) == 0
     q.pause()
     assert reg.get_sample_value("dynoq_queue_paused", {"queue": "depth"}) == 1
+
+    def ended(how: str) -> float | None:
+        return reg.get_sample_value("dynoq_queue_ended_total", {"queue": "depth", "how": how})
+
+    assert (ended("cancelled"), ended("expired")) == (0, 0)
+    assert q.cancel("d")
+    q.push("stale", expires=0.05)
+    time.sleep(0.1)
+    q.resume()
+    q.requeue_expired()  # (the sweeper's pass) dead-letters what expired
+    assert (ended("cancelled"), ended("expired")) == (1, 1)
 
 
 def test_collector_reads_a_queue_created_anew_again(make_client: Any) -> None:

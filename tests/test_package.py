@@ -114,7 +114,7 @@ def test_the_sdist_holds_the_license_and_changelog_and_no_tests(dists: Dists) ->
     with tarfile.open(dists.sdist) as tf:
         names = {n.partition("/")[2] for n in tf.getnames()}
     assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml"} <= names
-    assert "dynoq/lua/push-10.lua" in names
+    assert "dynoq/lua/push-11.lua" in names
     # tests/ read docs/, examples/ and benchmarks/: they run from a checkout, not from here
     assert not {n for n in names if n.startswith("tests/")}
 

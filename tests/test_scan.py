@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import dynoq
-from dynoq._core import codec, scan
+from dynoq._core import reasons, scan
 from dynoq.spark.export import COLUMNS, scan_shard
 
 
@@ -43,7 +43,7 @@ def test_every_state_with_its_time_and_failure(client: dynoq.Client) -> None:
     try:
         raise ValueError("no such customer")
     except ValueError as exc:
-        why = codec.why(exc, "worker-1")
+        why = reasons.why(exc, "worker-1")
     assert q.backend.run(q.ops.nack_call(failed, delay=0, mode="dead", why=why)) == (0, 1)
     rows = {r["id"]: r for r in scan_shard(q, 0, scan.STATES)}
     assert set(rows) == {f"m{i}" for i in range(6)} | {"later"}

@@ -118,7 +118,7 @@ def test_one_consumer_per_queue_so_queue_options_must_agree(flavor: str) -> None
     app.task(name="c", queue="q1", timeout=20)(lambda: None)  # a timeout is a task's own
     app.task(name="r", queue="q1", rate_limit=(6, 1))(lambda: None)  # a rate is a task's own
     app.task(name="d", queue="q1", ordered=True)(lambda: None)  # the first to say
-    with pytest.raises(InvalidArgument, match="ordered.*task 'd'.*queue of its own"):
+    with pytest.raises(InvalidArgument, match=r"ordered.*task 'd'.*queue of its own"):
         app.task(name="y", queue="q1", ordered=False)(lambda: None)
     assert app.get("y") is None
     app.task(name="e", queue="q2", max_retries=3, retry_delays=(1, 2))(lambda: None)
@@ -387,6 +387,24 @@ def test_a_running_task_reports_progress_and_is_cancelled(setup: Setup) -> None:
     q = setup.client.queue(task_apps.QUEUE)
     assert q.stats().total("cancelled") == 1 and q.stats().dead == 0
     assert steps.delay(3).result(timeout=20) == 3  # the worker goes on
+
+
+def test_a_call_no_worker_started_before_its_expiry_never_runs(setup: Setup) -> None:
+    record = setup.task("record")
+    stale = record.apply(("stale",), expires=0.2)
+    kept = setup.task("add").apply((1, 2), expires=0.2, id="kept-add")  # keeps results
+    fresh = record.apply(("fresh",), expires=60)
+    time.sleep(0.4)
+    setup.worker()
+    wait_for(lambda: setup.logged("record") == [["fresh", [], None]], what="the fresh call")
+    wait_for(lambda: stale.status() == "dead", what="the stale call dead-lettered")
+    failure = stale.info().failure
+    assert failure is not None and failure.error_type == "Expired"
+    with pytest.raises(dynoq.TaskFailed, match="expiry"):
+        kept.result(timeout=5)
+    wait_for(lambda: fresh.status() == "unknown", what="ran (record keeps nothing)")
+    with pytest.raises(dynoq.InvalidArgument, match="expires"):
+        record.apply(("never",), expires=0)
 
 
 def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> None:

@@ -9,7 +9,7 @@ keys under the shard's hash tag remember where the query is::
     <prefix>:{<queue>:<shard>}:wrote:<query>    set: ids the uncommitted batch handled
 
 Every push of a batch records its ids in ``wrote`` in the same script that pushes them
-(``push-batch-13.lua``), so a task retried, or a batch replayed after the driver died
+(``push-batch-14.lua``), so a task retried, or a batch replayed after the driver died
 half-way, pushes none of them again, even when consumers have acked and deleted them
 since. When the whole batch is written the driver commits it on every shard
 (``batch-commit-2.lua``): ``committed`` moves to the batch id and ``wrote`` is deleted,
@@ -77,11 +77,12 @@ class BatchKeys:
     wrote: str
     epoch: str
     tried: str
+    expiry: str
 
     @classmethod
     def of(cls, shard: ShardKeys, query: str, keyed: bool = False, task: str = "-") -> BatchKeys:
         """A keyed queue's (ordered="key") waiting, turn and key-state sets stand in
-        for delayed, ready and unack (push-batch-13.lua's header)."""
+        for delayed, ready and unack (push-batch-14.lua's header)."""
         tag = _tag(shard)
         first = (
             (shard.kwait, shard.kturn, shard.kstate)
@@ -100,6 +101,7 @@ class BatchKeys:
             f"{tag}:wrote:{query}",
             shard.epoch,
             tried_key(shard, task),
+            shard.expiry,
         )
 
 

@@ -14,7 +14,7 @@ from itertools import repeat
 
 from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
-from . import codec, delivered, steering, validate
+from . import codec, delivered, reasons, steering, validate
 from .calls import Batch, Cmd, Flow
 from .queue import QueueOps
 
@@ -157,7 +157,7 @@ def stored(ops: QueueOps, where: Sequence[tuple[int, str]]) -> Flow[list[Message
             continue
         attempts = delivered.attempts_of(state, in_flight is not None)
         m = codec.readable(msg_id, record, shard, attempts, limit=ops.limit)
-        m.failure = codec.failure(why)
+        m.failure = reasons.failure(why)
         if in_flight is not None:
             m.reported = steering.progress(progress)
         out.append(m)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import os
-import traceback
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -37,12 +36,11 @@ from ..errors import (
     PayloadTypeError,
     RecordError,
 )
-from ..message import Failure, Message
-from . import logs, validate
+from ..message import Message
+from . import validate
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_CONTAINERS = 65_536  # lists and dicts in one decoded record
-MAX_ERROR_TEXT, MAX_TRACEBACK = 1000, 4000  # characters kept of a failure
 # The latest time a record may say (9999-12-31T23:59:59.999Z, the last datetime can show)
 # and the most attempts a delivery may have (exact in the scripts' doubles): beyond them a
 # record is not dynoq's, and its times or count would break whoever reads them.
@@ -245,6 +243,7 @@ def prepare(msg: Message, *, ordered: bool | str, limit: int) -> Outgoing:
         and msg.priority == 0
         and type(msg.delay) in _NUMBERS
         and msg.delay == 0
+        and msg.expires is None
     ):
         # The common message (a payload alone): nothing to check but the payload.
         made = new_id()
@@ -259,7 +258,7 @@ def prepare(msg: Message, *, ordered: bool | str, limit: int) -> Outgoing:
             "(use a concurrent queue for delayed or prioritised messages)"
         )
     tag = None if msg.tag is None else validate.check_tag(msg.tag)
-    body = encode_body(msg.payload, key, msg.headers, limit, tag)
+    body = expiring(msg.expires) + encode_body(msg.payload, key, msg.headers, limit, tag)
     routing = key if ordered and key is not None else msg_id
     return Outgoing(
         msg_id, validate.to_ms(delay), priority, body, routing, msg.id is None, tag or ""
@@ -285,8 +284,17 @@ def _keyed(msg: Message, limit: int) -> Outgoing:
         )
     msg_id = new_id() if msg.id is None else validate.check_id(msg.id)
     tag = None if msg.tag is None else validate.check_tag(msg.tag)
-    body = encode_body(msg.payload, None, msg.headers, limit, tag)
+    body = expiring(msg.expires) + encode_body(msg.payload, None, msg.headers, limit, tag)
     return Outgoing(msg_id, 0, 0, body, key, msg.id is None, tag or "")
+
+
+def expiring(expires: Any) -> bytes:
+    """What goes in front of a body pushed with an expiry: ``e<ms>,`` (lua/lib/lapse.lua
+    notes its deadline from it; :func:`decode` reads it back); b"" for none."""
+    if expires is None:
+        return b""
+    ms = validate.to_ms(validate.check_seconds(expires, "expires", minimum=0.001))
+    return b"e%d," % ms
 
 
 def key_header(body: bytes) -> tuple[str, bytes]:
@@ -374,16 +382,18 @@ def decode(
         enq_ms, delay_ms, priority = _header(enq, due_off, prio)
     if type(attempts) is not int or not 0 <= attempts <= MAX_ATTEMPTS:
         raise RecordError(f"delivery state has attempts out of range: {attempts!r:.40}")
-    key = None
+    key = expires = None
     if body[:1] == b"K":  # a message group's record (msgpack bodies start with an array)
         key, body = key_header(body)
+    if body[:1] == b"e":  # pushed with an expiry: "e<ms>," first (expiring)
+        expires, body = _expiry(body)
     fields = unpack(body, limit)
     if type(fields) is not list or not fields:
         raise RecordError("record body is not a dynoq message")
     headers = tag = None
     if len(fields) > 1:
         key, headers, tag = _fields(fields, key)
-    return Message(
+    msg = Message(
         fields[0],
         msg_id,
         delay_ms / 1000,
@@ -398,6 +408,17 @@ def decode(
         token,
         lease,
     )
+    if expires is not None:
+        msg.expires = expires
+    return msg
+
+
+def _expiry(body: bytes) -> tuple[float, bytes]:
+    """The expiry (seconds) in front of a body, and the msgpack after it; RecordError."""
+    ms, comma, rest = body[1:].partition(b",")
+    if not (comma and ms.isdigit() and len(ms) <= 16 and int(ms) <= MAX_MS):
+        raise RecordError(f"record has an unreadable expiry: {body[:20]!r}")
+    return int(ms) / 1000, rest
 
 
 def readable(
@@ -424,73 +445,3 @@ def readable(
             lease=lease,
             unreadable=str(exc),
         )
-
-
-# -- why a message failed (lua/lib/why.lua) -------------------------------------------------
-
-
-def why(error: BaseException, consumer: str) -> bytes:
-    """The reason a consumer records with a failed message: msgpack [error type, message,
-    traceback, consumer], each bounded. The message names the error it was raised from
-    (``raise Retry()`` in an ``except``: the error is the cause, the one worth reading;
-    the traceback keeps its end, which a long chain's cause may not be part of)."""
-    text = str(error)
-    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-    if cause is not None:
-        named = f"cause: {logs.describe(cause)}"
-        text = f"{text}; {named}" if text else named
-    text = text[:MAX_ERROR_TEXT]
-    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    packed: bytes = msgpack.packb(
-        [type(error).__name__, text, trace[-MAX_TRACEBACK:], consumer], use_bin_type=True
-    )
-    return packed
-
-
-def failure(raw: bytes | None) -> Failure | None:
-    """A stored reason (``"<first ms>,<last ms>,<kind>,<detail>"``) as a Failure."""
-    if not raw:
-        return None
-    try:
-        first, last, kind, detail = raw.split(b",", 3)
-        times = _failed_at(first), _failed_at(last)
-        if kind == b"x":
-            return Failure(
-                "VisibilityTimeout",
-                "its deliveries were not acked within the "
-                "visibility timeout (a consumer crashed or hung) until its "
-                "retries were spent",
-                "",
-                "",
-                *times,
-            )
-        if kind == b"r":  # lua/lib/ktake.lua
-            return Failure(
-                "RecordError",
-                "its record does not name the key it waited in (not written by dynoq)",
-                "",
-                "",
-                *times,
-            )
-        if kind == b"t":  # lua/lib/transaction.lua bury_half(): detail is the checks made
-            return Failure(
-                "TransactionUnresolved",
-                f"transaction unresolved: still undecided after {int(detail)} "
-                "checks, so it was rolled back (replaying it delivers it)",
-                "",
-                "",
-                *times,
-            )
-        texts = unpack(detail, 64 * 1024)
-        if type(texts) is not list or len(texts) != 4 or any(type(t) is not str for t in texts):
-            raise ValueError("not four strings")
-        error_type, error, trace, consumer = texts
-        return Failure(error_type, error, trace, consumer, *times)
-    except (ValueError, RecordError):
-        return Failure("Unknown", "the stored reason is unreadable", "", "", 0.0, 0.0)
-
-
-def _failed_at(field: bytes) -> float:
-    if not (field.isdigit() and len(field) <= 16 and int(field) <= MAX_MS):
-        raise ValueError("not a time")
-    return int(field) / 1000

@@ -4,7 +4,7 @@ A web service pushes one message per request from many threads or tasks. One rou
 and one script call each would cap them all at the single-push rate, so a client lets
 one caller at a time send (:meth:`Combiner.claim`); what arrives while that send is on
 its way waits, and the next send takes all of it: one push call per queue, shard and mode
-(push-10.lua takes many messages and answers for each), all in one round trip. Nothing
+(push-11.lua takes many messages and answers for each), all in one round trip. Nothing
 lingers: a push arriving at an idle client is sent at once, alone, as before.
 
 Each caller keeps its own answer: its message's result (1 pushed, 0 skipped by ensure),

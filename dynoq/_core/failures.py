@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from ..message import Message
-from . import codec, logs
+from . import logs, reasons
 from .calls import Call
 from .logcontext import fields as delivery
 from .queue import QueueOps
@@ -35,7 +35,7 @@ def nack_mode(msg: Message, error: BaseException, policy: RetryPolicy) -> tuple[
 
 def buries(msg: Message, error: BaseException, policy: RetryPolicy, max_retries: int) -> bool:
     """Whether the nack of this failure dead-letters the message: by its mode, or past
-    the queue's ``max_retries`` (as nack-8.lua decides), so a handler can end what
+    the queue's ``max_retries`` (as nack-10.lua decides), so a handler can end what
     depends on it (a flow's step) before the nack."""
     mode, _ = nack_mode(msg, error, policy)
     return mode == "dead" or (mode == "retry" and msg.attempts > max_retries)
@@ -85,5 +85,5 @@ def failure_call(
     ops: QueueOps, msg: Message, error: BaseException, policy: RetryPolicy, consumer: str
 ) -> Call:
     mode, delay = on_failure(msg, error, policy, ops.name)
-    why = b"" if mode == "back" else codec.why(error, consumer)
+    why = b"" if mode == "back" else reasons.why(error, consumer)
     return ops.nack_call(msg, delay=delay, mode=mode, why=why)

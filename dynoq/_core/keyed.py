@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import KeyState, Message
-from . import codec, delivered, validate
+from . import codec, delivered, reasons, validate
 from .bounds import SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, int_pair, pairs, text
 from .keys import ShardKeys, shard_of
@@ -122,7 +122,7 @@ class Keyed(Kind):
         self, msgs: Sequence[Message], count: int, vis_ms: int
     ) -> tuple[Call, list[Message]] | None:
         """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
-        messages when that is fair (kack-13.lua): the call, and the list its reply's
+        messages when that is fair (kack-14.lua): the call, and the list its reply's
         messages are put in once it has run (the caller quarantines the unreadable
         ones). None when ``msgs`` span shards, or are more than one call carries."""
         shards = {m.shard for m in msgs}
@@ -209,7 +209,7 @@ class Keyed(Kind):
 
     def requeue(self, shard: int, *, force: bool = False, lease: str = "") -> Flow[tuple[int, int]]:
         """Expired deliveries and due retries go back to the head of their key
-        (krequeue-13.lua, which promotes too); a keyed shard has no lease to force."""
+        (krequeue-15.lua, which promotes too); a keyed shard has no lease to force."""
         back = buried = 0
         keys = _KREQUEUE.key_list(self.shard_keys[shard])
         while True:
@@ -357,7 +357,7 @@ class Keyed(Kind):
                 if rec is None:
                     continue
                 m = codec.readable(text(msg_id), rec, limit=self.limit)
-                fail = codec.failure(why)
+                fail = reasons.failure(why)
                 out.append(
                     {
                         "key": m.key,

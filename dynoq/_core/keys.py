@@ -53,6 +53,9 @@ class ShardKeys:
     # paused (lua/pause-2.lua), read by the scripts that deliver (lua/lib/paused.lua). Not
     # data: clearing the queue keeps it.
     control: str
+    # zset id -> deadline (ms) of a message pushed with an expiry, until it is delivered
+    # (lua/lib/lapse.lua)
+    expiry: str
     # Message groups (ordered="key", lua/lib/keyed.lua): waiting messages chained per key
     # in push order, keys that may deliver by turn, per-key state, per-key fences.
     kwait: str
@@ -86,6 +89,7 @@ class ShardKeys:
             self.half,
             self.txs,
             self.decided,
+            self.expiry,
             self.kwait,
             self.kturn,
             self.kstate,

@@ -128,7 +128,7 @@ class Kind(ABC):
         why: bytes = b"",
     ) -> Call:
         """A nack (mode "retry", "dead" or "back") with the reason it failed
-        (``codec.why``); reply: (given back, dead-lettered)."""
+        (``reasons.why``); reply: (given back, dead-lettered)."""
 
     @abstractmethod
     def requeue(self, shard: int, *, force: bool = False, lease: str = "") -> Flow[tuple[int, int]]:
@@ -171,7 +171,7 @@ class Kind(ABC):
         return []
 
     def clear_calls(self) -> list[Call]:
-        """What a clear deletes besides each shard's messages (clear-13.lua)."""
+        """What a clear deletes besides each shard's messages (clear-15.lua)."""
         return []
 
     def key_state(self, key: object) -> Flow[KeyState]:
@@ -225,9 +225,9 @@ class Plain(Kind):
     ) -> Call:
         """Up to ``count`` messages of priority ``ceiling`` or a lower value (any on an
         ordered queue: it delivers in push order) and, naming ``others`` (one server
-        only), no higher than what they may deliver (pop-12.lua)."""
+        only), no higher than what they may deliver (pop-13.lua)."""
         keys = self.pop_keys[shard]
-        if others:  # ready, delayed, unack: read, their epochs not checked (pop-12.lua)
+        if others:  # ready, delayed, unack: read, their epochs not checked (pop-13.lua)
             keys = keys + [k for s in others for k in self.probe_keys[s][:3]]
         return Call(
             _POP,

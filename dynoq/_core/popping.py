@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidType, RecordError
 from ..message import Message
-from . import codec, validate
+from . import reasons, validate
 from .bounds import CALL_SHARDS
 from .calls import Batch, Flow, Wake, together
 from .plain import ANY, nonce
@@ -387,7 +387,7 @@ def quarantine(ops: QueueOps, msgs: list[Message], consumer: str) -> Flow[list[M
                     m.lease or "",
                     0.0,
                     "dead",
-                    codec.why(RecordError(m.unreadable), consumer),
+                    reasons.why(RecordError(m.unreadable), consumer),
                 )
                 for m in bad
             ]

@@ -231,8 +231,8 @@ class QueueOps(Opened):
         return self.kind.ack_calls(groups)
 
     def nack_call(self, msg: Message, *, delay: float, mode: str, why: bytes = b"") -> Call:
-        """A nack of a popped message (mode "retry", "dead" or "back", see nack-8.lua)
-        with the reason it failed (``codec.why``); reply: (given back, dead-lettered)."""
+        """A nack of a popped message (mode "retry", "dead" or "back", see nack-10.lua)
+        with the reason it failed (``reasons.why``); reply: (given back, dead-lettered)."""
         return self.kind.nack_call(
             self.shard_of(msg), msg.id or "", msg.token or "", msg.lease or "", delay, mode, why
         )
@@ -289,7 +289,9 @@ class QueueOps(Opened):
             # a keyed shard: the oldest head of its next keys to serve (koldest-3.lua) too
             heads = replies[4 * n :] or [-1] * n
             for i, r in enumerate(replies[:n]):
-                committed, rolled_back, cancelled = (int(c or 0) for c in replies[n + 2 * i + 1])
+                committed, rolled_back, cancelled, lapsed = (
+                    int(c or 0) for c in replies[n + 2 * i + 1]
+                )
                 oldest = min((t for t in (int(r[4]), int(heads[i])) if t >= 0), default=-1)
                 out.append(
                     ShardStats(
@@ -308,6 +310,7 @@ class QueueOps(Opened):
                         committed=committed,
                         rolled_back=rolled_back,
                         cancelled=cancelled,
+                        lapsed=lapsed,
                     )
                 )
             counted = replies[3 * n : 4 * n]  # a keyed queue's keys, per shard
@@ -316,7 +319,7 @@ class QueueOps(Opened):
         calls: list[Call | Cmd] = [self.kind.stats_call(k) for k in self.shard_keys]
         # prepared (half) messages: not part of the shard's atomic counts, read beside them
         # (and the counts added since: transactions' ends, cancels)
-        counts = ("committed", "rolled_back", "cancelled")
+        counts = ("committed", "rolled_back", "cancelled", "lapsed")
         calls += [
             c
             for k in self.shard_keys
@@ -352,7 +355,7 @@ class QueueOps(Opened):
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
-        frees large shards in the background (lua/clear-13.lua, lua/kclear-4.lua)."""
+        frees large shards in the background (lua/clear-15.lua, lua/kclear-4.lua)."""
         calls: list[Call | Cmd] = [
             _CLEAR.call(k, [self.epoch], self.checked(f"clear of shard {i} of {self.name!r}"))
             for i, k in enumerate(self.shard_keys)

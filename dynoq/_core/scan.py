@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import Message
-from . import codec, delivered
+from . import codec, delivered, reasons
 from .calls import Batch, Cmd, Flow, pairs, server_time
 from .queue import QueueOps
 
@@ -99,7 +99,7 @@ def walk_page(
             continue
         attempts = delivered.attempts_of(dlv, zset == "unacked")
         m = codec.readable(msg_id, record, shard, attempts, limit=q.limit)
-        m.failure = codec.failure(why)
+        m.failure = reasons.failure(why)
         found.append(Found(m, state, at))
     if zset == "delayed" and "delayed" not in wanted and live[-1][0] / 1000 > now:
         nxt = None  # read for its due messages only, and the rest are not due

@@ -169,7 +169,7 @@ def _sweep_shard(q: QueueOps, shard: int, mask: int, window: int, out: QueueSwee
     keys = q.shard_keys[shard]
     if q.keyed and mask & (REQUEUE | PROMOTE):
         # A keyed shard's expired deliveries and due retries go back to the head of their
-        # key (lua/krequeue-13.lua), never to `ready`.
+        # key (lua/krequeue-15.lua), never to `ready`.
         back, buried = yield from q.kind.requeue(shard)
         out.requeued += back
         out.dead_lettered += buried

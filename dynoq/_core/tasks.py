@@ -32,7 +32,7 @@ from ..errors import (
     TaskFailed,
 )
 from ..message import Failure, Message
-from . import codec, validate
+from . import codec, reasons, validate
 from .calls import Batch, Call, text
 from .codec import Outgoing
 from .keys import result_key
@@ -224,6 +224,7 @@ class TaskKeys:
     result: str
     epoch: str
     control: str
+    expiry: str
 
     @classmethod
     def of(cls, ops: QueueOps, shard: int, task_id: str) -> TaskKeys:
@@ -242,12 +243,13 @@ class TaskKeys:
             result_key(ops.keys.prefix, ops.keys.tag or ops.name, shard, task_id),
             k.epoch,
             k.control,
+            k.expiry,
         )
 
 
 def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
     """Push a task by id unless its id waits, runs, is dead-lettered or has a kept record
-    (task-push-11.lua); the reply is True when it was pushed (QueueGone when the queue
+    (task-push-12.lua); the reply is True when it was pushed (QueueGone when the queue
     is gone)."""
     if ops.keyed:  # task-push places as a plain push does, where keyed pops never look
         raise OrderedQueueError(
@@ -264,7 +266,7 @@ def push_if_absent(ops: QueueOps, out: Outgoing) -> Call | Batch:
 
 
 def by_id(ops: QueueOps, out: Outgoing) -> list[Any]:
-    """The ARGV of a push by id that checks a key of its own first (task-push-11.lua,
+    """The ARGV of a push by id that checks a key of its own first (task-push-12.lua,
     flow-push-11.lua): the queue's epoch, dedupe window and wake channel, then the
     message."""
     return [
@@ -331,7 +333,7 @@ def derive(task_id: str, reply: Sequence[Any], limit: int) -> TaskInfo:
     runs again after a kept end shows how it runs now), then the kept record."""
     where, score, attempts, why, kept, now = reply
     where, attempts = text(where), int(attempts)
-    failure = codec.failure(why)
+    failure = reasons.failure(why)
     if where == "unack":
         return TaskInfo(task_id, TaskState.RUNNING, attempts, failure)
     if where == "dead":

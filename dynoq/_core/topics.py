@@ -34,12 +34,12 @@ from .settings import TopicSettings
 MODES = ("clustering", "broadcasting")
 MAX_TARGETS = 1000  # group and member queues of one topic
 # Copies one publish call places (its messages times the topic's group queues): the
-# call's time on the server (lua/publish-11.lua refuses more; DESIGN §2.14).
+# call's time on the server (lua/publish-12.lua refuses more; DESIGN §2.14).
 MAX_COPIES = 2000
 STALE_RETRIES = 10
 _PUBLISH, _SUBSCRIPTION = script("publish"), script("subscription")
 _TRANSACTION_PUBLISH = script("transaction-publish")
-_QUEUE_KEYS = _PUBLISH.keys[2:]  # the nine keys of each target queue shard
+_QUEUE_KEYS = _PUBLISH.keys[2:]  # the ten keys of each target queue shard
 # ... of a keyed topic's (ordered="key"): its waiting keys and states in place of the first three
 _KEYED_KEYS = ("kwait", "kturn", "kstate", *_QUEUE_KEYS[3:])
 
@@ -403,7 +403,7 @@ class TopicOps(Opened):
     def commit(self, shard: int, staged: ShardKeys, msg_id: str, token: str, tag: str) -> Flow[int]:
         """Publish a prepared message of the topic's staging queue (``staged``: its keys
         on ``shard``) to every group queue whose tags match ``tag``, and mark it decided,
-        in one script (lua/transaction-publish-16.lua); the reply is transaction-settle's code."""
+        in one script (lua/transaction-publish-17.lua); the reply is transaction-settle's code."""
         context = f"commit of {msg_id!r} to {self.name!r}"
         for _ in range(STALE_RETRIES):
             subs = self._cache.get(shard)

@@ -293,7 +293,7 @@ class TopicTransactionOps(TransactionOps):
     """A topic's transaction operations. Its prepared messages wait in the topic's
     staging keys (``TopicKeys.staging()``, one set per topic shard, under the shard's
     hash tag); a commit publishes one to every matching group queue in one script
-    (lua/transaction-publish-16.lua); rollback, checks and burial are the queue's, on the staging
+    (lua/transaction-publish-17.lua); rollback, checks and burial are the queue's, on the staging
     keys (a buried one stays in the staging dead letters)."""
 
     def __init__(self, topic: TopicOps) -> None:

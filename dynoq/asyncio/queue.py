@@ -56,6 +56,7 @@ class Queue:
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
+        expires: float | None = None,
     ) -> str:
         """Add a message; return its id.
 
@@ -64,6 +65,8 @@ class Queue:
         replaced (Dyno's upsert), and its current delivery becomes stale. delay: seconds
         before it is due (>= 0). priority: 0..99, lower first. key: the ordering key
         (ordered queues route by it). headers: a dict stored with the message.
+        expires: seconds from now: a message not delivered by then is dead-lettered
+        (reason "Expired"), counted in ``stats().total("lapsed")``.
         Raises InvalidArgument / InvalidType for bad arguments, PayloadTypeError /
         PayloadTooLarge for a payload that cannot be stored, OrderedQueueError for a delay
         or priority on an ordered queue, ConnectionFailed when Redis is unreachable."""
@@ -76,6 +79,7 @@ class Queue:
                     priority=priority,
                     key=key,
                     headers=tracing.inject(headers),
+                    expires=expires,
                 )
             )
             if self.ops.combines():  # sent with other callers' single pushes, if any
@@ -93,6 +97,7 @@ class Queue:
         priority: int = 0,
         key: str | None = None,
         headers: dict[str, Any] | None = None,
+        expires: float | None = None,
     ) -> bool:
         """Push unless a message with this id exists (or was acked within the queue's
         dedupe window); True if it was pushed. Atomic: of concurrent callers with one id,
@@ -100,7 +105,15 @@ class Queue:
         if id is None:
             raise InvalidArgument("ensure() needs an id: it pushes only if that id is absent")
         out = self.ops.prepare(
-            Message(payload, id=id, delay=delay, priority=priority, key=key, headers=headers)
+            Message(
+                payload,
+                id=id,
+                delay=delay,
+                priority=priority,
+                key=key,
+                headers=headers,
+                expires=expires,
+            )
         )
         if self.ops.combines():
             return bool(await self.backend.push(self.ops, out, "ensure"))
@@ -322,8 +335,9 @@ class Queue:
 
     async def requeue_expired(self) -> int:
         """Give back every delivery whose visibility ran out, over all shards (Dyno's
-        processUnacks); returns how many went back or to the dead letters. The sweeper
-        and every pop do this too."""
+        processUnacks), and dead-letter what was pushed with an expiry and not delivered
+        by then; returns how many went back or to the dead letters. The sweeper and every
+        pop do this too."""
         return await self.backend.drive(sweeper.requeue_expired(self.ops))
 
     # -- recurring messages ------------------------------------------------------------------

@@ -334,10 +334,12 @@ class Task:
         id: str | None = None,
         key: str | None = None,
         priority: int = 0,
+        expires: float | None = None,
     ) -> TaskHandle:
         """Send a call: after ``delay`` seconds, or at ``at`` (an aware datetime, by this
         machine's clock; one in the past: now), with ``priority`` (0..99, lower first), an
-        ordering ``key`` (default: the task's key function of the arguments). With an
+        ordering ``key`` (default: the task's key function of the arguments); one that no
+        worker started within ``expires`` seconds is dead-lettered (never run). With an
         ``id`` it is pushed only if no task of that id waits, runs, is dead-lettered or
         has its result kept (push-if-absent: calling twice sends once). Arguments msgpack
         cannot carry are refused (TaskArgumentError naming the argument), and so are
@@ -346,17 +348,21 @@ class Task:
         payload, key = self._call(args, kwargs, key)
         q = await self.app.queue(self.options.queue)
         try:
+            options: dict[str, Any] = {
+                "delay": delay,
+                "priority": priority,
+                "key": key,
+                "expires": expires,
+            }
             if id is None:
-                task_id = await q.push(payload, delay=delay, priority=priority, key=key)
+                task_id = await q.push(payload, **options)
             elif self.keep_ms:
                 task_id = validate.check_id(id, "task id")
-                out = q.ops.prepare(
-                    Message(payload, id=task_id, delay=delay, priority=priority, key=key)
-                )
+                out = q.ops.prepare(Message(payload, id=task_id, **options))
                 await q.backend.run(core.push_if_absent(q.ops, out))
             else:
                 task_id = validate.check_id(id, "task id")
-                await q.ensure(payload, id=task_id, delay=delay, priority=priority, key=key)
+                await q.ensure(payload, id=task_id, **options)
         except PayloadTypeError as exc:
             raise self._refusal(payload, q, exc) from None
         return TaskHandle(self.app, task_id, task=self, queue=q, key=validate.check_key(key))

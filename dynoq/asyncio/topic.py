@@ -50,10 +50,13 @@ class Topic:
         key: str | None = None,
         tag: str | None = None,
         headers: dict[str, Any] | None = None,
+        expires: float | None = None,
     ) -> str:
         """Publish a message to every subscribed group whose tags match ``tag``; return
         its id. Arguments and errors as ``Queue.push``; ``tag``: 1-128 characters without
-        whitespace or '|'. An id already waiting in a group's queue adds nothing there."""
+        whitespace or '|'. An id already waiting in a group's queue adds nothing there.
+        ``expires``: each group's copy not delivered within that many seconds is
+        dead-lettered there."""
         with tracing.span("publish", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(
                 Message(
@@ -64,6 +67,7 @@ class Topic:
                     key=key,
                     headers=tracing.inject(headers),
                     tag=tag,
+                    expires=expires,
                 )
             )
             await self.backend.drive(self.ops.publish([out]))

@@ -54,6 +54,8 @@ def stats_json(queue: Queue, stats: QueueStats, now: float) -> dict[str, Any]:
         "in_flight": stats.unacked,
         "dead": stats.dead,
         "prepared": stats.prepared,
+        "cancelled": stats.total("cancelled"),  # since each shard was created, as are:
+        "expired": stats.total("lapsed"),  # not delivered before the expiry of their push
         "oldest_waiting_age": max(ages) if ages else None,
         "shards": shards,
     }

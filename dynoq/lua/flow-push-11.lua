@@ -7,7 +7,7 @@
   KEYS[9] counts   KEYS[10] once (keys.once_key)
   KEYS[11] epoch (the queue's epoch: lib/refusal.lua gone())
   ARGV[1] the caller's epoch of the queue ("" = not checked)
-  ARGV[2] dedupe window in ms (as push-10.lua's)
+  ARGV[2] dedupe window in ms (as push-11.lua's)
   ARGV[3] wake channel (PUBLISHed when push_into says a waiter may need it)
   ARGV[4] id  ARGV[5] delay ms  ARGV[6] priority  ARGV[7] msgpack body
   ARGV[8] ms the marker is kept (the flow's lifetime)

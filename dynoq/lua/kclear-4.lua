@@ -1,4 +1,4 @@
---[[ kclear: delete the message groups' keys of one shard (clear-13.lua deletes the rest;
+--[[ kclear: delete the message groups' keys of one shard (clear-15.lua deletes the rest;
   the key fences stay, as a shard's fence does: a fence never goes back).
   KEYS[1] kwait  KEYS[2] kturn  KEYS[3] kstate  KEYS[4] epoch
   ARGV[1] the caller's epoch of the queue ("" = not checked)

@@ -2,7 +2,7 @@
   queue's, they have no delivery state (lib/delivery.lua), yet one given back (its
   visibility ran out, a retry in place, a lease takeover) must return to its place, the
   `ready` score it was popped with. An ordered shard has one batch in flight at a time
-  (pop-12.lua), so the places of that batch are kept in one string, written by the pop
+  (pop-13.lua), so the places of that batch are kept in one string, written by the pop
   that claimed it and replaced by the next: the value of the pin's `dlv` field
   (lib/pin.lua), so that `dlv` holds no more entries and an ack reads no states.
   A place is read only for a delivery in flight without a state, which the last pop of

@@ -1,6 +1,6 @@
 --[[ lib/control: a cancel asked of a running delivery, and its progress, kept in the
   shard's `control` hash while the delivery runs: `x:<id>` (when the cancel was asked, ms,
-  by lua/remove-10.lua, kremove-13 or task-cancel-9) and `p:<id>` (the last progress its
+  by lua/cancel-9.lua, kcancel-13 or task-cancel-10) and `p:<id>` (the last progress its
   handler reported, JSON text, by lua/steer-3.lua). A delivery asked to stop never runs
   again: whatever ends it next (its consumer's nack, its visibility running out, a lease
   takeover) ends it "cancelled" instead (counted in `counts`).

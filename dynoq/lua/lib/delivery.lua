@@ -2,7 +2,7 @@
   "<attempts>|<saved ready score>|<delivery token>". The saved score is the message's
   place in `ready`, so a message given back returns to its place; it is empty once the
   message must take a fresh place.
-  A first delivery has no state (pop-12.lua; lib/ktake.lua on a keyed shard): writing one
+  A first delivery has no state (pop-13.lua; lib/ktake.lua on a keyed shard): writing one
   was a third of the server time of a pop and its ack (benchmarks/RESULTS.md); on an
   ordered shard the places of the batch in flight are kept apart, in one string
   (lib/batch.lua). Its token is its
@@ -20,7 +20,7 @@
                   fraction k/2048 (k from the nonce's last three hex digits) is exact in a
                   double until 2^42 ms (the year 2109), and is the token's randomness
   token_of(score) -> the token of a stateless delivery from its `unack` score as ZSCORE
-                  gives it (the string pop-12.lua returned: the same format of the same
+                  gives it (the string pop-13.lua returned: the same format of the same
                   double)
 ]]
 local function delivery(d)
@@ -43,7 +43,7 @@ end
 -- A token never holds '|', so a '|' then tok at the end can only be the state's last field.
 local function matches(d, tok, score)
   if tok == '' then return true end
-  -- Equal strings first (one compare: the server formats a score as pop-12.lua did).
+  -- Equal strings first (one compare: the server formats a score as pop-13.lua did).
   if not d then return tok == score or (score ~= nil and tonumber(tok) == tonumber(score)) end
   if string.find(tok, '|', 1, true) then return false end
   local at = #d - #tok

@@ -1,9 +1,11 @@
 --[[ lib/push: add messages to one queue shard; shared by push and publish.
   uses: lib/promote.lua lib/bulk.lua lib/record.lua lib/pin.lua lib/place.lua lib/firsts.lua
+        lib/lapse.lua
   push_into(k, ensure, window, now, items, from, skip, promoting)
     -> outcome per item, added, wake
     k: the shard's keys by name (delayed, ready, unack, msgs, dlv, dead, seq, done,
-       counts): a script's `K` (dynoq/_core/lua.py)
+       counts, and `expiry` where the script takes messages with an expiry:
+       lib/lapse.lua): a script's `K` (dynoq/_core/lua.py)
     ensure: skip an id that exists (or was acked within `window` ms); else replace it
     items: a flat list, from index `from` on, of id, delay ms, priority, body for each
            message (flat, not a table each: ARGV itself can be passed, and a push of
@@ -65,12 +67,14 @@ local function push_into(k, ensure, window, now, items, from, skip, promoting)
     fields[2 * m] = (delay == '0' and prio == '0' and plain
                      or enq .. fmt('%d,%d,', tonumber(delay), tonumber(prio))) .. items[j + 3]
   end
+  local expiry = k.expiry
   if bulk('HSET', msgs, fields) < #ids then
     -- Some replaced a message with the same id (a plain push; rare): the old copies
     -- leave every state, their deliveries become stale. Before placing the new ones.
     bulk('ZREM', ready, ids); bulk('ZREM', delayed, ids)
     bulk('ZREM', unack, ids); bulk('ZREM', dead, ids)
     bulk('HDEL', dlv, ids)
+    if expiry then bulk('ZREM', expiry, ids) end
   end
   local plan = placing(delayed, ready, now)
   for m, id in ipairs(ids) do
@@ -78,6 +82,7 @@ local function push_into(k, ensure, window, now, items, from, skip, promoting)
     local j = from + 4 * (i - 1)
     out[i] = 1
     place(plan, id, tonumber(items[j + 1]), tonumber(items[j + 2]), base + i)
+    if expiry then note(expiry, id, items[j + 3], now) end
   end
   local pushed = #ids
   local wake = false

@@ -8,7 +8,8 @@
   keys, TopicKeys.staging())
   KEYS[8] delayed|kwait  KEYS[9] ready|kturn  KEYS[10] unack|kstate  KEYS[11] msgs
   KEYS[12] dlv  KEYS[13] dead  KEYS[14] seq  KEYS[15] done  KEYS[16] counts
-  KEYS[8..] repeated: one group of nine per target queue (a keyed topic's group queues
+  KEYS[17] expiry (lib/lapse.lua)
+  KEYS[8..] repeated: one group of ten per target queue (a keyed topic's group queues
   pass kwait, kturn, kstate where the others pass delayed, ready, unack)
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] the subscriptions' version the caller built its KEYS from
@@ -27,7 +28,7 @@
 ]]
 local window, targets = int(ARGV[6], 0, MAX_MS), int(ARGV[7], 0, MAX_TARGETS)
 local conc = int(ARGV[8], 1, MAX_KEY_CONCURRENCY)
-if not (window and targets and (conc or ARGV[8] == '') and #KEYS == 7 + 9 * targets
+if not (window and targets and (conc or ARGV[8] == '') and #KEYS == 7 + 10 * targets
         and #ARGV == 8 + 2 * targets and #ARGV[5] <= MAX_TAG_BYTES) then
   return BOUNDS
 end

@@ -1,7 +1,7 @@
 --[[ kpush: add messages to one shard of a keyed queue (ordered="key"), each last in its key.
   KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] seq
   KEYS[6] done   KEYS[7] unack  KEYS[8] delayed  KEYS[9] dead  KEYS[10] dlv
-  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch
+  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch  KEYS[14] expiry (lib/lapse.lua)
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] mode: "push" (replace a message with the same id: the old copy leaves every
           state, its key moves on, the new one goes last in its key) or "ensure" (skip it)
@@ -15,7 +15,7 @@
   flags: none
 ]]
 local window, conc = int(ARGV[3], 0, MAX_MS), int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
-if not (#KEYS == 13 and fits(#ARGV, 5, 3, PUSH_CHUNK) and window and conc) then
+if not (#KEYS == 14 and fits(#ARGV, 5, 3, PUSH_CHUNK) and window and conc) then
   return BOUNDS
 end
 local refused = gone(K.epoch, ARGV[1])

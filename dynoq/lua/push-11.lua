@@ -3,6 +3,7 @@
   KEYS[5] dlv      KEYS[6] dead   KEYS[7] seq    KEYS[8] done
   KEYS[9] counts (hash: cumulative pushed, acked, retried, expired, dead)
   KEYS[10] epoch (the queue's epoch: lib/refusal.lua gone())
+  KEYS[11] expiry (the deadlines of messages pushed with an expiry: lib/lapse.lua)
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] mode: "push" (replace a message with the same id) or "ensure" (skip it)
   ARGV[3] dedupe window in ms (ensure skips ids acked within it; 0 = off)
@@ -13,7 +14,7 @@
   flags: none
 ]]
 local window = int(ARGV[3], 0, MAX_MS)
-if not (#KEYS == 10 and fits(#ARGV, 4, 4, PUSH_CHUNK) and window) then return BOUNDS end
+if not (#KEYS == 11 and fits(#ARGV, 4, 4, PUSH_CHUNK) and window) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 local out, _, wake = push_into(K, ARGV[2] == 'ensure', window, now_ms(), ARGV, 5)

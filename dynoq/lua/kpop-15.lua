@@ -5,7 +5,7 @@
   whose record does not name its key (not written by dynoq) is dead-lettered (lib/ktake.lua).
   KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] kfence
   KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
-  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch  KEYS[14] control
+  KEYS[11] why   KEYS[12] counts  KEYS[13] epoch  KEYS[14] control  KEYS[15] expiry
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] count  ARGV[3] visibility timeout ms  ARGV[4] nonce (with the attempt number
           it makes the delivery token)  ARGV[5] max retries  ARGV[6] wake channel (PUBLISHed when
@@ -18,12 +18,12 @@
            {0, -1, 0} too while the queue is paused (lua/pause-2.lua)
            or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/hint.lua lib/kexpire.lua
-        lib/ktake.lua lib/delivery.lua lib/paused.lua
+        lib/ktake.lua lib/delivery.lua lib/paused.lua lib/lapse.lua lib/klapse.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
 local max_retries, conc = int(ARGV[5], 0, MAX_RETRIES), int(ARGV[7], 1, MAX_KEY_CONCURRENCY)
-if not (#KEYS == 14 and #ARGV == 7 and count and vis and max_retries and conc) then
+if not (#KEYS == 15 and #ARGV == 7 and count and vis and max_retries and conc) then
   return BOUNDS
 end
 local refused = gone(K.epoch, ARGV[1])
@@ -32,6 +32,9 @@ local now = now_ms()
 
 if kexpire(K, now, 100, max_retries, conc) > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 kpromote(K, now, EXPIRE_LIMIT, conc)
+-- What was pushed with an expiry and not delivered by then: to the dead letters.
+local expiring = redis.call('EXISTS', K.expiry) == 1
+if expiring then klapse(K, now, LAPSE_LIMIT, conc) end
 if paused(K.control) then return idle_reply(0) end
 
 local due = deadline(now + vis, nonce)
@@ -39,6 +42,11 @@ local out = {1, 0, due}
 local _, alien = ktake(K, count, due, nonce, conc, out, now)
 if alien > 0 then redis.call('HINCRBY', K.counts, 'dead', alien) end
 if #out == 3 then return {0, wait_hint(K.delayed, K.unack, now, -1), 0} end
+if expiring then  -- delivered: an expiry no longer applies
+  local ids = {}
+  for i = 4, #out, 4 do ids[#ids + 1] = out[i] end
+  delivered(K.expiry, ids)
+end
 -- Keep the in-flight keys skiplist/hashtable (lib/pin.lua).
 redis.call('ZADD', K.unack, '+inf', PIN)
 redis.call('HSET', K.dlv, PIN, '')

@@ -14,6 +14,7 @@
   KEYS[13] tried   hash of the Spark task (write, stage, partition) on this shard: id -> the
                    attempt that pushed it (or counted it as pushed), until Spark counted
                    the task (tried-clear-1.lua)
+  KEYS[14] expiry  the deadlines of messages written with an expiry (lib/lapse.lua)
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] dedupe window in ms (ids acked within it are refused; 0 = off)
   ARGV[3] wake channel (PUBLISHed when push_into says a waiter may need it)
@@ -33,7 +34,7 @@
 local window, batch = int(ARGV[2], 0, MAX_MS), int(ARGV[4], -1, EXACT)
 local keep = int(ARGV[5], 1, MAX_MS)
 local conc = int(ARGV[6], 1, MAX_KEY_CONCURRENCY)
-if not (#KEYS == 13 and fits(#ARGV, 7, 4, PUSH_CHUNK) and window and batch and keep
+if not (#KEYS == 14 and fits(#ARGV, 7, 4, PUSH_CHUNK) and window and batch and keep
         and (conc or ARGV[6] == '') and (ARGV[7] == '' or int(ARGV[7], 0, EXACT))) then
   return BOUNDS
 end

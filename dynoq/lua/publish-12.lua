@@ -4,7 +4,8 @@
   KEYS[2] epoch (the topic's epoch: every group queue of the topic shares it)
   KEYS[3] delayed|kwait  KEYS[4] ready|kturn  KEYS[5] unack|kstate  KEYS[6] msgs
   KEYS[7] dlv  KEYS[8] dead  KEYS[9] seq  KEYS[10] done  KEYS[11] counts
-  KEYS[3..] repeated: one group of nine per target queue (a keyed topic's group queues
+  KEYS[12] expiry (lib/lapse.lua)
+  KEYS[3..] repeated: one group of ten per target queue (a keyed topic's group queues
   pass kwait, kturn, kstate where the others pass delayed, ready, unack)
   ARGV[1] the caller's epoch of the topic ("" = not checked)
   ARGV[2] the subscriptions' version the caller built its KEYS from
@@ -23,7 +24,7 @@
 ]]
 local window, targets = int(ARGV[3], 0, MAX_MS), int(ARGV[4], 0, MAX_TARGETS)
 local conc = int(ARGV[5], 1, MAX_KEY_CONCURRENCY)
-if not (window and targets and (conc or ARGV[5] == '') and #KEYS == 2 + 9 * targets
+if not (window and targets and (conc or ARGV[5] == '') and #KEYS == 2 + 10 * targets
         and fits(#ARGV, 5 + 2 * targets, 5,
                  math.min(PUSH_CHUNK, math.floor(MAX_COPIES / math.max(targets, 1))))) then
   return BOUNDS

@@ -1,7 +1,7 @@
 --[[ pop: claim up to `count` messages of one shard for a visibility timeout.
   KEYS[1] delayed  KEYS[2] ready  KEYS[3] unack  KEYS[4] msgs
   KEYS[5] dlv      KEYS[6] dead   KEYS[7] seq    KEYS[8] lease
-  KEYS[9] why      KEYS[10] counts  KEYS[11] epoch  KEYS[12] control
+  KEYS[9] why      KEYS[10] counts  KEYS[11] epoch  KEYS[12] control  KEYS[13] expiry
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] count    ARGV[3] visibility timeout ms
   ARGV[4] nonce (random per call; with the attempt number it makes the delivery token)
@@ -13,7 +13,7 @@
   ARGV[10] ceiling: claim only messages of this priority or a lower value (99: any). The
           caller passes the best priority any shard of the queue holds, so that a pop
           across shards takes the lower values first (see Planner.look, _core/popping.py)
-  KEYS[13..] repeated ready delayed unack: optional, other shards of the queue (one server
+  KEYS[14..] repeated ready delayed unack: optional, other shards of the queue (one server
   only: their keys are in other slots), three keys a shard; then the ceiling is also at
   most the lowest priority they may deliver (lib/rank.lua), and the reply ends with their
   ranks, one a shard, in that order. (Their epochs are not checked: only read, and a shard
@@ -33,7 +33,7 @@
            GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
         lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua lib/hint.lua
-        lib/paused.lua lib/bulk.lua lib/control.lua
+        lib/paused.lua lib/bulk.lua lib/control.lua lib/lapse.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -41,7 +41,7 @@ local ordered, token, max_retries = ARGV[5] == '1', ARGV[6], int(ARGV[7], 0, MAX
 -- The ceiling only bounds a compare: a rank from a priority above 99 (stored by hand) is
 -- taken as it is, not refused.
 local margin, ceiling = int(ARGV[9], 0, MAX_MS), int(ARGV[10], 0, math.huge)
-if not (fits(#KEYS, 12, 3, CALL_SHARDS - 1) and #ARGV == 10 and count and vis and max_retries
+if not (fits(#KEYS, 13, 3, CALL_SHARDS - 1) and #ARGV == 10 and count and vis and max_retries
         and margin and ceiling) then
   return BOUNDS
 end
@@ -55,6 +55,9 @@ local now = now_ms()
 -- Deliveries whose visibility ran out go back (or to the dead set): bounded work.
 local back = give_back(K, now, now, 100, max_retries)
 if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
+-- What was pushed with an expiry and not delivered by then: to the dead letters.
+local expiring = redis.call('EXISTS', K.expiry) == 1
+if expiring then lapse(K, now, LAPSE_LIMIT) end
 
 -- Promote what is due (a message given back keeps its saved place).
 promote(K.delayed, K.ready, K.msgs, K.dlv, K.seq, now, 5000)
@@ -134,6 +137,7 @@ for k, id in ipairs(ids) do
   end
 end
 bulk('ZADD', K.unack, unacks)
+if expiring then delivered(K.expiry, ids) end  -- delivered: an expiry no longer applies
 if st > 2 then bulk('HSET', K.dlv, states) end
 if ordered then keep_places(K.dlv, popped) end  -- with the pin, if none was
 if #fresh > 0 then bulk('HDEL', K.dlv, fresh) end
