@@ -259,7 +259,7 @@ def test_fetch_of_a_default_backlog_asks_the_first_shard_for_priority_0_alone() 
     flow = fetch(_ops(4), 100, [0, 1, 2, 3], visibility=30.0, consumer="c", backlog=True)
     first = next(flow)
     assert isinstance(first, Call) and first.script.name == "pop"
-    assert len(first.keys) == 12 and first.args[-1] == 0  # its twelve keys, ceiling 0
+    assert len(first.keys) == 13 and first.args[-1] == 0  # its thirteen keys, ceiling 0
 
 
 def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> None:
@@ -272,8 +272,8 @@ def test_fetch_after_priorities_bounds_the_first_pop_by_the_other_shards() -> No
     flow = planner.fetch(100, [2, 3, 0, 1], visibility=30.0, consumer="c", backlog=True)
     first = next(flow)
     assert isinstance(first, Call) and first.script.name == "pop"
-    assert len(first.keys) == 12 + 3 * 3 and first.args[-1] == 99
-    assert first.keys[12:15] == [
+    assert len(first.keys) == 13 + 3 * 3 and first.args[-1] == 99
+    assert first.keys[13:16] == [
         ops.shard_keys[3].ready,
         ops.shard_keys[3].delayed,
         ops.shard_keys[3].unack,
