@@ -21,6 +21,7 @@ def write_with(how: str, df: Any, client: dynoq.Client, queue: str, **cols: Any)
             "key_col": "keyCol",
             "delay_col": "delayCol",
             "priority_col": "priorityCol",
+            "expires_col": "expiresCol",
             "batch_size": "batchSize",
         }
         (

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 from helpers import dead_letter, delete_prefix, wait_for
+from sparkframes import write_with
 
 import dynoq
 from dynoq.spark import Counts, batch_sink, partition_sink, source_options, write
@@ -116,6 +117,24 @@ def test_refused_rows_are_counted(spark: Any, sclient: dynoq.Client) -> None:
     while msgs := q.pop(100):
         q.ack_many(msgs)  # acked: refused for 60 s
     assert write(df, sclient, "window", id_col="id").total == Counts(100, 0, 100)
+
+
+@pytest.mark.parametrize("how", ["format-arrow", "format-rows", "write"])
+def test_an_expiry_column(spark: Any, sclient: dynoq.Client, how: str) -> None:
+    # expiresCol / expires_col: seconds each row's message must be delivered in (null: none)
+    q = sclient.queue(f"ttl-{how}", shards=2)
+    df = spark.range(10, numPartitions=2).withColumn(
+        "ttl", F.when(F.col("id") % 2 == 0, F.lit(0.2)).cast("double")
+    )
+    write_with(how, df, sclient, q.name, id_col="id", expires_col="ttl")
+    assert q.get("2").expires == 0.2 and q.get("1").expires is None  # type: ignore[union-attr]
+    time.sleep(0.4)
+    got: list[dynoq.Message] = []
+    while batch := q.pop(50):
+        got += batch
+        q.ack_many(batch)
+    assert sorted(int(m.id or "") for m in got) == [1, 3, 5, 7, 9]
+    assert q.stats().total("lapsed") == 5
 
 
 def test_delay_column_of_timestamps(spark: Any, sclient: dynoq.Client) -> None:

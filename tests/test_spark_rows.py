@@ -156,6 +156,34 @@ def test_delay_seconds_and_timestamps_use_the_server_clock() -> None:
     assert len(calls) == 1  # once per batch, not per row
 
 
+def test_an_expiry_column_gives_each_message_its_expiry() -> None:
+    spec = RowSpec.of("id", expires_col="x")
+    rows: list[dict[str, Any]] = [
+        {"id": "a", "x": 2.5},
+        {"id": "b", "x": None},  # null: no expiry
+        {"id": "c", "x": Decimal("60")},
+        {"id": "d", "x": dt.timedelta(minutes=2)},  # a day-time interval
+    ]
+    assert [m.expires for m in messages(spec, rows)] == [2.5, None, 60.0, 120.0]
+    for bad, text in (
+        (0, "the expiry is 0"),
+        (-1, "the expiry is -1"),
+        (float("inf"), "the expiry is inf"),
+        ("soon", "the expiry is a str"),
+        (True, "the expiry is a bool"),
+    ):
+        made = to_messages(spec, [{"id": "r", "x": bad}], lambda: 0.0)
+        [refused] = made.rejected
+        assert refused.column == "x" and text in refused.reason
+    with pytest.raises(dynoq.InvalidType, match="expires column 'x'"):
+        plan(
+            {"fields": [{"name": "id", "type": "string"}, {"name": "x", "type": "string"}]},
+            ["id"],
+            id_col="id",
+            expires_col="x",
+        )
+
+
 @pytest.mark.parametrize(
     ("row", "column", "text"),
     [

@@ -18,7 +18,7 @@ Register it once per session, and in every thread of yours that uses it
 
 Options (names are case-insensitive): ``url`` and ``queue`` (required), ``prefix``
 (default "dq"), ``connectOptions`` (a JSON object of redis-py options, e.g. TLS files),
-``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``,
+``maxPayloadBytes``; for writes ``idCol`` (required), ``keyCol``, ``delayCol``, ``expiresCol``,
 ``priorityCol``, ``payloadCols`` (comma-separated; default all but ``headersCol``),
 ``batchSize`` (rows per push, default 1000), ``arrow`` ("true", the default, or "false":
 rows instead of Arrow batches), ``queueCol`` (the column naming each row's queue) with
@@ -96,6 +96,7 @@ _WRITE = {
     "queuecol",
     "queues",
     "headerscol",
+    "expirescol",
     "maxrowspersecond",
 }
 _READ = {"states", "schema", "mode", "columnnameofcorruptrecord"}
@@ -175,6 +176,7 @@ def write_settings(
         None if cols is None else _names(cols),
         queue_col=opts.get("queuecol"),
         headers_col=opts.get("headerscol"),
+        expires_col=opts.get("expirescol"),
     )
     retention = RETENTION if "retention" not in opts else _seconds(opts["retention"])
     query = opts.get("queryname", "")

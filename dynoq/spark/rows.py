@@ -90,14 +90,15 @@ def _short(value: object) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-_OPTIONAL = ("key_col", "delay_col", "priority_col", "queue_col", "headers_col")
+_OPTIONAL = ("key_col", "delay_col", "priority_col", "queue_col", "headers_col", "expires_col")
 
 
 @dataclass(frozen=True)
 class RowSpec:
     """Which columns make a message: id, optional key/delay/priority, the queue it goes
     to (``queue_col``: one of the write's queues), its headers (``headers_col``: a map of
-    strings, not part of the payload), and the payload."""
+    strings, not part of the payload), its expiry (``expires_col``: seconds or a day-time
+    interval to be delivered in, else dead-lettered; null: none), and the payload."""
 
     id_col: str
     key_col: str | None = None
@@ -106,6 +107,7 @@ class RowSpec:
     payload_cols: tuple[str, ...] | None = None
     queue_col: str | None = None
     headers_col: str | None = None
+    expires_col: str | None = None
 
     def __post_init__(self) -> None:
         _name(self.id_col, "id_col")
@@ -129,11 +131,14 @@ class RowSpec:
         *,
         queue_col: str | None = None,
         headers_col: str | None = None,
+        expires_col: str | None = None,
     ) -> RowSpec:
         if isinstance(payload_cols, str):
             raise InvalidType("payload_cols must be a list of column names, not one string")
         cols = None if payload_cols is None else tuple(payload_cols)
-        return cls(id_col, key_col, delay_col, priority_col, cols, queue_col, headers_col)
+        return cls(
+            id_col, key_col, delay_col, priority_col, cols, queue_col, headers_col, expires_col
+        )
 
     @property
     def routing_cols(self) -> list[str]:
@@ -146,6 +151,7 @@ class RowSpec:
                 self.priority_col,
                 self.queue_col,
                 self.headers_col,
+                self.expires_col,
             )
             if c is not None
         ]
@@ -277,6 +283,25 @@ def _delay(value: object, col: str, server_now: Callable[[], float]) -> float:
         )
     if not math.isfinite(value) or value < 0:
         raise _Refused(col, f"the delay is {value!r}: delays are finite seconds >= 0")
+    return float(value)
+
+
+def _expires(value: object, col: str) -> float | None:
+    """A row's expiry: seconds (or a day-time interval) > 0; null: none."""
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, Decimal):
+        value = float(value) if value.is_finite() else math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Refused(
+            col, f"the expiry is a {type(value).__name__} ({value!r}): use seconds or an interval"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise _Refused(
+            col, f"the expiry is {value!r}: expiries are finite seconds > 0 (null: none)"
+        )
     return float(value)
 
 
@@ -442,4 +467,7 @@ def _message(
         priority=0 if prio_col is None else _priority(row[prio_col], prio_col),
         key=None if key_col is None else _key(row[key_col], key_col, ordered),
         headers=None if headers_col is None else _headers(row[headers_col], headers_col),
+        expires=None
+        if spec.expires_col is None
+        else _expires(row[spec.expires_col], spec.expires_col),
     )

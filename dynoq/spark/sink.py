@@ -205,6 +205,7 @@ def _writer(
     queue_col: str | None,
     headers_col: str | None,
     max_rows_per_second: int | None,
+    expires_col: str | None = None,
 ) -> RowWriter:
     spec = RowSpec.of(
         id_col,
@@ -214,6 +215,7 @@ def _writer(
         payload_cols,
         queue_col=queue_col,
         headers_col=headers_col,
+        expires_col=expires_col,
     )
     return writer_for(
         lambda name: Target.of(where, name, connect_options),
@@ -238,6 +240,7 @@ def partition_sink(
     queue_col: str | None = None,
     headers_col: str | None = None,
     max_rows_per_second: int | None = None,
+    expires_col: str | None = None,
     schema: Any = None,
     **connect_options: Any,
 ) -> QueueSink:
@@ -247,7 +250,9 @@ def partition_sink(
     and redis-py options as keywords. ``id_col`` gives ids (str or int, never null or
     empty); ``key_col`` the ordering key (ordered queues only; each partition's rows keep
     their order per key); ``delay_col`` seconds, a due timestamp or a day-time interval;
-    ``priority_col`` 0..99; ``payload_cols`` the payload's columns (default: all);
+    ``priority_col`` 0..99; ``expires_col`` seconds (or a day-time interval) each message
+    must be delivered in, else it is dead-lettered (null: no expiry); ``payload_cols`` the
+    payload's columns (default: all);
     ``batch_size`` rows per push (1..100000); ``queue_col``, ``headers_col``,
     ``max_rows_per_second``: see the module docstring. ``schema``: the DataFrame's schema
     (``df.schema``; recommended): its column types are checked now, and values are stored
@@ -274,6 +279,7 @@ def partition_sink(
         queue_col=queue_col,
         headers_col=headers_col,
         max_rows_per_second=max_rows_per_second,
+        expires_col=expires_col,
     )
     if schema is not None:
         writer.check([f.name for f in schema.fields])
@@ -296,6 +302,7 @@ def batch_sink(
     queue_col: str | None = None,
     headers_col: str | None = None,
     max_rows_per_second: int | None = None,
+    expires_col: str | None = None,
     query: str | None = None,
     retention: float = RETENTION,
     keep: int = 100,
@@ -325,6 +332,7 @@ def batch_sink(
         queue_col=queue_col,
         headers_col=headers_col,
         max_rows_per_second=max_rows_per_second,
+        expires_col=expires_col,
     )
     writer.check(streaming=True)
     return BatchSink(writer, query=query, keep=keep, on_batch=on_batch)
@@ -344,6 +352,7 @@ def write(
     queue_col: str | None = None,
     headers_col: str | None = None,
     max_rows_per_second: int | None = None,
+    expires_col: str | None = None,
     **connect_options: Any,
 ) -> WriteResult:
     """Push a DataFrame now, in one Spark job (Arrow when pandas and pyarrow are
@@ -363,5 +372,6 @@ def write(
             queue_col=queue_col,
             headers_col=headers_col,
             max_rows_per_second=max_rows_per_second,
+            expires_col=expires_col,
         )
     ).write(df)

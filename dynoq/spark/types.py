@@ -109,6 +109,7 @@ def plan(
     priority_col: str | None = None,
     queue_col: str | None = None,
     headers_col: str | None = None,
+    expires_col: str | None = None,
 ) -> Plan:
     """Check a schema (``StructType.jsonValue()``) for a write, on the driver; the plan
     for the executors. Raises InvalidType naming the column whose type cannot be stored
@@ -139,6 +140,13 @@ def plan(
                 f"delay column {delay_col!r} is {_describe(t)}{hint}: a delay "
                 "is seconds (a number), a due timestamp or a day-time "
                 "interval; cast the column"
+            )
+    if expires_col is not None:
+        t = fields[expires_col]
+        if not (_is_number(t) or (isinstance(t, str) and _DAY_TIME.match(t))):
+            raise InvalidType(
+                f"expires column {expires_col!r} is {_describe(t)}: an expiry is seconds "
+                "(a number) or a day-time interval; cast the column"
             )
     for col in payload_cols:
         check_payload(fields[col], col, col)

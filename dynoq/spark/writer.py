@@ -284,6 +284,7 @@ class RowWriter:
                 priority_col=s.priority_col,
                 queue_col=s.queue_col,
                 headers_col=s.headers_col,
+                expires_col=s.expires_col,
             ),
         )
 
