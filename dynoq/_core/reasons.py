@@ -14,6 +14,23 @@ from .codec import MAX_MS, unpack
 
 MAX_ERROR_TEXT, MAX_TRACEBACK = 1000, 4000  # characters kept of a failure
 
+# The reasons a script records without a consumer's words: kind -> (type, message)
+_FIXED = {
+    b"x": (
+        "VisibilityTimeout",
+        "its deliveries were not acked within the visibility timeout (a consumer crashed "
+        "or hung) until its retries were spent",
+    ),
+    b"r": (  # lua/lib/ktake.lua
+        "RecordError",
+        "its record does not name the key it waited in (not written by dynoq)",
+    ),
+    b"l": (  # lua/lib/lapse.lua
+        "Expired",
+        "it was not delivered before its expiry (push(..., expires=...))",
+    ),
+}
+
 
 def why(error: BaseException, consumer: str) -> bytes:
     """The reason a consumer records with a failed message: msgpack [error type, message,
@@ -40,32 +57,9 @@ def failure(raw: bytes | None) -> Failure | None:
     try:
         first, last, kind, detail = raw.split(b",", 3)
         times = _failed_at(first), _failed_at(last)
-        if kind == b"x":
-            return Failure(
-                "VisibilityTimeout",
-                "its deliveries were not acked within the "
-                "visibility timeout (a consumer crashed or hung) until its "
-                "retries were spent",
-                "",
-                "",
-                *times,
-            )
-        if kind == b"r":  # lua/lib/ktake.lua
-            return Failure(
-                "RecordError",
-                "its record does not name the key it waited in (not written by dynoq)",
-                "",
-                "",
-                *times,
-            )
-        if kind == b"l":  # lua/lib/lapse.lua
-            return Failure(
-                "Expired",
-                "it was not delivered before its expiry (push(..., expires=...))",
-                "",
-                "",
-                *times,
-            )
+        fixed = _FIXED.get(kind)
+        if fixed is not None:
+            return Failure(*fixed, "", "", *times)
         if kind == b"t":  # lua/lib/transaction.lua bury_half(): detail is the checks made
             return Failure(
                 "TransactionUnresolved",

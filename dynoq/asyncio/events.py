@@ -70,6 +70,14 @@ async def within(awaitable: Awaitable[T], seconds: float) -> T:
     return result
 
 
+def take_back(task: asyncio.Task[Any]) -> None:
+    """Take back a cancellation of ``task`` this process made itself (a timeout, a
+    cancelled message's call cut short); one from elsewhere that came too is raised, not
+    swallowed (3.11+: Task.uncancel counts them; before, there is nothing to take back)."""
+    if sys.version_info >= (3, 11) and task.uncancel() > 0:
+        raise asyncio.CancelledError
+
+
 class Watch:
     """consume_timeout over a run of handler calls on the current task with one timer,
     not one per call (Python 3.11+: it takes back its own cancellation). Call
@@ -115,9 +123,7 @@ class Watch:
         if not self.fired:
             return False
         self.fired = False
-        # Only used on 3.11+ (Task.uncancel); someone else cancelling too is kept.
-        if sys.version_info >= (3, 11) and self.task.uncancel() > 0:
-            raise asyncio.CancelledError
+        take_back(self.task)
         return True
 
     def interrupt(self, msg: object) -> None:
@@ -133,8 +139,7 @@ class Watch:
         if not self.heard:
             return False
         self.heard = False
-        if sys.version_info >= (3, 11) and self.task.uncancel() > 0:
-            raise asyncio.CancelledError
+        take_back(self.task)
         return True
 
     def close(self) -> None:

@@ -80,10 +80,8 @@ if take > 0 and redis.call('ZCARD', K.kturn) == 1 and not paused(K.control) then
   out[2] = deadline(now + tonumber(ARGV[6]), ARGV[7])
   if ktake(K, take, out[2], ARGV[7], conc, out, now) > 0 then
     woke = woke and redis.call('EXISTS', K.kturn) == 1  -- nobody else needs waking for it
-    if redis.call('EXISTS', K.expiry) == 1 then  -- delivered: an expiry no longer applies
-      local ids = {}
-      for i = 3, #out, 4 do ids[#ids + 1] = out[i] end
-      delivered(K.expiry, ids)
+    if redis.call('EXISTS', K.expiry) == 1 then  -- delivered: no longer expires
+      taken(K.expiry, out, 3)
     end
     redis.call('ZADD', K.unack, '+inf', PIN)
     redis.call('HSET', K.dlv, PIN, '')

@@ -42,11 +42,7 @@ local out = {1, 0, due}
 local _, alien = ktake(K, count, due, nonce, conc, out, now)
 if alien > 0 then redis.call('HINCRBY', K.counts, 'dead', alien) end
 if #out == 3 then return {0, wait_hint(K.delayed, K.unack, now, -1), 0} end
-if expiring then  -- delivered: an expiry no longer applies
-  local ids = {}
-  for i = 4, #out, 4 do ids[#ids + 1] = out[i] end
-  delivered(K.expiry, ids)
-end
+if expiring then taken(K.expiry, out, 4) end  -- delivered: an expiry no longer applies
 -- Keep the in-flight keys skiplist/hashtable (lib/pin.lua).
 redis.call('ZADD', K.unack, '+inf', PIN)
 redis.call('HSET', K.dlv, PIN, '')

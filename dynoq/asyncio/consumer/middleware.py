@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,7 +18,7 @@ from ..._core.callables import call_sync
 from ..._core.consuming import cancelled, timed_out
 from ..._core.middleware import Middleware, invocation
 from ...message import Message
-from ..events import Overran, within
+from ..events import Overran, take_back, within
 
 # What the consumer does with a call that ran past consume_timeout: the call still running
 # in its thread, or None (a coroutine, cancelled and ended), and the call's messages.
@@ -122,11 +121,10 @@ class Invoker:
     def _took_back(self, one: int | None, task: asyncio.Task[Any] | None) -> bool:
         """Whether the call on message ``one`` was cut short by :meth:`interrupt` (its
         cancellation is then taken back; one from elsewhere too is raised)."""
-        if one is None or one not in self._cut:
+        if one is None or task is None or one not in self._cut:
             return False
         self._cut.discard(one)
-        if sys.version_info >= (3, 11) and task is not None and task.uncancel() > 0:
-            raise asyncio.CancelledError
+        take_back(task)
         return True
 
     def interrupt(self, msgs: Sequence[Message]) -> None:

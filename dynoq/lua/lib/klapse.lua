@@ -18,9 +18,6 @@ local function klapse(K, now, limit, conc)
       end
     end
   end
-  if n > 0 then
-    redis.call('HINCRBY', K.counts, 'lapsed', n)
-    redis.call('HINCRBY', K.counts, 'dead', n)
-  end
+  lapsed(K.counts, n)
   return n, more
 end

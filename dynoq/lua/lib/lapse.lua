@@ -9,7 +9,9 @@
   note(expiry, id, body, now) -> notes `body`'s deadline, when it carries one (the push
     that replaces a message drops the note of the one it replaces first)
   delivered(expiry, ids) -> drops the notes of `ids` (the caller knows the zset exists:
-    one EXISTS a pop, none a push)
+    one EXISTS a pop, none a push); taken(expiry, out, from): of the ids lib/ktake.lua
+    put in `out` from index `from` on (id, record, attempts, fence each)
+  lapsed(counts, n) -> counts n messages lapsed (and dead)
   due_lapses(expiry, now, limit) -> ids whose deadline passed (at most limit), notes dropped,
     and whether more may remain
   lapse(K, now, limit) -> dead-letters the due ones that wait in `ready` or `delayed`;
@@ -30,6 +32,19 @@ local function delivered(expiry, ids)
   if #ids > 0 then bulk('ZREM', expiry, ids) end
 end
 
+local function lapsed(counts, n)
+  if n > 0 then
+    redis.call('HINCRBY', counts, 'lapsed', n)
+    redis.call('HINCRBY', counts, 'dead', n)
+  end
+end
+
+local function taken(expiry, out, from)
+  local ids = {}
+  for i = from, #out, 4 do ids[#ids + 1] = out[i] end
+  delivered(expiry, ids)
+end
+
 local function due_lapses(expiry, now, limit)
   local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, limit)
   if #ids > 0 then bulk('ZREM', expiry, ids) end
@@ -46,9 +61,6 @@ local function lapse(K, now, limit)
       n = n + 1
     end
   end
-  if n > 0 then
-    redis.call('HINCRBY', K.counts, 'lapsed', n)
-    redis.call('HINCRBY', K.counts, 'dead', n)
-  end
+  lapsed(K.counts, n)
   return n, more
 end
