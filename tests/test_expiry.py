@@ -135,3 +135,23 @@ def test_clear_deletes_the_expiries_with_the_messages(client: dynoq.Client) -> N
     q.push("a", id="a")  # the same id again, no expiry: the old note is gone
     time.sleep(0.3)
     assert [m.payload for m in q.pop()] == ["a"] and q.stats().total("lapsed") == 0
+
+
+def test_a_message_a_keyed_ack_delivers_no_longer_expires(client: dynoq.Client) -> None:
+    # A hot key alone: the ack of its message delivers the next in its reply (kack-14's
+    # take, the consumer's refill); that delivery drops its expiry too, so a retry of it
+    # runs whenever it comes, while the one never delivered expires.
+    q = client.queue("hot", shards=1, ordered="key")
+    q.push_many([dynoq.Message(i, id=f"h{i}", key="k", expires=0.4) for i in range(3)])
+    [first] = q.pop()
+    took = q.ops.kind.ack_and_take([first], 1, 30_000)
+    assert took is not None
+    call, taken = took
+    assert q.backend.run(call) == 1
+    [second] = taken
+    assert second.id == "h1" and q.nack(second)  # back at the head of its key, retried
+    time.sleep(0.5)
+    [again] = q.pop(wait=1)
+    assert again.id == "h1" and again.attempts == 2 and q.ack(again)
+    stats = q.stats()
+    assert stats.total("lapsed") == 1 and [m.id for m in q.dead()] == ["h2"]
