@@ -59,10 +59,10 @@ def test_a_delivered_message_no_longer_expires(client: dynoq.Client, kind: str) 
     # The expiry is of its delivery: one that was delivered and then retried runs again,
     # whenever that is.
     q = client.queue("jobs", **KINDS[kind])
-    q.push("x", id="x", key="k", expires=0.3)
+    q.push("x", id="x", key="k", expires=1.0)  # (a second: a loaded machine pops in time)
     [m] = q.pop()
-    assert q.nack(m, delay=0.5 if kind == "concurrent" else 0)
-    time.sleep(0.6)
+    assert q.nack(m, delay=1.2 if kind == "concurrent" else 0)
+    time.sleep(1.3)
     [again] = q.pop(wait=1)
     assert again.id == "x" and again.attempts == 2 and q.ack(again)
     assert q.stats().total("lapsed") == 0
@@ -116,11 +116,11 @@ def test_a_topics_copies_expire_in_each_group(client: dynoq.Client) -> None:
     t = client.topic("events", shards=2)
     t.subscribe("fast")
     t.subscribe("slow")
-    t.publish("news", key="k", expires=0.3, id="n1")
+    t.publish("news", key="k", expires=1.0, id="n1")
     fast, slow = t.group_queue("fast"), t.group_queue("slow")
     [m] = fast.pop()
-    assert m.expires == 0.3 and fast.ack(m)
-    time.sleep(0.4)
+    assert m.expires == 1.0 and fast.ack(m)
+    time.sleep(1.1)
     assert slow.pop(wait=0.2) == []
     assert slow.stats().total("lapsed") == 1 and fast.stats().total("lapsed") == 0
     [dead] = slow.dead()
@@ -142,7 +142,7 @@ def test_a_message_a_keyed_ack_delivers_no_longer_expires(client: dynoq.Client) 
     # take, the consumer's refill); that delivery drops its expiry too, so a retry of it
     # runs whenever it comes, while the one never delivered expires.
     q = client.queue("hot", shards=1, ordered="key")
-    q.push_many([dynoq.Message(i, id=f"h{i}", key="k", expires=0.4) for i in range(3)])
+    q.push_many([dynoq.Message(i, id=f"h{i}", key="k", expires=1.5) for i in range(3)])
     [first] = q.pop()
     took = q.ops.kind.ack_and_take([first], 1, 30_000)
     assert took is not None
@@ -150,7 +150,7 @@ def test_a_message_a_keyed_ack_delivers_no_longer_expires(client: dynoq.Client) 
     assert q.backend.run(call) == 1
     [second] = taken
     assert second.id == "h1" and q.nack(second)  # back at the head of its key, retried
-    time.sleep(0.5)
+    time.sleep(1.6)
     [again] = q.pop(wait=1)
     assert again.id == "h1" and again.attempts == 2 and q.ack(again)
     stats = q.stats()
