@@ -71,7 +71,7 @@ class Message:
     # A consumer's side of a delivery that runs (Steer): made at the first progress report
     # or the consumer's first look at a long delivery, not for every message.
     steer: Steer | None = field(default=None, repr=False, compare=False)
-    # The progress its handler last reported (JSON text): kept while it runs (q.get, peek).
+    # The progress its handler last reported (JSON text): kept while it runs (q.get).
     reported: str | None = field(default=None, repr=False, compare=False)
     # Seconds after its push (a commit's, a publish's) by which it must be delivered, else
     # it is dead-lettered as expired (None: never). Last: the fields before are positional.
@@ -87,9 +87,10 @@ class Message:
         """``msg.progress(value)``: report how far the handler got, a number or a small
         dict (JSON, at most 1,024 bytes; InvalidArgument or InvalidType otherwise), kept
         with the delivery while it runs (the consumer sends the latest within a second;
-        ``q.get(id)``, ``TaskHandle.progress()``, ``dynoq peek``, the dashboard). Raises
+        ``q.get(id)``, ``TaskHandle.progress()``, ``dynoq get``, the dashboard). Raises
         dynoq.Cancelled once the message was cancelled. ``msg.progress()``: the last
-        value reported (what a ``q.get`` or ``peek`` read: None when none was)."""
+        value reported (of a message ``q.get`` read: what its handler last reported while
+        it runs; None when none was)."""
         if value is _UNSET:
             return None if self.reported is None else json.loads(self.reported)
         text = progress_text(value)
@@ -129,7 +130,7 @@ def progress_text(value: Any) -> str:
         raise InvalidArgument(f"progress must be a finite number, got {value!r}")
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # (nested past what JSON writes)
         raise InvalidArgument(f"progress must be JSON (numbers, text, lists, dicts): {exc}") from (
             None
         )

@@ -130,6 +130,11 @@ def test_progress_is_refused_unless_a_small_number_or_dict() -> None:
         m.progress({"x": "y" * 2000})
     with pytest.raises(dynoq.InvalidArgument, match="JSON"):
         m.progress({"x": {1, 2}})
+    deep: dict[str, Any] = {}
+    for _ in range(100_000):  # nested past what JSON writes: a typed error, not a crash
+        deep = {"d": deep}
+    with pytest.raises(dynoq.InvalidArgument, match="JSON"):
+        m.progress(deep)
     assert m.progress() == {"done": 3, "of": 10}  # a refused report changes nothing
     m.heartbeat()  # not cancelled: nothing
 
