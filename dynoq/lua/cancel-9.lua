@@ -13,11 +13,4 @@
 if not (#KEYS == 9 and #ARGV == 2) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local id = ARGV[2]
-if redis.call('ZSCORE', K.unack, id) then
-  redis.call('HSET', K.control, 'x:' .. id, now_ms())
-  return 2
-end
-if redis.call('ZREM', K.ready, id) + redis.call('ZREM', K.delayed, id) == 0 then return 0 end
-cancelled(K.msgs, K.dlv, K.why, K.counts, K.control, id)
-return 1
+return cancel_plain(K, ARGV[2])

@@ -20,7 +20,7 @@ local rec = redis.call('HGET', K.msgs, ARGV[2])
 if not rec then return 0 end
 local id = ARGV[2]
 if redis.call('ZSCORE', K.unack, id) then
-  redis.call('HSET', K.control, 'x:' .. id, now_ms())
+  ask(K.control, id)
   return 2
 end
 -- Only what waits (in its key's chain, or a retry due later): a dead letter or a

@@ -17,18 +17,10 @@ local keep = int(ARGV[3], 0, MAX_MS)
 if not (#KEYS == 10 and #ARGV == 5 and keep) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
-local id = ARGV[2]
-local running = redis.call('ZSCORE', K.unack, id)
-if running then
-  redis.call('HSET', K.control, 'x:' .. id, now_ms())
-elseif redis.call('ZREM', K.ready, id) == 0 and redis.call('ZREM', K.delayed, id) == 0 then
-  return 0
-else
-  cancelled(K.msgs, K.dlv, K.why, K.counts, K.control, id)
-end
+local done = cancel_plain(K, ARGV[2])
+if done == 0 then return 0 end
 -- Kept now also for a running one: what its handler's end writes (a result kept with its
 -- ack, when it ended well before it heard) replaces it.
 if keep > 0 then redis.call('SET', K.result, ARGV[4], 'PX', ARGV[3]) end
-if running then return 2 end
-redis.call('PUBLISH', ARGV[5], '1')
-return 1
+if done == 1 then redis.call('PUBLISH', ARGV[5], '1') end
+return done
