@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 61d962cda596c485: of the text below, an edit by hand does not match).
+# is stale; digest 4d7628e2e9666a32: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -313,6 +313,18 @@ class Queue:
         and the keys blocked by a failing message (``{key, id, attempts, reason}``), at
         most ``limit`` (1..1000) of each (``dynoq keys QUEUE``)."""
         return self.backend.drive(self.ops.kind.keys_report(limit))
+
+    def set_weight(self, key: str, weight: int) -> int:
+        """A queue with ordered="key": give ``key`` ``weight`` turns (1..100, default 1)
+        for each turn of a weight-1 key of its shard while both have messages waiting
+        (weighted round-robin, enforced in Redis for every consumer); kept until set
+        back to 1, across clears. Returns the key's weight before. At most 10,000 keys
+        of a shard have a weight other than 1 (InvalidArgument beyond)."""
+        return self.backend.drive(self.ops.kind.set_weight(key, weight))
+
+    def weight(self, key: str) -> int:
+        """A queue with ordered="key": the fairness weight of ``key`` (1 unless set)."""
+        return self.backend.drive(self.ops.kind.weight(key))
 
     def clear(self) -> None:
         """Delete every message of the queue (its settings stay)."""

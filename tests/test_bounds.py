@@ -131,6 +131,8 @@ def test_the_scripts_maxima_are_the_clients_constants() -> None:
         "MAX_FLOW": canvas.MAX_NODES,
         "MAX_GROUP": canvas.MAX_MEMBERS,
         "MAX_PROGRESS": dynoq.message.MAX_PROGRESS,
+        "MAX_WEIGHT": keyed.MAX_WEIGHT,
+        "MAX_WEIGHTED": keyed.MAX_WEIGHTED,
         "MAX_MS": validate.to_ms(validate.MAX_SECONDS),
         "EXACT": 2**53,
     }
@@ -218,6 +220,7 @@ def _exercise(client: dynoq.Client) -> None:
     keyed.nack(kgot[1])  # knack
     keyed.remove(kgot[2].id or "")  # kremove
     keyed.cancel(keyed.push("cancelled", key="kc"))  # kcancel
+    keyed.set_weight("k1", 3)  # weight
     keyed.requeue_expired()  # krequeue
     run(keyed.ops.nack_call(kgot[3], delay=0.0, mode="dead"))
     keyed.replay_dead()  # kreplay

@@ -99,6 +99,23 @@ def test_queue_pause_and_resume(run: Any, client: dynoq.Client) -> None:
     assert [m.payload for m in q.pop()] == ["a"]
 
 
+def test_queue_weight_shows_and_sets_a_keys_weight(run: Any, client: dynoq.Client) -> None:
+    q = client.queue("fair", shards=2, ordered="key")
+    assert "'big': weight 1" in ok(run("queue", "weight", "fair", "big"))
+    assert json.loads(ok(run("queue", "weight", "fair", "big", "3", "--json"))) == {
+        "queue": "fair",
+        "key": "big",
+        "weight": 3,
+        "before": 1,
+    }
+    assert q.weight("big") == 3
+    assert "'big': weight 3" in ok(run("queue", "weight", "fair", "big"))
+    failed(run("queue", "weight", "fair", "big", "101"), EXIT_USAGE, "weight must be")
+    client.queue("plain", shards=1)
+    failed(run("queue", "weight", "plain", "big", "2"), EXIT_USAGE, 'ordered="key"')
+    assert q.weight("big") == 3
+
+
 def test_cancel_and_get_with_progress(run: Any, client: dynoq.Client) -> None:
     from dynoq._core.steering import look
 

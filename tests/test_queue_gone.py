@@ -166,6 +166,8 @@ def test_a_keyed_queue_refuses_its_reads_of_keys_too(
         "keys": lambda: q.keys(),
         "key_state": lambda: q.key_state("k0"),
         "key_state of an unknown key": lambda: q.key_state("nobody"),
+        "set_weight": lambda: q.set_weight("k0", 3),
+        "weight": lambda: q.weight("k0"),
     }.items():
         with pytest.raises(dynoq.QueueGone, match="queue 'grouped' is gone"):
             op()

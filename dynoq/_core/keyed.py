@@ -24,12 +24,14 @@ from .settings import QueueSettings
 
 _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), script("knack")
 _KREMOVE, _KREQUEUE, _KREPLAY = script("kremove"), script("krequeue"), script("kreplay")
-_KCANCEL = script("kcancel")
+_KCANCEL, _WEIGHT = script("kcancel"), script("weight")
 _KCLEAR, _KOLDEST, _STATS = script("kclear"), script("koldest"), script("stats")
 MAX_KEYS_REPORT = 1000  # keys one `dynoq keys` report lists at most
 # Deliveries one krequeue call gives back (each about 40 µs of the server's time: a call
 # stays well within DESIGN §2.14's 50 ms)
 EXPIRE_LIMIT = 500
+MAX_WEIGHT = 100  # a key's fairness weight at most (lua/lib/kweight.lua)
+MAX_WEIGHTED = 10_000  # keys of one shard with a weight other than 1, at most
 
 
 def parse_state(raw: bytes | str | None) -> tuple[int, int, str, str]:
@@ -44,6 +46,12 @@ def parse_state(raw: bytes | str | None) -> tuple[int, int, str, str]:
     f, w, a, b = (int(x) for x in parts[:4])
     ids = parts[4]
     return f, w, ids[:a].decode(errors="replace"), ids[a : a + b].decode(errors="replace")
+
+
+def parse_weight(raw: bytes | str | None) -> int:
+    """A key's weight from its ``w:<key>`` field (lua/lib/kweight.lua): 1 when none."""
+    head = text(raw).split("|", 1)[0] if raw else ""
+    return int(head) if head.isdigit() and 1 <= int(head) <= MAX_WEIGHT else 1
 
 
 class Keyed(Kind):
@@ -292,12 +300,39 @@ class Keyed(Kind):
             for i, k in enumerate(self.shard_keys)
         ]
 
-    def key_state(self, key: object) -> Flow[KeyState]:
-        """The state of one key (all 0 for a key the queue does not hold)."""
+    def set_weight(self, key: object, weight: object) -> Flow[int]:
+        """Give ``key`` ``weight`` turns (1..100) for each turn of a weight-1 key of its
+        shard while both wait (lua/lib/kweight.lua); the result: its weight before."""
+        name, shard = self._key_shard(key, "set_weight()")
+        w = validate.check_int(weight, "weight", low=1, high=MAX_WEIGHT)
+        context = f"set_weight() on shard {shard} of {self.name!r}"
+        old = yield _WEIGHT.call(
+            self.shard_keys[shard], [self.epoch, name, w], self.opened.checked(context)
+        )
+        if old == 0:
+            raise InvalidArgument(
+                f"shard {shard} of {self.name!r} holds {MAX_WEIGHTED} weighted keys already: "
+                f"set one of them back to 1 first"
+            )
+        return int(old)
+
+    def weight(self, key: object) -> Flow[int]:
+        """The fairness weight of ``key`` (1 unless set)."""
+        name, shard = self._key_shard(key, "weight()")
+        checks = self.opened.epoch_checks([shard], f"weight() of {self.name!r}")
+        *_, raw = yield Batch([*checks, Cmd(("HGET", self.shard_keys[shard].control, "w:" + name))])
+        return parse_weight(raw)
+
+    def _key_shard(self, key: object, what: str) -> tuple[str, int]:
+        """A key's name, checked, and its shard."""
         name = validate.check_key(key)
         if name is None:
-            raise InvalidArgument("key_state() needs a key")
-        shard = shard_of(name, self.settings.shards)
+            raise InvalidArgument(f"{what} needs a key")
+        return name, shard_of(name, self.settings.shards)
+
+    def key_state(self, key: object) -> Flow[KeyState]:
+        """The state of one key (all 0 for a key the queue does not hold)."""
+        name, shard = self._key_shard(key, "key_state()")
         keys = self.shard_keys[shard]
         # a vanished queue raises QueueGone here, not "no such key"
         checks = self.opened.epoch_checks([shard], f"key_state() of {self.name!r}")

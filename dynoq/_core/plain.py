@@ -182,6 +182,14 @@ class Kind(ABC):
         """The busiest and the blocked keys (a keyed queue's; refused on any other)."""
         raise self.not_keyed("keys()")
 
+    def set_weight(self, key: object, weight: object) -> Flow[int]:
+        """Set a key's fairness weight (a keyed queue's; refused on any other)."""
+        raise self.not_keyed("set_weight()")
+
+    def weight(self, key: object) -> Flow[int]:
+        """A key's fairness weight (a keyed queue's; refused on any other)."""
+        raise self.not_keyed("weight()")
+
     def not_keyed(self, what: str) -> InvalidArgument:
         return InvalidArgument(
             f'{what} is for queues with ordered="key"; queue {self.name!r} is not one'

@@ -65,8 +65,8 @@ ROLES: dict[str, Role] = {
         "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
         "subscriptions, progress and cancels of running messages; and a queue's "
         "operations by id: remove, cancel, reschedule, replay, "
-        "purge dead letters, schedules, pause and resume; run task workers, with kept "
-        "results and the flows they advance; cancel tasks and flows; prepare, "
+        "purge dead letters, schedules, pause and resume, keys' weights; run task "
+        "workers, with kept results and the flows they advance; cancel tasks and flows; prepare, "
         "commit and roll back transactional messages from a handler",
         _OPEN
         | {
@@ -100,6 +100,7 @@ ROLES: dict[str, Role] = {
             "replay",
             "purge-dead",
             "pause",
+            "weight",
             "lease-acquire",
             "lease-renew",
             "lease-release",

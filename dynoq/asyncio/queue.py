@@ -313,6 +313,18 @@ class Queue:
         most ``limit`` (1..1000) of each (``dynoq keys QUEUE``)."""
         return await self.backend.drive(self.ops.kind.keys_report(limit))
 
+    async def set_weight(self, key: str, weight: int) -> int:
+        """A queue with ordered="key": give ``key`` ``weight`` turns (1..100, default 1)
+        for each turn of a weight-1 key of its shard while both have messages waiting
+        (weighted round-robin, enforced in Redis for every consumer); kept until set
+        back to 1, across clears. Returns the key's weight before. At most 10,000 keys
+        of a shard have a weight other than 1 (InvalidArgument beyond)."""
+        return await self.backend.drive(self.ops.kind.set_weight(key, weight))
+
+    async def weight(self, key: str) -> int:
+        """A queue with ordered="key": the fairness weight of ``key`` (1 unless set)."""
+        return await self.backend.drive(self.ops.kind.weight(key))
+
     async def clear(self) -> None:
         """Delete every message of the queue (its settings stay)."""
         await self.backend.run(self.ops.clear())

@@ -139,7 +139,7 @@ def cancel(env: Env, queue: str, msg_id: str, as_json: bool) -> None:
 
 @cli.group("queue")
 def queue_group() -> None:
-    """Create, pause and resume queues."""
+    """Create, pause and resume queues; weigh their keys."""
 
 
 @queue_group.command("pause")
@@ -168,6 +168,28 @@ def _pause(env: Env, name: str, as_json: bool, *, on: bool) -> None:
         as_json,
         {"queue": name, "paused": on, "changed": changed},
         f"{name!r} {done if changed else already}",
+    )
+
+
+@queue_group.command("weight")
+@click.argument("name")
+@click.argument("key")
+@click.argument("weight", type=int, required=False)
+@JSON_OPTION
+@pass_env
+def queue_weight(env: Env, name: str, key: str, weight: int | None, as_json: bool) -> None:
+    """Show KEY's fairness weight on queue NAME (ordered="key"), or set it to WEIGHT
+    (1..100: WEIGHT turns for each turn of a weight-1 key while both wait)."""
+    q = env.queue(name)
+    if weight is None:
+        now = q.weight(key)
+        emit(as_json, {"queue": name, "key": key, "weight": now}, f"{key!r}: weight {now}")
+        return
+    before = q.set_weight(key, weight)
+    emit(
+        as_json,
+        {"queue": name, "key": key, "weight": weight, "before": before},
+        f"{key!r}: weight {weight} (was {before})",
     )
 
 

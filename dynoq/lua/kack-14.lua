@@ -1,5 +1,5 @@
 --[[ kack: finish deliveries of one keyed shard; each frees a slot of its key, whose next
-  message may then go. A stale delivery token changes nothing. With `take`, the ack and
+  message may then go (at the turn it keeps when weighted: lib/kweight.lua). A stale delivery token changes nothing. With `take`, the ack and
   the next pop share a round trip when that is fair: when one key alone of the shard is
   ready after the acks (a hot key alone), its next messages are delivered in this reply
   (lib/ktake.lua); with several keys ready, or the queue paused, nothing is.
@@ -18,7 +18,7 @@
            fence, ...} (take > 0; score as kpop-15.lua returns it); or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
         lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua lib/acks.lua lib/paused.lua
-        lib/control.lua lib/lapse.lua
+        lib/control.lua lib/lapse.lua lib/kweight.lua
   flags: allow-oom
 ]]
 local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
@@ -71,7 +71,8 @@ end
 -- Waiters need the news only when no key was ready (they look again after each wake-up
 -- until they find none): not at every ack.
 local idle = redis.call('EXISTS', K.kturn) == 0
-local woke = kfreed(K, order, freed, conc) > 0 and idle
+-- A weighted key whose round is not over goes back to its turn (lib/kweight.lua).
+local woke = kfreed(K, order, freed, conc, wkeep(wload(K, order), order)) > 0 and idle
 redis.call('HINCRBY', K.counts, 'acked', acked)
 if window > 0 then remember_acked(K.done, good, window, acked) end
 if take > 0 and redis.call('ZCARD', K.kturn) == 1 and not paused(K.control) then

@@ -1,5 +1,6 @@
 --[[ kpop: claim up to `count` messages of one keyed shard (ordered="key"), one key's head
-  at a time, keys round-robin: each key served goes behind the keys already waiting.
+  at a time, keys round-robin: each key served goes behind the keys already waiting (a
+  weighted key after its round of turns: lib/kweight.lua).
   First gives back what expired (at the head of its key, its fence raised; or dead past
   max retries) and the retries that fell due (at the head of their key), bounded. A head
   whose record does not name its key (not written by dynoq) is dead-lettered (lib/ktake.lua).

@@ -9,15 +9,16 @@
     loses its turn. Returns whether it may deliver
   kfree(K, key, conc, turn) -> one of a key's deliveries ended (dead-lettered): its slot
     is free, the key written back with kput
-  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc, holding)
+  kload(K, keys) -> key -> state, in one HMGET; kstore(K, order, st, conc, holding, keep)
     writes them back and gives the keys that may deliver a new turn (ZADD NX: a key that
     has a turn keeps it), but not those of `holding` (a set, or nil): keys whose
     messages waited before the step (a push's), which hold one already when they may
-    deliver (lib/keyed.lua's rule), so the ZADD would only repeat it.
+    deliver (lib/keyed.lua's rule), so the ZADD would only repeat it; `keep` (key -> turn,
+    or nil): keys that go back to the turn named instead (lib/kweight.lua's rounds).
     Returns how many got one
-  kfreed(K, order, freed, conc) -> the same for keys whose deliveries ended (freed[key]
-    of them each; an ack): only the in-flight counts change (kcount), the rest of each
-    value is written back as it was read
+  kfreed(K, order, freed, conc, keep) -> the same for keys whose deliveries ended
+    (freed[key] of them each; an ack): only the in-flight counts change (kcount), the
+    rest of each value is written back as it was read
 ]]
 -- Whether a key's state goes (nothing waits or is in flight) and whether the key may
 -- deliver: the one rule of kput and kwrite (kstore, kfreed).
@@ -69,9 +70,9 @@ end
 
 -- Keys' states written back (one HSET, one HDEL) and the keys that may deliver given new
 -- turns behind every key waiting (one INCRBY, ZADD NX: a key that has a turn keeps it),
--- but not those of `holding`; state(i, key) -> in flight, waiting, value of the i-th key.
--- How many keys got a turn.
-local function kwrite(K, order, conc, state, holding)
+-- but not those of `holding`, those of `keep` at their own; state(i, key) -> in flight,
+-- waiting, value of the i-th key. How many keys got a turn.
+local function kwrite(K, order, conc, state, holding, keep)
   local sets, dels, ready = {}, {}, {}
   for i, key in ipairs(order) do
     local f, w, value = state(i, key)
@@ -91,7 +92,7 @@ local function kwrite(K, order, conc, state, holding)
     local base = redis.call('INCRBY', K.seq, #ready) - #ready
     local z = {}
     for i, key in ipairs(ready) do
-      z[#z + 1] = base + i
+      z[#z + 1] = keep and keep[key] or base + i
       z[#z + 1] = key
     end
     for i = 1, #z, 4000 do
@@ -101,19 +102,19 @@ local function kwrite(K, order, conc, state, holding)
   return added
 end
 
-local function kstore(K, order, st, conc, holding)
+local function kstore(K, order, st, conc, holding, keep)
   return kwrite(K, order, conc, function(_, key)
     local s = st[key]
     return s[1], s[2], kpack(s)
-  end, holding)
+  end, holding, keep)
 end
 
-local function kfreed(K, order, freed, conc)
+local function kfreed(K, order, freed, conc, keep)
   if #order == 0 then return 0 end
   local raw = bulk_read('HMGET', K.kstate, order)
   return kwrite(K, order, conc, function(i, key)
     local f, w, rest = kcount(raw[i])
     f = f - freed[key]
     return f, w, krecount(f, rest)
-  end)
+  end, nil, keep)
 end

@@ -1,7 +1,8 @@
 --[[ lib/ktake: a keyed shard's (lib/keyed.lua) deliveries: up to `count` keys' heads, keys
-  round-robin (kpop, and kack's take for a hot key alone).
+  round-robin, each by its weight (lib/kweight.lua; kpop, and kack's take for a hot key
+  alone).
   uses: lib/bulk.lua lib/delivery.lua lib/why.lua lib/knum.lua lib/keyed.lua lib/kstore.lua
-    lib/klinks.lua lib/pin.lua
+    lib/klinks.lua lib/pin.lua lib/kweight.lua
   ktake(K, count, due, nonce, conc, out, now) -> appends id, record, attempts, fence
     of up to `count` keys' heads to `out` (due: their `unack` score, deadline(ms, nonce) of
     lib/delivery.lua); returns how many, and how many it dead-lettered. A first delivery
@@ -22,8 +23,23 @@ local function ktake(K, count, due, nonce, conc, out, now)
     rounds = rounds + 1
     local top = redis.call('ZPOPMIN', kturn, count - n)
     if #top == 0 then break end
-    local keys = {}
-    for i = 1, #top, 2 do keys[#keys + 1] = top[i] end
+    local keys, turns = {}, {}
+    for i = 1, #top, 2 do
+      keys[#keys + 1] = top[i]
+      turns[top[i]] = top[i + 1]
+    end
+    local ws = wload(K, keys)
+    if ws then
+      -- A weighted key served again before the keys behind it: they go back unserved,
+      -- at their turns, and the next round starts with it (as pops of one would go).
+      local cut, back = wcut(ws, keys, turns), {}
+      for i = #keys, cut + 1, -1 do
+        back[#back + 1] = turns[keys[i]]
+        back[#back + 1] = keys[i]
+        keys[i] = nil
+      end
+      bulk('ZADD', kturn, back)
+    end
     local st = kload(K, keys)
     local firsts, heads = {}, {}
     for _, key in ipairs(keys) do
@@ -78,6 +94,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
           end
           local s = st[owners[i]]
           s[1], s[3] = s[1] + 1, id
+          if ws then wserve(K, ws, owners[i], turns[owners[i]]) end
           out[#out + 1] = id
           out[#out + 1] = rec
           out[#out + 1] = a
@@ -89,7 +106,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
       bulk('HSET', dlv, d)
       bulk('HDEL', dlv, fresh)
     end
-    kstore(K, keys, st, conc)
+    kstore(K, keys, st, conc, nil, wkeep(ws, keys))
     if alien then break end
   end
   return n, buried
