@@ -3,7 +3,7 @@
     python -m benchmarks.bench_groups [--url redis://...] [--keys 10000] [--per-key 10]
                                       [--stuck 30] [--workers 4] [--hot 5000]
                                       [--memory 100000] [--repeats 3] [--batch auto]
-                                      [--cases throughput,stuck,hot,memory]
+                                      [--cases throughput,stuck,hot,memory,weights]
     python -m benchmarks.bench_groups --scale 1000000   # pop at 10 keys vs that many
 
   throughput   --keys x --per-key messages waiting, a default no-op-handler consumer (4
@@ -16,6 +16,9 @@
   hot key      --hot messages of one key alone, one consumer (concurrency 1, batch 1):
                msgs/s handled in order (goal >= 2,000); beside it, the same consumer
                draining --hot messages of an unordered queue (the machine's pace)
+  weights      throughput as above, keyed alone: no key weighted against one key in 100 of
+               weight 3 (q.set_weight: the deficit round-robin's reads and writes on the
+               pops and acks; goal within 5%)
   memory       --memory messages waiting (100 keys, a 100-byte payload, the same ids and
                keys in both), used_memory delta per message, keyed against unordered
                (goal <= 1.2x)
@@ -64,12 +67,18 @@ def fill(q: dynoq.Queue, keys: int, per_key: int) -> None:
             q.push_many(batch[j : j + 5000])
 
 
-def throughput(url: str, keyed: bool, keys: int, per_key: int, batch: int | str) -> float:
+def throughput(
+    url: str, keyed: bool, keys: int, per_key: int, batch: int | str, weighted: int = 0
+) -> float:
+    """msgs/s of a default consumer; ``weighted``: every that-many-th key of a keyed
+    queue has a weight of 3."""
     client = fresh(url)
     calls: list[float] = []
     try:
         q = _queue(client, keyed)
         fill(q, keys, per_key)
+        for k in range(0, keys, weighted or keys + 1):
+            q.set_weight(f"key-{k}", 3)
         n = keys * per_key
         c = client.consumer(
             q, lambda m: calls.append(time.perf_counter()), concurrency=4, batch_size=batch
@@ -332,6 +341,26 @@ def main() -> None:
                 ">= 0.8x",
                 "msg/s",
             )
+        if "weights" in cases:
+            plain, weighted = (
+                median(
+                    [
+                        throughput(url, True, args.keys, args.per_key, args.batch, w)
+                        for _ in range(args.repeats)
+                    ]
+                )
+                for w in (0, 100)
+            )
+            rows.append(
+                (
+                    "keyed throughput, 1 key in 100 of weight 3",
+                    f"{plain:,.1f} msg/s (none weighted)",
+                    f"{weighted:,.1f} msg/s",
+                    f"{weighted / plain:.2f}x",
+                    ">= 0.95x",
+                )
+            )
+            print(rows[-1], flush=True)
         if "stuck" in cases:
             lateness = {
                 stuck_for: median(
