@@ -2,6 +2,8 @@
 (batch sizes "auto", the default) drain a queue under ``rate_limit=(20, 1.0)``; every
 handler call logs when it began. Reported: the most calls in any sliding period (the
 limit allows ``count + 1``) and the time the run took against the least the limit allows.
+Kind "keys": a queue's ``key_rate_limit=(20, 1.0)`` instead (ordered="key", 7 keys, no
+group limit), its figures those of the busiest key.
 
     python -m benchmarks.bench_rate_limit [--repeats 4] [--tree PATH] [--kinds ...]
 
@@ -25,7 +27,7 @@ from typing import Any
 
 import redis
 
-KINDS = ("threads", "groups", "asyncio", "tasks")
+KINDS = ("threads", "groups", "asyncio", "tasks", "keys")
 OPTIONS = {"concurrency": 4, "idle_wait": 0.2, "lease_ttl": 2.0}
 
 
@@ -33,6 +35,29 @@ def busiest(times: list[float], period: float) -> int:
     """The most calls in any sliding window of ``period`` seconds."""
     times = sorted(times)
     return max(bisect.bisect_left(times, t + period) - i for i, t in enumerate(times))
+
+
+def limited_queue(client: Any, kind: str, count: int, period: float) -> Any:
+    """The queue a run drains: keyed for "groups", keyed with a key_rate_limit for "keys"."""
+    if kind == "keys":
+        return client.queue("limited", shards=4, ordered="key", key_rate_limit=(count, period))
+    return client.queue("limited", shards=4, ordered="key" if kind == "groups" else False)
+
+
+def by_key(logged: list[str]) -> dict[str, list[float]]:
+    """The "keys" kind's log ("<key> <time>" a call): each key's call times."""
+    out: dict[str, list[float]] = {}
+    for line in logged:
+        key, _, at = line.rpartition(" ")
+        out.setdefault(key, []).append(float(at))
+    return out
+
+
+def span(times: list[float], count: int, period: float, spaced: bool = False) -> float:
+    """The time the calls took against the least the limit allows: a group's limit
+    grants bursts (their span), a key's spaces every call period / count (``spaced``)."""
+    least = (len(times) - 1) / count * period if spaced else (len(times) / count - 1) * period
+    return (max(times) - min(times)) / least
 
 
 def member(url: str, prefix: str, queue: str, count: int, period: float, kind: str) -> None:
@@ -52,6 +77,14 @@ def member(url: str, prefix: str, queue: str, count: int, period: float, kind: s
             client.redis.rpush(log, repr(time.time()))
 
         app.worker(**OPTIONS).run()
+        return
+
+    if kind == "keys":  # the queue's own limit, per key: each call logs its key
+
+        def handle(msg: Any) -> None:
+            client.redis.rpush(log, f"{msg.key} {time.time()!r}")
+
+        client.consumer(queue, handle, **OPTIONS).run()
         return
 
     def handle(msg: Any) -> None:
@@ -84,14 +117,14 @@ def one_run(
     r = redis.Redis.from_url(url)
     client = dynoq.connect(url, prefix=prefix)
     try:
-        q = client.queue("limited", shards=4, ordered="key" if kind == "groups" else False)
+        q = limited_queue(client, kind, count, period)
         payloads = (
             [{"task": "hit", "args": [i], "kwargs": {}} for i in range(n)]
             if kind == "tasks"
             else list(range(n))
         )
         msgs = [
-            dynoq.Message(p, key=f"k{i % 7}" if kind == "groups" else None)
+            dynoq.Message(p, key=f"k{i % 7}" if kind in ("groups", "keys") else None)
             for i, p in enumerate(payloads)
         ]
         if not stream:  # (else pushed as they run, at 1.5 times the limit)
@@ -127,9 +160,14 @@ def one_run(
             for p in procs:
                 p.terminate()
                 p.wait(30)
-        times = [float(t) for t in r.lrange(f"{prefix}:log", 0, -1)]
-        least = (len(times) / count - 1) * period  # the bursts' span at the limit
-        return busiest(times, period), (max(times) - min(times)) / least
+        logged = [t.decode() for t in r.lrange(f"{prefix}:log", 0, -1)]
+        if kind == "keys":  # the busiest key's
+            return max(
+                (busiest(t, period), span(t, count, period, spaced=True))
+                for t in by_key(logged).values()
+            )
+        times = [float(t) for t in logged]
+        return busiest(times, period), span(times, count, period)
     finally:
         client.close()
         drop_prefix(r, prefix)

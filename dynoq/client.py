@@ -97,6 +97,7 @@ class Client:
         min_replicas: int | None = None,
         replica_timeout: float | None = None,
         key_concurrency: int | None = None,
+        key_rate_limit: tuple[int, float] | None = None,
     ) -> Queue:
         """Open a queue, creating it on first use with the given settings (the rest take
         :class:`dynoq.QueueSettings`' defaults). On a later open, omitted settings take
@@ -110,6 +111,7 @@ class Client:
             "min_replicas": min_replicas,
             "replica_timeout": replica_timeout,
             "key_concurrency": key_concurrency,
+            "key_rate_limit": key_rate_limit,
         }
         return Queue(self.backend, self.backend.drive(self._catalog.queue(name, asked)))
 

@@ -97,7 +97,7 @@ def test_a_consumer_idles_while_paused_and_wakes_on_resume(
 def test_a_pause_inside_a_handler_stops_the_next_delivery_of_a_hot_key(
     client: dynoq.Client, consumers: list[Any]
 ) -> None:
-    # A keyed ack takes the next messages of a hot key in its reply (kack-14.lua): not
+    # A keyed ack takes the next messages of a hot key in its reply (kack-16.lua): not
     # while the queue is paused.
     q = client.queue("hot", shards=1, ordered="key")
     seen: list[Any] = []

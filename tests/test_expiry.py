@@ -138,7 +138,7 @@ def test_clear_deletes_the_expiries_with_the_messages(client: dynoq.Client) -> N
 
 
 def test_a_message_a_keyed_ack_delivers_no_longer_expires(client: dynoq.Client) -> None:
-    # A hot key alone: the ack of its message delivers the next in its reply (kack-14's
+    # A hot key alone: the ack of its message delivers the next in its reply (kack-16's
     # take, the consumer's refill); that delivery drops its expiry too, so a retry of it
     # runs whenever it comes, while the one never delivered expires.
     q = client.queue("hot", shards=1, ordered="key")

@@ -1,9 +1,12 @@
-"""Job control (DESIGN §3.9) on every backend and both clients: fairness weights between
-the keys of a queue with ordered="key" (lua/lib/kweight.lua)."""
+"""Job control (DESIGN §3.9) on every backend and both clients: fairness between the keys
+of a queue with ordered="key": weights (lua/lib/kweight.lua) and the key_rate_limit
+(lua/lib/krate.lua; across processes: tests/test_rate_limits.py)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -143,3 +146,94 @@ def test_unweighted_keys_keep_plain_round_robin(client: dynoq.Client) -> None:
         order.append(m.key)
         q.ack(m)
     assert "".join(order) == "abc" * 3
+
+
+# -- key_rate_limit --------------------------------------------------------------------
+
+
+def _times(q: Any, seconds: float, count: int = 10) -> dict[str, list[float]]:
+    """Each key's delivery times (client clock: when its pop returned) over ``seconds``
+    of pops and acks."""
+    out: dict[str, list[float]] = {}
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        got = q.pop(count, wait=0.2)
+        now = time.monotonic()
+        for m in got:
+            out.setdefault(str(m.key), []).append(now)
+        q.ack_many(got)
+    return out
+
+
+def test_a_key_is_delivered_at_most_once_a_gap_and_others_go_on(client: dynoq.Client) -> None:
+    # (4, 1.0): one delivery of a key every 250 ms at most, whatever the pops ask for.
+    q = client.queue(
+        "limited", shards=2, ordered="key", key_concurrency=10, key_rate_limit=(4, 1.0)
+    )
+    q.push_many([dynoq.Message(i, key="hot") for i in range(20)])
+    q.push_many([dynoq.Message(i, key=f"cold-{i}") for i in range(12)])
+    first = q.pop(50)
+    assert sorted(str(m.key) for m in first) == sorted(["hot", *(f"cold-{i}" for i in range(12))])
+    q.ack_many(first)
+    assert q.pop(50) == []  # the hot key rests; nothing else waits
+    got = _times(q, 1.6)
+    assert list(got) == ["hot"]
+    hot = got["hot"]
+    assert 5 <= len(hot) <= 8  # about one every 250 ms: not a stall either
+    assert all(b - a >= 0.2 for a, b in itertools.pairwise(hot)), hot
+
+
+def test_a_waiting_pop_wakes_when_a_keys_rest_ends(client: dynoq.Client) -> None:
+    # Nothing publishes the end of a rest: the pop's hint (and an idle consumer's probe)
+    # says when it comes, and the pop naps until then, not its whole wait.
+    q = client.queue("napping", shards=1, ordered="key", key_rate_limit=(1, 0.5))
+    q.push_many([dynoq.Message(i, key="k") for i in range(2)])
+    [m] = q.pop()
+    q.ack(m)
+    start = time.monotonic()
+    [again] = q.pop(wait=5)
+    assert 0.3 <= time.monotonic() - start < 2.5
+    assert again.payload == 1
+
+
+@pytest.mark.sync_only
+def test_an_idle_consumers_probe_sees_a_resting_key(client: dynoq.Client) -> None:
+    q = client.queue("probed", shards=1, ordered="key", key_rate_limit=(1, 2.0))
+    q.push_many([dynoq.Message(i, key="k") for i in range(2)])
+    q.ack(q.pop()[0])
+    assert q.pop() == []
+    [[rank, hint]] = [q.backend.run(q.ops.probe([0]))]
+    assert rank == 0 and 1000 <= hint <= 2000  # deliverable in that many ms
+    q.backend.run(dynoq._core.calls.Cmd(("ZADD", q.ops.shard_keys[0].krest, 0, "k")))
+    assert q.backend.run(q.ops.probe([0]))[0] == 1  # its rest over: a pop delivers it
+
+
+def test_peek_shows_resting_keys_and_a_clear_keeps_the_limit(client: dynoq.Client) -> None:
+    q = client.queue("kept", shards=1, ordered="key", key_rate_limit=(1, 30.0))
+    q.push_many([dynoq.Message(i, key="k") for i in range(3)])
+    q.ack(q.pop()[0])
+    assert q.pop() == []
+    assert [m.payload for m in q.peek()] == [1]  # rests, still shown
+    q.clear()
+    q.push("after", key="k")
+    q.push("other", key="j")
+    assert [m.payload for m in q.pop(10)] == ["other"]  # k's time is kept
+
+
+def test_key_rate_limit_is_a_stored_setting_of_keyed_queues(client: dynoq.Client) -> None:
+    q = client.queue("stored", ordered="key", key_rate_limit=[10, 2])
+    assert q.settings.key_rate_limit == (10, 2.0)
+    again = client.queue("stored")
+    assert again.settings.key_rate_limit == (10, 2.0)
+    assert client.queue("stored", key_rate_limit=(10, 2.0)).settings == q.settings
+    with pytest.raises(dynoq.QueueConfigError, match="key_rate_limit"):
+        client.queue("stored", key_rate_limit=(5, 2.0))
+    with pytest.raises(dynoq.QueueConfigError, match='ordered="key"'):
+        client.queue("plain", key_rate_limit=(5, 1.0))
+    for bad in ((0, 1.0), (5, 0), (5, -1.0), (10**10, 1.0)):
+        with pytest.raises(dynoq.QueueConfigError):
+            client.queue("bad", ordered="key", key_rate_limit=bad)
+    for wrong in (5, (5,), (5, 1.0, 2), "5/s", (5.0, 1.0), (5, "1")):
+        with pytest.raises(dynoq.InvalidType):
+            client.queue("bad", ordered="key", key_rate_limit=wrong)
+    assert client.open_existing("bad") is None and client.open_existing("plain") is None

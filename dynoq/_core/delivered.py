@@ -17,7 +17,7 @@ ALONE = b"\x91"  # a body that starts so is an array of one: a payload alone
 
 
 def tokens(score: Any, attempts: Iterable[Any], nonce: str) -> list[str]:
-    """The delivery token of each message of a pop reply (pop-13.lua, kpop-15.lua, kack's
+    """The delivery token of each message of a pop reply (pop-13.lua, kpop-17.lua, kack's
     take), given the reply's score and each message's attempts: of a first delivery, the
     batch's unack score (lua/lib/delivery.lua; "" on an ordered queue: "<nonce>.1"); of
     any other, "<nonce>.<attempts>"."""

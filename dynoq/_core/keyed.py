@@ -70,8 +70,13 @@ class Keyed(Kind):
     ) -> None:
         super().__init__(opened, shard_keys, settings, limit, wake)
         self.conc = settings.key_concurrency or 1
+        # the key_rate_limit as the scripts take it: count, period ms (0, 0: none)
+        per, period = settings.key_rate_limit or (0, 0.0)
+        self.rate = (per, validate.to_ms(period))
         # a probe reads the keys that may deliver where others read ready
-        self.probe_keys = [[k.kturn, k.delayed, k.unack, k.epoch, k.control] for k in shard_keys]
+        self.probe_keys = [
+            [k.kturn, k.delayed, k.unack, k.epoch, k.control, k.krest] for k in shard_keys
+        ]
 
     # -- producing and consuming --------------------------------------------------------
 
@@ -98,7 +103,16 @@ class Keyed(Kind):
         return Call(
             _KPOP,
             self.pop_keys[shard],
-            [self.epoch, count, vis_ms, nonce, self.settings.max_retries, self.wake, self.conc],
+            [
+                self.epoch,
+                count,
+                vis_ms,
+                nonce,
+                self.settings.max_retries,
+                self.wake,
+                self.conc,
+                *self.rate,
+            ],
         )
 
     def popped(
@@ -130,7 +144,7 @@ class Keyed(Kind):
         self, msgs: Sequence[Message], count: int, vis_ms: int
     ) -> tuple[Call, list[Message]] | None:
         """One kack of ``msgs`` (all of one shard) that also delivers up to ``count``
-        messages when that is fair (kack-14.lua): the call, and the list its reply's
+        messages when that is fair (kack-16.lua): the call, and the list its reply's
         messages are put in once it has run (the caller quarantines the unreadable
         ones). None when ``msgs`` span shards, or are more than one call carries."""
         shards = {m.shard for m in msgs}
@@ -158,6 +172,7 @@ class Keyed(Kind):
                 count,
                 vis_ms,
                 made,
+                *self.rate,
                 *delivered.ack_args(ids),
             ],
             parse,
@@ -181,6 +196,7 @@ class Keyed(Kind):
                             0,
                             0,
                             "",
+                            *self.rate,
                             *delivered.ack_args(ids[i : i + 2000]),
                         ],
                         check,
@@ -258,11 +274,19 @@ class Keyed(Kind):
         )
 
     def heads(self, count: int) -> Flow[list[Message]]:
-        """The heads of the next keys to be served, in turn order (not claimed)."""
+        """The heads of the next keys to be served, in turn order, then those of keys
+        resting for the key_rate_limit, the first to go first (not claimed)."""
         out: list[Message] = []
         for shard, keys in enumerate(self.shard_keys):
             checks = self.opened.epoch_checks([shard], f"peek at {self.name!r}")
-            *_, turns = yield Batch([*checks, Cmd(("ZRANGE", keys.kturn, 0, count - 1))])
+            *_, turns, resting = yield Batch(
+                [
+                    *checks,
+                    Cmd(("ZRANGE", keys.kturn, 0, count - 1)),
+                    Cmd(("ZRANGE", keys.krest, 0, count - 1)),
+                ]
+            )
+            turns = [*turns, *resting][:count]
             if not turns:
                 continue
             states = yield Cmd(("HMGET", keys.kstate, *turns))

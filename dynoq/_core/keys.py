@@ -62,6 +62,11 @@ class ShardKeys:
     kturn: str
     kstate: str
     kfence: str
+    # A keyed queue's key_rate_limit (lua/lib/krate.lua): zset key -> its earliest next
+    # delivery (ms), and zset key -> when a key that waits with a free slot may deliver
+    # again (it rests there instead of having a turn in `kturn`).
+    krate: str
+    krest: str
 
     @classmethod
     def of(cls, prefix: str, tag: str, shard: int, sub: str = "") -> ShardKeys:
@@ -93,6 +98,7 @@ class ShardKeys:
             self.kwait,
             self.kturn,
             self.kstate,
+            self.krest,
         ]
 
 

@@ -75,7 +75,7 @@ class Kind(ABC):
         self.push_keys = [self.PUSH.key_list(k) for k in shard_keys]
         self.pop_keys = [self.POP.key_list(k) for k in shard_keys]
         self.ack_keys = [self.ACK.key_list(k) for k in shard_keys]
-        # what a probe reads of each shard (probe-5.lua: the keys that may deliver)
+        # what a probe reads of each shard (probe-6.lua: the keys that may deliver)
         self.probe_keys = [_PROBE.key_list(k) for k in shard_keys]
 
     # -- producing and consuming --------------------------------------------------------

@@ -266,7 +266,7 @@ class QueueOps(Opened):
         """One read-only look at ``shards`` (one server: a cluster's keys must share a
         slot): a rank per shard (see popping.py), then the ms until something may be
         deliverable (-1: unknown); QueueGone when a shard is not this queue's any more.
-        See probe-5.lua."""
+        See probe-6.lua."""
         probe_keys = self.kind.probe_keys
         return Call(
             _PROBE,
@@ -355,7 +355,7 @@ class QueueOps(Opened):
 
     def clear(self) -> Batch:
         """Delete every message of the queue (its settings stay); UNLINK, so the server
-        frees large shards in the background (lua/clear-15.lua, lua/kclear-4.lua)."""
+        frees large shards in the background (lua/clear-15.lua, lua/kclear-5.lua)."""
         calls: list[Call | Cmd] = [
             _CLEAR.call(k, [self.epoch], self.checked(f"clear of shard {i} of {self.name!r}"))
             for i, k in enumerate(self.shard_keys)

@@ -33,6 +33,22 @@ MAX_RETRIES = 1_000_000
 MAX_RATE = 10**9  # the most permits a rate limit grants in one period
 
 
+def check_rate(value: object, what: str) -> tuple[int, float]:
+    """A rate limit: (count 1..MAX_RATE, period seconds >= 0.001), as a tuple."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise InvalidType(f"{what} must be (count, period_seconds) or None, got {value!r}")
+    count = validate.check_count(value[0], f"{what} count", high=MAX_RATE)
+    return count, float(validate.check_seconds(value[1], f"{what} period", minimum=0.001))
+
+
+def parse_rate(raw: str) -> tuple[int, float] | None:
+    """A stored rate limit (its repr: "None" or "(10, 1.0)")."""
+    if raw == "None":
+        return None
+    count, period = raw.strip("()[] ").split(",")
+    return int(count), float(period)
+
+
 def check_ordered(ordered: object, key_concurrency: object) -> tuple[bool | str, int | None]:
     """``ordered`` as stored (False, True for shard order, "key") and the key concurrency
     (1 by default on ordered="key"; refused on other queues)."""
@@ -65,7 +81,9 @@ class QueueSettings:
     before it is dead-lettered; dedupe_window: seconds an acked id is remembered, so
     ``ensure`` skips it (0 = off);
     min_replicas / replica_timeout: pushes WAIT for that many replicas, up to that many
-    seconds, else ReplicationError (0 = no WAIT; Dynomite's DC_QUORUM)."""
+    seconds, else ReplicationError (0 = no WAIT; Dynomite's DC_QUORUM);
+    key_rate_limit (ordered="key" only): (count, period seconds), the deliveries of each
+    key, one every period / count at most (lua/lib/krate.lua)."""
 
     shards: int = 4
     ordered: bool | str = False
@@ -75,6 +93,7 @@ class QueueSettings:
     min_replicas: int = 0
     replica_timeout: float = 1.0
     key_concurrency: int | None = None  # ordered="key" only; 1 there when not given
+    key_rate_limit: tuple[int, float] | None = None  # ordered="key" only
 
     def __post_init__(self) -> None:
         try:
@@ -88,6 +107,13 @@ class QueueSettings:
             validate.check_seconds(self.unack_timeout, "unack_timeout", minimum=0.001)
             validate.check_seconds(self.dedupe_window, "dedupe_window")
             validate.check_seconds(self.replica_timeout, "replica_timeout", minimum=0.001)
+            if self.key_rate_limit is not None:
+                if not self.keyed:
+                    raise QueueConfigError(
+                        'key_rate_limit is for message groups: open the queue with ordered="key"'
+                    )
+                rate = check_rate(self.key_rate_limit, "key_rate_limit")
+                object.__setattr__(self, "key_rate_limit", rate)
         except InvalidArgument as exc:
             raise QueueConfigError(str(exc)) from None
 
@@ -122,6 +148,7 @@ class QueueSettings:
                     if raw.get("key_concurrency", "None") != "None"
                     else None
                 ),
+                key_rate_limit=parse_rate(raw.get("key_rate_limit", "None")),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None
@@ -201,7 +228,8 @@ def merge(
     """
     given = {k: v for k, v in asked.items() if v is not None}
     check = dict(given)
-    if stored is not None and "key_concurrency" in check and "ordered" not in check:
+    keyed_only = {"key_concurrency", "key_rate_limit"} & set(check)
+    if stored is not None and keyed_only and "ordered" not in check:
         check["ordered"] = stored.ordered  # a later open may omit ordered="key"
     wanted = (kind or QueueSettings)(**check)  # validates what was asked even if unused
     if stored is None:
@@ -303,10 +331,7 @@ class ConsumerSettings:
             validate.check_seconds(self.visibility, "visibility", minimum=0.001)
         validate.check_seconds(self.consume_timeout, "consume_timeout", minimum=0.001)
         if self.rate_limit is not None:
-            if not isinstance(self.rate_limit, (tuple, list)) or len(self.rate_limit) != 2:
-                raise InvalidType("rate_limit must be (count, period_seconds) or None")
-            validate.check_count(self.rate_limit[0], "rate_limit count", high=MAX_RATE)
-            validate.check_seconds(self.rate_limit[1], "rate_limit period", minimum=0.001)
+            check_rate(self.rate_limit, "rate_limit")
         self._check_hooks()
 
     def _check_batches(self) -> None:

@@ -255,7 +255,13 @@ class TopicOps(Opened):
                 k = keys.shard(s)
                 # UNLINK: a group's queue may be large; the server frees it in the background.
                 cmds.append(
-                    Cmd(("UNLINK", *k.data(), k.lease, k.fence, k.kfence, k.counts, k.control))
+                    Cmd(
+                        (
+                            "UNLINK",
+                            *k.data(),
+                            *(k.lease, k.fence, k.kfence, k.krate, k.counts, k.control),
+                        )
+                    )
                 )
         return Batch(cmds, parse=lambda _: None)
 

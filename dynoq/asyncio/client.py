@@ -100,6 +100,7 @@ class Client:
         min_replicas: int | None = None,
         replica_timeout: float | None = None,
         key_concurrency: int | None = None,
+        key_rate_limit: tuple[int, float] | None = None,
     ) -> Queue:
         """Open a queue, creating it on first use (see :meth:`dynoq.Client.queue`)."""
         asked = {
@@ -111,6 +112,7 @@ class Client:
             "min_replicas": min_replicas,
             "replica_timeout": replica_timeout,
             "key_concurrency": key_concurrency,
+            "key_rate_limit": key_rate_limit,
         }
         return Queue(self.backend, await self.backend.drive(self._catalog.queue(name, asked)))
 

@@ -2,17 +2,18 @@
   round-robin, each by its weight (lib/kweight.lua; kpop, and kack's take for a hot key
   alone).
   uses: lib/bulk.lua lib/delivery.lua lib/why.lua lib/knum.lua lib/keyed.lua lib/kstore.lua
-    lib/klinks.lua lib/pin.lua lib/kweight.lua
-  ktake(K, count, due, nonce, conc, out, now) -> appends id, record, attempts, fence
+    lib/klinks.lua lib/pin.lua lib/kweight.lua lib/krate.lua
+  ktake(K, count, due, nonce, conc, out, now, gap) -> appends id, record, attempts, fence
     of up to `count` keys' heads to `out` (due: their `unack` score, deadline(ms, nonce) of
-    lib/delivery.lua); returns how many, and how many it dead-lettered. A first delivery
+    lib/delivery.lua); returns how many, and how many it dead-lettered. gap: the
+    key_rate_limit's ms between two deliveries of a key (lib/krate.lua; nil: none). A first delivery
     writes no delivery state, as on a concurrent queue (its token is `due`); any other's
     token is "<nonce>.<attempts>", in its state. A head whose
     record does not name its key (not written by dynoq: no script could find its key
     again to free it) is dead-lettered (why: "r") when K has dead and why (kpop's header
     names them), else left waiting and the take ends (kack's names no dead)
 ]]
-local function ktake(K, count, due, nonce, conc, out, now)
+local function ktake(K, count, due, nonce, conc, out, now, gap)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
   local dead, why = K.dead, K.why
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
@@ -28,6 +29,8 @@ local function ktake(K, count, due, nonce, conc, out, now)
       keys[#keys + 1] = top[i]
       turns[top[i]] = top[i + 1]
     end
+    local times
+    if gap then keys, times = rhold(K, keys, turns, now) end  -- the others rest
     local ws = wload(K, keys)
     if ws then
       -- A weighted key served again before the keys behind it: they go back unserved,
@@ -105,6 +108,7 @@ local function ktake(K, count, due, nonce, conc, out, now)
       bulk('ZADD', unack, z)
       bulk('HSET', dlv, d)
       bulk('HDEL', dlv, fresh)
+      if gap then rserved(K, owners, times, now, gap) end
     end
     kstore(K, keys, st, conc, nil, wkeep(ws, keys))
     if alien then break end

@@ -1,16 +1,17 @@
 --[[ lib/rank: what one shard could deliver now, for a pop across shards (probe, pop).
   uses: lib/pin.lua lib/record.lua
-  rank_of(ready, delayed, unack, now) -> rank, hint
+  rank_of(ready, delayed, unack, now, rest) -> rank, hint
     rank: 0 nothing deliverable; 1 + p when its next ready message has priority p; 1 (as
     for priority 0) when due delayed messages or expired deliveries wait for a pop to
-    bring them back (their priority is read only then)
+    bring them back (their priority is read only then), or keys whose rest ended in
+    `rest` (a keyed shard's krest, lib/krate.lua; nil: none)
     hint: ms until something may become deliverable there (-1: unknown)
 ]]
-local function rank_of(ready, delayed, unack, now)
+local function rank_of(ready, delayed, unack, now, rest)
   local best, hint = 0, -1
   local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
   if top[2] then best = rank(top[2]) end
-  for _, key in ipairs({delayed, unack}) do
+  for _, key in ipairs({delayed, unack, rest}) do
     local first = head(key)
     if first[2] then
       local ms = tonumber(first[2]) - now

@@ -6,25 +6,29 @@
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] kwait
   KEYS[6] kturn  KEYS[7] kstate  KEYS[8] seq  KEYS[9] why  KEYS[10] counts
   KEYS[11] kfence  KEYS[12] epoch  KEYS[13] control  KEYS[14] expiry
+  KEYS[15] krate  KEYS[16] krest
   ARGV[1] the caller's epoch of the queue ("" = not checked)
   ARGV[2] dedupe window ms (acked ids are remembered in `done` for it; 0 = off)
   ARGV[3] wake channel (PUBLISHed when a key may deliver again where none could)
   ARGV[4] key_concurrency
   ARGV[5] take: messages to deliver with the reply (0: none), ARGV[6] their visibility
-          timeout ms, ARGV[7] nonce (their delivery tokens as kpop-15.lua makes them)
-  ARGV[8] a delivery token T, ARGV[9] a count n, then n ids delivered under T, then pairs:
+          timeout ms, ARGV[7] nonce (their delivery tokens as kpop-17.lua makes them)
+  ARGV[8] key_rate_limit's count (0: none)  ARGV[9] its period ms (lib/krate.lua)
+  ARGV[10] a delivery token T, ARGV[11] a count n, then n ids delivered under T, then pairs:
           id, delivery token ("" = by id alone: whatever delivery is current) (lib/acks.lua)
   returns: number of messages acked (take 0), or {acked, score, id, record, attempts,
-           fence, ...} (take > 0; score as kpop-15.lua returns it); or GONE
+           fence, ...} (take > 0; score as kpop-17.lua returns it); or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/delivery.lua lib/bulk.lua
         lib/done.lua lib/keyed.lua lib/kstore.lua lib/ktake.lua lib/acks.lua lib/paused.lua
-        lib/control.lua lib/lapse.lua lib/kweight.lua
+        lib/control.lua lib/lapse.lua lib/kweight.lua lib/krate.lua
   flags: allow-oom
 ]]
 local window, conc = int(ARGV[2], 0, MAX_MS), int(ARGV[4], 1, MAX_KEY_CONCURRENCY)
 local take = int(ARGV[5], 0, MAX_BATCH)
-local named, tokens = acks(8, MAX_BATCH)
-if not (#KEYS == 14 and named and window and conc and take and int(ARGV[6], 0, MAX_MS)) then
+local named, tokens = acks(10, MAX_BATCH)
+local per, period = int(ARGV[8], 0, MAX_RATE), int(ARGV[9], 0, MAX_MS)
+if not (#KEYS == 16 and named and window and conc and take and int(ARGV[6], 0, MAX_MS)
+        and per and period) then
   return BOUNDS
 end
 local refused = gone(K.epoch, ARGV[1])
@@ -79,7 +83,7 @@ if take > 0 and redis.call('ZCARD', K.kturn) == 1 and not paused(K.control) then
   -- one key alone may deliver
   local now = now_ms()
   out[2] = deadline(now + tonumber(ARGV[6]), ARGV[7])
-  if ktake(K, take, out[2], ARGV[7], conc, out, now) > 0 then
+  if ktake(K, take, out[2], ARGV[7], conc, out, now, rgap(per, period)) > 0 then
     woke = woke and redis.call('EXISTS', K.kturn) == 1  -- nobody else needs waking for it
     if redis.call('EXISTS', K.expiry) == 1 then  -- delivered: no longer expires
       taken(K.expiry, out, 3)
