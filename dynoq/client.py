@@ -98,6 +98,7 @@ class Client:
         replica_timeout: float | None = None,
         key_concurrency: int | None = None,
         key_rate_limit: tuple[int, float] | None = None,
+        max_running: int | None = None,
     ) -> Queue:
         """Open a queue, creating it on first use with the given settings (the rest take
         :class:`dynoq.QueueSettings`' defaults). On a later open, omitted settings take
@@ -112,6 +113,7 @@ class Client:
             "replica_timeout": replica_timeout,
             "key_concurrency": key_concurrency,
             "key_rate_limit": key_rate_limit,
+            "max_running": max_running,
         }
         return Queue(self.backend, self.backend.drive(self._catalog.queue(name, asked)))
 

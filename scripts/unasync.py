@@ -47,6 +47,7 @@ FILES = {
     "dynoq/asyncio/consumer/lease.py": "dynoq/consumer/lease.py",
     "dynoq/asyncio/consumer/many.py": "dynoq/consumer/many.py",
     "dynoq/asyncio/consumer/rates.py": "dynoq/consumer/rates.py",
+    "dynoq/asyncio/consumer/running.py": "dynoq/consumer/running.py",
     "dynoq/asyncio/consumer/upkeep.py": "dynoq/consumer/upkeep.py",
 }
 Rule = tuple[str, str]

@@ -135,6 +135,8 @@ def universe(p: str) -> dict[str, frozenset[str]]:
         add(g.claim, "claim")
         add(g.rate, "rate")
         add(g.rate_state, "rate_state", "rate")
+        add(q.slots, "slots")
+        add(q.slot_leases, "slot_leases")
     add(QueueKeys(p, "q").meta, "meta")
     add(t.meta, "meta")
     add(t.subs(0), "subs")

@@ -231,8 +231,8 @@ def test_every_script_names_its_keys_in_its_header() -> None:
         | {f.name for f in dataclasses.fields(tasks.TaskKeys)}
         | {f.name for f in dataclasses.fields(streams.StreamKeys)}
         | {f.name for f in dataclasses.fields(keys.FlowKeys)}
-        # keys.once_key, flows_key, running_flows_key
-        | {"meta", "subs", "once", "flows", "running"}
+        # keys.once_key, flows_key, running_flows_key; QueueKeys.slots, slot_leases
+        | {"meta", "subs", "once", "flows", "running", "slots", "slot_leases"}
     )
     for script in lua.SCRIPTS.values():
         assert script.keys and set(script.keys) <= known, script.name

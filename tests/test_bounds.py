@@ -133,6 +133,7 @@ def test_the_scripts_maxima_are_the_clients_constants() -> None:
         "MAX_PROGRESS": dynoq.message.MAX_PROGRESS,
         "MAX_WEIGHT": keyed.MAX_WEIGHT,
         "MAX_WEIGHTED": keyed.MAX_WEIGHTED,
+        "MAX_RUNNING": settings.MAX_RUNNING,
         "MAX_MS": validate.to_ms(validate.MAX_SECONDS),
         "EXACT": 2**53,
     }
@@ -150,6 +151,7 @@ def _exercise(client: dynoq.Client) -> None:
     from dynoq._core import tasks as core_tasks
     from dynoq._core.batches import Attempt, BatchOps
     from dynoq._core.group import GroupOps, LeaseOps, reap
+    from dynoq._core.running import SlotOps
     from dynoq._core.schedules import ScheduleOps
     from dynoq._core.streams import StreamOps
     from dynoq._core.sweeper import sweep_queue
@@ -185,6 +187,7 @@ def _exercise(client: dynoq.Client) -> None:
     member = GroupOps(q.ops.keys, "g", "m1", 10.0)
     run(member.heartbeat())  # group-heartbeat
     run(member.take(10, 1.0, 1))  # rate-take
+    run(SlotOps(q.ops.keys, 5, "holder", 1.0).change(2))  # slots
     run(member.record(["m1"], [0, 1]))  # group-history
     drive(reap(q.ops.keys))  # group-reap
     run(member.leave())  # group-leave

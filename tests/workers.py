@@ -32,3 +32,25 @@ def race_ensure(url: str, prefix: str, ids: list[str], barrier: Any, out: Any) -
         q = client.queue("race")
         barrier.wait()
         out.put([i for i in ids if q.ensure("x", id=i)])
+
+
+def capped_member(url: str, prefix: str, queue: str, n: int, out: Any) -> None:
+    """A consumer of a queue with max_running (its own process): each call counts itself
+    in ``<prefix>:running`` while it runs and logs how many ran with it, until ``n``
+    calls were logged in all; reports how many it made."""
+    import time
+
+    with dynoq.connect(url, prefix=prefix) as client:
+        r, made = client.redis, [0]
+
+        def handle(msg: dynoq.Message) -> None:
+            r.rpush(f"{prefix}:peaks", r.incr(f"{prefix}:running"))
+            time.sleep(0.02)
+            r.decr(f"{prefix}:running")
+            made[0] += 1
+
+        c = client.consumer(queue, handle, concurrency=4, idle_wait=0.2).start()
+        while r.llen(f"{prefix}:peaks") < n:
+            time.sleep(0.05)
+        c.stop()
+        out.put(made[0])

@@ -203,8 +203,10 @@ class DeliveryState:
         batch.settling = True
         return True
 
-    def finish(self, worker: int) -> None:
-        self._by_worker.pop(worker, None)
+    def finish(self, worker: int) -> InFlightBatch | None:
+        """The worker's batch ended (settled, given back or abandoned): it is
+        forgotten, and returned (None when it had none)."""
+        return self._by_worker.pop(worker, None)
 
     def interrupt(self, msgs: Sequence[Message]) -> None:
         """Cut short the coroutine handler calls running on ``msgs`` (asyncio: each

@@ -108,6 +108,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "flow": ("flow:{*}:state",),
     "flows": ("flows",),  # flows started and ended, by outcome (keys.flows_key)
     "running": ("flows:running",),  # the flows running, for the sweeper (keys.running_flows_key)
+    "slots": ("slots:{*}",),  # a queue's max_running slots, and their holders' leases
+    "slot_leases": ("slots:{*}:leases",),
     "rate": ("rate:{*}:*",),
     "rate_state": ("rate:{*}:*:state",),
 }

@@ -132,6 +132,17 @@ class QueueKeys:
         return f"{self.prefix}:wake:{self.queue}"
 
     @property
+    def slots(self) -> str:
+        """Hash of the max_running slots its consumers hold (lua/slots-2.lua): holder ->
+        slots, and `total`."""
+        return f"{self.prefix}:slots:{{{self.queue}}}"
+
+    @property
+    def slot_leases(self) -> str:
+        """Zset of the slots' holders -> when their slots go back (ms)."""
+        return f"{self.prefix}:slots:{{{self.queue}}}:leases"
+
+    @property
     def groups(self) -> str:
         """Set of the queue's consumer-group names (the sweeper's reaper walks it)."""
         return f"{self.prefix}:groups:{{{self.queue}}}"

@@ -62,7 +62,8 @@ ROLES: dict[str, Role] = {
         _REGISTER,
     ),
     "consumer": Role(
-        "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, topic "
+        "consume: pop, ack, nack, extend, leases, consumer groups, rate limits, a "
+        "queue's max_running slots, topic "
         "subscriptions, progress and cancels of running messages; and a queue's "
         "operations by id: remove, cancel, reschedule, replay, "
         "purge dead letters, schedules, pause and resume, keys' weights; run task "
@@ -109,6 +110,7 @@ ROLES: dict[str, Role] = {
             "group-history",
             "subscription",
             "rate-take",
+            "slots",
             "schedule-fire",
             "schedule-start",
             # message groups (ordered="key"): lua/lib/keyed.lua

@@ -31,6 +31,7 @@ def _stored(settings: Any) -> dict[str, str]:
 MAX_KEY_CONCURRENCY = 1000
 MAX_RETRIES = 1_000_000
 MAX_RATE = 10**9  # the most permits a rate limit grants in one period
+MAX_RUNNING = 1_000_000  # a queue's max_running at most (lua/slots-2.lua)
 
 
 def check_rate(value: object, what: str) -> tuple[int, float]:
@@ -83,7 +84,9 @@ class QueueSettings:
     min_replicas / replica_timeout: pushes WAIT for that many replicas, up to that many
     seconds, else ReplicationError (0 = no WAIT; Dynomite's DC_QUORUM);
     key_rate_limit (ordered="key" only): (count, period seconds), the deliveries of each
-    key, one every period / count at most (lua/lib/krate.lua)."""
+    key, one every period / count at most (lua/lib/krate.lua); max_running: the
+    deliveries the queue's consumers have in flight at once, all together (None: no
+    cap; lua/slots-2.lua)."""
 
     shards: int = 4
     ordered: bool | str = False
@@ -94,6 +97,7 @@ class QueueSettings:
     replica_timeout: float = 1.0
     key_concurrency: int | None = None  # ordered="key" only; 1 there when not given
     key_rate_limit: tuple[int, float] | None = None  # ordered="key" only
+    max_running: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -114,6 +118,8 @@ class QueueSettings:
                     )
                 rate = check_rate(self.key_rate_limit, "key_rate_limit")
                 object.__setattr__(self, "key_rate_limit", rate)
+            if self.max_running is not None:
+                validate.check_int(self.max_running, "max_running", low=1, high=MAX_RUNNING)
         except InvalidArgument as exc:
             raise QueueConfigError(str(exc)) from None
 
@@ -149,6 +155,9 @@ class QueueSettings:
                     else None
                 ),
                 key_rate_limit=parse_rate(raw.get("key_rate_limit", "None")),
+                max_running=(
+                    int(raw["max_running"]) if raw.get("max_running", "None") != "None" else None
+                ),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None

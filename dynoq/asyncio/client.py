@@ -101,6 +101,7 @@ class Client:
         replica_timeout: float | None = None,
         key_concurrency: int | None = None,
         key_rate_limit: tuple[int, float] | None = None,
+        max_running: int | None = None,
     ) -> Queue:
         """Open a queue, creating it on first use (see :meth:`dynoq.Client.queue`)."""
         asked = {
@@ -113,6 +114,7 @@ class Client:
             "replica_timeout": replica_timeout,
             "key_concurrency": key_concurrency,
             "key_rate_limit": key_rate_limit,
+            "max_running": max_running,
         }
         return Queue(self.backend, await self.backend.drive(self._catalog.queue(name, asked)))
 

@@ -160,9 +160,9 @@ class Deliveries:
         with self._lock:
             return self._state.settle(worker)
 
-    def finish(self, worker: int) -> None:
+    def finish(self, worker: int) -> InFlightBatch | None:
         with self._lock:
-            self._state.finish(worker)
+            return self._state.finish(worker)
 
     def begin(self, batch: InFlightBatch) -> bool:
         with self._lock:

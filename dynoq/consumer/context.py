@@ -1,16 +1,18 @@
 # Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest c61621d70935c1b0: of the text below, an edit by hand does not match).
+# is stale; digest 0e657b8fc3c1bf5d: of the text below, an edit by hand does not match).
 """What a consumer's workers and upkeep share (threads in the sync twin: there each piece
 is thread-safe on its own; tasks of one event loop need no lock)."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._core.consuming import Counts, Plan
+from .._core.running import SLOT_LEASE, SlotOps
 from ..errors import QueueGone
 from ..message import Message
 from ..events import Event, Guard, Lock, new_event, new_guard, new_lock
@@ -19,6 +21,7 @@ from .board import Deliveries, IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
 from .rates import RateGate
+from .running import RunningGate
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -33,6 +36,7 @@ class Shared:
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
     in_flight: InFlight = field(init=False)
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
+    running: RunningGate | None = field(init=False)  # the queue's max_running (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see Workers._look).
@@ -57,6 +61,36 @@ class Shared:
             if limit is None
             else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
         )
+        most = self.queue.ops.settings.max_running
+        holder = f"{self.membership.member}:{uuid.uuid4().hex[:8]}"
+        # renewed at every heartbeat: a lease of three of them at least
+        lease = max(SLOT_LEASE, 3 * self.plan.settings.heartbeat_interval)
+        self.running = (
+            None
+            if most is None
+            else RunningGate(
+                self.queue,
+                SlotOps(self.queue.ops.keys, most, holder, lease),
+                self.plan.settings.concurrency,
+                self.stopping,
+            )
+        )
+
+    def slots(self, count: int) -> int:
+        """How many of ``count`` messages to pop: all of them, or under max_running the
+        slots taken for them (waits for one; 0 once stopping)."""
+        return count if self.running is None else self.running.take(count)
+
+    def unused(self, taken: int, msgs: list[Message]) -> None:
+        """The slots a pop did not fill are free (all of them back when it found none)."""
+        if self.running is not None:
+            self.running.give(taken - len(msgs), idle=not msgs)
+
+    def finish(self, worker: int) -> None:
+        """The worker's batch ended: forgotten, and its slots (max_running) go back."""
+        batch = self.deliveries.finish(worker)
+        if self.running is not None and batch is not None:
+            self.running.give(len(batch.msgs))
 
     def pop(
         self, count: int, *, shards: list[int], wait: float = 0.0, until_woken: bool = False
@@ -64,9 +98,28 @@ class Shared:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
+        count = self.slots(count)
+        if not count:
+            return []
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
+        msgs: list[Message] = []
+        try:
+            msgs = self._pop(count, shards, wait, until_woken, tenures)
+        finally:
+            self.unused(count, msgs)
+        return msgs
+
+    def _pop(
+        self,
+        count: int,
+        shards: list[int],
+        wait: float,
+        until_woken: bool,
+        tenures: dict[int, int | None] | None,
+    ) -> list[Message]:
+        plan = self.plan
         msgs: list[Message] = self.queue.backend.drive(
             self.queue.planner.pop(
                 count,
@@ -90,15 +143,22 @@ class Shared:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         Planner.fetch)."""
-        got: tuple[list[Message], float | None] = self.queue.backend.drive(
-            self.queue.planner.fetch(
-                count,
-                shards,
-                visibility=self.plan.visibility,
-                consumer=self.plan.instance_id,
-                backlog=backlog,
+        count = self.slots(count)
+        if not count:
+            return [], None
+        got: tuple[list[Message], float | None] = ([], None)
+        try:
+            got = self.queue.backend.drive(
+                self.queue.planner.fetch(
+                    count,
+                    shards,
+                    visibility=self.plan.visibility,
+                    consumer=self.plan.instance_id,
+                    backlog=backlog,
+                )
             )
-        )
+        finally:
+            self.unused(count, got[0])
         return got
 
     def wait(self, timeout: float) -> bool:

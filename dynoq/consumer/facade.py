@@ -306,6 +306,8 @@ class Consumer:
                 )
         try:
             self._release_free()
+            if s.running is not None:
+                s.running.release()
             s.membership.leave()  # tells the others to rebalance now
         except DynoqError as exc:
             logs.error(

@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/upkeep.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 27a99aa216b90f30: of the text below, an edit by hand does not match).
+# is stale; digest a76e06e0cef32145: of the text below, an edit by hand does not match).
 """The upkeep loop (a task; a thread in the sync twin): heartbeat, lease renewal,
 rebalance, lease takeover, keeping slow deliveries invisible, and the workers' handler
 calls past consume_timeout (Workers.enforce_timeouts).
@@ -97,6 +97,8 @@ class Upkeep:
         loop, a few times a second: a heartbeat interval can be longer than a visibility.)"""
         s = self.shared
         changed, members = s.membership.heartbeat()
+        if s.running is not None:
+            s.running.renew()
         if s.plan.ordered:
             s.check_leases(sorted(s.board.leased()))
         if rebalance or changed:

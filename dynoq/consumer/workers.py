@@ -192,8 +192,8 @@ class Workers:
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
         # whole queue again (round-robin across shards). (A rate limit's permits are
-        # taken by the calls, carried or not.)
-        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler
+        # taken by the calls, carried or not. Not under max_running: no slots for them.)
+        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler and s.running is None
         carried: list[Message] = []
         streak = held = 0
         while self._active():
@@ -233,7 +233,7 @@ class Workers:
                     refill=keyed and streak < MAX_CARRIED,
                 )
             finally:
-                s.deliveries.finish(me)
+                s.finish(me)
                 if batch is not None and batch.refilled and not batch.abandoned:
                     carried, held, streak = batch.refilled, n, streak + 1  # permits kept
                 else:
@@ -261,7 +261,8 @@ class Workers:
         looks first, found nothing: the next turn waits at once, without a look)."""
         s = self.shared
         idle = s.plan.settings.idle_wait
-        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
+        # see Planner.fetch; under max_running a waiting pop would hold slots meanwhile
+        probing = (s.queue.ops.cross_slot and s.plan.shards > 1) or s.running is not None
         msgs: list[Message] = []
         try:
             if not probing:  # unlike Redis Cluster, the pop waits (and looks first)
@@ -290,7 +291,12 @@ class Workers:
                 for shard in shards:
                     self._run_shard(shard, None)
                 continue
-            # Every free shard was empty: block on their behalf for one message.
+            # Every free shard was empty: block on their behalf for one message (under
+            # max_running for a wake-up: a waiting pop would hold a slot meanwhile).
+            if s.running is not None:
+                woke = not s.wait(idle)
+                self._finish_all(shards, None if woke else False)
+                continue
             try:
                 msgs = s.pop(1, wait=idle, shards=shards, until_woken=True)
             except LeaseLost:
@@ -333,6 +339,7 @@ class Workers:
                 if outcome == ABANDONED:
                     abandoned = True  # a stop that ran out of time gave it back
                     return
+                s.finish(me)  # its slots (max_running) go back before the next pop
                 s.board.set_retrying(shard, outcome == BLOCKED)
                 if outcome == BLOCKED:
                     found = False  # nothing deliverable until the suspend ends
@@ -346,7 +353,7 @@ class Workers:
             else:  # the upkeep took the shard again meanwhile: that lease goes on
                 log.info("dynoq: %s; the shard's newer lease goes on", exc)
         finally:
-            s.deliveries.finish(me)
+            s.finish(me)
             if not abandoned:
                 self._finish(shard, found)
 

@@ -4,10 +4,12 @@ is thread-safe on its own; tasks of one event loop need no lock)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..._core.consuming import Counts, Plan
+from ..._core.running import SLOT_LEASE, SlotOps
 from ...errors import QueueGone
 from ...message import Message
 from ..events import Event, Guard, Lock, new_event, new_guard, new_lock
@@ -16,6 +18,7 @@ from .board import Deliveries, IdleGate, InFlight, ShardBoard
 from .group import Membership
 from .lease import Leases
 from .rates import RateGate
+from .running import RunningGate
 
 log = logging.getLogger("dynoq.consumer")
 
@@ -30,6 +33,7 @@ class Shared:
     board: ShardBoard = field(default_factory=ShardBoard)  # ordered: leased shards
     in_flight: InFlight = field(init=False)
     gate: RateGate | None = field(init=False)  # the group's rate limit (None: none)
+    running: RunningGate | None = field(init=False)  # the queue's max_running (None: none)
     deliveries: Deliveries = field(default_factory=Deliveries)
     idle: IdleGate = field(default_factory=IdleGate)  # concurrent queues: one waits
     # Concurrent queues: one look at a time (see Workers._look).
@@ -54,6 +58,36 @@ class Shared:
             if limit is None
             else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
         )
+        most = self.queue.ops.settings.max_running
+        holder = f"{self.membership.member}:{uuid.uuid4().hex[:8]}"
+        # renewed at every heartbeat: a lease of three of them at least
+        lease = max(SLOT_LEASE, 3 * self.plan.settings.heartbeat_interval)
+        self.running = (
+            None
+            if most is None
+            else RunningGate(
+                self.queue,
+                SlotOps(self.queue.ops.keys, most, holder, lease),
+                self.plan.settings.concurrency,
+                self.stopping,
+            )
+        )
+
+    async def slots(self, count: int) -> int:
+        """How many of ``count`` messages to pop: all of them, or under max_running the
+        slots taken for them (waits for one; 0 once stopping)."""
+        return count if self.running is None else await self.running.take(count)
+
+    async def unused(self, taken: int, msgs: list[Message]) -> None:
+        """The slots a pop did not fill are free (all of them back when it found none)."""
+        if self.running is not None:
+            await self.running.give(taken - len(msgs), idle=not msgs)
+
+    async def finish(self, worker: int) -> None:
+        """The worker's batch ended: forgotten, and its slots (max_running) go back."""
+        batch = self.deliveries.finish(worker)
+        if self.running is not None and batch is not None:
+            await self.running.give(len(batch.msgs))
 
     async def pop(
         self, count: int, *, shards: list[int], wait: float = 0.0, until_woken: bool = False
@@ -61,9 +95,28 @@ class Shared:
         """Pop for this consumer: its shards, its lease (refused when it has less than the
         margin left), its visibility timeout; ordered messages carry their shard's fence."""
         plan = self.plan
+        count = await self.slots(count)
+        if not count:
+            return []
         # Each shard is popped in the tenure its lease is held in now (a stale one is
         # refused), and its messages carry that tenure's fence.
         tenures = self.leases.tenures(shards) if plan.ordered else None
+        msgs: list[Message] = []
+        try:
+            msgs = await self._pop(count, shards, wait, until_woken, tenures)
+        finally:
+            await self.unused(count, msgs)
+        return msgs
+
+    async def _pop(
+        self,
+        count: int,
+        shards: list[int],
+        wait: float,
+        until_woken: bool,
+        tenures: dict[int, int | None] | None,
+    ) -> list[Message]:
+        plan = self.plan
         msgs: list[Message] = await self.queue.backend.drive(
             self.queue.planner.pop(
                 count,
@@ -87,15 +140,22 @@ class Shared:
         """A concurrent consumer's look for due messages, without waiting: every shard in
         two round trips. The messages, or the ms until something may be due (see
         Planner.fetch)."""
-        got: tuple[list[Message], float | None] = await self.queue.backend.drive(
-            self.queue.planner.fetch(
-                count,
-                shards,
-                visibility=self.plan.visibility,
-                consumer=self.plan.instance_id,
-                backlog=backlog,
+        count = await self.slots(count)
+        if not count:
+            return [], None
+        got: tuple[list[Message], float | None] = ([], None)
+        try:
+            got = await self.queue.backend.drive(
+                self.queue.planner.fetch(
+                    count,
+                    shards,
+                    visibility=self.plan.visibility,
+                    consumer=self.plan.instance_id,
+                    backlog=backlog,
+                )
             )
-        )
+        finally:
+            await self.unused(count, got[0])
         return got
 
     async def wait(self, timeout: float) -> bool:

@@ -311,6 +311,8 @@ class Consumer:
             await self._upkeep.stop(deadline - loop.time())
         try:
             await self._release_free()
+            if s.running is not None:
+                await s.running.release()
             await s.membership.leave()  # tells the others to rebalance now
         except DynoqError as exc:
             logs.error(

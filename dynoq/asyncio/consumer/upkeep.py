@@ -94,6 +94,8 @@ class Upkeep:
         loop, a few times a second: a heartbeat interval can be longer than a visibility.)"""
         s = self.shared
         changed, members = await s.membership.heartbeat()
+        if s.running is not None:
+            await s.running.renew()
         if s.plan.ordered:
             await s.check_leases(sorted(s.board.leased()))
         if rebalance or changed:

@@ -193,8 +193,8 @@ class Workers:
         # A keyed queue's hot key: the acks bring the key's next batch (carried, with
         # the permits it holds), at most MAX_CARRIED times in a row, then a look at the
         # whole queue again (round-robin across shards). (A rate limit's permits are
-        # taken by the calls, carried or not.)
-        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler
+        # taken by the calls, carried or not. Not under max_running: no slots for them.)
+        keyed = s.queue.ops.keyed and not s.plan.settings.batch_handler and s.running is None
         carried: list[Message] = []
         streak = held = 0
         while not s.stopping.is_set():
@@ -231,7 +231,7 @@ class Workers:
                     msgs, n if keyed and streak < MAX_CARRIED else 0, flight
                 )
             finally:
-                s.deliveries.finish(me)
+                await s.finish(me)
                 if carried:
                     held, streak = n, streak + 1  # its permits are kept
                 else:
@@ -258,7 +258,8 @@ class Workers:
         looks first, found nothing: the next turn waits at once, without a look)."""
         s = self.shared
         idle = s.plan.settings.idle_wait
-        probing = s.queue.ops.cross_slot and s.plan.shards > 1  # see Planner.fetch
+        # see Planner.fetch; under max_running a waiting pop would hold slots meanwhile
+        probing = (s.queue.ops.cross_slot and s.plan.shards > 1) or s.running is not None
         msgs: list[Message] = []
         try:
             if not probing:  # unlike Redis Cluster, the pop waits (and looks first)
@@ -287,7 +288,12 @@ class Workers:
                 for shard in shards:
                     await self._run_shard(me, shard, None)
                 continue
-            # Every free shard was empty: wait on their behalf for one message.
+            # Every free shard was empty: wait on their behalf for one message (under
+            # max_running for a wake-up: a waiting pop would hold a slot meanwhile).
+            if s.running is not None:
+                woke = not await s.wait(idle)
+                await self._finish_all(shards, None if woke else False)
+                continue
             try:
                 msgs = await s.pop(1, wait=idle, shards=shards, until_woken=True)
             except LeaseLost:
@@ -326,6 +332,7 @@ class Workers:
                         break
                 s.deliveries.start(me, InFlightBatch(msgs, shard, time.monotonic(), 0))
                 blocked = await self.processor.orderly(msgs)
+                await s.finish(me)  # its slots (max_running) go back before the next pop
                 s.board.set_retrying(shard, blocked)
                 if blocked:
                     found = False  # nothing deliverable until the suspend ends
@@ -340,7 +347,7 @@ class Workers:
             else:  # the upkeep took the shard again meanwhile: that lease goes on
                 log.info("dynoq: %s; the shard's newer lease goes on", exc)
         finally:
-            s.deliveries.finish(me)
+            await s.finish(me)
             await self._finish(shard, found)
 
     async def _finish(self, shard: int, found: bool | None) -> None:

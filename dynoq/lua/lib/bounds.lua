@@ -35,6 +35,7 @@
   MAX_PROGRESS  bytes of one progress report a handler keeps (validate.py)
   MAX_WEIGHT, MAX_WEIGHTED  a key's fairness weight, the weighted keys of one shard
                 (validate.py, lib/kweight.lua)
+  MAX_RUNNING   a queue's max_running (settings.py)
   MAX_MS        the longest delay or timeout, 100 years (validate.MAX_SECONDS) in ms
   EXACT         2^53: any whole number a double holds exactly (times, batch ids)
   int(v, lo, hi) -> v as a number when it is a whole number in lo..hi, else nil (text,
@@ -51,7 +52,7 @@ local MAX_FILTER_BYTES = 1 + MAX_TAGS * (MAX_TAG_BYTES + 1)  -- "|a|b|": a publi
 local MAX_PRIORITY, MAX_KEY_CONCURRENCY, MAX_RETRIES, MAX_RATE = 99, 1000, 1000000, 1000000000
 local MAX_MS, EXACT = 3153600000000, 9007199254740992
 local MAX_FLOW, MAX_GROUP, MAX_PROGRESS = 10100, 10000, 1024
-local MAX_WEIGHT, MAX_WEIGHTED = 100, 10000
+local MAX_WEIGHT, MAX_WEIGHTED, MAX_RUNNING = 100, 10000, 1000000
 
 local function int(v, lo, hi)
   local n = tonumber(v)
