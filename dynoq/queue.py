@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 4d7628e2e9666a32: of the text below, an edit by hand does not match).
+# is stale; digest 4aec6f39cbd3b00e: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -60,6 +60,7 @@ class Queue:
         key: str | None = None,
         headers: dict[str, Any] | None = None,
         expires: float | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Add a message; return its id.
 
@@ -69,10 +70,15 @@ class Queue:
         before it is due (>= 0). priority: 0..99, lower first. key: the ordering key
         (ordered queues route by it). headers: a dict stored with the message.
         expires: seconds from now: a message not delivered by then is dead-lettered
-        (reason "Expired"), counted in ``stats().total("lapsed")``.
+        (reason "Expired"), counted in ``stats().total("lapsed")``. debounce: seconds
+        (concurrent queues, with an ``id``): the message waits that long after the
+        latest push of its id; a push while it waits replaces its payload and moves it,
+        a push while it runs makes one copy wait (the latest payload).
         Raises InvalidArgument / InvalidType for bad arguments, PayloadTypeError /
         PayloadTooLarge for a payload that cannot be stored, OrderedQueueError for a delay
         or priority on an ordered queue, ConnectionFailed when Redis is unreachable."""
+        if debounce is not None:
+            delay = self.ops.debounced(id, delay, debounce)
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(
                 Message(

@@ -407,6 +407,21 @@ def test_a_call_no_worker_started_before_its_expiry_never_runs(setup: Setup) -> 
         record.apply(("never",), expires=0)
 
 
+def test_a_debounced_task_runs_once_with_the_latest_arguments(setup: Setup) -> None:
+    record = setup.task("record")
+    for i in range(50):
+        h = record.apply((i,), id="reindex-7", debounce=0.3)
+    assert h.id == "reindex-7" and h.status() == "delayed"
+    setup.worker()
+    wait_for(lambda: setup.logged("record"), what="the one call")
+    time.sleep(0.5)  # nothing more runs
+    assert setup.logged("record") == [[49, [], None]]
+    with pytest.raises(InvalidArgument, match="keeps its result"):
+        setup.task("add").apply((1, 2), id="add-1", debounce=0.3)
+    with pytest.raises(InvalidArgument, match="give an id"):
+        record.apply((1,), debounce=0.3)
+
+
 def test_per_task_retries_then_a_dead_letter_with_the_reason(setup: Setup) -> None:
     flaky, fussy = setup.task("flaky"), setup.task("fussy")
     a, b = flaky.delay(7), fussy.delay(8)

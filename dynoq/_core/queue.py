@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..errors import InvalidArgument, ReplicationError
+from ..errors import InvalidArgument, OrderedQueueError, ReplicationError
 from ..message import Message, QueueStats, ShardStats
 from . import codec, validate
 from .bounds import body_size, chunks
@@ -104,6 +104,22 @@ class QueueOps(Opened):
         """A payload or Message, validated and encoded for this queue."""
         msg = item if isinstance(item, Message) else Message(item)
         return codec.prepare(msg, ordered=self.settings.ordered, limit=self.limit)
+
+    def debounced(self, msg_id: object, delay: object, debounce: object) -> float:
+        """The delay of a push with ``debounce`` (DESIGN §3.9): the message waits that
+        long after the latest push of its id, which replaces the waiting copy (or waits
+        behind the running one: the plain push's upsert). Checked: an id, no delay of its
+        own, a concurrent queue (ordered queues deliver in push order, at once)."""
+        if msg_id is None:
+            raise InvalidArgument("debounce collapses the pushes of one id: give an id")
+        if delay:
+            raise InvalidArgument("debounce is the message's delay: give delay or debounce")
+        if self.settings.ordered:
+            raise OrderedQueueError(
+                "debounce delays a message: not on ordered queues (they deliver in push "
+                "order, at once); use a concurrent queue"
+            )
+        return validate.check_seconds(debounce, "debounce", minimum=0.001)
 
     def shard_for(self, routing: str) -> int:
         """The shard of an id (concurrent queues) or ordering key (ordered queues)."""

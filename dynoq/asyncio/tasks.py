@@ -335,13 +335,17 @@ class Task:
         key: str | None = None,
         priority: int = 0,
         expires: float | None = None,
+        debounce: float | None = None,
     ) -> TaskHandle:
         """Send a call: after ``delay`` seconds, or at ``at`` (an aware datetime, by this
         machine's clock; one in the past: now), with ``priority`` (0..99, lower first), an
         ordering ``key`` (default: the task's key function of the arguments); one that no
         worker started within ``expires`` seconds is dead-lettered (never run). With an
         ``id`` it is pushed only if no task of that id waits, runs, is dead-lettered or
-        has its result kept (push-if-absent: calling twice sends once). Arguments msgpack
+        has its result kept (push-if-absent: calling twice sends once); with an ``id``
+        and ``debounce`` seconds, it runs that long after the latest call of that id, with
+        the latest arguments (``Queue.push``'s debounce; not for a task that keeps its
+        result, whose id names one call). Arguments msgpack
         cannot carry are refused (TaskArgumentError naming the argument), and so are
         arguments that do not fit the function (InvalidType): nothing is sent then."""
         delay = core.delay_until(at, delay)
@@ -354,7 +358,14 @@ class Task:
                 "key": key,
                 "expires": expires,
             }
-            if id is None:
+            if debounce is not None:
+                if self.keep_ms:
+                    raise InvalidArgument(
+                        f"task {self.name!r} keeps its result: its id names one call, which "
+                        "debounce would replace"
+                    )
+                task_id = await q.push(payload, id=id, debounce=debounce, **options)
+            elif id is None:
                 task_id = await q.push(payload, **options)
             elif self.keep_ms:
                 task_id = validate.check_id(id, "task id")
