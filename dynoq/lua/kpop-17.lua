@@ -52,6 +52,8 @@ local out = {1, 0, due}
 local _, alien = ktake(K, count, due, nonce, conc, out, now, gap)
 if alien > 0 then redis.call('HINCRBY', K.counts, 'dead', alien) end
 if #out == 3 then
+  -- keys still in line (a take that sent its most to rest): look again at once
+  if gap and redis.call('EXISTS', K.kturn) == 1 then return {0, 0, 0} end
   return {0, wait_hint(K.delayed, K.unack, now, gap and rnext(K, now) or -1), 0}
 end
 if expiring then taken(K.expiry, out, 4) end  -- delivered: an expiry no longer applies

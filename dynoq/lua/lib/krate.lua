@@ -8,6 +8,7 @@
   kstore's rule), and a consumer with nothing to take naps until the first ends.
   uses: lib/bulk.lua lib/kstore.lua lib/pin.lua
   K: the shard's keys by name (krate, krest, and kstate, kturn, seq for kstore)
+  REST_LIMIT  keys one take may send to rest (lib/ktake.lua), each a few commands
   rgap(count, period) -> ms between two deliveries of a key (count 0: nil, no limit)
   rhold(K, keys, turns, now) -> the keys of `keys` (popped from kturn) that may be served
     now, in order, and key -> its stored time; the others rest in krest
@@ -16,6 +17,8 @@
     that still may deliver), and at most `limit` times gone by dropped from krate
   rnext(K, now) -> ms until the first resting key may deliver (-1: none rests)
 ]]
+local REST_LIMIT = 1000
+
 local function rgap(count, period)
   if count == 0 then return nil end
   return period / count

@@ -17,10 +17,12 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
   local msgs, kwait, kturn, kfence, unack, dlv = K.msgs, K.kwait, K.kturn, K.kfence, K.unack, K.dlv
   local dead, why = K.dead, K.why
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
-  local n, rounds, buried, alien = 0, 0, 0, false
+  local n, rounds, buried, alien, rested = 0, 0, 0, false, 0
   -- A round takes one head of each of the keys with the lowest turns; a key that may
   -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
-  while n < count and rounds < count do
+  -- (At most REST_LIMIT keys rest a call: a take of 1,000 from a shard of a million
+  -- keys all served too recently would move them all to krest in one call.)
+  while n < count and rounds < count and rested < REST_LIMIT do
     rounds = rounds + 1
     local top = redis.call('ZPOPMIN', kturn, count - n)
     if #top == 0 then break end
@@ -30,7 +32,11 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
       turns[top[i]] = top[i + 1]
     end
     local times
-    if gap then keys, times = rhold(K, keys, turns, now) end  -- the others rest
+    if gap then  -- the others rest
+      local popped = #keys
+      keys, times = rhold(K, keys, turns, now)
+      rested = rested + popped - #keys
+    end
     local ws = wload(K, keys)
     if ws then
       -- A weighted key served again before the keys behind it: they go back unserved,
