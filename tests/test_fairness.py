@@ -237,3 +237,20 @@ def test_key_rate_limit_is_a_stored_setting_of_keyed_queues(client: dynoq.Client
         with pytest.raises(dynoq.InvalidType):
             client.queue("bad", ordered="key", key_rate_limit=wrong)
     assert client.open_existing("bad") is None and client.open_existing("plain") is None
+
+
+@pytest.mark.sync_only
+def test_one_take_sends_a_bounded_number_of_keys_to_rest(client: dynoq.Client) -> None:
+    # Every call stays short: 1,500 keys all served too recently, and a pop of 1,000
+    # moves 1,000 of them to krest, says to look again at once, and the next the rest.
+    q = client.queue("many", shards=1, ordered="key", key_rate_limit=(1, 60.0))
+    keys = [f"k{i}" for i in range(1500)]
+    q.push_many([dynoq.Message(0, key=k) for k in keys] + [dynoq.Message(1, key=k) for k in keys])
+    got = q.pop(1000) + q.pop(1000)
+    assert len(got) == 1500 and q.ack_many(got) == 1500
+    shard = q.ops.shard_keys[0]
+    reply = q.backend.run(q.ops.kind.pop_call(0, 1000, 0, 60_000, "n", "", 0, []))
+    assert reply[:3] == [0, 0, 0]  # nothing, and no nap
+    assert q.backend.run(dynoq._core.calls.Cmd(("ZCARD", shard.krest))) == 1000
+    assert q.pop(1000) == []
+    assert q.backend.run(dynoq._core.calls.Cmd(("ZCARD", shard.krest))) == 1500
