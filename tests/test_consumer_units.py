@@ -226,7 +226,7 @@ def test_fetch_after_a_full_batch_of_a_shallow_queue_takes_three_round_trips() -
     next(flow)
     probe = flow.send(_popped(0, 10))
     assert isinstance(probe, Call) and probe.script.name == "probe"
-    assert len(probe.keys) == 15 * 5  # the other shards
+    assert len(probe.keys) == 15 * 6  # the other shards
     flags = [1 if s % 3 == 0 else 0 for s in range(1, 16)]  # shards 3, 6, 9, 12, 15
     pops = flow.send([*flags, -1])
     assert isinstance(pops, Batch) and [c.script.name for c in pops.calls] == ["pop"] * 5
