@@ -77,7 +77,7 @@ def throughput(
     try:
         q = _queue(client, keyed)
         fill(q, keys, per_key)
-        for k in range(0, keys, weighted or keys + 1):
+        for k in range(0, keys, weighted) if weighted else ():
             q.set_weight(f"key-{k}", 3)
         n = keys * per_key
         c = client.consumer(
