@@ -1,7 +1,8 @@
 --[[ kack: finish deliveries of one keyed shard; each frees a slot of its key, whose next
-  message may then go (at the turn it keeps when weighted: lib/kweight.lua). A stale delivery token changes nothing. With `take`, the ack and
-  the next pop share a round trip when that is fair: when one key alone of the shard is
-  ready after the acks (a hot key alone), its next messages are delivered in this reply
+  message may then go (at the turn it keeps when weighted: lib/kweight.lua). A stale
+  delivery token changes nothing. With `take`, the ack and the next pop share a round
+  trip when that is fair: when one key alone of the shard is ready after the acks (a hot
+  key alone), its next messages are delivered in this reply
   (lib/ktake.lua); with several keys ready, or the queue paused, nothing is.
   KEYS[1] unack  KEYS[2] msgs  KEYS[3] dlv  KEYS[4] done  KEYS[5] kwait
   KEYS[6] kturn  KEYS[7] kstate  KEYS[8] seq  KEYS[9] why  KEYS[10] counts

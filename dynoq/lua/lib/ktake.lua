@@ -6,9 +6,9 @@
   ktake(K, count, due, nonce, conc, out, now, gap) -> appends id, record, attempts, fence
     of up to `count` keys' heads to `out` (due: their `unack` score, deadline(ms, nonce) of
     lib/delivery.lua); returns how many, and how many it dead-lettered. gap: the
-    key_rate_limit's ms between two deliveries of a key (lib/krate.lua; nil: none). A first delivery
-    writes no delivery state, as on a concurrent queue (its token is `due`); any other's
-    token is "<nonce>.<attempts>", in its state. A head whose
+    key_rate_limit's ms between two deliveries of a key (lib/krate.lua; nil: none). A
+    first delivery writes no delivery state, as on a concurrent queue (its token is
+    `due`); any other's token is "<nonce>.<attempts>", in its state. A head whose
     record does not name its key (not written by dynoq: no script could find its key
     again to free it) is dead-lettered (why: "r") when K has dead and why (kpop's header
     names them), else left waiting and the take ends (kack's names no dead)
