@@ -18,6 +18,7 @@ import dynoq
 from dynoq._core.keyed import MAX_WEIGHTED
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = ("embedded",)  # the async twin shares the core: one server
 WEIGHTS = {"one": 1, "two": 2, "five": 5}
 
 

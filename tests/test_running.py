@@ -18,6 +18,7 @@ import dynoq
 from dynoq._core.running import SlotOps
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = ("embedded",)  # the async twin shares the core: one server
 KINDS = {
     "concurrent": {"shards": 4},
     "ordered": {"shards": 4, "ordered": True},
