@@ -110,7 +110,6 @@ def test_max_running_is_a_stored_setting(client: dynoq.Client) -> None:
 def test_max_running_holds_across_processes(real_client: dynoq.Client, real_url: str) -> None:
     q = real_client.queue("procs", shards=4, max_running=3)
     n = 60
-    q.push_many(range(n))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [
@@ -121,6 +120,10 @@ def test_max_running_holds_across_processes(real_client: dynoq.Client, real_url:
     ]
     for p in procs:
         p.start()
+    # both consuming before the first push: neither drains it alone while the other starts
+    ready = f"{real_client.prefix}:ready"
+    wait_for(lambda: int(real_client.redis.get(ready) or 0) == 2, what="both", timeout=60)
+    q.push_many(range(n))
     made = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
@@ -128,4 +131,4 @@ def test_max_running_holds_across_processes(real_client: dynoq.Client, real_url:
     peaks = [int(x) for x in real_client.redis.lrange(f"{real_client.prefix}:peaks", 0, -1)]
     assert sum(made) == n == len(peaks)
     assert max(peaks) <= 3, max(peaks)
-    assert all(made)  # both processes ran calls
+    assert all(made)  # both processes ran calls (each holds two slots at most)

@@ -35,9 +35,11 @@ def race_ensure(url: str, prefix: str, ids: list[str], barrier: Any, out: Any) -
 
 
 def capped_member(url: str, prefix: str, queue: str, n: int, out: Any) -> None:
-    """A consumer of a queue with max_running (its own process): each call counts itself
-    in ``<prefix>:running`` while it runs and logs how many ran with it, until ``n``
-    calls were logged in all; reports how many it made."""
+    """A consumer of a queue with max_running (its own process, two workers: it holds two
+    slots at most, so a cap of three leaves the other member one): each call counts
+    itself in ``<prefix>:running`` while it runs and logs how many ran with it, until
+    ``n`` calls were logged in all; says it is ready in ``<prefix>:ready``; reports how
+    many calls it made."""
     import time
 
     with dynoq.connect(url, prefix=prefix) as client:
@@ -49,7 +51,8 @@ def capped_member(url: str, prefix: str, queue: str, n: int, out: Any) -> None:
             r.decr(f"{prefix}:running")
             made[0] += 1
 
-        c = client.consumer(queue, handle, concurrency=4, idle_wait=0.2).start()
+        c = client.consumer(queue, handle, concurrency=2, idle_wait=0.2).start()
+        r.incr(f"{prefix}:ready")
         while r.llen(f"{prefix}:peaks") < n:
             time.sleep(0.05)
         c.stop()
