@@ -77,7 +77,8 @@ end
 -- until they find none): not at every ack.
 local idle = redis.call('EXISTS', K.kturn) == 0
 -- A weighted key whose round is not over goes back to its turn (lib/kweight.lua).
-local woke = kfreed(K, order, freed, conc, wkeep(wload(K, order), order)) > 0 and idle
+local ws = wany(K) and wload(K, order) or nil
+local woke = kfreed(K, order, freed, conc, wkeep(ws, order)) > 0 and idle
 redis.call('HINCRBY', K.counts, 'acked', acked)
 if window > 0 then remember_acked(K.done, good, window, acked) end
 if take > 0 and redis.call('ZCARD', K.kturn) == 1 and not paused(K.control) then

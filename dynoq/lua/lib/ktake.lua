@@ -18,6 +18,7 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
   local dead, why = K.dead, K.why
   local fences = redis.call('EXISTS', kfence) == 1  -- none until a first takeover
   local n, rounds, buried, alien, rested = 0, 0, 0, false, 0
+  local weighted = wany(K)  -- once a take: no round changes the shard's weights
   -- A round takes one head of each of the keys with the lowest turns; a key that may
   -- deliver more takes a new turn, behind the others (key_concurrency > 1, a key alone).
   -- (At most REST_LIMIT keys rest a call: a take of 1,000 from a shard of a million
@@ -37,7 +38,7 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
       keys, times = rhold(K, keys, turns, now)
       rested = rested + popped - #keys
     end
-    local ws = wload(K, keys)
+    local ws = weighted and wload(K, keys) or nil
     if ws then
       -- A weighted key served again before the keys behind it: they go back unserved,
       -- at their turns, and the next round starts with it (as pops of one would go).

@@ -9,8 +9,9 @@
   `w:<key>` -> "<weight>|<deliveries this round>|<the round's turn>" and `weighted` -> how
   many keys have one (absent when none: the one read the hot paths make).
   uses: lib/bulk.lua
-  wload(K, keys) -> key -> {weight, used, turn} of the weighted ones among `keys`, or nil
-    when the shard has no weighted key
+  wany(K) -> true when the shard has a weighted key (one HGET: a caller asks it once)
+  wload(K, keys) -> key -> {weight, used, turn} of the weighted ones among `keys` (nil
+    for no keys); call it only when wany(K)
   wserve(K, ws, key, turn) -> notes a delivery of `key` served at `turn` (the score its
     ZPOPMIN gave, as text), written back
   wcut(ws, keys, turns) -> how many of `keys` (popped in turn order, turns[key] their
@@ -19,8 +20,12 @@
   wkeep(ws, keys) -> key -> the turn each weighted key of `keys` keeps when it may
     deliver again (its round is not over), or nil when none does
 ]]
+local function wany(K)
+  return redis.call('HGET', K.control, 'weighted') ~= false
+end
+
 local function wload(K, keys)
-  if #keys == 0 or not redis.call('HGET', K.control, 'weighted') then return nil end
+  if #keys == 0 then return nil end
   local fields = {}
   for i, key in ipairs(keys) do fields[i] = 'w:' .. key end
   local raw = bulk_read('HMGET', K.control, fields)
