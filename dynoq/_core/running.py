@@ -3,10 +3,11 @@
 The cap counts deliveries in flight across every consumer, whichever shard or server they
 come from, so no pop script can keep it (a queue's shards are on other slots of a Redis
 Cluster). Its consumers keep it instead: a worker takes slots (lua/slots-2.lua, one hash
-by the queue's hash tag) for the messages it is about to pop, gives back at once those
-the pop did not fill, and gives the rest back when its batch ends; the slots of a
-consumer that stops renewing them (killed) go back when its lease runs out. A plain
-``q.pop()`` takes no slot: the cap is the consumers'.
+by the queue's hash tag) for the messages it is about to pop, and frees those the pop did
+not fill and, when its batch ends, the rest (the consumer keeps freed slots for its next
+pops while busy: dynoq/asyncio/consumer/running.py); the slots of a consumer that stops
+renewing them (killed) go back when its lease runs out. A plain ``q.pop()`` takes no
+slot: the cap is the consumers'.
 """
 
 from __future__ import annotations

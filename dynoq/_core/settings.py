@@ -50,6 +50,12 @@ def parse_rate(raw: str) -> tuple[int, float] | None:
     return int(count), float(period)
 
 
+def _optional_int(raw: Mapping[str, str], name: str) -> int | None:
+    """A stored setting that may be None (absent from queues stored before it existed)."""
+    value = raw.get(name, "None")
+    return None if value == "None" else int(value)
+
+
 def check_ordered(ordered: object, key_concurrency: object) -> tuple[bool | str, int | None]:
     """``ordered`` as stored (False, True for shard order, "key") and the key concurrency
     (1 by default on ordered="key"; refused on other queues)."""
@@ -149,15 +155,9 @@ class QueueSettings:
                 # Absent from queues stored before replica durability existed.
                 min_replicas=int(raw.get("min_replicas", 0)),
                 replica_timeout=float(raw.get("replica_timeout", 1.0)),
-                key_concurrency=(
-                    int(raw["key_concurrency"])
-                    if raw.get("key_concurrency", "None") != "None"
-                    else None
-                ),
+                key_concurrency=_optional_int(raw, "key_concurrency"),
                 key_rate_limit=parse_rate(raw.get("key_rate_limit", "None")),
-                max_running=(
-                    int(raw["max_running"]) if raw.get("max_running", "None") != "None" else None
-                ),
+                max_running=_optional_int(raw, "max_running"),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise QueueConfigError(f"stored queue settings are unreadable: {exc!r}") from None

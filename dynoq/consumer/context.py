@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/consumer/context.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 0e657b8fc3c1bf5d: of the text below, an edit by hand does not match).
+# is stale; digest afb1086c25d64773: of the text below, an edit by hand does not match).
 """What a consumer's workers and upkeep share (threads in the sync twin: there each piece
 is thread-safe on its own; tasks of one event loop need no lock)."""
 
@@ -61,20 +61,18 @@ class Shared:
             if limit is None
             else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
         )
+        self.running = self._running_gate()
+
+    def _running_gate(self) -> RunningGate | None:
+        """The queue's max_running as this consumer keeps it (None: no cap)."""
         most = self.queue.ops.settings.max_running
+        if most is None:
+            return None
         holder = f"{self.membership.member}:{uuid.uuid4().hex[:8]}"
         # renewed at every heartbeat: a lease of three of them at least
         lease = max(SLOT_LEASE, 3 * self.plan.settings.heartbeat_interval)
-        self.running = (
-            None
-            if most is None
-            else RunningGate(
-                self.queue,
-                SlotOps(self.queue.ops.keys, most, holder, lease),
-                self.plan.settings.concurrency,
-                self.stopping,
-            )
-        )
+        ops = SlotOps(self.queue.ops.keys, most, holder, lease)
+        return RunningGate(self.queue, ops, self.plan.settings.concurrency, self.stopping)
 
     def slots(self, count: int) -> int:
         """How many of ``count`` messages to pop: all of them, or under max_running the

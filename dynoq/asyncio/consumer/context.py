@@ -58,20 +58,18 @@ class Shared:
             if limit is None
             else RateGate(self.membership, limit, self.stopping, self.plan.settings.idle_wait)
         )
+        self.running = self._running_gate()
+
+    def _running_gate(self) -> RunningGate | None:
+        """The queue's max_running as this consumer keeps it (None: no cap)."""
         most = self.queue.ops.settings.max_running
+        if most is None:
+            return None
         holder = f"{self.membership.member}:{uuid.uuid4().hex[:8]}"
         # renewed at every heartbeat: a lease of three of them at least
         lease = max(SLOT_LEASE, 3 * self.plan.settings.heartbeat_interval)
-        self.running = (
-            None
-            if most is None
-            else RunningGate(
-                self.queue,
-                SlotOps(self.queue.ops.keys, most, holder, lease),
-                self.plan.settings.concurrency,
-                self.stopping,
-            )
-        )
+        ops = SlotOps(self.queue.ops.keys, most, holder, lease)
+        return RunningGate(self.queue, ops, self.plan.settings.concurrency, self.stopping)
 
     async def slots(self, count: int) -> int:
         """How many of ``count`` messages to pop: all of them, or under max_running the
