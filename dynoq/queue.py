@@ -1,6 +1,6 @@
 # Generated from dynoq/asyncio/queue.py by scripts/unasync.py: edit that file,
 # then run `python scripts/unasync.py` (tests/test_unasync.py fails when this
-# is stale; digest 4aec6f39cbd3b00e: of the text below, an edit by hand does not match).
+# is stale; digest ec9cbb287aa51818: of the text below, an edit by hand does not match).
 """A queue: the Dyno-queues operations, each an atomic script on one shard.
 
 Every method is a shell: the decisions (validation, keys, script arguments, reply parsing,
@@ -71,14 +71,16 @@ class Queue:
         (ordered queues route by it). headers: a dict stored with the message.
         expires: seconds from now: a message not delivered by then is dead-lettered
         (reason "Expired"), counted in ``stats().total("lapsed")``. debounce: seconds
-        (concurrent queues, with an ``id``): the message waits that long after the
-        latest push of its id; a push while it waits replaces its payload and moves it,
-        a push while it runs makes one copy wait (the latest payload).
+        (with an ``id``): the message waits that long after the latest push of its id; a
+        push while it waits replaces its payload and moves it, a push while it runs makes
+        one copy wait (the latest payload). On an ordered queue it goes last in its shard
+        (or key) when its wait ends.
         Raises InvalidArgument / InvalidType for bad arguments, PayloadTypeError /
         PayloadTooLarge for a payload that cannot be stored, OrderedQueueError for a delay
         or priority on an ordered queue, ConnectionFailed when Redis is unreachable."""
+        hold = 0
         if debounce is not None:
-            delay = self.ops.debounced(id, delay, debounce)
+            delay, hold = self.ops.debounced(id, delay, debounce, expires)
         with tracing.span("push", self.name, ids=[id] if id else None, producer=True):
             out = self.ops.prepare(
                 Message(
@@ -91,7 +93,9 @@ class Queue:
                     expires=expires,
                 )
             )
-            if self.ops.combines():  # sent with other callers' single pushes, if any
+            if hold:
+                self.backend.run(self.ops.hold(out, hold))
+            elif self.ops.combines():  # sent with other callers' single pushes, if any
                 self.backend.push(self.ops, out, self.ops.mode_of(out))
             else:
                 self.backend.run(self.ops.push([out]))
@@ -284,7 +288,8 @@ class Queue:
         return self.backend.drive(byid.get(self.ops, id))
 
     def contains(self, id: str) -> bool:
-        """Whether a message with this id is stored (waiting, in flight or dead)."""
+        """Whether a message with this id is stored (waiting, held by a debounce, in flight
+        or dead)."""
         return self.backend.drive(byid.contains(self.ops, id))
 
     def shard_for(self, routing: str) -> int:

@@ -453,6 +453,14 @@ def test_each_role_runs_message_groups_transactions_and_tasks_refused_nothing(
             ck.backend.drive(byid.nack(ck.ops, m, mode="dead"))
         acting = clients["dashboard-actions"].open_existing("kq")
         assert acting is not None and acting.replay_dead() >= 1 and acting.purge_dead() >= 0
+        # debounced pushes held on ordered queues (hold, khold), placed by the pops
+        for name, kind in (("hq", True), ("hk", "key")):
+            hq = producer.queue(name, shards=2, ordered=kind)
+            for v in range(3):
+                hq.push(v, id="d", key="k", debounce=0.05)
+                consumer.queue(name).push(v, id="e", key="k", debounce=0.05)
+            time.sleep(0.1)
+            assert sorted(m.payload for m in consumer.queue(name).pop(10, wait=1)) in ([2], [2, 2])
         # transactional messages: prepare, commit, roll back (a queue, a keyed queue, a
         # topic), and the producer's checker
         for name, options in (("tq", {}), ("tk", {"ordered": "key"})):

@@ -224,6 +224,8 @@ def _exercise(client: dynoq.Client) -> None:
     keyed.remove(kgot[2].id or "")  # kremove
     keyed.cancel(keyed.push("cancelled", key="kc"))  # kcancel
     keyed.set_weight("k1", 3)  # weight
+    keyed.push("held", id="held", key="kh", debounce=30)  # khold
+    client.queue("hostile-ordered", ordered=True).push("held", id="held", debounce=30)  # hold
     keyed.requeue_expired()  # krequeue
     run(keyed.ops.nack_call(kgot[3], delay=0.0, mode="dead"))
     keyed.replay_dead()  # kreplay

@@ -16,6 +16,7 @@ from ..errors import InvalidArgument, OrderedQueueError
 from ..message import Message
 from . import codec, delivered, reasons, steering, validate
 from .calls import Batch, Cmd, Flow
+from .keys import held_name
 from .queue import QueueOps
 
 # Where a delivery is: (shard, id, delivery token, lease token).
@@ -29,11 +30,17 @@ def locate(ops: QueueOps, ids: Sequence[str]) -> Flow[list[int]]:
     unknown = [i for i, h in zip(ids, homes, strict=True) if h is None]
     where: dict[str, int] = {}
     if unknown:
-        probes = [(shard, msg_id) for shard in range(ops.settings.shards) for msg_id in unknown]
+        # the id's message, or a debounced copy held for it (lua/lib/debounce.lua)
+        probes = [
+            (shard, msg_id, field)
+            for shard in range(ops.settings.shards)
+            for msg_id in unknown
+            for field in (msg_id, held_name(msg_id))
+        ]
         hits = yield Batch(
-            [Cmd(("HEXISTS", ops.shard_keys[shard].msgs, msg_id)) for shard, msg_id in probes]
+            [Cmd(("HEXISTS", ops.shard_keys[shard].msgs, f)) for shard, _, f in probes]
         )
-        for (shard, msg_id), hit in zip(probes, hits, strict=True):
+        for (shard, msg_id, _), hit in zip(probes, hits, strict=True):
             if hit:
                 where.setdefault(msg_id, shard)
     return [
@@ -133,25 +140,33 @@ def cancel(ops: QueueOps, msg_id: str) -> Flow[bool]:
 def get(ops: QueueOps, msg_id: str) -> Flow[Message | None]:
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(ops, [msg_id])
-    [found] = yield from stored(ops, [(shard, msg_id)])
+    [found] = yield from stored(ops, [(shard, msg_id)], held=bool(ops.settings.ordered))
     return found
 
 
-def stored(ops: QueueOps, where: Sequence[tuple[int, str]]) -> Flow[list[Message | None]]:
+def stored(
+    ops: QueueOps, where: Sequence[tuple[int, str]], *, held: bool = False
+) -> Flow[list[Message | None]]:
     """The stored messages at (shard, id), with their attempts and failure (None for
-    an id that is gone)."""
+    an id that is gone). ``held``: an id with no message in its shard but a debounced
+    copy held for it (an ordered queue's, lua/lib/debounce.lua) reads as that copy."""
     fields = ("msgs", "dlv", "why")
     checks = ops.epoch_checks((shard for shard, _ in where), f"read of {ops.name!r}")
     reads: list[Cmd] = []
+    size = 6 if held else 5
     for shard, msg_id in where:
         keys = ops.shard_keys[shard]
         reads += [Cmd(("HGET", getattr(keys, f), msg_id)) for f in fields]
         reads.append(Cmd(("ZSCORE", keys.unack, msg_id)))
         reads.append(Cmd(("HGET", keys.control, f"p:{msg_id}")))
+        if held:
+            reads.append(Cmd(("HGET", keys.msgs, held_name(msg_id))))
     raw = (yield Batch([*checks, *reads]))[len(checks) :]
     out: list[Message | None] = []
     for k, (shard, msg_id) in enumerate(where):
-        record, state, why, in_flight, progress = raw[5 * k : 5 * k + 5]
+        record, state, why, in_flight, progress = raw[size * k : size * k + 5]
+        if record is None and held:
+            record = raw[size * k + 5]
         if record is None:
             out.append(None)
             continue
@@ -168,5 +183,8 @@ def contains(ops: QueueOps, msg_id: str) -> Flow[bool]:
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(ops, [msg_id])
     checks = ops.epoch_checks([shard], f"contains on {ops.name!r}")
-    *_, found = yield Batch([*checks, Cmd(("HEXISTS", ops.shard_keys[shard].msgs, msg_id))])
-    return bool(found)
+    msgs = ops.shard_keys[shard].msgs
+    *_, found, held = yield Batch(
+        [*checks, Cmd(("HEXISTS", msgs, msg_id)), Cmd(("HEXISTS", msgs, held_name(msg_id)))]
+    )
+    return bool(found or held)

@@ -16,7 +16,7 @@ from ..message import KeyState, Message
 from . import codec, delivered, reasons, validate
 from .bounds import SWEEP_LIMIT
 from .calls import Batch, Call, Cmd, Flow, int_pair, pairs, text
-from .keys import ShardKeys, shard_of
+from .keys import HELD_FROM, ShardKeys, shard_of
 from .lua import script
 from .opening import Opened
 from .plain import Kind, Popped, nonce
@@ -24,7 +24,7 @@ from .settings import QueueSettings
 
 _KPUSH, _KPOP, _KACK, _KNACK = script("kpush"), script("kpop"), script("kack"), script("knack")
 _KREMOVE, _KREQUEUE, _KREPLAY = script("kremove"), script("krequeue"), script("kreplay")
-_KCANCEL, _WEIGHT = script("kcancel"), script("weight")
+_KCANCEL, _WEIGHT, _KHOLD = script("kcancel"), script("weight"), script("khold")
 _KCLEAR, _KOLDEST, _STATS = script("kclear"), script("koldest"), script("stats")
 MAX_KEYS_REPORT = 1000  # keys one `dynoq keys` report lists at most
 # Deliveries one krequeue call gives back (each about 40 µs of the server's time: a call
@@ -258,6 +258,13 @@ class Keyed(Kind):
             self.opened.checked(f"remove from {self.name!r}", bool),
         )
 
+    def hold_call(self, shard: int, out: codec.Outgoing, wait_ms: int) -> Call:
+        return _KHOLD.call(
+            self.shard_keys[shard],
+            [self.epoch, self.wake, self.conc, out.id, out.routing, wait_ms, out.body],
+            self.opened.checked(f"push to {self.name!r}", int),
+        )
+
     def cancel_call(self, shard: int, msg_id: str) -> Call:
         return _KCANCEL.call(
             self.shard_keys[shard],
@@ -406,7 +413,8 @@ class Keyed(Kind):
 
     def _blocked(self, keys: ShardKeys, limit: int) -> Flow[list[dict[str, Any]]]:
         out: list[dict[str, Any]] = []
-        ids = yield Cmd(("ZRANGE", keys.delayed, 0, limit - 1))
+        # the retries (held debounced copies score above them: keys.HELD_FROM)
+        ids = yield Cmd(("ZRANGEBYSCORE", keys.delayed, "-inf", f"({HELD_FROM}", "LIMIT", 0, limit))
         if ids:
             raw = yield Batch(
                 [Cmd(("HGET", getattr(keys, f), i)) for i in ids for f in ("msgs", "dlv", "why")]

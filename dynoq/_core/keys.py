@@ -22,6 +22,18 @@ def shard_of(routing: str, shards: int) -> int:
     return zlib.crc32(routing.encode("utf-8")) % shards
 
 
+# The scores of held debounced copies in an ordered shard's `delayed` start here (2^50 ms,
+# lua/lib/debounce.lua's DEBOUNCED): above every retry's due time.
+HELD_FROM = 1 << 50
+
+
+def held_name(msg_id: str) -> bytes:
+    """The field in ``msgs`` (and member of ``delayed``) of the debounced copy of an id
+    held on an ordered shard (lua/lib/debounce.lua's dname): byte 255 begins no UTF-8
+    text, so no message id is one."""
+    return b"\xff" + msg_id.encode()
+
+
 @dataclass(frozen=True)
 class ShardKeys:
     """The keys of one shard of one queue (field names are the names Lua headers use)."""

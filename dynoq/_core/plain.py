@@ -30,7 +30,7 @@ ANY = validate.MAX_PRIORITY  # a pop's ceiling that claims every priority
 _PUSH, _POP, _ACK, _NACK = script("push"), script("pop"), script("ack"), script("nack")
 _REQUEUE, _PROBE, _STATS = script("requeue"), script("probe"), script("stats")
 _REMOVE, _REPLAY, _PEEK = script("remove"), script("replay"), script("peek")
-_CANCEL = script("cancel")
+_CANCEL, _HOLD = script("cancel"), script("hold")
 # A pop's reply as the planner reads it: the messages (unreadable ones among them say why:
 # ``Message.unreadable``), the shard's rank after it (-1: not looked at, the batch was
 # full), the ms until something may be deliverable when nothing was (-1: unknown), the
@@ -140,6 +140,11 @@ class Kind(ABC):
     @abstractmethod
     def remove_call(self, shard: int, msg_id: str) -> Call:
         """Delete a message wherever it is; reply: true when it was there."""
+
+    @abstractmethod
+    def hold_call(self, shard: int, out: codec.Outgoing, wait_ms: int) -> Call:
+        """A debounced push on an ordered queue (lua/lib/debounce.lua): the message is
+        held ``wait_ms`` and then goes last in its shard (or key); reply: 1."""
 
     @abstractmethod
     def cancel_call(self, shard: int, msg_id: str) -> Call:
@@ -355,6 +360,13 @@ class Plain(Kind):
             self.shard_keys[shard],
             [self.epoch, msg_id, self.wake],
             self.opened.checked(f"remove from {self.name!r}"),
+        )
+
+    def hold_call(self, shard: int, out: codec.Outgoing, wait_ms: int) -> Call:
+        return _HOLD.call(
+            self.shard_keys[shard],
+            [self.epoch, self.wake, out.id, wait_ms, out.body],
+            self.opened.checked(f"push to {self.name!r}", int),
         )
 
     def cancel_call(self, shard: int, msg_id: str) -> Call:

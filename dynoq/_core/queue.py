@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..errors import InvalidArgument, OrderedQueueError, ReplicationError
+from ..errors import InvalidArgument, ReplicationError
 from ..message import Message, QueueStats, ShardStats
 from . import codec, validate
 from .bounds import body_size, chunks
@@ -105,21 +105,34 @@ class QueueOps(Opened):
         msg = item if isinstance(item, Message) else Message(item)
         return codec.prepare(msg, ordered=self.settings.ordered, limit=self.limit)
 
-    def debounced(self, msg_id: object, delay: object, debounce: object) -> float:
-        """The delay of a push with ``debounce`` (DESIGN §3.9): the message waits that
-        long after the latest push of its id, which replaces the waiting copy (or waits
-        behind the running one: the plain push's upsert). Checked: an id, no delay of its
-        own, a concurrent queue (ordered queues deliver in push order, at once)."""
+    def debounced(
+        self, msg_id: object, delay: object, debounce: object, expires: object = None
+    ) -> tuple[float, int]:
+        """A push with ``debounce`` (DESIGN §3.9) as (its delay, ms to hold it): the
+        message waits that long after the latest push of its id, which replaces the
+        waiting copy (or waits behind the running one). On a concurrent queue that is the
+        plain push's upsert with the debounce as its delay (hold 0); an ordered queue
+        holds it apart until then (:meth:`hold`). Checked: an id, no delay of its own,
+        and no expiry on an ordered queue."""
         if msg_id is None:
             raise InvalidArgument("debounce collapses the pushes of one id: give an id")
         if delay:
             raise InvalidArgument("debounce is the message's delay: give delay or debounce")
-        if self.settings.ordered:
-            raise OrderedQueueError(
-                "debounce delays a message: not on ordered queues (they deliver in push "
-                "order, at once); use a concurrent queue"
+        seconds = validate.check_seconds(debounce, "debounce", minimum=0.001)
+        if not self.settings.ordered:
+            return seconds, 0
+        if expires is not None:
+            raise InvalidArgument(
+                "a debounced message of an ordered queue is delivered after its wait: "
+                "it takes no expires"
             )
-        return validate.check_seconds(debounce, "debounce", minimum=0.001)
+        return 0.0, max(validate.to_ms(seconds), 1)
+
+    def hold(self, out: codec.Outgoing, wait_ms: int) -> Call | Batch:
+        """A debounced push on an ordered queue: ``out`` waits ``wait_ms`` apart from its
+        shard's (or key's) order, then goes last in it (lua/lib/debounce.lua)."""
+        shard = self.shard_for(out.routing)
+        return self.replicated([self.kind.hold_call(shard, out, wait_ms)], _first)
 
     def shard_for(self, routing: str) -> int:
         """The shard of an id (concurrent queues) or ordering key (ordered queues)."""

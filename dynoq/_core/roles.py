@@ -37,6 +37,8 @@ ROLES: dict[str, Role] = {
         | {
             "push",
             "kpush",
+            "hold",
+            "khold",
             "publish",
             "task-push",
             "task-state",
@@ -72,6 +74,7 @@ ROLES: dict[str, Role] = {
         _OPEN
         | {
             "push",
+            "hold",
             "publish",
             "pop",
             "probe",
@@ -115,6 +118,7 @@ ROLES: dict[str, Role] = {
             "schedule-start",
             # message groups (ordered="key"): lua/lib/keyed.lua
             "kpush",
+            "khold",
             "kpop",
             "kack",
             "knack",

@@ -3,7 +3,8 @@
   weighted key after its round of turns: lib/kweight.lua), a key served too recently for
   the key_rate_limit rests until its time (lib/krate.lua).
   First gives back what expired (at the head of its key, its fence raised; or dead past
-  max retries) and the retries that fell due (at the head of their key), bounded. A head
+  max retries) and the retries that fell due (at the head of their key), and places the
+  debounced messages that fell due (last in their keys: lib/debounce.lua), bounded. A head
   whose record does not name its key (not written by dynoq) is dead-lettered (lib/ktake.lua).
   KEYS[1] msgs   KEYS[2] kwait  KEYS[3] kturn  KEYS[4] kstate  KEYS[5] kfence
   KEYS[6] seq    KEYS[7] unack  KEYS[8] dlv    KEYS[9] delayed KEYS[10] dead
@@ -24,7 +25,7 @@
            or GONE
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/pin.lua lib/hint.lua lib/kexpire.lua
         lib/ktake.lua lib/delivery.lua lib/paused.lua lib/lapse.lua lib/klapse.lua
-        lib/krate.lua
+        lib/krate.lua lib/kdebounce.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -41,6 +42,7 @@ local now = now_ms()
 
 if kexpire(K, now, 100, max_retries, conc) > 0 then redis.call('PUBLISH', ARGV[6], '1') end
 kpromote(K, now, EXPIRE_LIMIT, conc)
+kdplace(K, now, 500, conc)  -- debounced messages that fell due: last in their keys
 -- What was pushed with an expiry and not delivered by then: to the dead letters.
 local expiring = redis.call('EXISTS', K.expiry) == 1
 if expiring then klapse(K, now, LAPSE_LIMIT, conc) end

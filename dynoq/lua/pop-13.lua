@@ -33,7 +33,7 @@
            GONE, FENCED or LEASED (lib/refusal.lua)
   uses: lib/bounds.lua lib/clock.lua lib/refusal.lua lib/delivery.lua lib/expire.lua lib/promote.lua
         lib/pin.lua lib/batch.lua lib/record.lua lib/rank.lua lib/hint.lua
-        lib/paused.lua lib/bulk.lua lib/control.lua lib/lapse.lua
+        lib/paused.lua lib/bulk.lua lib/control.lua lib/lapse.lua lib/debounce.lua
   flags: allow-oom
 ]]
 local count, vis, nonce = int(ARGV[2], 1, MAX_BATCH), int(ARGV[3], 1, MAX_MS), ARGV[4]
@@ -59,8 +59,10 @@ if back > 0 then redis.call('PUBLISH', ARGV[8], '1') end
 local expiring = redis.call('EXISTS', K.expiry) == 1
 if expiring then lapse(K, now, LAPSE_LIMIT) end
 
--- Promote what is due (a message given back keeps its saved place).
+-- Promote what is due (a message given back keeps its saved place); on an ordered
+-- shard, debounced messages that fell due go last (lib/debounce.lua).
 promote(K.delayed, K.ready, K.msgs, K.dlv, K.seq, now, 5000)
+if ordered then dplace(K, now, 500) end
 
 if paused(K.control) then return idle_reply(GROUPS) end
 
@@ -79,8 +81,9 @@ local function reply(out)  -- with the other shards' ranks at the end
   return out
 end
 
--- An ordered shard delivers nothing while a message is in flight or waits for a retry.
-if ordered and (live(K.unack) > 0 or redis.call('ZCARD', K.delayed) > 0) then
+-- An ordered shard delivers nothing while a message is in flight or waits for a retry
+-- (the debounced ones held in `delayed` score above every retry).
+if ordered and (live(K.unack) > 0 or redis.call('ZCOUNT', K.delayed, '-inf', RETRIES) > 0) then
   return reply({0, wait_hint(K.delayed, K.unack, now, later), 0})
 end
 local popped = redis.call('ZPOPMIN', K.ready, count)

@@ -4,7 +4,7 @@
   handler reported, JSON text, by lua/steer-3.lua). A delivery asked to stop never runs
   again: whatever ends it next (its consumer's nack, its visibility running out, a lease
   takeover) ends it "cancelled" instead (counted in `counts`).
-  uses: lib/bulk.lua lib/clock.lua
+  uses: lib/bulk.lua lib/clock.lua lib/debounce.lua
   ask(control, id) -> asks the delivery of `id` to stop (its `x:` field: since when)
   asked(control, id) -> true when a cancel was asked of the delivery of `id`
   forget(control, ids) -> deletes both fields of each id (its delivery ended or went back)
@@ -12,7 +12,8 @@
     deleted from msgs, dlv and why as a cancel ends it, counted, its fields forgotten
   cancel_plain(K, id) -> a cancel on a concurrent or ordered shard (K: unack, ready,
     delayed, msgs, dlv, why, counts, control): 2 when `id` runs (asked to stop), 1 when
-    it waited (taken off, ended cancelled), 0 neither (nothing changed)
+    it waited (taken off, ended cancelled), 0 neither (nothing changed). A debounced
+    copy held behind it (lib/debounce.lua) waits: it is taken off too
 ]]
 local function ask(control, id)
   redis.call('HSET', control, 'x:' .. id, now_ms())
@@ -41,11 +42,13 @@ local function cancelled(msgs, dlv, why, counts, control, id)
 end
 
 local function cancel_plain(K, id)
+  local held = ddrop(K, id)
+  if held > 0 then redis.call('HINCRBY', K.counts, 'cancelled', 1) end
   if redis.call('ZSCORE', K.unack, id) then
     ask(K.control, id)
     return 2
   end
-  if redis.call('ZREM', K.ready, id) + redis.call('ZREM', K.delayed, id) == 0 then return 0 end
+  if redis.call('ZREM', K.ready, id) + redis.call('ZREM', K.delayed, id) == 0 then return held end
   cancelled(K.msgs, K.dlv, K.why, K.counts, K.control, id)
   return 1
 end

@@ -1,14 +1,16 @@
 --[[ lib/hint: when a shard that had nothing to deliver may have something: a pop's hint
   (pop, kpop), so that a waiting consumer naps until then at most.
-  uses: lib/pin.lua
-  wait_hint(delayed, unack, now, best) -> ms until the first due time in `delayed` or
-    deadline in `unack` (0 when it has passed), or `best` when that is sooner (-1: none)
+  uses: lib/pin.lua lib/debounce.lua
+  wait_hint(delayed, unack, now, best) -> ms until the first due time in `delayed` (a
+    held debounced message's too) or deadline in `unack` (0 when it has passed), or
+    `best` when that is sooner (-1: none)
 ]]
 local function wait_hint(delayed, unack, now, best)
-  for _, key in ipairs({delayed, unack}) do
-    local first = head(key)
-    if first[2] then
-      local ms = math.max(tonumber(first[2]) - now, 0)
+  local firsts = {first_due(delayed), tonumber(head(unack)[2])}
+  for i = 1, 2 do  -- (ipairs would stop at the first nil)
+    local at = firsts[i]
+    if at then
+      local ms = math.max(at - now, 0)
       if best < 0 or ms < best then best = ms end
     end
   end

@@ -1,5 +1,5 @@
 --[[ lib/rank: what one shard could deliver now, for a pop across shards (probe, pop).
-  uses: lib/pin.lua lib/record.lua
+  uses: lib/pin.lua lib/record.lua lib/debounce.lua
   rank_of(ready, delayed, unack, now, rest) -> rank, hint
     rank: 0 nothing deliverable; 1 + p when its next ready message has priority p; 1 (as
     for priority 0) when due delayed messages or expired deliveries wait for a pop to
@@ -11,10 +11,11 @@ local function rank_of(ready, delayed, unack, now, rest)
   local best, hint = 0, -1
   local top = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
   if top[2] then best = rank(top[2]) end
-  for _, key in ipairs({delayed, unack, rest}) do
-    local first = head(key)
-    if first[2] then
-      local ms = tonumber(first[2]) - now
+  local firsts = {first_due(delayed), tonumber(head(unack)[2]), rest and tonumber(head(rest)[2])}
+  for i = 1, 3 do  -- (ipairs would stop at the first nil)
+    local at = firsts[i]
+    if at then
+      local ms = at - now
       if ms <= 0 then best = 1 elseif hint < 0 or ms < hint then hint = ms end
     end
   end
