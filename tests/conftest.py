@@ -91,11 +91,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("flavor", flavors, indirect=True)
 
 
+# The asyncio client shares the pure core with the sync one; what is its own is the I/O
+# (redis.asyncio, and its cluster client): by default a module runs its async flavor on
+# the embedded server and the cluster. A module about the I/O itself (connections,
+# faults, records, every operation) sets ASYNC_BACKENDS = "all"; one may also name fewer.
+ASYNC_DEFAULT = ("embedded", "cluster")
+_BACKENDS = frozenset({"embedded", "cluster", "redis", "memory"})  # a test's backend param
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A module may run its async flavor on fewer backends (``ASYNC_BACKENDS``) to keep
-    CI short: the other async items are deselected (reported as such), not skipped.
-    Under pytest-xdist, every Spark test runs in one worker (one JVM and one session),
-    but those that start drivers of their own (a module's ``OWN_DRIVERS``): another."""
+    """A module runs its async flavor on ``ASYNC_BACKENDS`` (ASYNC_DEFAULT unless it
+    says), and a test marked ``backends(...)`` on those alone, to keep CI short: the
+    other items are deselected (reported as such), not skipped. Under pytest-xdist,
+    every Spark test runs in one worker (one JVM and one session), but those that start
+    drivers of their own (a module's ``OWN_DRIVERS``): another."""
     keep, drop = [], []
     for item in items:
         if _spark(item):
@@ -104,13 +113,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             own = getattr(getattr(item, "module", None), "OWN_DRIVERS", ())
             group = "spark-drivers" if item.name.split("[")[0] in own else "spark"
             item.add_marker(pytest.mark.xdist_group(group))
-        only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", None)
+        only = getattr(getattr(item, "module", None), "ASYNC_BACKENDS", ASYNC_DEFAULT)
         params = getattr(getattr(item, "callspec", None), "params", {})
-        backend = params.get("real_url", params.get("url"))
-        if only and params.get("flavor") == "async" and backend not in only:
-            drop.append(item)
-        else:
-            keep.append(item)
+        backend = next((v for v in params.values() if isinstance(v, str) and v in _BACKENDS), None)
+        marked = item.get_closest_marker("backends")
+        elsewhere = backend is not None and marked is not None and backend not in marked.args
+        async_elsewhere = only != "all" and params.get("flavor") == "async" and backend not in only
+        (drop if elsewhere or async_elsewhere else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
     # The longest work first, so that it overlaps the rest instead of ending the run:

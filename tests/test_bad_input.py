@@ -13,6 +13,7 @@ import dynoq.asyncio
 from dynoq import Message
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 def _untouched(q: dynoq.Queue) -> None:

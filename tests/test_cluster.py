@@ -29,6 +29,7 @@ from dynoq.settings import QueueSettings
 
 pytestmark = pytest.mark.cluster
 FLAVORS = ("sync", "async")  # the plumbing tests of the sync cluster client: sync_only
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
 import workers
 
 import dynoq
 
 
+@pytest.mark.backends("embedded", "cluster")  # processes: the server matters little
 def test_processes_push_pop_ack_exactly_once(real_client: dynoq.Client, real_url: str) -> None:
     real_client.queue("mp", shards=4, unack_timeout=120)
     ctx = mp.get_context("spawn")
@@ -34,6 +36,7 @@ def test_processes_push_pop_ack_exactly_once(real_client: dynoq.Client, real_url
     assert (s.ready, s.delayed, s.unacked, s.dead) == (0, 0, 0, 0)
 
 
+@pytest.mark.backends("embedded", "cluster")  # processes: the server matters little
 def test_ensure_raced_from_8_processes(real_client: dynoq.Client, real_url: str) -> None:
     real_client.queue("race", shards=4)
     ids = [f"id-{i}" for i in range(300)]

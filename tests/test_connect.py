@@ -14,6 +14,7 @@ import dynoq
 import dynoq.asyncio
 
 FLAVORS = ("sync", "async")  # the tests that take the flavor fixture run on both clients
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 def test_unix_socket_url(embedded_server: Any) -> None:

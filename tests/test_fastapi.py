@@ -155,6 +155,7 @@ async def _clients(
     return accepted, errors, peak
 
 
+@pytest.mark.backends("embedded")  # a service under load: one server
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_300_concurrent_clients_every_order_handled_once_by_both_consumers(
@@ -194,6 +195,7 @@ def test_300_concurrent_clients_every_order_handled_once_by_both_consumers(
     )
 
 
+@pytest.mark.backends("embedded")  # a service under load: one server
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sigterm_while_requests_arrive_loses_no_accepted_order(service: Service) -> None:

@@ -18,6 +18,7 @@ import dynoq.asyncio
 from dynoq.consumer.lease import Leases
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 @pytest.fixture

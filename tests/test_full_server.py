@@ -16,6 +16,7 @@ import redis
 import dynoq
 
 FLAVORS = ("sync", "async")  # the module-level switch conftest reads
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 BODY = b"x" * 1000
 
 

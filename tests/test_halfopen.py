@@ -35,6 +35,7 @@ from dynoq._core.retry import RetryWindow
 from dynoq._core.timeouts import Liveness, Timeouts, take, wait_steps
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 T = 0.3  # the connect and the command timeout in these tests, seconds
 W = 0.3  # the retry window

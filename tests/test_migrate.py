@@ -21,6 +21,7 @@ from dynoq._core.keys import QueueKeys, TopicKeys
 from dynoq.cli import cli
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from dynoq import Message
 from dynoq._core import byid, delivered
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 def test_push_pop_ack_roundtrip(client: dynoq.Client) -> None:

@@ -21,6 +21,7 @@ from dynoq.spark.target import Target
 from dynoq.spark.writer import RowWriter
 
 FLAVORS = ("sync", "async")
+ASYNC_BACKENDS = "all"  # the I/O itself: the async client on every backend
 
 
 def keys_of(client: Any, prefix: str) -> list[str]:

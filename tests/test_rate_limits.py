@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "bench_rate_limit.py"
 
 
+@pytest.mark.backends("embedded", "cluster")  # processes: the server matters little
 @pytest.mark.slow
 @pytest.mark.sync_only  # the members run both clients (kind)
 @pytest.mark.parametrize("kind", KINDS)

@@ -180,6 +180,7 @@ def test_concurrent_commit_and_rollback_from_two_processes_one_wins(
     assert q.stats().prepared == 0
 
 
+@pytest.mark.backends("embedded", "cluster")  # processes: the server matters little
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_many_producers_and_two_checkers_under_random_kills(
