@@ -250,3 +250,32 @@ def _drain(q: dynoq.Queue, n: int, wait: float = 0.0) -> list[dynoq.Message]:
         out += got
         assert q.ack_many(got) == len(got)
     return out
+
+
+@pytest.mark.parametrize("kind", ORDERED)
+def test_ordered_held_copies_read_well_in_every_listing(
+    client: dynoq.Client, kind: dict[str, Any]
+) -> None:
+    """What walks a shard's delayed set (an export's scan, the dashboard's pages and its
+    lookup by id, the blocked keys) reads a held copy as the delayed message it is."""
+    from dynoq._core import inspect, scan
+
+    q = client.queue("listed", shards=1, max_retries=3, **kind)
+    q.push("first", id="r", key="kr")
+    [m] = q.pop()
+    assert q.nack(m, delay=30)  # a retry waiting in delayed
+    q.push("later", id="h", key="kh", debounce=30)
+    found, _ = q.backend.drive(scan.walk_page(q.ops, 0, "delayed", None, ("delayed",)))
+    assert [(f.message.id, f.message.payload, f.state) for f in found] == [
+        ("r", "first", "delayed"),
+        ("h", "later", "delayed"),
+    ]
+    assert 25 < found[1].at - time.time() < 31  # its due time, not the held score
+    entries, more = q.backend.drive(inspect.page(q.ops, "delayed", shards=[0]))
+    assert [(e.message.id, e.message.payload) for e in entries] == [("r", "first"), ("h", "later")]
+    assert not more and 25 < entries[1].at - time.time() < 31
+    located = q.backend.drive(inspect.find(q.ops, "h"))
+    assert located is not None and located.state == "delayed" and located.message.payload == "later"
+    assert located.at is not None and 25 < located.at - time.time() < 31
+    if kind["ordered"] == "key":  # the blocked keys: the retry's, not the held copy's
+        assert [b["key"] for b in q.keys()["blocked"]] == ["kr"]

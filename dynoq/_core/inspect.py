@@ -15,11 +15,11 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import Message
-from . import validate
+from . import codec, validate
 from .byid import locate, stored
 from .calls import Batch, Cmd, Flow, pairs, text
 from .group import Rebalance, parse_history
-from .keys import QueueKeys
+from .keys import HELD_FROM, QueueKeys, held_name, held_of
 from .queue import QueueOps
 
 MAX_PAGE = 500  # entries of one page
@@ -122,22 +122,35 @@ def page(
         ]
     )
     ranked = sorted(
-        entry
-        for entry in (
-            (float(score), s, text(member))
-            for s, head in zip(shards, heads, strict=True)
-            for member, score in pairs(head)
-        )
-        if entry[0] != math.inf
-    )  # lua/lib/pin.lua's entry: not a message
+        (float(score), s, member)
+        for s, head in zip(shards, heads, strict=True)
+        for member, score in pairs(head)
+        if float(score) != math.inf  # lua/lib/pin.lua's entry: not a message
+    )
     more = len(ranked) > count
     ranked = ranked[:count]
-    found = yield from stored(q, [(s, msg_id) for _, s, msg_id in ranked])
-    entries = [
-        Entry(m, s, score / 1000)
-        for (score, s, _), m in zip(ranked, found, strict=True)
-        if m is not None
-    ]
+    # held debounced copies of an ordered shard (keys.held_of): read under their names
+    held = [held_of(member, score) for score, _, member in ranked]
+    found = yield from stored(
+        q,
+        [(s, h[0] if h else text(member)) for (_, s, member), h in zip(ranked, held, strict=True)],
+    )
+    copies = yield Batch(
+        [
+            Cmd(("HGET", q.shard_keys[s].msgs, member))
+            for (_, s, member), h in zip(ranked, held, strict=True)
+            if h
+        ]
+    )
+    copy = iter(copies)
+    entries = []
+    for (score, s, _), h, m in zip(ranked, held, found, strict=True):
+        if h:
+            rec = next(copy)
+            m = None if rec is None else codec.readable(h[0], rec, s, 0, limit=q.limit)
+            score = h[1]
+        if m is not None:
+            entries.append(Entry(m, s, score / 1000))
     return entries, more
 
 
@@ -157,13 +170,20 @@ def find(q: QueueOps, msg_id: str) -> Flow[Located | None]:
     msg_id = validate.check_id(msg_id)
     [shard] = yield from locate(q, [msg_id])
     keys = q.shard_keys[shard]
-    scores = yield Batch([Cmd(("ZSCORE", getattr(keys, field), msg_id)) for _, field in STATES])
-    [msg] = yield from stored(q, [(shard, msg_id)])
+    *scores, held = yield Batch(
+        [
+            *(Cmd(("ZSCORE", getattr(keys, field), msg_id)) for _, field in STATES),
+            Cmd(("ZSCORE", keys.delayed, held_name(msg_id))),
+        ]
+    )
+    [msg] = yield from stored(q, [(shard, msg_id)], held=bool(q.settings.ordered))
     if msg is None:
         return None
     for (state, _), score in zip(STATES, scores, strict=True):
         if score is not None:
             return Located(msg, state, None if state == "ready" else float(score) / 1000)
+    if held is not None:  # only a debounced copy held for it (keys.held_of)
+        return Located(msg, "delayed", (float(held) - HELD_FROM) / 1000)
     return Located(msg, "unknown", None)
 
 

@@ -34,6 +34,14 @@ def held_name(msg_id: str) -> bytes:
     return b"\xff" + msg_id.encode()
 
 
+def held_of(member: bytes | str, score: float) -> tuple[str, float] | None:
+    """(the id, its due time in ms) when ``member`` of an ordered shard's ``delayed``, at
+    ``score``, is a held debounced copy (:func:`held_name`), else None."""
+    if isinstance(member, bytes) and member[:1] == b"\xff" and score >= HELD_FROM:
+        return member[1:].decode(), score - HELD_FROM
+    return None
+
+
 @dataclass(frozen=True)
 class ShardKeys:
     """The keys of one shard of one queue (field names are the names Lua headers use)."""

@@ -24,6 +24,7 @@ from ..errors import InvalidArgument
 from ..message import Message
 from . import codec, delivered, reasons
 from .calls import Batch, Cmd, Flow, pairs, server_time
+from .keys import held_of
 from .queue import QueueOps
 
 STATES = ("ready", "delayed", "unacked", "dead")
@@ -83,18 +84,24 @@ def walk_page(
     if not live:
         return [], nxt
     now = (yield server_time()) if zset == "delayed" else 0.0
-    ids = [m.decode() for _, m in live]
+    # A held debounced copy of an ordered shard (keys.held_of) is its own field in msgs,
+    # and has no delivery state nor reason: the member names its fields as it is.
+    held = [held_of(m, s) for s, m in live]
+    ids = [h[0] if h else m.decode() for h, (_, m) in zip(held, live, strict=True)]
+    names = [m for _, m in live]
     keys = q.shard_keys[shard]
     records, dlvs, whys = yield Batch(
         [
-            Cmd(("HMGET", keys.msgs, *ids)),
-            Cmd(("HMGET", keys.dlv, *ids)),
-            Cmd(("HMGET", keys.why, *ids)),
+            Cmd(("HMGET", keys.msgs, *names)),
+            Cmd(("HMGET", keys.dlv, *names)),
+            Cmd(("HMGET", keys.why, *names)),
         ]
     )
     found = []
-    for (score, _), msg_id, record, dlv, why in zip(live, ids, records, dlvs, whys, strict=True):
-        state, at = _state(zset, score, now)
+    for (score, _), h, msg_id, record, dlv, why in zip(
+        live, held, ids, records, dlvs, whys, strict=True
+    ):
+        state, at = _state(zset, h[1] if h else score, now)
         if record is None or state not in wanted:
             continue
         attempts = delivered.attempts_of(dlv, zset == "unacked")
