@@ -121,6 +121,8 @@ def test_upkeep_scripts_run_when_full_and_message_scripts_do_not() -> None:
         "task-push",
         "transaction-prepare",
         "kpush",
+        "hold",  # a debounced push into an ordered queue (lua/lib/debounce.lua)
+        "khold",
         "flow-create",
         "flow-push",
     }

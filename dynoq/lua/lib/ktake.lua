@@ -38,11 +38,12 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
       keys, times = rhold(K, keys, turns, now)
       rested = rested + popped - #keys
     end
+    local st = kload(K, keys)
     local ws = weighted and wload(K, keys) or nil
     if ws then
       -- A weighted key served again before the keys behind it: they go back unserved,
       -- at their turns, and the next round starts with it (as pops of one would go).
-      local cut, back = wcut(ws, keys, turns), {}
+      local cut, back = wcut(ws, keys, turns, st, conc), {}
       for i = #keys, cut + 1, -1 do
         back[#back + 1] = turns[keys[i]]
         back[#back + 1] = keys[i]
@@ -50,7 +51,6 @@ local function ktake(K, count, due, nonce, conc, out, now, gap)
       end
       bulk('ZADD', kturn, back)
     end
-    local st = kload(K, keys)
     local firsts, heads = {}, {}
     for _, key in ipairs(keys) do
       local s = st[key]

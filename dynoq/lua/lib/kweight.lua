@@ -14,9 +14,12 @@
     for no keys); call it only when wany(K)
   wserve(K, ws, key, turn) -> notes a delivery of `key` served at `turn` (the score its
     ZPOPMIN gave, as text), written back
-  wcut(ws, keys, turns) -> how many of `keys` (popped in turn order, turns[key] their
-    scores) one round of a take may serve: up to the first weighted key whose round goes
-    on after this delivery (it is next in line again, before the keys popped after it)
+  wcut(ws, keys, turns, st, conc) -> how many of `keys` (popped in turn order, turns[key]
+    their scores, st[key] their states: lib/kstore.lua) one round of a take may serve: up
+    to the first weighted key whose round goes on after this delivery and that may then
+    deliver again (more waiting, a free slot of key_concurrency: it is next in line again,
+    before the keys popped after it). A key that may not (the default key_concurrency of
+    1) is out of line until an ack, as with pops of one: no cut.
   wkeep(ws, keys) -> key -> the turn each weighted key of `keys` keeps when it may
     deliver again (its round is not over), or nil when none does
 ]]
@@ -44,10 +47,13 @@ local function wserve(K, ws, key, turn)
   redis.call('HSET', K.control, 'w:' .. key, w[1] .. '|' .. w[2] .. '|' .. w[3])
 end
 
-local function wcut(ws, keys, turns)
+local function wcut(ws, keys, turns, st, conc)
   for i, key in ipairs(keys) do
     local w = ws[key]
-    if w and (w[3] == turns[key] and w[2] + 1 or 1) < w[1] then return i end
+    if w and (w[3] == turns[key] and w[2] + 1 or 1) < w[1] then
+      local s = st[key]
+      if s[1] + 1 < conc and s[2] > 1 then return i end
+    end
   end
   return #keys
 end
