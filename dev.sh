@@ -71,11 +71,12 @@ case "${1:-test}" in
     .venv/bin/ruff check dynoq tests benchmarks spark examples scripts
     .venv/bin/ruff format --check dynoq tests benchmarks spark examples scripts
     .venv/bin/mypy
-    # Three workers: most tests wait on servers, subprocesses and timers, not the CPU.
+    # Four workers on two cores: most tests wait on servers, subprocesses and timers, not
+    # the CPU (a full run kept the CPU about half busy with three).
     if [ $# -gt 0 ]; then
-      exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup "$@"
+      exec .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-4}" --dist loadgroup "$@"
     fi
-    .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-3}" --dist loadgroup
+    .venv/bin/python -m pytest -n "${DYNOQ_TEST_WORKERS:-4}" --dist loadgroup
     django_suite ;;
   django)
     shift || true
