@@ -128,21 +128,23 @@ def page(
         if float(score) != math.inf  # lua/lib/pin.lua's entry: not a message
     )
     more = len(ranked) > count
-    ranked = ranked[:count]
-    # held debounced copies of an ordered shard (keys.held_of): read under their names
+    return (yield from _entries(q, ranked[:count])), more
+
+
+def _entries(q: QueueOps, ranked: list[tuple[float, int, Any]]) -> Flow[list[Entry]]:
+    """The messages of a page's (score, shard, member) entries; a held debounced copy of
+    an ordered shard (keys.held_of) is read under its own name, at its due time."""
     held = [held_of(member, score) for score, _, member in ranked]
     found = yield from stored(
         q,
         [(s, h[0] if h else text(member)) for (_, s, member), h in zip(ranked, held, strict=True)],
     )
-    copies = yield Batch(
-        [
-            Cmd(("HGET", q.shard_keys[s].msgs, member))
-            for (_, s, member), h in zip(ranked, held, strict=True)
-            if h
-        ]
-    )
-    copy = iter(copies)
+    reads = [
+        Cmd(("HGET", q.shard_keys[s].msgs, member))
+        for (_, s, member), h in zip(ranked, held, strict=True)
+        if h
+    ]
+    copy = iter((yield Batch(reads)) if reads else ())
     entries = []
     for (score, s, _), h, m in zip(ranked, held, found, strict=True):
         if h:
@@ -151,7 +153,7 @@ def page(
             score = h[1]
         if m is not None:
             entries.append(Entry(m, s, score / 1000))
-    return entries, more
+    return entries
 
 
 @dataclass(frozen=True)
