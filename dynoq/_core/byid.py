@@ -23,19 +23,20 @@ from .queue import QueueOps
 Where = tuple[int, str, str, str]
 
 
-def locate(ops: QueueOps, ids: Sequence[str]) -> Flow[list[int]]:
+def locate(ops: QueueOps, ids: Sequence[str], *, held: bool = False) -> Flow[list[int]]:
     """The shard holding each id (an unknown id maps to its hash shard). Ordered queues
-    route by key, so this asks every shard (one round trip for all the ids)."""
+    route by key, so this asks every shard (one round trip for all the ids). ``held``:
+    a debounced copy held for an id (lua/lib/debounce.lua) counts too (not for a
+    delivery: a held copy is not one)."""
     homes = [ops.home(i) for i in ids]
     unknown = [i for i, h in zip(ids, homes, strict=True) if h is None]
     where: dict[str, int] = {}
     if unknown:
-        # the id's message, or a debounced copy held for it (lua/lib/debounce.lua)
         probes = [
             (shard, msg_id, field)
             for shard in range(ops.settings.shards)
             for msg_id in unknown
-            for field in (msg_id, held_name(msg_id))
+            for field in ((msg_id, held_name(msg_id)) if held else (msg_id,))
         ]
         hits = yield Batch(
             [Cmd(("HEXISTS", ops.shard_keys[shard].msgs, f)) for shard, _, f in probes]
@@ -124,7 +125,7 @@ def reschedule(ops: QueueOps, msg_id: str, *, delay: float) -> Flow[bool]:
 
 def remove(ops: QueueOps, msg_id: str) -> Flow[bool]:
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from locate(ops, [msg_id])
+    [shard] = yield from locate(ops, [msg_id], held=True)
     return bool((yield ops.kind.remove_call(shard, msg_id)))
 
 
@@ -133,13 +134,13 @@ def cancel(ops: QueueOps, msg_id: str) -> Flow[bool]:
     asked to stop (its handler hears it: Message.cancelled), and either ends "cancelled"
     (counted, never delivered again). False when it neither waits nor runs."""
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from locate(ops, [msg_id])
+    [shard] = yield from locate(ops, [msg_id], held=True)
     return bool((yield ops.kind.cancel_call(shard, msg_id)))
 
 
 def get(ops: QueueOps, msg_id: str) -> Flow[Message | None]:
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from locate(ops, [msg_id])
+    [shard] = yield from locate(ops, [msg_id], held=True)
     [found] = yield from stored(ops, [(shard, msg_id)], held=bool(ops.settings.ordered))
     return found
 
@@ -181,7 +182,7 @@ def stored(
 
 def contains(ops: QueueOps, msg_id: str) -> Flow[bool]:
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from locate(ops, [msg_id])
+    [shard] = yield from locate(ops, [msg_id], held=True)
     checks = ops.epoch_checks([shard], f"contains on {ops.name!r}")
     msgs = ops.shard_keys[shard].msgs
     *_, found, held = yield Batch(

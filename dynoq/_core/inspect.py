@@ -170,7 +170,7 @@ class Located:
 def find(q: QueueOps, msg_id: str) -> Flow[Located | None]:
     """The message ``msg_id`` with its state, or None when the queue does not hold it."""
     msg_id = validate.check_id(msg_id)
-    [shard] = yield from locate(q, [msg_id])
+    [shard] = yield from locate(q, [msg_id], held=True)
     keys = q.shard_keys[shard]
     *scores, held = yield Batch(
         [

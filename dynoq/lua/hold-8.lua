@@ -23,7 +23,5 @@ if redis.call('ZREM', K.ready, id) == 1 then  -- the copy that waits: replaced
   redis.call('HDEL', K.why, id)
   redis.call('ZREM', K.expiry, id)
 end
-local rec = stamp(now) .. ',' .. string.format('%d', wait) .. ',0,' .. ARGV[5]
-if dhold(K, id, rec, now + wait) then redis.call('PUBLISH', ARGV[2], '1') end
-redis.call('HINCRBY', K.counts, 'pushed', 1)
+if dhold(K, id, ARGV[5], now, wait) then redis.call('PUBLISH', ARGV[2], '1') end
 return 1

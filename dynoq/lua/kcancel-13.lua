@@ -19,8 +19,7 @@ if not (#KEYS == 13 and #ARGV == 4 and conc) then return BOUNDS end
 local refused = gone(K.epoch, ARGV[1])
 if refused then return refused end
 local id = ARGV[2]
-local held = ddrop(K, id)
-if held > 0 then redis.call('HINCRBY', K.counts, 'cancelled', 1) end
+local held = dcancel(K, id)
 local rec = redis.call('HGET', K.msgs, id)
 if not rec then return held end
 if redis.call('ZSCORE', K.unack, id) then

@@ -26,7 +26,7 @@ if wake then  -- the copy that waits: replaced
   kdrop(K, id, redis.call('HGET', K.msgs, id), conc)
   redis.call('ZREM', K.expiry, id)
 end
-local rec = stamp(now) .. ',' .. string.format('%d', wait) .. ',0,' .. kprepared(key) .. ARGV[7]
-if dhold(K, id, rec, now + wait) or wake then redis.call('PUBLISH', ARGV[2], '1') end
-redis.call('HINCRBY', K.counts, 'pushed', 1)
+if dhold(K, id, kprepared(key) .. ARGV[7], now, wait) or wake then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
 return 1

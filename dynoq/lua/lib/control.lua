@@ -42,8 +42,7 @@ local function cancelled(msgs, dlv, why, counts, control, id)
 end
 
 local function cancel_plain(K, id)
-  local held = ddrop(K, id)
-  if held > 0 then redis.call('HINCRBY', K.counts, 'cancelled', 1) end
+  local held = dcancel(K, id)
   if redis.call('ZSCORE', K.unack, id) then
     ask(K.control, id)
     return 2

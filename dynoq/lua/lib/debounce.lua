@@ -14,10 +14,12 @@
   dname(id) -> the held copy's member in `delayed` and field in `msgs`
   first_due(delayed) -> the first due time (ms) of `delayed`, a retry's, a delayed
     message's or a held one's, or nil
-  dhold(K, id, rec, due) -> holds `rec` as the copy of `id` due at `due` (a held copy
-    of `id` is replaced); true when it is due before everything else in `delayed`
+  dhold(K, id, body, now, wait) -> holds the copy of `id` pushed at `now` (its record:
+    lib/record.lua's header, due `wait` ms later, then `body`), replacing a held copy of
+    `id`, and counts it pushed; true when it is due before everything else in `delayed`
     (a waiter may need the news)
   ddrop(K, id) -> 1 when a held copy of `id` was dropped, else 0
+  dcancel(K, id) -> ddrop's, the copy dropped counted cancelled (it waited)
   ddue(K, now, limit) -> the held copies due by `now` (at most `limit`) whose id has no
     copy in the shard, as {id, record, its dead letter's record or nil}, taken out of
     `delayed` and `msgs` (the others wait DNAP ms more): for dplace and kdplace
@@ -53,11 +55,13 @@ local function first_due(delayed)
   return due
 end
 
-local function dhold(K, id, rec, due)
-  local first = first_due(K.delayed)
+local function dhold(K, id, body, now, wait)
+  local first, due = first_due(K.delayed), now + wait
   local name = dname(id)
+  local rec = stamp(now) .. ',' .. string.format('%d', wait) .. ',0,' .. body
   redis.call('HSET', K.msgs, name, rec)
   redis.call('ZADD', K.delayed, dscore(due), name)
+  redis.call('HINCRBY', K.counts, 'pushed', 1)
   return not first or due < first
 end
 
@@ -65,6 +69,12 @@ local function ddrop(K, id)
   local name = dname(id)
   redis.call('HDEL', K.msgs, name)
   return redis.call('ZREM', K.delayed, name)
+end
+
+local function dcancel(K, id)
+  local held = ddrop(K, id)
+  if held > 0 then redis.call('HINCRBY', K.counts, 'cancelled', 1) end
+  return held
 end
 
 local function ddue(K, now, limit)
